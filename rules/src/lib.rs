@@ -1,0 +1,31 @@
+//! nodemedic's pure core: the domain types and the judgement.
+//!
+//! Data flows one way: the agent reads the host and the API into a [`NodeSnapshot`] (our own
+//! small types, no Kubernetes or I/O types), then [`rules::evaluate`] turns the snapshot and the
+//! [`Settings`] into [`Finding`]s. Nothing in this crate touches files, the network or a
+//! clock: time comes in as `NodeSnapshot::taken_at`, so every rule is a plain function that a
+//! table test can drive.
+//!
+//! - [`cpuset`]: CPU id sets in the kubelet's list format.
+//! - [`checkpoint`]: the kubelet's `cpu_manager_state` codec (read V1-V4, checksum, write).
+//! - [`topology`]: CPU topology and the kubelet's reserved-CPU choice.
+//! - [`validate`]: the static policy's state checks (KUBELET.md section 3).
+//! - [`snapshot`]: what the agent saw on the node.
+//! - [`finding`]: what a rule reports.
+//! - [`rules`]: the rule catalogue, one module per rule id.
+
+pub mod checkpoint;
+pub mod cpuset;
+pub mod finding;
+pub mod quantity;
+pub mod rules;
+pub mod settings;
+pub mod snapshot;
+pub mod topology;
+pub mod validate;
+
+pub use checkpoint::{Checkpoint, CheckpointError, CpuState, Verification};
+pub use cpuset::{CpuSet, CpuSetError};
+pub use finding::{Finding, Severity, Subject};
+pub use settings::Settings;
+pub use snapshot::NodeSnapshot;

@@ -1,0 +1,229 @@
+//! `cpuset-drift`: a running container's cgroup cpuset is not what the checkpoint says.
+//!
+//! Exclusive containers get their cpuset when they are created, so a difference is drift at
+//! once. Shared-pool containers follow `defaultCpuSet` only at the kubelet's next reconcile
+//! (`cpuManagerReconcilePeriod`, 10 s by default) after the default set shrinks or grows, so
+//! they count as drifted only when the checkpoint is older than that period. Only containers
+//! that can be tied to a checkpoint entry are judged: through the pod list's container IDs,
+//! or directly by ID for V1 files. The pause container is never in a pod's statuses and is
+//! not judged.
+
+use crate::checkpoint::{CpuState, EntryKey};
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{CgroupTree, ContainerCgroup, NodeSnapshot, Observed, PodInfo, PodSource};
+use crate::CpuSet;
+
+pub const ID: &str = "cpuset-drift";
+
+struct Expected {
+    cpus: CpuSet,
+    exclusive: bool,
+}
+
+fn expected_for(state: &CpuState, pod: Option<&PodInfo>, container: Option<&str>, id: &str) -> Expected {
+    for a in &state.assignments {
+        let hit = match &a.key {
+            EntryKey::Container { pod_uid, container: c } => {
+                pod.is_some_and(|p| &p.uid == pod_uid) && container == Some(c.as_str())
+            }
+            EntryKey::ContainerId { container_id } => container_id == id,
+        };
+        if hit {
+            return Expected { cpus: a.cpus.clone(), exclusive: true };
+        }
+    }
+    // Pod-level resources (V3): the pod's shared containers run on the pod's CPUs.
+    if let Some((_, cpus)) = pod.and_then(|p| state.pod_assignments.iter().find(|(u, _)| *u == p.uid)) {
+        return Expected { cpus: cpus.clone(), exclusive: false };
+    }
+    Expected { cpus: state.default_cpus.clone(), exclusive: false }
+}
+
+/// The cpuset the container really has: `cpuset.cpus`, or the effective set when that is
+/// empty (v2: inherited from the parent).
+fn actual(leaf: &ContainerCgroup) -> Option<&CpuSet> {
+    leaf.cpus.as_ref().or(leaf.effective_cpus.as_ref())
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Ok(cp) = &file.content else { return vec![] };
+    let Ok(state) = cp.state() else { return vec![] };
+    if state.policy_name != "static" {
+        return vec![];
+    }
+    let Observed::Ok(tree) = &snap.cgroups else { return vec![] };
+    let grace = settings.drift_grace_seconds.unwrap_or_else(|| snap.cpu_manager().reconcile_period_seconds);
+    let shared_judged = file.age_seconds.is_some_and(|age| age > grace);
+
+    // (pod, container name, leaf)
+    let mut judged: Vec<(Option<&PodInfo>, Option<String>, &ContainerCgroup)> = Vec::new();
+    match snap.pod_source {
+        PodSource::Api | PodSource::File => {
+            for pod in snap.pods.iter().filter(|p| !p.is_terminal()) {
+                for c in &pod.containers {
+                    if let Some((_, leaf)) = c.container_id.as_deref().and_then(|id| tree.container(id)) {
+                        judged.push((Some(pod), Some(c.name.clone()), leaf));
+                    }
+                }
+            }
+        }
+        PodSource::Cgroups => judged.extend(v1_leaves(&state, tree).into_iter().map(|l| (None, None, l))),
+    }
+
+    let mut findings = Vec::new();
+    for (pod, container, leaf) in judged {
+        if leaf.processes.is_empty() {
+            continue; // an exited container's leaf about to be removed
+        }
+        let want = expected_for(&state, pod, container.as_deref(), &leaf.id);
+        if !want.exclusive && !shared_judged {
+            continue;
+        }
+        let Some(have) = actual(leaf) else { continue };
+        if *have == want.cpus {
+            continue;
+        }
+        let subject = pod.map_or_else(
+            || match snap.owner_of_container_id(&leaf.id) {
+                Some((uid, _)) => Subject::pod_uid(&uid),
+                None => Subject { kind: "Pod".into(), ..Default::default() },
+            },
+            Subject::pod,
+        )
+        .with_container(container.clone());
+        let kind = if want.exclusive { "exclusive" } else { "shared" };
+        let who = container.clone().unwrap_or_else(|| leaf.id.clone());
+        let process_cpus = leaf
+            .processes
+            .iter()
+            .filter_map(|p| p.cpus_allowed.as_ref())
+            .fold(CpuSet::new(), |acc, c| acc.union(c));
+        findings.push(
+            Finding::new(
+                ID,
+                Severity::Warning,
+                subject.clone(),
+                format!(
+                    "Container {who} of {} runs on CPUs {have}, but the checkpoint gives it {} ({kind})",
+                    subject.display(),
+                    want.cpus
+                ),
+                format!(
+                    "find who rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime hook); \
+                     the kubelet restores {} at its next reconcile only if its own state is right: \
+                     if the drift persists, restart the kubelet on {} (systemctl restart kubelet)",
+                    want.cpus,
+                    snap.node,
+                    path = leaf.path
+                ),
+            )
+            .with("pod_uid", subject.uid.clone())
+            .with("container", container.clone())
+            .with("container_id", leaf.id.clone())
+            .with("cgroup", leaf.path.clone())
+            .with("kind", kind)
+            .with("checkpoint_cpus", want.cpus.to_string())
+            .with("cgroup_cpus", have.to_string())
+            .with("effective_cpus", leaf.effective_cpus.as_ref().map(|c| c.to_string()))
+            .with("process_cpus", (!process_cpus.is_empty()).then(|| process_cpus.to_string()))
+            .with("checkpoint_age_seconds", file.age_seconds.map(|a| a.round()))
+            .with("reconcile_period_seconds", grace),
+        );
+    }
+    findings
+}
+
+/// Leaves named by V1 entries (container IDs), the only ones judged without a pod list.
+fn v1_leaves<'a>(state: &CpuState, tree: &'a CgroupTree) -> Vec<&'a ContainerCgroup> {
+    state
+        .assignments
+        .iter()
+        .filter_map(|a| match &a.key {
+            EntryKey::ContainerId { container_id } => tree.container(container_id).map(|(_, l)| l),
+            EntryKey::Container { .. } => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{leaf, pod, pod_cgroup, SnapshotBuilder};
+
+    fn node(cgroup_cpus_exclusive: &str, cgroup_cpus_shared: &str, age: f64) -> NodeSnapshot {
+        SnapshotBuilder::static_node("0-1", &[("p1", "app", "2-3")])
+            .with_pod_list(&[pod("p1", "exec-1", "Running", &[("app", "c1")]), pod("p2", "web", "Running", &[("web", "c2")])])
+            .with_pod_cgroups(vec![
+                pod_cgroup("p1", vec![leaf("c1", cgroup_cpus_exclusive, 1), leaf("pause1", "0-3", 1)]),
+                pod_cgroup("p2", vec![leaf("c2", cgroup_cpus_shared, 1)]),
+            ])
+            .checkpoint_age(age)
+            .build()
+    }
+
+    fn drifted(snap: &NodeSnapshot) -> Vec<(String, String, String)> {
+        check(snap, &Settings::default())
+            .iter()
+            .map(|f| {
+                (
+                    f.evidence["container"].as_str().unwrap().to_string(),
+                    f.evidence["kind"].as_str().unwrap().to_string(),
+                    f.evidence["cgroup_cpus"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn table() {
+        assert!(drifted(&node("2-3", "0-1", 3600.0)).is_empty(), "in sync; the pause leaf is not judged");
+        assert_eq!(drifted(&node("2", "0-1", 3600.0)), [("app".into(), "exclusive".into(), "2".into())]);
+        assert_eq!(drifted(&node("2-3", "0-3", 3600.0)), [("web".into(), "shared".into(), "0-3".into())]);
+        assert!(drifted(&node("2-3", "0-3", 4.0)).is_empty(), "shared pool may lag one reconcile period");
+        assert_eq!(drifted(&node("0-3", "0-3", 4.0)), [("app".into(), "exclusive".into(), "0-3".into())], "exclusive drift is immediate");
+    }
+
+    #[test]
+    fn grace_follows_settings_and_kubelet_config() {
+        let snap = node("2-3", "0-3", 30.0);
+        assert_eq!(drifted(&snap).len(), 1);
+        let settings = Settings { drift_grace_seconds: Some(60.0), ..Default::default() };
+        assert!(check(&snap, &settings).is_empty());
+    }
+
+    #[test]
+    fn v2_inherited_cpuset_uses_effective() {
+        let mut snap = node("2-3", "0-1", 3600.0);
+        if let Observed::Ok(tree) = &mut snap.cgroups {
+            let l = &mut tree.pods[0].containers[0];
+            l.cpus = None;
+            l.effective_cpus = Some(CpuSet::parse("0-3").unwrap());
+        }
+        assert_eq!(drifted(&snap), [("app".into(), "exclusive".into(), "0-3".into())]);
+    }
+
+    #[test]
+    fn v1_without_pod_list_judges_by_id() {
+        let state = crate::Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"c1":"2-3"},"checksum":0}"#)
+            .unwrap()
+            .state()
+            .unwrap();
+        let snap = SnapshotBuilder::from_state(state).with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("c1", "1-3", 1)])]).build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].subject.uid.as_deref(), Some("p1"));
+        assert_eq!(f[0].evidence["container_id"], "c1");
+    }
+
+    #[test]
+    fn none_policy_is_not_judged() {
+        let snap = SnapshotBuilder::static_node("0-1", &[])
+            .with_raw_checkpoint(br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#)
+            .with_pod_list(&[pod("p2", "web", "Running", &[("web", "c2")])])
+            .with_pod_cgroups(vec![pod_cgroup("p2", vec![leaf("c2", "0", 1)])])
+            .build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+}

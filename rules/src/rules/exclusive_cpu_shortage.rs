@@ -1,0 +1,219 @@
+//! `exclusive-cpu-shortage`: Guaranteed pods cannot get exclusive CPUs on this node.
+//!
+//! Two signs: pods that already failed with the CPU manager's "not enough cpus available to
+//! satisfy request" (`UnexpectedAdmissionError`, or a failed `PreStartContainer` hook), and
+//! pending Guaranteed pods whose integer CPU request is larger than the free exclusive CPUs
+//! (`defaultCpuSet` minus the reserved CPUs, which the static policy never hands out). The
+//! evidence says how many CPUs stale entries hold, since freeing those is usually the fix.
+
+use crate::checkpoint::{CpuState, EntryKey};
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo};
+use crate::CpuSet;
+
+use super::stale_cpu_assignment::{stale_cpus, stale_entries_of};
+use super::{checkpoint_path, reset_checkpoint_remedy};
+
+pub const ID: &str = "exclusive-cpu-shortage";
+
+/// How many pods a finding lists by name.
+const LISTED_PODS: usize = 20;
+
+/// Whether a pod failed because the CPU manager had no CPUs for it.
+pub fn rejected_for_cpus(pod: &PodInfo) -> bool {
+    let message = pod.message.as_deref().unwrap_or("").to_ascii_lowercase();
+    if message.contains("not enough cpus available") {
+        return true;
+    }
+    pod.phase == "Failed" && pod.reason.as_deref() == Some("UnexpectedAdmissionError") && message.contains("cpu")
+}
+
+/// Exclusive CPUs a Guaranteed pod needs: integer CPU requests, the larger of the biggest
+/// init container and the sum of the app containers (init CPUs are reused).
+pub fn exclusive_cpus_needed(pod: &PodInfo) -> usize {
+    if pod.qos_class.as_deref() != Some("Guaranteed") {
+        return 0;
+    }
+    let whole = |m: Option<u64>| m.filter(|m| *m > 0 && m % 1000 == 0).map_or(0, |m| (m / 1000) as usize);
+    let init = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind == Some(ContainerKind::Init))
+        .map(|c| whole(c.cpu_request_millis))
+        .max()
+        .unwrap_or(0);
+    let app: usize = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind == Some(ContainerKind::Regular))
+        .map(|c| whole(c.cpu_request_millis))
+        .sum();
+    init.max(app)
+}
+
+struct Pool {
+    free: CpuSet,
+    stale: CpuSet,
+    state: CpuState,
+}
+
+fn pool(snap: &NodeSnapshot) -> Option<Pool> {
+    let Observed::Ok(file) = &snap.checkpoint else { return None };
+    let state = file.content.as_ref().ok()?.state().ok()?;
+    if state.policy_name != "static" {
+        return None;
+    }
+    let config = snap.cpu_manager();
+    let reserved = match &snap.cpus {
+        Observed::Ok(topo) => config.reserved_cpus(topo).unwrap_or_default(),
+        _ => config.reserved_system_cpus.clone().unwrap_or_default(),
+    };
+    let stale = stale_cpus(&stale_entries_of(snap, &state));
+    Some(Pool { free: state.default_cpus.difference(&reserved), stale, state })
+}
+
+pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+    let pool = pool(snap);
+    let path = checkpoint_path(snap);
+    let remedy = |stale: &CpuSet| {
+        if stale.is_empty() {
+            "the node has no exclusive CPUs to spare: run the pod elsewhere or lower its integer CPU request".to_string()
+        } else {
+            format!("stale entries hold CPUs {stale}; free them: {}", reset_checkpoint_remedy(&snap.node, &path))
+        }
+    };
+    let mut findings = Vec::new();
+
+    let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p)).collect();
+    if !rejected.is_empty() {
+        let names: Vec<String> = rejected.iter().take(LISTED_PODS).map(|p| p.display()).collect();
+        let stale = pool.as_ref().map(|p| p.stale.clone()).unwrap_or_default();
+        findings.push(
+            Finding::new(
+                ID,
+                Severity::Critical,
+                Subject::node(&snap.node),
+                format!(
+                    "{} pod(s) failed on {} with \"not enough cpus available to satisfy request\"{}",
+                    rejected.len(),
+                    snap.node,
+                    if stale.is_empty() { String::new() } else { format!(" while stale entries hold CPUs {stale}") }
+                ),
+                remedy(&stale),
+            )
+            .with("rejected_pods", rejected.len())
+            .with("pods", names)
+            .with("message", rejected[0].message.clone())
+            .with("free_exclusive_cpus", pool.as_ref().map(|p| p.free.to_string()))
+            .with("stale_cpus", pool.as_ref().map(|p| p.stale.to_string())),
+        );
+    }
+
+    let Some(pool) = pool else { return findings };
+    let allocated = |uid: &str| {
+        pool.state
+            .assignments
+            .iter()
+            .any(|a| matches!(&a.key, EntryKey::Container { pod_uid, .. } if pod_uid == uid))
+    };
+    for pod in snap.pods.iter().filter(|p| p.phase == "Pending" && !rejected_for_cpus(p) && !allocated(&p.uid)) {
+        let need = exclusive_cpus_needed(pod);
+        if need == 0 || need <= pool.free.len() {
+            continue;
+        }
+        findings.push(
+            Finding::new(
+                ID,
+                Severity::Warning,
+                Subject::pod(pod),
+                format!(
+                    "Pending Guaranteed pod {} needs {need} exclusive CPUs but only {} are free ({})",
+                    pod.display(),
+                    pool.free.len(),
+                    pool.free
+                ),
+                remedy(&pool.stale),
+            )
+            .with("requested_cpus", need)
+            .with("free_exclusive_cpus", pool.free.to_string())
+            .with("free_exclusive_cpu_count", pool.free.len())
+            .with("stale_cpus", pool.stale.to_string()),
+        );
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{pod, SnapshotBuilder};
+    use crate::snapshot::ContainerInfo;
+
+    fn guaranteed(uid: &str, phase: &str, app_cpus: &[u64], init_cpus: &[u64]) -> PodInfo {
+        let mut p = pod(uid, uid, phase, &[]);
+        for (i, m) in app_cpus.iter().enumerate() {
+            p.containers.push(ContainerInfo { name: format!("app{i}"), kind: Some(ContainerKind::Regular), cpu_request_millis: Some(*m), ..Default::default() });
+        }
+        for (i, m) in init_cpus.iter().enumerate() {
+            p.containers.push(ContainerInfo { name: format!("init{i}"), kind: Some(ContainerKind::Init), cpu_request_millis: Some(*m), ..Default::default() });
+        }
+        p
+    }
+
+    #[test]
+    fn exclusive_needs() {
+        assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[2000, 1000], &[])), 3);
+        assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[2000], &[4000])), 4);
+        assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[1500, 2000], &[])), 2, "fractional requests share");
+        let mut burstable = guaranteed("a", "Pending", &[4000], &[]);
+        burstable.qos_class = Some("Burstable".into());
+        assert_eq!(exclusive_cpus_needed(&burstable), 0);
+    }
+
+    #[test]
+    fn rejected_pods_with_stale_cpus() {
+        let mut rejected = pod("r1", "exec-9", "Failed", &[]);
+        rejected.reason = Some("UnexpectedAdmissionError".into());
+        rejected.message = Some("Allocate failed due to not enough cpus available to satisfy request, which is unexpected".into());
+        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "2-5")]).with_pod_list(&[rejected]).build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["stale_cpus"], "2-5");
+        assert_eq!(f[0].evidence["pods"], serde_json::json!(["default/exec-9"]));
+        assert!(f[0].remedy.starts_with("stale entries hold CPUs 2-5"));
+    }
+
+    #[test]
+    fn prestart_hook_message_counts_too() {
+        let mut p = pod("r2", "exec-2", "Pending", &[]);
+        p.message = Some("PreStartContainer hook failed: not enough cpus available to satisfy request".into());
+        let snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[p]).build();
+        assert_eq!(check(&snap, &Settings::default()).len(), 1);
+    }
+
+    #[test]
+    fn pending_guaranteed_pods_that_cannot_fit() {
+        let snap = SnapshotBuilder::static_node("0-3", &[("busy", "app0", "4-7")])
+            .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+            .with_pod_list(&[
+                guaranteed("busy", "Running", &[4000], &[]),
+                guaranteed("fits", "Pending", &[3000], &[]),
+                guaranteed("too-big", "Pending", &[4000], &[]),
+            ])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject.uid.as_deref(), Some("too-big"));
+        assert_eq!(f[0].evidence["requested_cpus"], 4);
+        assert_eq!(f[0].evidence["free_exclusive_cpus"], "1-3");
+        assert!(f[0].remedy.starts_with("the node has no exclusive CPUs to spare"));
+    }
+
+    #[test]
+    fn healthy_node_is_silent() {
+        let snap = SnapshotBuilder::static_node("0-7", &[]).with_pod_list(&[guaranteed("p", "Pending", &[2000], &[])]).build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+}

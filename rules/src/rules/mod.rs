@@ -1,0 +1,171 @@
+//! The rule catalogue. One module per rule id (`stale-cpu-assignment` lives in
+//! `stale_cpu_assignment.rs`); each exposes `check(&NodeSnapshot, &Settings) -> Vec<Finding>`.
+//! [`evaluate`] runs every enabled rule and returns the findings in a stable order.
+
+pub mod checkpoint_invalid_state;
+pub mod checkpoint_unreadable;
+pub mod cpuset_drift;
+pub mod cross_pod_cpu_overlap;
+pub mod exclusive_cpu_shortage;
+pub mod stale_cpu_assignment;
+
+use crate::finding::{Finding, Severity};
+use crate::settings::Settings;
+use crate::snapshot::NodeSnapshot;
+
+/// A rule's signature: a pure function of the snapshot and the settings.
+pub type CheckFn = fn(&NodeSnapshot, &Settings) -> Vec<Finding>;
+
+/// A rule's identity and documentation.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleInfo {
+    /// The stable id (DESIGN.md).
+    pub id: &'static str,
+    /// One line for people.
+    pub title: &'static str,
+    /// The severity of its usual finding (a rule may report some findings lower).
+    pub severity: Severity,
+    /// The inputs it reads.
+    pub looks_at: &'static str,
+    /// When it fires.
+    pub fires_when: &'static str,
+    /// The Kubernetes Event reason for its findings.
+    pub event_reason: &'static str,
+    pub check: CheckFn,
+}
+
+impl RuleInfo {
+    /// The rule's documentation page, relative to the repository root.
+    pub fn docs_path(&self) -> String {
+        format!("docs/rules/{}.md", self.id)
+    }
+}
+
+/// Every rule nodemedic runs, in catalogue order.
+pub const ALL: &[RuleInfo] = &[
+    RuleInfo {
+        id: checkpoint_unreadable::ID,
+        title: "The CPU manager checkpoint cannot be read by the kubelet",
+        severity: Severity::Critical,
+        looks_at: "cpu_manager_state",
+        fires_when: "bad JSON, a bad cpuset, or a checksum no kubelet layout matches: the kubelet will refuse to restart",
+        event_reason: "CPUManagerCheckpointUnreadable",
+        check: checkpoint_unreadable::check,
+    },
+    RuleInfo {
+        id: checkpoint_invalid_state::ID,
+        title: "The CPU manager checkpoint breaks a static-policy rule",
+        severity: Severity::Critical,
+        looks_at: "checkpoint, online CPUs, kubelet config",
+        fires_when: "a static-policy rule of KUBELET.md section 3 is broken, or the configured policy differs from the file's",
+        event_reason: "CPUManagerInvalidState",
+        check: checkpoint_invalid_state::check,
+    },
+    RuleInfo {
+        id: stale_cpu_assignment::ID,
+        title: "Exclusive CPUs are held for a container that no longer runs here",
+        severity: Severity::Critical,
+        looks_at: "checkpoint, pods, cgroups",
+        fires_when: "an entry names a pod UID or container that is not alive on this node",
+        event_reason: "StaleCPUAssignment",
+        check: stale_cpu_assignment::check,
+    },
+    RuleInfo {
+        id: cross_pod_cpu_overlap::ID,
+        title: "Two pods hold the same exclusive CPU",
+        severity: Severity::Critical,
+        looks_at: "checkpoint",
+        fires_when: "two different pods hold the same exclusive CPU",
+        event_reason: "CrossPodCPUOverlap",
+        check: cross_pod_cpu_overlap::check,
+    },
+    RuleInfo {
+        id: cpuset_drift::ID,
+        title: "A container's cgroup cpuset differs from the checkpoint",
+        severity: Severity::Warning,
+        looks_at: "checkpoint, cgroups",
+        fires_when: "a container's cgroup cpuset differs from the checkpoint longer than the reconcile period",
+        event_reason: "CPUSetDrift",
+        check: cpuset_drift::check,
+    },
+    RuleInfo {
+        id: exclusive_cpu_shortage::ID,
+        title: "Guaranteed pods cannot get the exclusive CPUs they need",
+        severity: Severity::Critical,
+        looks_at: "checkpoint, pods",
+        fires_when: "pods fail with \"not enough cpus available\" or the free exclusive CPUs cannot fit pending Guaranteed pods",
+        event_reason: "ExclusiveCPUShortage",
+        check: exclusive_cpu_shortage::check,
+    },
+];
+
+/// The rule with `id`.
+pub fn by_id(id: &str) -> Option<&'static RuleInfo> {
+    ALL.iter().find(|r| r.id == id)
+}
+
+/// Runs every enabled rule; findings worst first, then by rule and subject.
+pub fn evaluate(snapshot: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = ALL
+        .iter()
+        .filter(|r| settings.enabled(r.id))
+        .flat_map(|r| (r.check)(snapshot, settings))
+        .collect();
+    findings.sort_by_key(Finding::sort_key);
+    findings
+}
+
+/// The documented remedy for a checkpoint the kubelet cannot use or that holds stale CPUs
+/// (KUBELET.md section 4): drain, stop the kubelet, move the file (and the memory manager's)
+/// aside, start the kubelet, uncordon.
+pub(crate) fn reset_checkpoint_remedy(node: &str, checkpoint_path: &str) -> String {
+    let dir = checkpoint_path.rsplit_once('/').map_or(".", |(d, _)| d);
+    let dir = if dir.is_empty() { "/" } else { dir };
+    format!(
+        "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: \
+         systemctl stop kubelet && mv {checkpoint_path} {checkpoint_path}.bak && \
+         rm -f {dir}/memory_manager_state && systemctl start kubelet; then kubectl uncordon {node}"
+    )
+}
+
+/// The checkpoint's host path, or the default.
+pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {
+    match &snapshot.checkpoint {
+        crate::snapshot::Observed::Ok(f) => f.path.clone(),
+        crate::snapshot::Observed::Missing { path } => path.clone(),
+        _ => "/var/lib/kubelet/cpu_manager_state".to_string(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testkit;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_ids_are_unique_kebab_case_and_match_modules() {
+        let mut ids: Vec<&str> = ALL.iter().map(|r| r.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), ALL.len());
+        for r in ALL {
+            assert!(r.id.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{}", r.id);
+            assert!(r.event_reason.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+            assert_eq!(by_id(r.id).map(|x| x.id), Some(r.id));
+        }
+    }
+
+    #[test]
+    fn disabled_rules_do_not_run() {
+        let snap = testkit::SnapshotBuilder::static_node("0-1", &[("dead-pod", "app", "2-3")])
+            .with_pod_list(&[])
+            .build();
+        let all = evaluate(&snap, &Settings::default());
+        assert!(all.iter().any(|f| f.rule == "stale-cpu-assignment"));
+        let mut settings = Settings::default();
+        settings.disabled_rules.insert("stale-cpu-assignment".into());
+        assert!(evaluate(&snap, &settings).iter().all(|f| f.rule != "stale-cpu-assignment"));
+    }
+}

@@ -1,0 +1,231 @@
+//! The static policy's checks on a restored checkpoint (`policy_static.go` `validateState`,
+//! KUBELET.md section 3), and the reserved CPUs they depend on.
+//!
+//! The kubelet stops at the first failed check and refuses to start; we report every problem,
+//! each with the message the kubelet would log, so one scan shows everything to fix.
+
+use crate::checkpoint::{CpuState, EntryKey};
+use crate::quantity::parse_cpu_millis;
+use crate::topology::CpuTopology;
+use crate::CpuSet;
+
+/// The CPU manager part of a kubelet's configuration (file plus flags), in our own terms.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CpuManagerConfig {
+    /// `cpuManagerPolicy` (`none` when unset).
+    pub policy: String,
+    /// `cpuManagerPolicyOptions`.
+    pub policy_options: std::collections::BTreeMap<String, String>,
+    /// `cpuManagerReconcilePeriod` in seconds (10 when unset).
+    pub reconcile_period_seconds: f64,
+    /// `reservedSystemCPUs`, when set.
+    pub reserved_system_cpus: Option<CpuSet>,
+    /// `kubeReserved.cpu`, as written.
+    pub kube_reserved_cpu: Option<String>,
+    /// `systemReserved.cpu`, as written.
+    pub system_reserved_cpu: Option<String>,
+}
+
+impl Default for CpuManagerConfig {
+    fn default() -> Self {
+        CpuManagerConfig {
+            policy: "none".to_string(),
+            policy_options: Default::default(),
+            reconcile_period_seconds: 10.0,
+            reserved_system_cpus: None,
+            kube_reserved_cpu: None,
+            system_reserved_cpu: None,
+        }
+    }
+}
+
+impl CpuManagerConfig {
+    /// Whether the `strict-cpu-reservation` policy option is on.
+    pub fn strict_cpu_reservation(&self) -> bool {
+        self.policy_options
+            .get("strict-cpu-reservation")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    /// The reserved CPUs as the static policy computes them: `reservedSystemCPUs` when set,
+    /// else `ceil(kubeReserved.cpu + systemReserved.cpu)` CPUs chosen by topology.
+    pub fn reserved_cpus(&self, topology: &CpuTopology) -> Result<CpuSet, String> {
+        if let Some(set) = &self.reserved_system_cpus {
+            return Ok(set.clone());
+        }
+        let mut millis = 0u64;
+        for q in [&self.kube_reserved_cpu, &self.system_reserved_cpu].into_iter().flatten() {
+            millis = millis.saturating_add(parse_cpu_millis(q).map_err(|e| e.to_string())?);
+        }
+        let n = millis.div_ceil(1000) as usize;
+        topology.take_by_topology(&topology.all(), n).ok_or_else(|| {
+            format!("{n} reserved CPUs requested but the node has {} online", topology.cpus.len())
+        })
+    }
+}
+
+/// One broken rule of KUBELET.md section 3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateProblem {
+    /// Rule 1: assignments exist but `defaultCpuSet` is empty.
+    EmptyDefault,
+    /// Rule 2: reserved CPUs missing from `defaultCpuSet`.
+    ReservedNotInDefault { reserved: CpuSet, default: CpuSet },
+    /// Rule 2 with `strict-cpu-reservation`: reserved CPUs inside `defaultCpuSet`.
+    ReservedInDefault { overlap: CpuSet, default: CpuSet },
+    /// Rule 3: an assignment overlaps `defaultCpuSet`.
+    OverlapsDefault { owner: String, cpus: CpuSet, default: CpuSet },
+    /// Rule 4: default plus assignments is not exactly the CPUs the kubelet manages.
+    CpusMismatch { expected: CpuSet, in_state: CpuSet },
+}
+
+impl StateProblem {
+    /// Short stable name for evidence and tests.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StateProblem::EmptyDefault => "empty-default-cpuset",
+            StateProblem::ReservedNotInDefault { .. } => "reserved-not-in-default",
+            StateProblem::ReservedInDefault { .. } => "reserved-in-default",
+            StateProblem::OverlapsDefault { .. } => "assignment-overlaps-default",
+            StateProblem::CpusMismatch { .. } => "cpus-mismatch",
+        }
+    }
+
+    /// The error the kubelet logs for it.
+    pub fn kubelet_message(&self) -> String {
+        match self {
+            StateProblem::EmptyDefault => "default cpuset cannot be empty".to_string(),
+            StateProblem::ReservedNotInDefault { reserved, default } => {
+                format!("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")
+            }
+            StateProblem::ReservedInDefault { overlap, default } => {
+                format!("some of strictly reserved cpus: \"{overlap}\" are present in defaultCpuSet: \"{default}\"")
+            }
+            StateProblem::OverlapsDefault { owner, cpus, default } => {
+                format!("{owner} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")
+            }
+            StateProblem::CpusMismatch { expected, in_state } => format!(
+                "current set of available CPUs \"{expected}\" doesn't match with CPUs in state \"{in_state}\""
+            ),
+        }
+    }
+}
+
+fn owner(key: &EntryKey) -> String {
+    match key {
+        EntryKey::Container { pod_uid, container } => format!("pod: {pod_uid}, container: {container}"),
+        EntryKey::ContainerId { container_id } => format!("container id: {container_id}"),
+    }
+}
+
+/// Checks a static-policy state against the online and reserved CPUs.
+pub fn validate_static_state(state: &CpuState, online: &CpuSet, reserved: &CpuSet, strict: bool) -> Vec<StateProblem> {
+    let mut problems = Vec::new();
+    let default = &state.default_cpus;
+    let owned: Vec<(String, &CpuSet)> = state
+        .assignments
+        .iter()
+        .map(|a| (owner(&a.key), &a.cpus))
+        .chain(state.pod_assignments.iter().map(|(uid, cpus)| (format!("pod: {uid}"), cpus)))
+        .collect();
+    if default.is_empty() {
+        // An empty default with no assignment is a fresh state the kubelet initialises.
+        if !owned.is_empty() {
+            problems.push(StateProblem::EmptyDefault);
+        }
+        return problems;
+    }
+    if strict {
+        if reserved.intersects(default) {
+            problems.push(StateProblem::ReservedInDefault { overlap: reserved.intersection(default), default: default.clone() });
+        }
+    } else if !reserved.is_subset(default) {
+        problems.push(StateProblem::ReservedNotInDefault { reserved: reserved.clone(), default: default.clone() });
+    }
+    let mut in_state = default.clone();
+    for (owner, cpus) in &owned {
+        if cpus.intersects(default) {
+            problems.push(StateProblem::OverlapsDefault {
+                owner: owner.clone(),
+                cpus: (*cpus).clone(),
+                default: default.clone(),
+            });
+        }
+        in_state = in_state.union(cpus);
+    }
+    let expected = if strict { online.difference(reserved) } else { online.clone() };
+    if in_state != expected {
+        problems.push(StateProblem::CpusMismatch { expected, in_state });
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Assignment;
+
+    fn state(default: &str, entries: &[(&str, &str, &str)]) -> CpuState {
+        CpuState {
+            policy_name: "static".into(),
+            default_cpus: CpuSet::parse(default).unwrap(),
+            assignments: entries
+                .iter()
+                .map(|(p, c, cpus)| Assignment {
+                    key: EntryKey::Container { pod_uid: p.to_string(), container: c.to_string() },
+                    cpus: CpuSet::parse(cpus).unwrap(),
+                })
+                .collect(),
+            pod_assignments: vec![],
+        }
+    }
+
+    fn codes(p: &[StateProblem]) -> Vec<&'static str> {
+        p.iter().map(StateProblem::code).collect()
+    }
+
+    #[test]
+    fn table() {
+        let online = CpuSet::parse("0-7").unwrap();
+        let r01 = CpuSet::parse("0-1").unwrap();
+        let none = CpuSet::new();
+        let cases: &[(&str, CpuState, &CpuSet, bool, &[&str])] = &[
+            ("healthy", state("0-3", &[("p", "c", "4-7")]), &r01, false, &[]),
+            ("fresh empty state", state("", &[]), &r01, false, &[]),
+            ("empty default with assignments", state("", &[("p", "c", "0-7")]), &r01, false, &["empty-default-cpuset"]),
+            ("reserved taken", state("2-3", &[("p", "c", "0-1,4-7")]), &r01, false, &["reserved-not-in-default"]),
+            ("overlap", state("0-4", &[("p", "c", "4-7")]), &r01, false, &["assignment-overlaps-default"]),
+            ("CPU hot-added", state("0-3", &[("p", "c", "4-5")]), &r01, false, &["cpus-mismatch"]),
+            ("CPU removed", state("0-3,8", &[("p", "c", "4-7")]), &r01, false, &["cpus-mismatch"]),
+            ("strict healthy", state("2-3", &[("p", "c", "4-7")]), &r01, true, &[]),
+            ("strict reserved in default", state("0-3", &[("p", "c", "4-7")]), &r01, true, &["reserved-in-default", "cpus-mismatch"]),
+            ("no reserved", state("0-3", &[("p", "c", "4-7")]), &none, false, &[]),
+            ("same pod overlap is not checked", state("0-3", &[("p", "init", "4-5"), ("p", "app", "4-7")]), &r01, false, &[]),
+        ];
+        for (name, st, reserved, strict, want) in cases {
+            assert_eq!(codes(&validate_static_state(st, &online, reserved, *strict)), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn kubelet_messages() {
+        let p = validate_static_state(&state("0-3", &[("p", "c", "4-5")]), &CpuSet::parse("0-7").unwrap(), &CpuSet::new(), false);
+        assert_eq!(p[0].kubelet_message(), "current set of available CPUs \"0-7\" doesn't match with CPUs in state \"0-5\"");
+        let p = validate_static_state(&state("0-4", &[("p", "c", "4-7")]), &CpuSet::parse("0-7").unwrap(), &CpuSet::new(), false);
+        assert_eq!(p[0].kubelet_message(), "pod: p, container: c cpuset: \"4-7\" overlaps with default cpuset \"0-4\"");
+    }
+
+    #[test]
+    fn reserved_from_config() {
+        let topo = CpuTopology::uniform(1, 4, 2);
+        let mut cfg = CpuManagerConfig { kube_reserved_cpu: Some("500m".into()), system_reserved_cpu: Some("1".into()), ..Default::default() };
+        assert_eq!(cfg.reserved_cpus(&topo).unwrap().to_string(), "0,4");
+        cfg.reserved_system_cpus = Some(CpuSet::parse("7").unwrap());
+        assert_eq!(cfg.reserved_cpus(&topo).unwrap().to_string(), "7");
+        let cfg = CpuManagerConfig { kube_reserved_cpu: Some("100".into()), ..Default::default() };
+        assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("100 reserved CPUs"));
+        let cfg = CpuManagerConfig { kube_reserved_cpu: Some("lots".into()), ..Default::default() };
+        assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("\"lots\""));
+        assert_eq!(CpuManagerConfig::default().reserved_cpus(&topo).unwrap(), CpuSet::new());
+    }
+}
