@@ -245,6 +245,9 @@ pub struct NodeSnapshot {
     pub pod_source: PodSource,
     /// Pods bound to this node (empty with [`PodSource::Cgroups`]).
     pub pods: Vec<PodInfo>,
+    /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
+    /// unparsable file): shown in the report, never fatal.
+    pub notes: Vec<String>,
 }
 
 impl NodeSnapshot {
@@ -263,6 +266,7 @@ impl NodeSnapshot {
             procfs: missing("/proc"),
             pod_source: PodSource::Cgroups,
             pods: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

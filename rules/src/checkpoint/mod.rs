@@ -29,6 +29,8 @@ pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 pub enum CheckpointError {
     #[error("file is empty")]
     Empty,
+    #[error("is a directory, not a file")]
+    NotAFile,
     #[error("file is {size} bytes, larger than any kubelet checkpoint (limit {limit})")]
     TooLarge { size: u64, limit: u64 },
     #[error("invalid JSON at line {line} column {column}: {reason}")]

@@ -1,0 +1,166 @@
+//! The commands: parse arguments, run, print, and turn the outcome into an exit code.
+//! Errors end as one line on stderr naming the file and the reason, never a panic.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nodemedic_rules::checkpoint::Verification;
+use nodemedic_rules::finding::Severity;
+use nodemedic_rules::{rules, Settings};
+use serde_json::json;
+
+use crate::args::{CheckpointAction, Cli, Command, Format, ScanArgs};
+use crate::collect::{self, checkpoint::read_checkpoint_file, ScanOptions};
+use crate::host::HostPaths;
+use crate::report::Report;
+
+/// Exit code: nothing at warning or above / valid.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: findings at warning or above / invalid.
+pub const EXIT_FINDINGS: u8 = 1;
+/// Exit code: could not run.
+pub const EXIT_ERROR: u8 = 2;
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_ERROR } else { EXIT_OK });
+        }
+    };
+    let result = match cli.command {
+        Command::Scan(args) => scan(args),
+        Command::Checkpoint { action } => checkpoint(action),
+        Command::Rules(f) => Ok(list_rules(f.format)),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => {
+            let _ = writeln!(std::io::stderr(), "nodemedic: {message}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn print(text: &str) {
+    // A closed pipe (`| head`) is not worth a panic.
+    let _ = std::io::stdout().write_all(text.as_bytes());
+}
+
+/// `nodemedic scan`.
+pub fn scan(args: ScanArgs) -> Result<u8, String> {
+    let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
+    let opts = ScanOptions { node: args.node, pods_file: args.pods };
+    let (snapshot, _) = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
+    let mut settings = Settings::default();
+    for id in args.disable_rule {
+        if rules::by_id(&id).is_none() {
+            return Err(format!("--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"));
+        }
+        settings.disabled_rules.insert(id);
+    }
+    let findings = rules::evaluate(&snapshot, &settings);
+    let report = Report::new(&snapshot, findings);
+    match args.format.format {
+        Format::Json => print(&(report.to_json() + "\n")),
+        Format::Text => print(&report.to_text(&snapshot)),
+    }
+    Ok(if report.worst() >= Some(Severity::Warning) { EXIT_FINDINGS } else { EXIT_OK })
+}
+
+fn checkpoint(action: CheckpointAction) -> Result<u8, String> {
+    let (file, format, show) = match action {
+        CheckpointAction::Verify { file, format } => (file, format.format, false),
+        CheckpointAction::Show { file, format } => (file, format.format, true),
+    };
+    let shown = file.display().to_string();
+    let parsed = read_checkpoint_file(&file)?;
+    let (verification, layout, state, error) = match &parsed {
+        Err(e) => (None, None, None, Some(e.to_string())),
+        Ok(cp) => {
+            let v = cp.verify();
+            match cp.state() {
+                Ok(s) => (Some(v), Some(cp.layout()), Some(s), None),
+                Err(e) => (Some(v), Some(cp.layout()), None, Some(e.to_string())),
+            }
+        }
+    };
+    let valid = error.is_none() && verification.as_ref().is_some_and(Verification::accepted);
+    match format {
+        Format::Json => {
+            let mut out = json!({
+                "file": shown, "valid": valid, "layout": layout,
+                "verification": verification, "error": error,
+            });
+            if show {
+                out["state"] = serde_json::to_value(&state).unwrap_or_default();
+            }
+            print(&(serde_json::to_string_pretty(&out).unwrap_or_default() + "\n"));
+        }
+        Format::Text => {
+            let mut text = String::new();
+            let verdict = match (&error, &verification) {
+                (Some(e), _) => format!("invalid: {e}"),
+                (None, Some(Verification::Matched { layout, type_name, .. })) => {
+                    format!("valid: checksum matches layout {layout} as {type_name}")
+                }
+                (None, Some(Verification::Unverified { layout })) => {
+                    format!("valid: layout {layout} with checksum 0 (not verified; the kubelet accepts it)")
+                }
+                (None, Some(Verification::Mismatch { stored, computed })) => {
+                    let tried: Vec<String> = computed.iter().map(|(n, s)| format!("{n} = {s}")).collect();
+                    format!("invalid: stored checksum {stored} matches no kubelet layout (computed: {})", tried.join(", "))
+                }
+                (None, None) => "invalid".to_string(),
+            };
+            text.push_str(&format!("{shown}: {verdict}\n"));
+            if let (true, Some(s)) = (show, &state) {
+                text.push_str(&format!("policy:      {}\ndefault set: {}\n", s.policy_name, s.default_cpus));
+                text.push_str(&format!("assignments: {}\n", s.assignments.len()));
+                for a in &s.assignments {
+                    let who = match &a.key {
+                        nodemedic_rules::checkpoint::EntryKey::Container { pod_uid, container } => format!("{pod_uid} {container}"),
+                        nodemedic_rules::checkpoint::EntryKey::ContainerId { container_id } => container_id.clone(),
+                    };
+                    text.push_str(&format!("  {who:<60} {}\n", a.cpus));
+                }
+                for (uid, cpus) in &s.pod_assignments {
+                    text.push_str(&format!("  {uid:<60} {cpus} (pod-level)\n"));
+                }
+            }
+            print(&text);
+        }
+    }
+    Ok(if valid { EXIT_OK } else { EXIT_FINDINGS })
+}
+
+fn list_rules(format: Format) -> u8 {
+    match format {
+        Format::Json => {
+            let list: Vec<_> = rules::ALL
+                .iter()
+                .map(|r| {
+                    json!({
+                        "id": r.id, "title": r.title, "severity": r.severity, "looks_at": r.looks_at,
+                        "fires_when": r.fires_when, "event_reason": r.event_reason, "docs": r.docs_path(),
+                    })
+                })
+                .collect();
+            print(&(serde_json::to_string_pretty(&list).unwrap_or_default() + "\n"));
+        }
+        Format::Text => {
+            let mut text = String::new();
+            for r in rules::ALL {
+                text.push_str(&format!(
+                    "{:<26} {:<8} {}\n{:<35} looks at: {}\n{:<35} fires when: {}\n{:<35} docs: {}\n",
+                    r.id, r.severity.as_str(), r.title, "", r.looks_at, "", r.fires_when, "", r.docs_path()
+                ));
+            }
+            print(&text);
+        }
+    }
+    EXIT_OK
+}

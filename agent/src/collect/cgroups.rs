@@ -1,0 +1,308 @@
+//! cgroups: the kubelet's pod cgroups, their container leaves, each leaf's cpuset and
+//! processes (KUBELET.md section 5).
+//!
+//! Works on cgroup v1 (the `cpuset` controller's hierarchy) and v2 (the unified tree), with
+//! the cgroupfs driver (`kubepods/burstable/pod<uid>/<id>`) and the systemd driver
+//! (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
+//! cri-containerd-<id>.scope`). Leaves are found by name at any depth below the pod, for
+//! containerd, CRI-O and docker. The tree changes under our feet: a directory that vanishes
+//! mid-scan is skipped and noted, never an error.
+
+use std::path::{Path, PathBuf};
+
+use nodemedic_rules::snapshot::{CgroupTree, CgroupVersion, ContainerCgroup, KubeletConfig, Observed, PodCgroup, ProcessInfo, Runtime};
+use nodemedic_rules::CpuSet;
+
+use super::procfs::read_process;
+use super::read::read_text;
+use crate::host::HostPaths;
+
+const SMALL_FILE: u64 = 64 * 1024;
+/// `cgroup.procs` of a container with a few thousand threads' worth of processes.
+const PROCS_LIMIT: u64 = 4 * 1024 * 1024;
+/// Leaves sit at most this deep below their pod (CRI-O on v2 nests `container/` in its scope).
+const MAX_DEPTH: usize = 4;
+
+/// The pod UID of a pod cgroup directory name: `pod<uid>` (cgroupfs) or
+/// `kubepods[-qos]-pod<uid_>.slice` (systemd, `_` for `-`).
+pub fn parse_pod_dir_name(name: &str) -> Option<String> {
+    let uid = if let Some(slice) = name.strip_suffix(".slice") {
+        slice.rsplit_once("-pod")?.1.replace('_', "-")
+    } else {
+        name.strip_prefix("pod")?.to_string()
+    };
+    let ok = !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    ok.then_some(uid)
+}
+
+/// The QoS class of a QoS-level directory name.
+pub fn parse_qos_dir_name(name: &str) -> Option<&'static str> {
+    match name {
+        "burstable" | "kubepods-burstable.slice" => Some("burstable"),
+        "besteffort" | "kubepods-besteffort.slice" => Some("besteffort"),
+        _ => None,
+    }
+}
+
+fn is_hex_id(s: &str, exact64: bool) -> bool {
+    let len_ok = if exact64 { s.len() == 64 } else { (1..=64).contains(&s.len()) };
+    len_ok && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// What a directory below a pod cgroup is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeafName {
+    /// A container's leaf.
+    Container(Runtime, String),
+    /// CRI-O's conmon monitor: not a container, nothing below it to look at.
+    Conmon,
+    /// Anything else: look below it.
+    Other,
+}
+
+/// Classifies a directory name below a pod cgroup.
+pub fn parse_leaf_name(name: &str) -> LeafName {
+    if name.starts_with("crio-conmon-") {
+        return LeafName::Conmon;
+    }
+    let scoped = |prefix: &str| name.strip_prefix(prefix).map(|r| r.strip_suffix(".scope").unwrap_or(r));
+    let candidates = [("cri-containerd-", Runtime::Containerd), ("crio-", Runtime::Crio), ("docker-", Runtime::Docker)];
+    for (prefix, runtime) in candidates {
+        if let Some(id) = scoped(prefix) {
+            if is_hex_id(id, false) {
+                return LeafName::Container(runtime, id.to_string());
+            }
+        }
+    }
+    if is_hex_id(name, true) {
+        return LeafName::Container(Runtime::Unknown, name.to_string());
+    }
+    LeafName::Other
+}
+
+/// The pids of a `cgroup.procs` file.
+pub fn parse_cgroup_procs(text: &str) -> Result<Vec<u32>, String> {
+    text.split_whitespace()
+        .map(|t| t.parse::<u32>().map_err(|_| format!("not a pid: {t:?}")))
+        .collect()
+}
+
+/// Where the cgroup hierarchy that holds cpusets is mounted, and its version.
+fn find_controller(host: &HostPaths) -> Option<(PathBuf, CgroupVersion)> {
+    let cg = host.host("/sys/fs/cgroup");
+    let v1 = cg.join("cpuset");
+    if v1.join("cpuset.cpus").is_file() {
+        return Some((v1, CgroupVersion::V1));
+    }
+    if cg.join("cgroup.controllers").is_file() {
+        return Some((cg, CgroupVersion::V2));
+    }
+    None
+}
+
+struct Walk<'a> {
+    host: &'a HostPaths,
+    version: CgroupVersion,
+    notes: &'a mut Vec<String>,
+}
+
+fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    let mut out: Vec<(String, PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            if !e.file_type().ok()?.is_dir() {
+                return None;
+            }
+            Some((e.file_name().to_str()?.to_string(), e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+impl Walk<'_> {
+    /// A cpuset file: `Ok(None)` when empty, `Err(())` when the directory vanished.
+    fn cpuset(&mut self, path: &Path) -> Result<Option<CpuSet>, ()> {
+        let shown = self.host.display(path);
+        match read_text(path, &shown, SMALL_FILE) {
+            Ok(None) => Ok(None),
+            Err(e) if e.is_not_found() => Err(()),
+            Err(e) => {
+                self.notes.push(e.to_string());
+                Ok(None)
+            }
+            Ok(Some(text)) if text.trim().is_empty() => Ok(None),
+            Ok(Some(text)) => match CpuSet::parse(&text) {
+                Ok(set) => Ok(Some(set)),
+                Err(e) => {
+                    self.notes.push(format!("{shown}: {e}"));
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    fn procs(&mut self, dir: &Path) -> Vec<u32> {
+        let path = dir.join("cgroup.procs");
+        let shown = self.host.display(&path);
+        match read_text(&path, &shown, PROCS_LIMIT) {
+            Ok(Some(text)) => parse_cgroup_procs(&text).unwrap_or_else(|e| {
+                self.notes.push(format!("{shown}: {e}"));
+                vec![]
+            }),
+            Ok(None) => vec![],
+            Err(e) if e.is_not_found() => vec![],
+            Err(e) => {
+                self.notes.push(e.to_string());
+                vec![]
+            }
+        }
+    }
+
+    fn processes(&mut self, pids: Vec<u32>) -> Vec<ProcessInfo> {
+        let mut out = Vec::with_capacity(pids.len());
+        for pid in pids {
+            match read_process(self.host, pid) {
+                Ok(Some(p)) => out.push(p),
+                Ok(None) => {} // exited since it was listed
+                Err(e) => {
+                    self.notes.push(e);
+                    out.push(ProcessInfo { pid, cpus_allowed: None });
+                }
+            }
+        }
+        out
+    }
+
+    fn leaf(&mut self, runtime: Runtime, id: String, dir: &Path) -> Option<ContainerCgroup> {
+        let (cpus_file, effective_file) = match self.version {
+            CgroupVersion::V1 => ("cpuset.cpus", "cpuset.effective_cpus"),
+            CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
+        };
+        if !dir.is_dir() {
+            self.notes.push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
+            return None;
+        }
+        let Ok(cpus) = self.cpuset(&dir.join(cpus_file)) else {
+            self.notes.push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
+            return None;
+        };
+        let effective_cpus = self.cpuset(&dir.join(effective_file)).ok().flatten();
+        // Processes of the leaf and of anything nested in it.
+        let mut pids = self.procs(dir);
+        let mut stack: Vec<(PathBuf, usize)> = subdirs(dir).into_iter().map(|(_, p)| (p, 1)).collect();
+        while let Some((d, depth)) = stack.pop() {
+            pids.extend(self.procs(&d));
+            if depth < MAX_DEPTH {
+                stack.extend(subdirs(&d).into_iter().map(|(_, p)| (p, depth + 1)));
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        let processes = self.processes(pids);
+        Some(ContainerCgroup { id, runtime, path: self.host.display(dir), cpus, effective_cpus, processes })
+    }
+
+    fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
+        let pids = self.procs(dir);
+        let mut containers = Vec::new();
+        let mut stack: Vec<(PathBuf, usize)> = vec![(dir.to_path_buf(), 0)];
+        while let Some((d, depth)) = stack.pop() {
+            for (name, path) in subdirs(&d) {
+                match parse_leaf_name(&name) {
+                    LeafName::Container(runtime, id) => containers.extend(self.leaf(runtime, id, &path)),
+                    LeafName::Conmon => {}
+                    LeafName::Other if depth + 1 < MAX_DEPTH => stack.push((path, depth + 1)),
+                    LeafName::Other => {}
+                }
+            }
+        }
+        containers.sort_by(|a, b| a.id.cmp(&b.id));
+        PodCgroup { uid, qos: qos.to_string(), path: self.host.display(dir), pids, containers }
+    }
+}
+
+/// Reads the pod cgroups of the kubelet (`config` gives `cgroupRoot` and the driver).
+pub fn read_cgroups(host: &HostPaths, config: Option<&KubeletConfig>, notes: &mut Vec<String>) -> Observed<CgroupTree> {
+    let Some((controller, version)) = find_controller(host) else {
+        return Observed::Missing { path: host.display(&host.host("/sys/fs/cgroup")) };
+    };
+    let cgroup_root = config.map_or("/", |c| c.cgroup_root.as_str()).trim_start_matches('/');
+    let base = controller.join(cgroup_root);
+    let systemd_first = config.is_some_and(|c| c.cgroup_driver == "systemd");
+    let mut candidates = [("kubepods.slice", "systemd"), ("kubepods", "cgroupfs")];
+    if !systemd_first {
+        candidates.reverse();
+    }
+    let Some((kubepods, driver)) = candidates.iter().map(|(n, d)| (base.join(n), *d)).find(|(p, _)| p.is_dir()) else {
+        return Observed::Missing { path: host.display(&base.join(candidates[0].0)) };
+    };
+    let mut walk = Walk { host, version, notes };
+    let mut pods = Vec::new();
+    for (name, path) in subdirs(&kubepods) {
+        if let Some(uid) = parse_pod_dir_name(&name) {
+            pods.push(walk.pod(uid, "guaranteed", &path));
+        } else if let Some(qos) = parse_qos_dir_name(&name) {
+            for (name, path) in subdirs(&path) {
+                if let Some(uid) = parse_pod_dir_name(&name) {
+                    pods.push(walk.pod(uid, qos, &path));
+                }
+            }
+        }
+    }
+    pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+    Observed::Ok(CgroupTree { version, driver: driver.to_string(), kubepods: host.display(&kubepods), pods })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "4b1e8d8cbd2e1f6d5a0d2c3b4a5968778695a4b3c2d1e0f9e8d7c6b5a4938271";
+
+    #[test]
+    fn pod_dir_names() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("pod39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b", Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b")),
+            ("kubepods-pod39b3c1f2_1d2e_4f50_9a8b_7c6d5e4f3a2b.slice", Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b")),
+            ("kubepods-burstable-pod39b3c1f2_1d2e.slice", Some("39b3c1f2-1d2e")),
+            ("kubepods-besteffort.slice", None),
+            ("burstable", None),
+            ("pod", None),
+            ("pod../../etc", None),
+            ("cri-containerd-abc.scope", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(parse_pod_dir_name(name).as_deref(), *want, "{name}");
+        }
+        assert_eq!(parse_qos_dir_name("kubepods-besteffort.slice"), Some("besteffort"));
+        assert_eq!(parse_qos_dir_name("guaranteed"), None);
+    }
+
+    #[test]
+    fn leaf_names() {
+        let cases = [
+            (format!("cri-containerd-{ID}.scope"), LeafName::Container(Runtime::Containerd, ID.into())),
+            (format!("crio-{ID}.scope"), LeafName::Container(Runtime::Crio, ID.into())),
+            (format!("crio-{ID}"), LeafName::Container(Runtime::Crio, ID.into())),
+            (format!("crio-conmon-{ID}.scope"), LeafName::Conmon),
+            (format!("docker-{ID}.scope"), LeafName::Container(Runtime::Docker, ID.into())),
+            (ID.to_string(), LeafName::Container(Runtime::Unknown, ID.into())),
+            (ID[..12].to_string(), LeafName::Other),
+            (ID.to_uppercase(), LeafName::Other),
+            ("container".to_string(), LeafName::Other),
+            ("cri-containerd-xyz.scope".to_string(), LeafName::Other),
+        ];
+        for (name, want) in cases {
+            assert_eq!(parse_leaf_name(&name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn procs_files() {
+        assert_eq!(parse_cgroup_procs("12\n345\n"), Ok(vec![12, 345]));
+        assert_eq!(parse_cgroup_procs(""), Ok(vec![]));
+        assert!(parse_cgroup_procs("12\nabc\n").unwrap_err().contains("\"abc\""));
+    }
+}

@@ -1,0 +1,80 @@
+//! The CPU manager checkpoint, `<kubelet dir>/cpu_manager_state`.
+//!
+//! A missing file is normal (the kubelet writes one on start, and nodes without the CPU
+//! manager may have none). Content the kubelet could not read either (bad JSON, a directory,
+//! an absurd size) is kept as the snapshot's content error so that `checkpoint-unreadable`
+//! reports it; only a failure that says nothing about the file (permission denied) is a
+//! source error.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use nodemedic_rules::checkpoint::MAX_CHECKPOINT_BYTES;
+use nodemedic_rules::snapshot::{CheckpointFile, Observed};
+use nodemedic_rules::{Checkpoint, CheckpointError};
+
+use super::read::{read_bytes, ReadError};
+use crate::host::HostPaths;
+
+/// The file name inside the kubelet directory.
+pub const FILE_NAME: &str = "cpu_manager_state";
+
+/// Reads the checkpoint in `kubelet_dir`; `now` gives the file's age.
+pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) -> Observed<CheckpointFile> {
+    let local = kubelet_dir.join(FILE_NAME);
+    let path = host.display(&local);
+    let age_seconds = std::fs::metadata(&local)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|m| now.duration_since(m).ok())
+        .map(|d| d.as_secs_f64());
+    let content = match read_bytes(&local, &path, MAX_CHECKPOINT_BYTES) {
+        Ok(None) => return Observed::Missing { path },
+        Ok(Some(bytes)) => Checkpoint::parse(&bytes),
+        Err(ReadError::IsDir { .. }) => Err(CheckpointError::NotAFile),
+        Err(ReadError::TooLarge { .. }) => Err(CheckpointError::TooLarge {
+            size: std::fs::metadata(&local).map_or(MAX_CHECKPOINT_BYTES + 1, |m| m.len()),
+            limit: MAX_CHECKPOINT_BYTES,
+        }),
+        Err(e) => return Observed::Error { reason: e.to_string() },
+    };
+    Observed::Ok(CheckpointFile { path, age_seconds, content })
+}
+
+/// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):
+/// `Err` when it cannot be read at all.
+pub fn read_checkpoint_file(path: &Path) -> Result<Result<Checkpoint, CheckpointError>, String> {
+    let shown = path.display().to_string();
+    match read_bytes(path, &shown, MAX_CHECKPOINT_BYTES) {
+        Ok(None) => Err(format!("{shown}: no such file")),
+        Ok(Some(bytes)) => Ok(Checkpoint::parse(&bytes)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let kdir = dir.path().join("var/lib/kubelet");
+        std::fs::create_dir_all(&kdir).unwrap();
+        let now = SystemTime::now();
+        assert!(matches!(read_checkpoint(&host, &kdir, now), Observed::Missing { path } if path == "/var/lib/kubelet/cpu_manager_state"));
+
+        std::fs::write(kdir.join(FILE_NAME), br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#).unwrap();
+        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now + std::time::Duration::from_secs(30)) else { panic!() };
+        assert!(f.content.is_ok());
+        assert!(f.age_seconds.unwrap() >= 29.0);
+
+        std::fs::remove_file(kdir.join(FILE_NAME)).unwrap();
+        std::fs::create_dir(kdir.join(FILE_NAME)).unwrap();
+        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now) else { panic!() };
+        assert_eq!(f.content, Err(CheckpointError::NotAFile));
+        assert!(read_checkpoint_file(&kdir.join(FILE_NAME)).unwrap_err().ends_with("is a directory, not a file"));
+        assert!(read_checkpoint_file(&kdir.join("nope")).unwrap_err().ends_with("nope: no such file"));
+    }
+}

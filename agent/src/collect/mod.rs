@@ -1,0 +1,155 @@
+//! Collectors: read the host (and a pod list) into a [`NodeSnapshot`].
+//!
+//! Each collector is a thin `read_*` doing I/O under [`HostPaths`] with pure `parse_*`
+//! functions beside it. A collector never fails the scan: what it cannot read becomes
+//! `missing` or `error: <reason>` in the snapshot, and the other sources still count. Only
+//! inputs the user named explicitly (a `--pods` file) stop the scan when unusable.
+
+pub mod cgroups;
+pub mod checkpoint;
+pub mod kubelet;
+pub mod pods;
+pub mod procfs;
+pub mod read;
+pub mod sysfs;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
+
+use crate::host::HostPaths;
+
+/// What a scan reads besides the host.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    /// The node's name; inferred when `None` (see [`infer_node_name`]).
+    pub node: Option<String>,
+    /// A `kubectl get pods -o json` file to judge liveness with.
+    pub pods_file: Option<PathBuf>,
+}
+
+/// Inputs that make a scan impossible.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("{0}: host root does not exist or is not a directory")]
+    HostRoot(String),
+    #[error("{path}: {reason}")]
+    PodsFile { path: String, reason: String },
+}
+
+/// How long each collector took, for metrics and benchmarks.
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    pub collectors: Vec<(&'static str, Duration)>,
+}
+
+/// Reads everything and returns the snapshot.
+pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Timings), ScanError> {
+    if !host.root().is_dir() {
+        return Err(ScanError::HostRoot(host.root().display().to_string()));
+    }
+    let mut timings = Timings::default();
+    let mut time = |name: &'static str, start: Instant| timings.collectors.push((name, start.elapsed()));
+    let now = SystemTime::now();
+
+    let pods = match &opts.pods_file {
+        None => None,
+        Some(path) => {
+            let shown = path.display().to_string();
+            let err = |reason: String| ScanError::PodsFile { path: shown.clone(), reason };
+            let t = Instant::now();
+            let bytes = read::read_bytes(path, &shown, pods::PODS_FILE_LIMIT)
+                .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
+                .ok_or_else(|| err("no such file".into()))?;
+            let list = pods::parse_pods_json(&bytes).map_err(|e| err(e.to_string()))?;
+            time("pods", t);
+            Some(list)
+        }
+    };
+
+    let mut notes = Vec::new();
+    let t = Instant::now();
+    let kubelet = kubelet::read_kubelet(host);
+    time("kubelet_config", t);
+
+    let t = Instant::now();
+    let kubelet_dir = host.kubelet_dir(kubelet.root_dir.as_deref());
+    let checkpoint = checkpoint::read_checkpoint(host, &kubelet_dir, now);
+    time("checkpoint", t);
+
+    let t = Instant::now();
+    let cpus = sysfs::read_cpus(host, &mut notes);
+    time("cpus", t);
+
+    let t = Instant::now();
+    let cgroups = cgroups::read_cgroups(host, kubelet.config.ok(), &mut notes);
+    time("cgroups", t);
+
+    let procfs = if host.proc().is_dir() {
+        Observed::Ok(())
+    } else {
+        Observed::Missing { path: host.display(&host.proc()) }
+    };
+
+    let node = opts
+        .node
+        .clone()
+        .or_else(|| kubelet.hostname_override.clone())
+        .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
+    let (pod_source, pods) = match pods {
+        Some(all) => {
+            let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) =
+                all.into_iter().partition(|p| p.node_name.as_deref() == Some(node.as_str()));
+            if here.is_empty() && !elsewhere.is_empty() {
+                notes.push(format!(
+                    "the pods file has {} pods but none is bound to node {node}: check --node",
+                    elsewhere.len()
+                ));
+            }
+            (PodSource::File, here)
+        }
+        None => (PodSource::Cgroups, Vec::new()),
+    };
+
+    Ok((
+        NodeSnapshot {
+            node,
+            taken_at: now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
+            checkpoint,
+            kubelet: kubelet.config,
+            cpus,
+            cgroups,
+            procfs,
+            pod_source,
+            pods,
+            notes,
+        },
+        timings,
+    ))
+}
+
+/// The node's name when nobody said it: the node most pods of this host's pod cgroups are
+/// bound to in the pod list, else the host's `/etc/hostname`, else `unknown`.
+pub fn infer_node_name(
+    host: &HostPaths,
+    pods: Option<&[PodInfo]>,
+    cgroups: Option<&nodemedic_rules::snapshot::CgroupTree>,
+) -> String {
+    if let (Some(pods), Some(tree)) = (pods, cgroups) {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for p in pods {
+            if let (Some(n), Some(_)) = (p.node_name.as_deref(), tree.pod(&p.uid)) {
+                *counts.entry(n).or_default() += 1;
+            }
+        }
+        if let Some((name, _)) = counts.into_iter().max_by_key(|(_, c)| *c) {
+            return name.to_string();
+        }
+    }
+    let path = host.host("/etc/hostname");
+    match read::read_text(&path, "/etc/hostname", 4096) {
+        Ok(Some(name)) if !name.trim().is_empty() => name.trim().to_string(),
+        _ => "unknown".to_string(),
+    }
+}

@@ -1,0 +1,135 @@
+//! procfs: the kubelet's command line and each container process's CPU affinity.
+//!
+//! `read_*` functions do I/O under the host root; `parse_*` functions are pure and tested on
+//! literal kernel text. A process that exits between being listed and being read is simply
+//! gone: that is an outcome, not an error.
+
+use std::path::Path;
+
+use nodemedic_rules::snapshot::ProcessInfo;
+use nodemedic_rules::CpuSet;
+
+use super::read::{read_bytes, read_text};
+use crate::host::HostPaths;
+
+/// `/proc/<pid>/status` is about 1.5 KiB; anything past this is not a status file.
+const STATUS_LIMIT: u64 = 64 * 1024;
+/// The kernel caps a command line at the argument space; 1 MiB is plenty.
+const CMDLINE_LIMIT: u64 = 1024 * 1024;
+
+/// `Cpus_allowed_list` of a `/proc/<pid>/status` text. `Ok(None)` when the line is absent
+/// (very old kernels); `Err` names the bad value.
+pub fn parse_status_cpus_allowed(status: &str) -> Result<Option<CpuSet>, String> {
+    for line in status.lines() {
+        if let Some(value) = line.strip_prefix("Cpus_allowed_list:") {
+            return CpuSet::parse(value.trim()).map(Some).map_err(|e| format!("Cpus_allowed_list: {e}"));
+        }
+    }
+    Ok(None)
+}
+
+/// The arguments of a `/proc/<pid>/cmdline` (NUL-separated, usually NUL-terminated).
+pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// Whether a command line is the kubelet's (`/usr/bin/kubelet ...`, or `hyperkube kubelet`).
+pub fn is_kubelet(args: &[String]) -> bool {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    match args.first().map(|a| base(a)) {
+        Some(b) if b == "kubelet" => true,
+        Some(b) if b == "hyperkube" => args.get(1).is_some_and(|a| a == "kubelet"),
+        _ => false,
+    }
+}
+
+/// The pids listed under `<root>/proc`.
+pub fn list_pids(host: &HostPaths) -> std::io::Result<Vec<u32>> {
+    let mut pids: Vec<u32> = std::fs::read_dir(host.proc())?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// The kubelet's pid and arguments, if a kubelet process is visible.
+pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
+    for pid in list_pids(host).ok()? {
+        let path = host.proc().join(pid.to_string()).join("cmdline");
+        let Ok(Some(bytes)) = read_bytes(&path, "", CMDLINE_LIMIT) else { continue };
+        let args = parse_cmdline(&bytes);
+        if is_kubelet(&args) {
+            return Some((pid, args));
+        }
+    }
+    None
+}
+
+/// One process's affinity; `Ok(None)` when it has exited.
+pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, String> {
+    let path = host.proc().join(pid.to_string()).join("status");
+    read_process_at(&path, &host.display(&path), pid)
+}
+
+fn read_process_at(path: &Path, shown: &str, pid: u32) -> Result<Option<ProcessInfo>, String> {
+    match read_text(path, shown, STATUS_LIMIT) {
+        Ok(None) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.to_string()),
+        Ok(Some(text)) => {
+            let cpus_allowed = parse_status_cpus_allowed(&text).map_err(|e| format!("{shown}: {e}"))?;
+            Ok(Some(ProcessInfo { pid, cpus_allowed }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tjava\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\n\
+        Cpus_allowed:\t0c\nCpus_allowed_list:\t2-3\nMems_allowed:\t1\nMems_allowed_list:\t0\n";
+
+    #[test]
+    fn status_table() {
+        let cases: &[(&str, Result<Option<&str>, &str>)] = &[
+            (STATUS, Ok(Some("2-3"))),
+            ("Name:\tsleep\nCpus_allowed_list:\t0,4-27\n", Ok(Some("0,4-27"))),
+            ("Name:\tsleep\n", Ok(None)),
+            ("", Ok(None)),
+            ("Cpus_allowed_list:\t1.3\n", Err("Cpus_allowed_list: invalid cpuset token \"1.3\"")),
+            ("Cpus_allowed_list:", Ok(Some(""))),
+        ];
+        for (text, want) in cases {
+            let got = parse_status_cpus_allowed(text);
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g.map(|c| c.to_string()).as_deref(), *w, "{text:?}"),
+                (Err(g), Err(w)) => assert!(g.starts_with(w), "{g}"),
+                (g, w) => panic!("{text:?}: got {g:?}, want {w:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cmdline_and_kubelet_detection() {
+        let args = parse_cmdline(b"/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--v=2\0");
+        assert_eq!(args, ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--v=2"]);
+        assert!(is_kubelet(&args));
+        assert!(is_kubelet(&parse_cmdline(b"hyperkube\0kubelet\0--config\0/etc/k.yaml")));
+        assert!(!is_kubelet(&parse_cmdline(b"/usr/bin/kubelet-wrapper\0")));
+        assert!(!is_kubelet(&parse_cmdline(b"")));
+        assert!(!is_kubelet(&parse_cmdline(b"/bin/sh\0-c\0kubelet")));
+        // Non-UTF-8 bytes are replaced, never a panic.
+        assert_eq!(parse_cmdline(b"\xffkubelet\0").len(), 1);
+    }
+
+    #[test]
+    fn exited_process_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_process_at(&dir.path().join("status"), "/proc/9/status", 9), Ok(None));
+    }
+}

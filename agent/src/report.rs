@@ -1,0 +1,133 @@
+//! The scan report: the JSON contract of DESIGN.md and the text an SRE reads at 3 a.m.
+
+use std::fmt::Write as _;
+
+use nodemedic_rules::finding::{Finding, Severity};
+use nodemedic_rules::rules;
+use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
+use serde_json::{json, Map, Value};
+
+/// The report of one scan.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub node: String,
+    /// RFC 3339, seconds.
+    pub generated_at: String,
+    pub version: &'static str,
+    /// Per input: `ok`, `missing`, `not applicable: ..`, `error: ..`; `pods` says where
+    /// liveness came from (`api`, `file`, `cgroups`).
+    pub sources: Map<String, Value>,
+    pub findings: Vec<Finding>,
+    /// What the collectors skipped (vanished cgroups, unparsable files).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Builds the report of `snapshot` with its `findings`.
+    pub fn new(snapshot: &NodeSnapshot, findings: Vec<Finding>) -> Self {
+        let generated_at = jiff::Timestamp::from_second(snapshot.taken_at)
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
+        let mut sources = Map::new();
+        sources.insert("checkpoint".into(), json!(snapshot.checkpoint.status()));
+        sources.insert("kubelet_config".into(), json!(snapshot.kubelet.status()));
+        sources.insert("cpus".into(), json!(snapshot.cpus.status()));
+        sources.insert("cgroups".into(), json!(snapshot.cgroups.status()));
+        sources.insert("procfs".into(), json!(snapshot.procfs.status()));
+        sources.insert("pods".into(), json!(snapshot.pod_source.as_str()));
+        Report {
+            node: snapshot.node.clone(),
+            generated_at,
+            version: env!("CARGO_PKG_VERSION"),
+            sources,
+            findings,
+            notes: snapshot.notes.clone(),
+        }
+    }
+
+    /// The worst severity found, if any.
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// The text report: a header, the sources, then findings grouped by severity with their
+    /// evidence and remedy, then a summary line.
+    pub fn to_text(&self, snapshot: &NodeSnapshot) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "nodemedic {} scan of node {} at {}", self.version, self.node, self.generated_at);
+        let _ = writeln!(out, "sources:");
+        for (name, status) in &self.sources {
+            let detail = match name.as_str() {
+                "cgroups" => snapshot.cgroups.ok().map(|t| {
+                    format!(" ({:?}, {} driver, {} pod cgroups under {})", t.version, t.driver, t.pods.len(), t.kubepods)
+                }),
+                "checkpoint" => match &snapshot.checkpoint {
+                    Observed::Ok(f) => Some(format!(" ({})", f.path)),
+                    Observed::Missing { path } => Some(format!(" ({path})")),
+                    _ => None,
+                },
+                "kubelet_config" => snapshot.kubelet.ok().map(|k| {
+                    format!(
+                        " ({}, policy {})",
+                        k.path.as_deref().unwrap_or("flags only"),
+                        k.cpu_manager.policy
+                    )
+                }),
+                "pods" => Some(match snapshot.pod_source {
+                    nodemedic_rules::snapshot::PodSource::Cgroups => {
+                        " (no pod list: a pod is alive when its cgroup has processes)".to_string()
+                    }
+                    _ => format!(" ({} pods bound to this node)", snapshot.pods.len()),
+                }),
+                _ => None,
+            };
+            let _ = writeln!(out, "  {name:<15} {}{}", status.as_str().unwrap_or(""), detail.unwrap_or_default());
+        }
+        for severity in [Severity::Critical, Severity::Warning, Severity::Info] {
+            let group: Vec<&Finding> = self.findings.iter().filter(|f| f.severity == severity).collect();
+            if group.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n{} ({})", severity.as_str().to_uppercase(), group.len());
+            for f in group {
+                let mut subject = f.subject.display();
+                if let Some(c) = &f.subject.container {
+                    let _ = write!(subject, " container {c}");
+                }
+                let _ = writeln!(out, "  [{}] {}", f.rule, subject);
+                let _ = writeln!(out, "    {}", f.summary);
+                for (k, v) in &f.evidence {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    let _ = writeln!(out, "      {k}: {v}");
+                }
+                let _ = writeln!(out, "    remedy: {}", f.remedy);
+                if let Some(rule) = rules::by_id(&f.rule) {
+                    let _ = writeln!(out, "    docs:   {}", rule.docs_path());
+                }
+            }
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(out, "\nnotes:");
+            for n in &self.notes {
+                let _ = writeln!(out, "  - {n}");
+            }
+        }
+        let count = |s| self.findings.iter().filter(|f| f.severity == s).count();
+        let _ = writeln!(
+            out,
+            "\n{} critical, {} warning, {} info",
+            count(Severity::Critical),
+            count(Severity::Warning),
+            count(Severity::Info)
+        );
+        out
+    }
+}
