@@ -1,1 +1,97 @@
-//! placeholder
+//! End-to-end test support for nodemedic: the fixture host trees ([`hosttree`]), the
+//! scenarios the golden tests and the example node are built from ([`scenarios`]), real
+//! cgroup v1 sandboxes ([`cgroup_v1`]), and helpers to run the real `nodemedic` binary.
+//!
+//! The binary is the one cargo built for this profile (`target/<profile>/nodemedic`, next
+//! to the test executable's `deps/` directory), or `$NODEMEDIC_BIN`.
+
+pub mod cgroup_v1;
+pub mod hosttree;
+pub mod scenarios;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `nodemedic` binary under test.
+pub fn nodemedic_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NODEMEDIC_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test-exe> -> target/<profile>/nodemedic
+    let exe = std::env::current_exe().unwrap_or_default();
+    let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let bin = profile_dir.join("nodemedic");
+    assert!(
+        bin.is_file(),
+        "{} not found: build it first (cargo test --workspace builds it; or set NODEMEDIC_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// Runs `nodemedic <args>` with a clean environment for the variables it reads.
+pub fn nodemedic(args: &[&str]) -> Run {
+    let mut cmd = Command::new(nodemedic_bin());
+    cmd.args(args);
+    for var in ["NODE_NAME", "NODEMEDIC_HOST_ROOT", "NODEMEDIC_KUBELET_DIR", "NODEMEDIC_PODS", "NODEMEDIC_FORMAT", "NODEMEDIC_DISABLE_RULES"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("RUST_BACKTRACE", "1");
+    match cmd.output() {
+        Ok(o) => o.into(),
+        Err(e) => panic!("cannot run {}: {e}", nodemedic_bin().display()),
+    }
+}
+
+/// A JSON report with the fields that change from run to run replaced by placeholders
+/// (`generated_at`, the checkpoint's age in seconds).
+pub fn normalize_report(json: &str) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{json}"));
+    v["generated_at"] = "<generated_at>".into();
+    if let Some(findings) = v["findings"].as_array_mut() {
+        for f in findings {
+            if let Some(age) = f["evidence"].get_mut("checkpoint_age_seconds") {
+                *age = "<age>".into();
+            }
+        }
+    }
+    v
+}
+
+/// Compares `actual` with the golden file `tests/golden/<name>.json`; with
+/// `UPDATE_GOLDEN=1` rewrites the file instead.
+pub fn assert_golden(name: &str, actual: &serde_json::Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(actual).unwrap_or_default() + "\n";
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).ok();
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
+    if want != text {
+        panic!(
+            "report differs from golden {}\n--- want\n{want}\n--- got\n{text}\n(if the change is intended, rerun with UPDATE_GOLDEN=1 and review the diff)",
+            path.display()
+        );
+    }
+}

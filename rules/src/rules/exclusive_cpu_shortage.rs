@@ -128,10 +128,10 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 Severity::Warning,
                 Subject::pod(pod),
                 format!(
-                    "Pending Guaranteed pod {} needs {need} exclusive CPUs but only {} are free ({})",
+                    "Pending Guaranteed pod {} needs {need} exclusive CPUs but only {} are free{}",
                     pod.display(),
                     pool.free.len(),
-                    pool.free
+                    if pool.free.is_empty() { String::new() } else { format!(" ({})", pool.free) }
                 ),
                 remedy(&pool.stale),
             )

@@ -1,0 +1,111 @@
+//! A real cgroup v1 cpuset sandbox: a uniquely named hierarchy under
+//! `/sys/fs/cgroup/cpuset`, real processes pinned in it, and cleanup (kill by pid, rmdir
+//! deepest first) when the sandbox is dropped, including when a test panics.
+//!
+//! Needs root and a mounted v1 cpuset controller, as on CI.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Where the v1 cpuset controller is mounted.
+pub const CPUSET_MOUNT: &str = "/sys/fs/cgroup/cpuset";
+
+/// A cpuset hierarchy owned by one test.
+#[derive(Debug)]
+pub struct CpusetSandbox {
+    /// The sandbox's name, a direct child of the cpuset root (use `/<name>` as `cgroupRoot`).
+    pub name: String,
+    dirs: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    std::fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+impl CpusetSandbox {
+    /// Creates `/sys/fs/cgroup/cpuset/<prefix>-<pid>-<nanos>` with the root's CPUs and memory nodes.
+    pub fn new(prefix: &str) -> io::Result<Self> {
+        let mount = Path::new(CPUSET_MOUNT);
+        if !mount.join("cpuset.cpus").is_file() {
+            return Err(io::Error::other(format!(
+                "{CPUSET_MOUNT} is not a cgroup v1 cpuset hierarchy: this test needs one (and root), as CI has"
+            )));
+        }
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let name = format!("{prefix}-{}-{nanos}", std::process::id());
+        let mut sb = CpusetSandbox { name, dirs: vec![], children: vec![] };
+        sb.mkdir("", None)?;
+        Ok(sb)
+    }
+
+    /// The sandbox's directory.
+    pub fn root(&self) -> PathBuf {
+        Path::new(CPUSET_MOUNT).join(&self.name)
+    }
+
+    /// The online CPUs of the machine (the cpuset root's).
+    pub fn machine_cpus() -> io::Result<String> {
+        Ok(std::fs::read_to_string(Path::new(CPUSET_MOUNT).join("cpuset.cpus"))?.trim().to_string())
+    }
+
+    /// Creates `rel` (and its parents) below the sandbox; every level gets its parent's CPUs
+    /// and memory nodes, the last one `cpus` when given.
+    pub fn mkdir(&mut self, rel: &str, cpus: Option<&str>) -> io::Result<PathBuf> {
+        let mut dir = Path::new(CPUSET_MOUNT).to_path_buf();
+        let parts: Vec<&str> = std::iter::once(self.name.as_str()).chain(rel.split('/').filter(|s| !s.is_empty())).collect();
+        for (i, part) in parts.iter().enumerate() {
+            let parent = dir.clone();
+            dir = dir.join(part);
+            if !dir.is_dir() {
+                std::fs::create_dir(&dir).map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
+                self.dirs.push(dir.clone());
+                let pcpus = std::fs::read_to_string(parent.join("cpuset.cpus"))?;
+                let pmems = std::fs::read_to_string(parent.join("cpuset.mems"))?;
+                write(&dir.join("cpuset.mems"), pmems.trim())?;
+                write(&dir.join("cpuset.cpus"), pcpus.trim())?;
+            }
+            if i == parts.len() - 1 {
+                if let Some(c) = cpus {
+                    write(&dir.join("cpuset.cpus"), c)?;
+                }
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Sets `cpuset.cpus` of `rel`.
+    pub fn set_cpus(&self, rel: &str, cpus: &str) -> io::Result<()> {
+        write(&self.root().join(rel).join("cpuset.cpus"), cpus)
+    }
+
+    /// Starts `sleep 600` and moves it into `rel`; returns its pid.
+    pub fn spawn_sleep(&mut self, rel: &str) -> io::Result<u32> {
+        let child = Command::new("sleep").arg("600").stdin(Stdio::null()).stdout(Stdio::null()).spawn()?;
+        let pid = child.id();
+        self.children.push(child);
+        write(&self.root().join(rel).join("cgroup.procs"), &pid.to_string())?;
+        Ok(pid)
+    }
+}
+
+impl Drop for CpusetSandbox {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Deepest first; a cgroup whose last task just died can be busy for a moment.
+        for dir in self.dirs.iter().rev() {
+            for _ in 0..50 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The nodes the tests, the example and the benchmarks are built from.
+
+use crate::hosttree::{Layout, Node, Pod, Runtime};
+
+/// The same Spark workload on any layout: a driver and an executor pinned, one executor's
+/// cgroup drifted from its entry, one executor gone with its entry left behind, a Burstable
+/// web pod in the shared pool, and a pending Guaranteed pod that cannot fit.
+pub fn spark_node(name: &str, layout: Layout, runtime: Runtime) -> Node {
+    Node::new(name, layout, runtime)
+        .pod(Pod::driver("etl", 2).exclusive("1,5"))
+        .pod(Pod::executor("etl", 1).exclusive("2,6").cgroup_cpus("2-3,6"))
+        .pod(Pod::executor("etl", 2).exclusive("3,7").gone())
+        .pod(Pod::new("web", 1).burstable())
+        .pod(Pod::new("report-builder", 2).pending())
+}
+
+/// The four fixture layouts of the golden tests: (name, layout, runtime).
+pub const FIXTURES: &[(&str, Layout, Runtime)] = &[
+    ("v1-cgroupfs-containerd", Layout::V1Cgroupfs, Runtime::Containerd),
+    ("v1-systemd-crio", Layout::V1Systemd, Runtime::Crio),
+    ("v2-systemd-containerd", Layout::V2Systemd, Runtime::Containerd),
+    ("v2-cgroupfs-docker", Layout::V2Cgroupfs, Runtime::Docker),
+];
+
+/// The bundled example node (`examples/worker-stale`): 16 CPUs, a nightly Spark job with a
+/// stale executor entry and a drifted one, a finished batch pod whose CPUs were never freed
+/// (kubernetes #107074), and two executors the kubelet could not pin.
+pub fn example_node() -> Node {
+    let mut node = Node::new("worker-stale", Layout::V1Cgroupfs, Runtime::Containerd).cpus(1, 8, 2);
+    node.kubelet_yaml = node.kubelet_yaml.replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0,8\"");
+    node.kubelet_config_path = "/etc/kubernetes/kubelet-config.yaml".into();
+    node.pod(Pod::driver("nightly-etl", 2).exclusive("1,9"))
+        .pod(Pod::executor("nightly-etl", 1).exclusive("2-3,10-11"))
+        .pod(Pod::executor("nightly-etl", 2).exclusive("4-5,12-13").cgroup_cpus("4-5,12-15"))
+        .pod(Pod::executor("nightly-etl", 3).exclusive("6,14").gone())
+        .pod(Pod::new("feature-backfill", 1).exclusive("7").finished("Succeeded"))
+        .pod(Pod::new("metrics-agent", 1).burstable())
+        .pod(Pod::executor("nightly-etl", 4).rejected(
+            "UnexpectedAdmissionError",
+            "Allocate failed due to not enough cpus available to satisfy request, which is unexpected",
+        ))
+        .pod(Pod::executor("nightly-etl", 5).pending())
+}
+
+/// A big node for benchmarks: `pods` executor pods on 256 CPUs (2 sockets x 64 cores x 2
+/// threads), three containers each (executor, a sidecar, an init container's leftover
+/// leaf), `procs_per_pod` processes in the executor; every fourth pod pinned.
+pub fn big_node(pods: usize, procs_per_pod: u32) -> Node {
+    let mut node = Node::new("bench-node", Layout::V1Cgroupfs, Runtime::Containerd).cpus(2, 64, 2);
+    let mut next_cpu = 2u32;
+    for i in 0..pods {
+        let mut p = Pod::executor(&format!("app{}", i / 10), i as u32);
+        p.uid = crate::hosttree::pod_uid(&format!("bench-{i}"));
+        p.containers[0].processes = procs_per_pod;
+        for extra in ["log-shipper", "spark-init"] {
+            let mut c = p.containers[0].clone();
+            c.name = extra.into();
+            c.processes = 1;
+            c.cpu_millis = 500;
+            p.containers.push(c);
+        }
+        if i % 4 == 0 && next_cpu + 1 < 256 {
+            p = p.exclusive(&format!("{next_cpu}-{}", next_cpu + 1));
+            next_cpu += 2;
+        } else {
+            p = p.burstable();
+        }
+        node = node.pod(p);
+    }
+    node.kubelet_yaml = node.kubelet_yaml.replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0-1\"");
+    node
+}

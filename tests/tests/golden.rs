@@ -1,0 +1,92 @@
+//! Golden reports of the four fixture layouts (cgroup v1/v2, cgroupfs/systemd,
+//! containerd/CRI-O/docker), scanned by the real binary.
+
+use nodemedic_tests::scenarios::{spark_node, FIXTURES};
+use nodemedic_tests::{assert_golden, nodemedic, normalize_report};
+
+fn rules_and_subjects(report: &serde_json::Value) -> Vec<(String, String)> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let s = &f["subject"];
+            let who = s["name"].as_str().or(s["uid"].as_str()).unwrap_or("").to_string();
+            (f["rule"].as_str().unwrap().to_string(), who)
+        })
+        .collect()
+}
+
+#[test]
+fn every_layout_gives_the_same_findings_and_matches_its_golden() {
+    for (name, layout, runtime) in FIXTURES {
+        let dir = tempfile::tempdir().unwrap();
+        let node = spark_node("worker-3", *layout, *runtime);
+        node.write(dir.path()).unwrap();
+        let root = dir.path().to_str().unwrap();
+        let pods = dir.path().join("pods.json");
+        let run = nodemedic(&["scan", "--host-root", root, "--pods", pods.to_str().unwrap(), "--format", "json"]);
+        assert_eq!(run.code, 1, "{name}: findings at warning or above give exit 1\n{}", run.stderr);
+        assert!(run.stderr.is_empty(), "{name}: {}", run.stderr);
+        let report = normalize_report(&run.stdout);
+        assert_eq!(report["node"], "worker-3");
+        assert_eq!(report["sources"]["pods"], "file");
+        for source in ["checkpoint", "kubelet_config", "cpus", "cgroups", "procfs"] {
+            assert_eq!(report["sources"][source], "ok", "{name}: {source}");
+        }
+        let gone = nodemedic_tests::hosttree::pod_uid("etl-exec-2");
+        assert_eq!(
+            rules_and_subjects(&report),
+            [
+                ("stale-cpu-assignment".to_string(), gone.clone()),
+                ("cpuset-drift".to_string(), "etl-exec-1".to_string()),
+                ("exclusive-cpu-shortage".to_string(), "report-builder".to_string()),
+            ],
+            "{name}"
+        );
+        let drift = &report["findings"][1]["evidence"];
+        assert_eq!((drift["checkpoint_cpus"].as_str(), drift["cgroup_cpus"].as_str()), (Some("2,6"), Some("2-3,6")), "{name}");
+        assert_eq!(drift["process_cpus"], "2-3,6", "{name}: affinity read from procfs");
+        let stale = &report["findings"][0]["evidence"];
+        assert_eq!(stale["cpus"], "3,7");
+        assert_eq!(report["findings"][2]["evidence"]["stale_cpus"], "3,7");
+        assert_golden(name, &report);
+    }
+}
+
+#[test]
+fn without_a_pod_list_liveness_comes_from_cgroups() {
+    let dir = tempfile::tempdir().unwrap();
+    spark_node("worker-3", nodemedic_tests::hosttree::Layout::V1Cgroupfs, nodemedic_tests::hosttree::Runtime::Containerd)
+        .write(dir.path())
+        .unwrap();
+    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--format", "json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let report = normalize_report(&run.stdout);
+    assert_eq!(report["sources"]["pods"], "cgroups");
+    // The node name comes from /etc/hostname; only the stale entry can be judged without names.
+    assert_eq!(report["node"], "worker-3");
+    let gone = nodemedic_tests::hosttree::pod_uid("etl-exec-2");
+    assert_eq!(rules_and_subjects(&report), [("stale-cpu-assignment".to_string(), gone)]);
+    assert_eq!(report["findings"][0]["evidence"]["reason"], format!("pod {} has no cgroup on this node", nodemedic_tests::hosttree::pod_uid("etl-exec-2")));
+    assert_golden("v1-cgroupfs-containerd-no-pods", &report);
+}
+
+#[test]
+fn text_report_groups_by_severity_with_evidence_and_remedy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, layout, runtime) = FIXTURES[0];
+    spark_node("worker-3", layout, runtime).write(dir.path()).unwrap();
+    let pods = dir.path().join("pods.json");
+    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap()]);
+    assert_eq!(run.code, 1);
+    let t = &run.stdout;
+    let crit = t.find("CRITICAL (1)").expect("critical group");
+    let warn = t.find("WARNING (2)").expect("warning group");
+    assert!(crit < warn, "critical first:\n{t}");
+    assert!(t.contains("[stale-cpu-assignment] pod "), "{t}");
+    assert!(t.contains("      cpus: 3,7"), "{t}");
+    assert!(t.contains("    remedy: kubectl drain worker-3 --ignore-daemonsets"), "{t}");
+    assert!(t.contains("    docs:   docs/rules/cpuset-drift.md"), "{t}");
+    assert!(t.trim_end().ends_with("1 critical, 2 warning, 0 info"), "{t}");
+}
