@@ -104,6 +104,11 @@ impl Report {
                 for (k, v) in &f.evidence {
                     let v = match v {
                         Value::String(s) => s.clone(),
+                        Value::Array(items) => items
+                            .iter()
+                            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         other => other.to_string(),
                     };
                     let _ = writeln!(out, "      {k}: {v}");

@@ -9,18 +9,29 @@ use std::collections::BTreeSet;
 pub struct Settings {
     /// Rule ids that do not run.
     pub disabled_rules: BTreeSet<String>,
-    /// How long a shared-pool container's cpuset may lag the checkpoint before it is drift,
-    /// in seconds. `None`: the kubelet's `cpuManagerReconcilePeriod` (10 s by default).
-    pub drift_grace_seconds: Option<f64>,
+    /// How long the kubelet may take to reconcile, in seconds: a shared-pool cpuset may lag
+    /// the checkpoint this long, and an entry of a pod that finished (or was admitted) this
+    /// recently is not called stale yet. `None`: the kubelet's `cpuManagerReconcilePeriod`
+    /// (10 s by default).
+    pub reconcile_grace_seconds: Option<f64>,
+    /// Pods the kubelet refused for lack of CPUs count for `exclusive-cpu-shortage` while
+    /// they are younger than this, in seconds (they stay in the API until deleted). Applies
+    /// to pods from the live API; a pods file is judged as it was captured.
+    pub rejection_window_seconds: i64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { disabled_rules: BTreeSet::new(), drift_grace_seconds: None }
+        Settings { disabled_rules: BTreeSet::new(), reconcile_grace_seconds: None, rejection_window_seconds: 3600 }
     }
 }
 
 impl Settings {
+    /// The reconcile grace in force for `snapshot`.
+    pub fn reconcile_grace(&self, snapshot: &crate::NodeSnapshot) -> f64 {
+        self.reconcile_grace_seconds.unwrap_or_else(|| snapshot.cpu_manager().reconcile_period_seconds)
+    }
+
     /// Whether rule `id` runs.
     pub fn enabled(&self, id: &str) -> bool {
         !self.disabled_rules.contains(id)

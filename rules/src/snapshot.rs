@@ -192,6 +192,8 @@ pub struct PodInfo {
     pub labels: BTreeMap<String, String>,
     /// Creation time, unix seconds.
     pub created_at: Option<i64>,
+    /// When its last container terminated, unix seconds (finished pods).
+    pub finished_at: Option<i64>,
 }
 
 impl PodInfo {

@@ -408,10 +408,13 @@ impl Node {
             std::fs::write(dir.join("cgroup.procs"), b"")?;
             // The sandbox (pause) container: one process, never in the pod's statuses.
             let pause_id = container_id(&format!("{}/pause", pod.uid));
-            let pause_pid = next_pid;
-            next_pid += 1;
-            self.write_leaf(&dir.join(self.leaf_name(&pause_id)), &online, &[pause_pid], v2)?;
-            put(&format!("/proc/{pause_pid}/status"), status("pause", pause_pid, &online).as_bytes())?;
+            // The kubelet stops the sandbox of a finished pod; its cgroup stays until cleanup.
+            let pause_pids: Vec<u32> = if matches!(pod.phase.as_str(), "Succeeded" | "Failed") { vec![] } else { vec![next_pid] };
+            next_pid += pause_pids.len() as u32;
+            self.write_leaf(&dir.join(self.leaf_name(&pause_id)), &online, &pause_pids, v2)?;
+            for pid in &pause_pids {
+                put(&format!("/proc/{pid}/status"), status("pause", *pid, &online).as_bytes())?;
+            }
             if self.runtime == Runtime::Crio {
                 std::fs::create_dir_all(dir.join(format!("crio-conmon-{pause_id}.scope")))?;
             }

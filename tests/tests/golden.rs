@@ -90,3 +90,30 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     assert!(t.contains("    docs:   docs/rules/cpuset-drift.md"), "{t}");
     assert!(t.trim_end().ends_with("1 critical, 2 warning, 0 info"), "{t}");
 }
+
+#[test]
+fn a_guessed_node_name_that_matches_no_pod_falls_back_to_cgroups() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, layout, runtime) = FIXTURES[0];
+    spark_node("worker-3", layout, runtime).write(dir.path()).unwrap();
+    // Another node's pods file: nothing bound to worker-3, and no pod matches a local cgroup.
+    let other = nodemedic_tests::hosttree::Node::new("worker-9", layout, runtime)
+        .pod(nodemedic_tests::hosttree::Pod::driver("other", 1))
+        .pod(nodemedic_tests::hosttree::Pod::executor("other", 1))
+        .pod(nodemedic_tests::hosttree::Pod::new("api", 1))
+        .pod(nodemedic_tests::hosttree::Pod::new("cache", 1))
+        .pods_json()
+        .to_string();
+    let pods = dir.path().join("other-pods.json");
+    std::fs::write(&pods, other).unwrap();
+    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--format", "json"]);
+    let report = normalize_report(&run.stdout);
+    assert_eq!(report["sources"]["pods"], "cgroups");
+    assert!(report["notes"][0].as_str().unwrap().contains("judging liveness from cgroups instead"), "{report:#}");
+    assert_eq!(report["findings"].as_array().unwrap().len(), 1, "only the really stale entry");
+    // Named explicitly, the file is used as given.
+    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--node", "worker-3", "--format", "json"]);
+    let report = normalize_report(&run.stdout);
+    assert_eq!(report["sources"]["pods"], "file");
+    assert_eq!(report["notes"][0], "the pods file has 4 pods but none is bound to node worker-3");
+}

@@ -122,42 +122,49 @@ fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
 }
 
 impl Walk<'_> {
-    /// A cpuset file: `Ok(None)` when empty, `Err(())` when the directory vanished.
-    fn cpuset(&mut self, path: &Path) -> Result<Option<CpuSet>, ()> {
+    /// A cpuset file; `None` when absent or empty (v2 without the cpuset controller, or
+    /// inherited), or unparsable (noted).
+    fn cpuset(&mut self, path: &Path) -> Option<CpuSet> {
         let shown = self.host.display(path);
         match read_text(path, &shown, SMALL_FILE) {
-            Ok(None) => Ok(None),
-            Err(e) if e.is_not_found() => Err(()),
+            Ok(None) => None,
+            Err(e) if e.is_not_found() => None,
             Err(e) => {
                 self.notes.push(e.to_string());
-                Ok(None)
+                None
             }
-            Ok(Some(text)) if text.trim().is_empty() => Ok(None),
+            Ok(Some(text)) if text.trim().is_empty() => None,
             Ok(Some(text)) => match CpuSet::parse(&text) {
-                Ok(set) => Ok(Some(set)),
+                Ok(set) => Some(set),
                 Err(e) => {
                     self.notes.push(format!("{shown}: {e}"));
-                    Ok(None)
+                    None
                 }
             },
         }
     }
 
-    fn procs(&mut self, dir: &Path) -> Vec<u32> {
+    /// `cgroup.procs` of `dir`, which every cgroup has: `None` when it is not there, which
+    /// means the cgroup was removed since it was listed.
+    fn procs_if_present(&mut self, dir: &Path) -> Option<Vec<u32>> {
         let path = dir.join("cgroup.procs");
         let shown = self.host.display(&path);
         match read_text(&path, &shown, PROCS_LIMIT) {
-            Ok(Some(text)) => parse_cgroup_procs(&text).unwrap_or_else(|e| {
+            Ok(Some(text)) => Some(parse_cgroup_procs(&text).unwrap_or_else(|e| {
                 self.notes.push(format!("{shown}: {e}"));
                 vec![]
-            }),
-            Ok(None) => vec![],
-            Err(e) if e.is_not_found() => vec![],
+            })),
+            Ok(None) => None,
+            Err(e) if e.is_not_found() => None,
             Err(e) => {
                 self.notes.push(e.to_string());
-                vec![]
+                Some(vec![])
             }
         }
+    }
+
+    fn procs(&mut self, dir: &Path) -> Vec<u32> {
+        self.procs_if_present(dir).unwrap_or_default()
     }
 
     fn processes(&mut self, pids: Vec<u32>) -> Vec<ProcessInfo> {
@@ -180,17 +187,13 @@ impl Walk<'_> {
             CgroupVersion::V1 => ("cpuset.cpus", "cpuset.effective_cpus"),
             CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
         };
-        if !dir.is_dir() {
-            self.notes.push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
-            return None;
-        }
-        let Ok(cpus) = self.cpuset(&dir.join(cpus_file)) else {
+        let Some(mut pids) = self.procs_if_present(dir) else {
             self.notes.push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
             return None;
         };
-        let effective_cpus = self.cpuset(&dir.join(effective_file)).ok().flatten();
+        let cpus = self.cpuset(&dir.join(cpus_file));
+        let effective_cpus = self.cpuset(&dir.join(effective_file));
         // Processes of the leaf and of anything nested in it.
-        let mut pids = self.procs(dir);
         let mut stack: Vec<(PathBuf, usize)> = subdirs(dir).into_iter().map(|(_, p)| (p, 1)).collect();
         while let Some((d, depth)) = stack.pop() {
             pids.extend(self.procs(&d));
@@ -304,5 +307,22 @@ mod tests {
         assert_eq!(parse_cgroup_procs("12\n345\n"), Ok(vec![12, 345]));
         assert_eq!(parse_cgroup_procs(""), Ok(vec![]));
         assert!(parse_cgroup_procs("12\nabc\n").unwrap_err().contains("\"abc\""));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn name_and_procs_parsers_never_panic(name in "\\PC{0,80}", procs in "[0-9a-z \n]{0,60}") {
+            let _ = parse_pod_dir_name(&name);
+            let _ = parse_qos_dir_name(&name);
+            let _ = parse_leaf_name(&name);
+            let _ = parse_cgroup_procs(&procs);
+        }
+
+        #[test]
+        fn systemd_pod_names_round_trip(uid in "[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}") {
+            let systemd = format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+            proptest::prop_assert_eq!(parse_pod_dir_name(&systemd), Some(uid.clone()));
+            proptest::prop_assert_eq!(parse_pod_dir_name(&format!("pod{uid}")), Some(uid));
+        }
     }
 }

@@ -298,4 +298,13 @@ evictionHard:
             assert!(err.contains(want), "{yaml}: {err}");
         }
     }
+
+    proptest::proptest! {
+        #[test]
+        fn config_reader_never_panics(yaml in "\\PC{0,200}", duration in "[0-9.a-zµ]{0,12}") {
+            let _ = parse_kubelet_config(Some(&yaml), &[]);
+            let _ = parse_kubelet_config(Some(&format!("cpuManagerPolicy: static\nreservedSystemCPUs: \"{yaml}\"\n")), &[]);
+            let _ = parse_go_duration(&duration);
+        }
+    }
 }

@@ -92,22 +92,26 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
         Observed::Missing { path: host.display(&host.proc()) }
     };
 
-    let node = opts
-        .node
-        .clone()
-        .or_else(|| kubelet.hostname_override.clone())
-        .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
+    let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
+    let node = named.clone().unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
     let (pod_source, pods) = match pods {
         Some(all) => {
             let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) =
                 all.into_iter().partition(|p| p.node_name.as_deref() == Some(node.as_str()));
-            if here.is_empty() && !elsewhere.is_empty() {
+            if here.is_empty() && !elsewhere.is_empty() && named.is_none() {
+                // A guessed name that matches nothing would make every entry look stale.
                 notes.push(format!(
-                    "the pods file has {} pods but none is bound to node {node}: check --node",
+                    "the pods file has {} pods but none is bound to node {node} (a guessed name): \
+                     judging liveness from cgroups instead; pass --node to use the file",
                     elsewhere.len()
                 ));
+                (PodSource::Cgroups, Vec::new())
+            } else {
+                if here.is_empty() && !elsewhere.is_empty() {
+                    notes.push(format!("the pods file has {} pods but none is bound to node {node}", elsewhere.len()));
+                }
+                (PodSource::File, here)
             }
-            (PodSource::File, here)
         }
         None => (PodSource::Cgroups, Vec::new()),
     };

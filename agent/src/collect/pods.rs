@@ -157,6 +157,12 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         containers,
         labels: meta.labels.clone().unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
         created_at: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+        finished_at: init_statuses
+            .iter()
+            .chain(app_statuses.iter())
+            .filter_map(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+            .map(|t| t.0.as_second())
+            .max(),
     })
 }
 
@@ -227,5 +233,16 @@ mod tests {
     fn schemes_are_stripped() {
         assert_eq!(strip_scheme("cri-o://abc"), "abc");
         assert_eq!(strip_scheme("abc"), "abc");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pods_reader_never_panics(cut in 0usize..2000, byte in proptest::prelude::any::<u8>(), pos in 0usize..2000) {
+            let mut bytes = EXECUTOR.as_bytes().to_vec();
+            let p = pos % bytes.len();
+            bytes[p] = byte;
+            bytes.truncate(cut.max(1));
+            let _ = parse_pods_json(&bytes);
+        }
     }
 }

@@ -132,4 +132,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_process_at(&dir.path().join("status"), "/proc/9/status", 9), Ok(None));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn status_and_cmdline_parsers_never_panic(text in "\\PC{0,200}", bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = parse_status_cpus_allowed(&text);
+            let _ = parse_status_cpus_allowed(&format!("Cpus_allowed_list:\t{text}"));
+            let args = parse_cmdline(&bytes);
+            let _ = is_kubelet(&args);
+        }
+    }
 }

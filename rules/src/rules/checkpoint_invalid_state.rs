@@ -20,7 +20,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
 
     if let Observed::Ok(kubelet) = &snap.kubelet {
         let configured = &kubelet.cpu_manager.policy;
-        if !configured.eq_ignore_ascii_case(&state.policy_name) {
+        if *configured != state.policy_name {
             let message = format!("configured policy \"{configured}\" differs from state checkpoint policy \"{}\"", state.policy_name);
             findings.push(
                 Finding::new(

@@ -3,7 +3,10 @@
 //! Exclusive containers get their cpuset when they are created, so a difference is drift at
 //! once. Shared-pool containers follow `defaultCpuSet` only at the kubelet's next reconcile
 //! (`cpuManagerReconcilePeriod`, 10 s by default) after the default set shrinks or grows, so
-//! they count as drifted only when the checkpoint is older than that period. Only containers
+//! they count as drifted only when the checkpoint (rewritten whenever the default set
+//! changes) is older than that period. The kubelet re-applies a cpuset only when the value
+//! it wants changes, so a cpuset rewritten by someone else stays wrong until the kubelet
+//! restarts: drift does not heal by itself. Only containers
 //! that can be tied to a checkpoint entry are judged: through the pod list's container IDs,
 //! or directly by ID for V1 files. The pause container is never in a pod's statuses and is
 //! not judged.
@@ -54,7 +57,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         return vec![];
     }
     let Observed::Ok(tree) = &snap.cgroups else { return vec![] };
-    let grace = settings.drift_grace_seconds.unwrap_or_else(|| snap.cpu_manager().reconcile_period_seconds);
+    let grace = settings.reconcile_grace(snap);
     let shared_judged = file.age_seconds.is_some_and(|age| age > grace);
 
     // (pod, container name, leaf)
@@ -111,9 +114,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     want.cpus
                 ),
                 format!(
-                    "find who rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime hook); \
-                     the kubelet restores {} at its next reconcile only if its own state is right: \
-                     if the drift persists, restart the kubelet on {} (systemctl restart kubelet)",
+                    "find and stop whatever rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime hook); \
+                     the kubelet re-applies a cpuset only when the one it wants changes, so restart it to restore {}: \
+                     systemctl restart kubelet on {}",
                     want.cpus,
                     snap.node,
                     path = leaf.path
@@ -129,7 +132,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .with("effective_cpus", leaf.effective_cpus.as_ref().map(|c| c.to_string()))
             .with("process_cpus", (!process_cpus.is_empty()).then(|| process_cpus.to_string()))
             .with("checkpoint_age_seconds", file.age_seconds.map(|a| a.round()))
-            .with("reconcile_period_seconds", grace),
+            .with("grace_seconds", grace),
         );
     }
     findings
@@ -189,7 +192,7 @@ mod tests {
     fn grace_follows_settings_and_kubelet_config() {
         let snap = node("2-3", "0-3", 30.0);
         assert_eq!(drifted(&snap).len(), 1);
-        let settings = Settings { drift_grace_seconds: Some(60.0), ..Default::default() };
+        let settings = Settings { reconcile_grace_seconds: Some(60.0), ..Default::default() };
         assert!(check(&snap, &settings).is_empty());
     }
 

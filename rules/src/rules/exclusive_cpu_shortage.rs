@@ -9,7 +9,7 @@
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
-use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo};
+use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
 use crate::CpuSet;
 
 use super::stale_cpu_assignment::{stale_cpus, stale_entries_of};
@@ -58,7 +58,7 @@ struct Pool {
     state: CpuState,
 }
 
-fn pool(snap: &NodeSnapshot) -> Option<Pool> {
+fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
     let Observed::Ok(file) = &snap.checkpoint else { return None };
     let state = file.content.as_ref().ok()?.state().ok()?;
     if state.policy_name != "static" {
@@ -69,12 +69,12 @@ fn pool(snap: &NodeSnapshot) -> Option<Pool> {
         Observed::Ok(topo) => config.reserved_cpus(topo).unwrap_or_default(),
         _ => config.reserved_system_cpus.clone().unwrap_or_default(),
     };
-    let stale = stale_cpus(&stale_entries_of(snap, &state));
+    let stale = stale_cpus(&stale_entries_of(snap, settings, &state));
     Some(Pool { free: state.default_cpus.difference(&reserved), stale, state })
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let pool = pool(snap);
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let pool = pool(snap, settings);
     let path = checkpoint_path(snap);
     let remedy = |stale: &CpuSet| {
         if stale.is_empty() {
@@ -85,7 +85,11 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     };
     let mut findings = Vec::new();
 
-    let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p)).collect();
+    // Refused pods stay in the API until deleted: from the live API only recent ones say the
+    // shortage is now. A pods file is a capture of one moment and is judged as it stands.
+    let live = snap.pod_source == PodSource::Api;
+    let recent = |p: &PodInfo| !live || p.created_at.is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds);
+    let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p) && recent(p)).collect();
     if !rejected.is_empty() {
         let names: Vec<String> = rejected.iter().take(LISTED_PODS).map(|p| p.display()).collect();
         let stale = pool.as_ref().map(|p| p.stale.clone()).unwrap_or_default();
@@ -95,7 +99,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 Severity::Critical,
                 Subject::node(&snap.node),
                 format!(
-                    "{} pod(s) failed on {} with \"not enough cpus available to satisfy request\"{}",
+                    "{} pod(s) were refused exclusive CPUs on {}{}",
                     rejected.len(),
                     snap.node,
                     if stale.is_empty() { String::new() } else { format!(" while stale entries hold CPUs {stale}") }
@@ -183,6 +187,22 @@ mod tests {
         assert_eq!(f[0].evidence["stale_cpus"], "2-5");
         assert_eq!(f[0].evidence["pods"], serde_json::json!(["default/exec-9"]));
         assert!(f[0].remedy.starts_with("stale entries hold CPUs 2-5"));
+    }
+
+    #[test]
+    fn old_rejections_do_not_count() {
+        let mut rejected = pod("r1", "exec-9", "Failed", &[]);
+        rejected.reason = Some("UnexpectedAdmissionError".into());
+        rejected.message = Some("not enough cpus available to satisfy request".into());
+        rejected.created_at = Some(1_700_000_000 - 7200);
+        let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[rejected.clone()]).build();
+        assert_eq!(check(&snap, &Settings::default()).len(), 1, "a pods file is judged as captured");
+        snap.pod_source = PodSource::Api;
+        assert!(check(&snap, &Settings::default()).is_empty(), "live: two hours old is history");
+        rejected.created_at = Some(1_700_000_000 - 60);
+        let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[rejected]).build();
+        snap.pod_source = PodSource::Api;
+        assert_eq!(check(&snap, &Settings::default()).len(), 1);
     }
 
     #[test]

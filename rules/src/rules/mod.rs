@@ -84,7 +84,7 @@ pub const ALL: &[RuleInfo] = &[
         title: "A container's cgroup cpuset differs from the checkpoint",
         severity: Severity::Warning,
         looks_at: "checkpoint, cgroups",
-        fires_when: "a container's cgroup cpuset differs from the checkpoint longer than the reconcile period",
+        fires_when: "a running container's cgroup cpuset differs from its checkpoint entry (exclusive containers at once; shared-pool containers once the checkpoint is older than the reconcile period)",
         event_reason: "CPUSetDrift",
         check: cpuset_drift::check,
     },

@@ -7,6 +7,11 @@
 //! named from cgroups, so only whole pods are judged). V1 entries, keyed by container ID, are
 //! alive when the ID is the current container of a live pod (pod list) or a cgroup leaf with
 //! processes (no pod list).
+//!
+//! The kubelet drops stale entries itself at its next reconcile (`cpuManagerReconcilePeriod`),
+//! so an entry is not called stale while that is still to come: a pod that finished less than
+//! the period ago, or (without a pod list) a pod with no cgroup yet in a checkpoint written
+//! less than the period ago, since admission writes the entry before the cgroup exists.
 
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::finding::{Finding, Severity, Subject};
@@ -43,10 +48,33 @@ enum Verdict {
     Unknown,
 }
 
-fn judge_pod(snap: &NodeSnapshot, uid: &str, container: Option<&str>) -> Verdict {
+/// What the judges need besides the snapshot.
+struct Clock {
+    grace: f64,
+    checkpoint_age: Option<f64>,
+}
+
+impl Clock {
+    fn of(snap: &NodeSnapshot, settings: &Settings) -> Self {
+        let checkpoint_age = snap.checkpoint.ok().and_then(|f| f.age_seconds);
+        Clock { grace: settings.reconcile_grace(snap), checkpoint_age }
+    }
+
+    /// Whether the kubelet may still be about to reconcile something that happened at `at`.
+    fn too_recent(&self, snap: &NodeSnapshot, at: Option<i64>) -> bool {
+        at.is_some_and(|t| ((snap.taken_at - t) as f64) < self.grace)
+    }
+
+    fn checkpoint_recent(&self) -> bool {
+        self.checkpoint_age.is_some_and(|a| a < self.grace)
+    }
+}
+
+fn judge_pod(snap: &NodeSnapshot, clock: &Clock, uid: &str, container: Option<&str>) -> Verdict {
     match snap.pod_source {
         PodSource::Api | PodSource::File => match snap.pod(uid) {
             None => Verdict::Stale(format!("pod {uid} is not bound to node {}", snap.node), None),
+            Some(p) if p.is_terminal() && clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
             Some(p) if p.is_terminal() => {
                 Verdict::Stale(format!("pod {} has finished (phase {})", p.display(), p.phase), Some(p.clone()))
             }
@@ -60,6 +88,7 @@ fn judge_pod(snap: &NodeSnapshot, uid: &str, container: Option<&str>) -> Verdict
         PodSource::Cgroups => {
             let Observed::Ok(tree) = &snap.cgroups else { return Verdict::Unknown };
             match tree.pod(uid) {
+                None if clock.checkpoint_recent() => Verdict::Unknown,
                 None => Verdict::Stale(format!("pod {uid} has no cgroup on this node"), None),
                 Some(pc) if pc.process_count() == 0 => {
                     Verdict::Stale(format!("the cgroup of pod {uid} has no processes left"), None)
@@ -70,7 +99,7 @@ fn judge_pod(snap: &NodeSnapshot, uid: &str, container: Option<&str>) -> Verdict
     }
 }
 
-fn judge_container_id(snap: &NodeSnapshot, id: &str) -> Verdict {
+fn judge_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Verdict {
     match snap.pod_source {
         PodSource::Api | PodSource::File => {
             let owner = snap
@@ -79,6 +108,7 @@ fn judge_container_id(snap: &NodeSnapshot, id: &str) -> Verdict {
                 .find(|p| p.containers.iter().any(|c| c.container_id.as_deref() == Some(id)));
             match owner {
                 Some(p) if !p.is_terminal() => Verdict::Alive,
+                Some(p) if clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
                 Some(p) => Verdict::Stale(format!("container {id} belongs to pod {}, which has finished", p.display()), Some(p.clone())),
                 None => Verdict::Stale(format!("no pod on node {} runs container {id}", snap.node), None),
             }
@@ -88,6 +118,7 @@ fn judge_container_id(snap: &NodeSnapshot, id: &str) -> Verdict {
             match tree.container(id) {
                 Some((_, leaf)) if !leaf.processes.is_empty() => Verdict::Alive,
                 Some(_) => Verdict::Stale(format!("container {id} has no processes left"), None),
+                None if clock.checkpoint_recent() => Verdict::Unknown,
                 None => Verdict::Stale(format!("container {id} has no cgroup on this node"), None),
             }
         }
@@ -96,15 +127,16 @@ fn judge_container_id(snap: &NodeSnapshot, id: &str) -> Verdict {
 
 /// The stale entries of the checkpoint's state; empty when the checkpoint is unreadable or
 /// liveness cannot be judged.
-pub fn stale_entries(snap: &NodeSnapshot) -> Vec<StaleEntry> {
+pub fn stale_entries(snap: &NodeSnapshot, settings: &Settings) -> Vec<StaleEntry> {
     let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
     let Ok(cp) = &file.content else { return vec![] };
     let Ok(state) = cp.state() else { return vec![] };
-    stale_entries_of(snap, &state)
+    stale_entries_of(snap, settings, &state)
 }
 
 /// [`stale_entries`] for an already parsed state.
-pub fn stale_entries_of(snap: &NodeSnapshot, state: &CpuState) -> Vec<StaleEntry> {
+pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuState) -> Vec<StaleEntry> {
+    let clock = Clock::of(snap, settings);
     let processes = |uid: Option<&str>| -> Option<usize> {
         let tree = snap.cgroups.ok()?;
         tree.pod(uid?).map(|p| p.process_count())
@@ -113,12 +145,12 @@ pub fn stale_entries_of(snap: &NodeSnapshot, state: &CpuState) -> Vec<StaleEntry
     for a in &state.assignments {
         let (pod_uid, container, container_id, verdict) = match &a.key {
             EntryKey::Container { pod_uid, container } => {
-                (Some(pod_uid.clone()), Some(container.clone()), None, judge_pod(snap, pod_uid, Some(container)))
+                (Some(pod_uid.clone()), Some(container.clone()), None, judge_pod(snap, &clock, pod_uid, Some(container)))
             }
             EntryKey::ContainerId { container_id } => {
                 let owner = snap.owner_of_container_id(container_id);
                 let (uid, name) = owner.map_or((None, None), |(u, n)| (Some(u), n));
-                (uid, name, Some(container_id.clone()), judge_container_id(snap, container_id))
+                (uid, name, Some(container_id.clone()), judge_container_id(snap, &clock, container_id))
             }
         };
         if let Verdict::Stale(reason, pod) = verdict {
@@ -134,7 +166,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, state: &CpuState) -> Vec<StaleEntry
         }
     }
     for (uid, cpus) in &state.pod_assignments {
-        if let Verdict::Stale(reason, pod) = judge_pod(snap, uid, None) {
+        if let Verdict::Stale(reason, pod) = judge_pod(snap, &clock, uid, None) {
             out.push(StaleEntry {
                 pod_uid: Some(uid.clone()),
                 container: None,
@@ -154,9 +186,9 @@ pub fn stale_cpus(entries: &[StaleEntry]) -> CpuSet {
     entries.iter().fold(CpuSet::new(), |acc, e| acc.union(&e.cpus))
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);
-    stale_entries(snap)
+    stale_entries(snap, settings)
         .into_iter()
         .map(|e| {
             let subject = match (&e.pod, &e.pod_uid) {
@@ -170,8 +202,11 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 (None, Some(id)) => format!("container {id}"),
                 (None, None) => subject.display(),
             };
-            let still_running = match e.cgroup_processes {
-                Some(n) if n > 0 => Some(format!("its pod cgroup still has {n} processes (force-deleted?)")),
+            let still_running = match (e.cgroup_processes, &e.pod) {
+                (Some(n), None) if n > 0 => {
+                    Some(format!("its pod cgroup still has {n} process(es): the pod object is gone but its containers are not (force-deleted?)"))
+                }
+                (Some(n), Some(p)) if n > 0 && p.is_terminal() => Some(format!("its pod cgroup still has {n} process(es)")),
                 _ => None,
             };
             Finding::new(
@@ -253,7 +288,7 @@ mod tests {
             .build();
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
-        assert!(f[0].evidence["note"].as_str().unwrap().contains("3 processes"));
+        assert!(f[0].evidence["note"].as_str().unwrap().contains("3 process(es): the pod object is gone"));
     }
 
     #[test]
@@ -267,13 +302,13 @@ mod tests {
         let snap = SnapshotBuilder::from_state(state.clone())
             .with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("aaa111", "2-3", 1), leaf("bbb222", "4-5", 0)])])
             .build();
-        let got: Vec<_> = stale_entries_of(&snap, &state).into_iter().map(|e| (e.container_id.unwrap(), e.pod_uid)).collect();
+        let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state).into_iter().map(|e| (e.container_id.unwrap(), e.pod_uid)).collect();
         assert_eq!(got, [("bbb222".to_string(), Some("p1".to_string())), ("ccc333".to_string(), None)]);
         // From the pod list: the pod's current container ids decide.
         let snap = SnapshotBuilder::from_state(state.clone())
             .with_pod_list(&[pod("p1", "a", "Running", &[("app", "aaa111")]), pod("p2", "b", "Failed", &[("app", "bbb222")])])
             .build();
-        let got: Vec<_> = stale_entries_of(&snap, &state)
+        let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state)
             .into_iter()
             .map(|e| (e.container_id.unwrap(), e.pod_uid, e.container))
             .collect();
@@ -293,6 +328,34 @@ mod tests {
     #[test]
     fn stale_cpus_unions_entries() {
         let snap = SnapshotBuilder::static_node("0-1", &entries()).with_pod_list(&[]).build();
-        assert_eq!(stale_cpus(&stale_entries(&snap)).to_string(), "2-7");
+        assert_eq!(stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(), "2-7");
+    }
+
+    #[test]
+    fn the_kubelet_gets_one_reconcile_period_first() {
+        let mut just_done = pod("done", "job", "Succeeded", &[("app", "c2")]);
+        just_done.finished_at = Some(1_700_000_000 - 4);
+        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")]).with_pod_list(&[just_done.clone()]).build();
+        assert!(check(&snap, &Settings::default()).is_empty(), "finished 4 s ago, period 10 s");
+        just_done.finished_at = Some(1_700_000_000 - 60);
+        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")]).with_pod_list(&[just_done]).build();
+        assert_eq!(check(&snap, &Settings::default()).len(), 1);
+
+        // Without a pod list, a pod with no cgroup in a checkpoint written 2 s ago may have just been admitted.
+        let fresh = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")]).checkpoint_age(2.0).build();
+        assert!(check(&fresh, &Settings::default()).is_empty());
+        let old = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")]).checkpoint_age(20.0).build();
+        assert_eq!(check(&old, &Settings::default()).len(), 1);
+    }
+
+    #[test]
+    fn a_running_pods_removed_container_gets_no_process_note() {
+        let snap = SnapshotBuilder::static_node("0-1", &[("live", "old-sidecar", "7")])
+            .with_pod_list(&[pod("live", "exec", "Running", &[("app", "c1")])])
+            .with_pod_cgroups(vec![pod_cgroup("live", vec![leaf("c1", "0-1", 2)])])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert!(f[0].evidence.get("note").is_none());
     }
 }
