@@ -36,12 +36,25 @@ pub fn main() -> ExitCode {
         Command::Checkpoint { action } => checkpoint(action),
         Command::Rules(f) => Ok(list_rules(f.format)),
     };
+    if std::env::var_os("NODEMEDIC_REPORT_PEAK_RSS").is_some() {
+        report_peak_rss();
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(message) => {
             let _ = writeln!(std::io::stderr(), "nodemedic: {message}");
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// Writes this process's peak resident set (`VmHWM`) to stderr, for benchmarks: measuring
+/// from outside with `getrusage` also counts the parent's pages at fork time.
+fn report_peak_rss() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(kib) = status.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
+        let kib = kib.trim().trim_end_matches("kB").trim();
+        let _ = writeln!(std::io::stderr(), "nodemedic: peak_rss_kib={kib}");
     }
 }
 

@@ -100,9 +100,25 @@ fn find_controller(host: &HostPaths) -> Option<(PathBuf, CgroupVersion)> {
     None
 }
 
+/// Which containers get the expensive reads (each process's affinity from procfs): those the
+/// checkpoint pins, by pod UID (V2/V3) or container ID (V1). Every container gets its cpuset
+/// and pid list.
+#[derive(Debug, Clone, Default)]
+pub struct Pinned {
+    pub pod_uids: std::collections::HashSet<String>,
+    pub container_ids: std::collections::HashSet<String>,
+}
+
+impl Pinned {
+    fn wants(&self, pod_uid: &str, container_id: &str) -> bool {
+        self.pod_uids.contains(pod_uid) || self.container_ids.contains(container_id)
+    }
+}
+
 struct Walk<'a> {
     host: &'a HostPaths,
     version: CgroupVersion,
+    pinned: &'a Pinned,
     notes: &'a mut Vec<String>,
 }
 
@@ -182,7 +198,7 @@ impl Walk<'_> {
         out
     }
 
-    fn leaf(&mut self, runtime: Runtime, id: String, dir: &Path) -> Option<ContainerCgroup> {
+    fn leaf(&mut self, pod_uid: &str, runtime: Runtime, id: String, dir: &Path) -> Option<ContainerCgroup> {
         let (cpus_file, effective_file) = match self.version {
             CgroupVersion::V1 => ("cpuset.cpus", "cpuset.effective_cpus"),
             CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
@@ -192,9 +208,14 @@ impl Walk<'_> {
             return None;
         };
         let cpus = self.cpuset(&dir.join(cpus_file));
-        let effective_cpus = self.cpuset(&dir.join(effective_file));
-        // Processes of the leaf and of anything nested in it.
-        let mut stack: Vec<(PathBuf, usize)> = subdirs(dir).into_iter().map(|(_, p)| (p, 1)).collect();
+        let pinned = self.pinned.wants(pod_uid, &id);
+        // The effective set adds to cpuset.cpus only when that is empty (v2: inherited) or the
+        // container is pinned (a parent narrowing it is worth showing).
+        let effective_cpus = if cpus.is_none() || pinned { self.cpuset(&dir.join(effective_file)) } else { None };
+        // Processes of the leaf and of anything nested in it (CRI-O on cgroup v2 puts them in
+        // a `container` cgroup inside its scope; other runtimes use the leaf itself).
+        let nested = if runtime == Runtime::Crio { subdirs(dir) } else { vec![] };
+        let mut stack: Vec<(PathBuf, usize)> = nested.into_iter().map(|(_, p)| (p, 1)).collect();
         while let Some((d, depth)) = stack.pop() {
             pids.extend(self.procs(&d));
             if depth < MAX_DEPTH {
@@ -203,7 +224,11 @@ impl Walk<'_> {
         }
         pids.sort_unstable();
         pids.dedup();
-        let processes = self.processes(pids);
+        let processes = if pinned {
+            self.processes(pids)
+        } else {
+            pids.into_iter().map(|pid| ProcessInfo { pid, cpus_allowed: None }).collect()
+        };
         Some(ContainerCgroup { id, runtime, path: self.host.display(dir), cpus, effective_cpus, processes })
     }
 
@@ -214,7 +239,7 @@ impl Walk<'_> {
         while let Some((d, depth)) = stack.pop() {
             for (name, path) in subdirs(&d) {
                 match parse_leaf_name(&name) {
-                    LeafName::Container(runtime, id) => containers.extend(self.leaf(runtime, id, &path)),
+                    LeafName::Container(runtime, id) => containers.extend(self.leaf(&uid, runtime, id, &path)),
                     LeafName::Conmon => {}
                     LeafName::Other if depth + 1 < MAX_DEPTH => stack.push((path, depth + 1)),
                     LeafName::Other => {}
@@ -227,7 +252,12 @@ impl Walk<'_> {
 }
 
 /// Reads the pod cgroups of the kubelet (`config` gives `cgroupRoot` and the driver).
-pub fn read_cgroups(host: &HostPaths, config: Option<&KubeletConfig>, notes: &mut Vec<String>) -> Observed<CgroupTree> {
+pub fn read_cgroups(
+    host: &HostPaths,
+    config: Option<&KubeletConfig>,
+    pinned: &Pinned,
+    notes: &mut Vec<String>,
+) -> Observed<CgroupTree> {
     let Some((controller, version)) = find_controller(host) else {
         return Observed::Missing { path: host.display(&host.host("/sys/fs/cgroup")) };
     };
@@ -241,7 +271,7 @@ pub fn read_cgroups(host: &HostPaths, config: Option<&KubeletConfig>, notes: &mu
     let Some((kubepods, driver)) = candidates.iter().map(|(n, d)| (base.join(n), *d)).find(|(p, _)| p.is_dir()) else {
         return Observed::Missing { path: host.display(&base.join(candidates[0].0)) };
     };
-    let mut walk = Walk { host, version, notes };
+    let mut walk = Walk { host, version, pinned, notes };
     let mut pods = Vec::new();
     for (name, path) in subdirs(&kubepods) {
         if let Some(uid) = parse_pod_dir_name(&name) {

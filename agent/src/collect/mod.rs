@@ -83,7 +83,8 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     time("cpus", t);
 
     let t = Instant::now();
-    let cgroups = cgroups::read_cgroups(host, kubelet.config.ok(), &mut notes);
+    let pinned = pinned_by(&checkpoint);
+    let cgroups = cgroups::read_cgroups(host, kubelet.config.ok(), &pinned, &mut notes);
     time("cgroups", t);
 
     let procfs = if host.proc().is_dir() {
@@ -131,6 +132,26 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
         },
         timings,
     ))
+}
+
+/// The pods and containers the checkpoint pins (whose processes' affinity is worth reading).
+fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -> cgroups::Pinned {
+    let mut pinned = cgroups::Pinned::default();
+    let Some(Ok(state)) = checkpoint.ok().and_then(|f| f.content.as_ref().ok()).map(|cp| cp.state()) else {
+        return pinned;
+    };
+    for a in &state.assignments {
+        match &a.key {
+            nodemedic_rules::checkpoint::EntryKey::Container { pod_uid, .. } => {
+                pinned.pod_uids.insert(pod_uid.clone());
+            }
+            nodemedic_rules::checkpoint::EntryKey::ContainerId { container_id } => {
+                pinned.container_ids.insert(container_id.clone());
+            }
+        }
+    }
+    pinned.pod_uids.extend(state.pod_assignments.iter().map(|(uid, _)| uid.clone()));
+    pinned
 }
 
 /// The node's name when nobody said it: the node most pods of this host's pod cgroups are

@@ -1,15 +1,106 @@
 //! Pods: a `kubectl get pods -o json` file (a `v1 List` or a `PodList`, or one `Pod`) turned
 //! into our own [`PodInfo`].
 //!
-//! Objects are decoded with k8s-openapi's `Pod`, so the file must be what the API server
-//! really returns; the conversion keeps only what the rules use.
+//! Pods are decoded into [`PodObject`]: the real `metadata` (k8s-openapi's `ObjectMeta`) and
+//! only the parts of `spec` and `status` the rules use, with the API's field names and
+//! types. Everything else (env, volumes, probes, managed fields' contents) is skipped while
+//! parsing, which keeps a 250-pod node's pod list to a few MiB and a few milliseconds.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
 use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, PodInfo};
+
+/// A `v1 Pod` with the fields nodemedic reads.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct PodObject {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Option<PodSpec>,
+    #[serde(default)]
+    pub status: Option<PodStatus>,
+}
+
+/// `v1 PodSpec`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default)]
+    pub node_name: Option<String>,
+    #[serde(default)]
+    pub scheduler_name: Option<String>,
+    #[serde(default)]
+    pub init_containers: Option<Vec<Container>>,
+    pub containers: Vec<Container>,
+    #[serde(default)]
+    pub ephemeral_containers: Option<Vec<Container>>,
+}
+
+/// `v1 Container`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Container {
+    pub name: String,
+    #[serde(default)]
+    pub resources: Option<Resources>,
+}
+
+/// `v1 ResourceRequirements`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Resources {
+    #[serde(default)]
+    pub limits: Option<BTreeMap<String, Quantity>>,
+    #[serde(default)]
+    pub requests: Option<BTreeMap<String, Quantity>>,
+}
+
+/// `v1 PodStatus`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub qos_class: Option<String>,
+    #[serde(default)]
+    pub init_container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    pub container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    pub ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+/// `v1 ContainerStatus`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub name: String,
+    #[serde(default, rename = "containerID")]
+    pub container_id: Option<String>,
+    #[serde(default)]
+    pub state: Option<ContainerState>,
+}
+
+/// `v1 ContainerState`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ContainerState {
+    #[serde(default)]
+    pub terminated: Option<Terminated>,
+}
+
+/// `v1 ContainerStateTerminated`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminated {
+    #[serde(default)]
+    pub finished_at: Option<Time>,
+}
 
 /// `kubectl get pods -A -o json` of a 5,000-pod cluster is about 100 MB; refuse more.
 pub const PODS_FILE_LIMIT: u64 = 512 * 1024 * 1024;
@@ -21,36 +112,64 @@ pub enum PodsError {
     Json { line: usize, column: usize, reason: String },
     #[error("expected a Pod, a PodList or a v1 List, found kind {0:?}")]
     Kind(String),
+    #[error("not a Pod, a PodList or a v1 List: {0}")]
+    Shape(String),
     #[error("item {index}: {reason}")]
     Item { index: usize, reason: String },
 }
 
+/// The envelope of a pods file; items stay raw JSON until each is decoded, so the whole
+/// file never exists as a `serde_json::Value` tree (several times the file's size).
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default, borrow)]
+    items: Option<Vec<&'a serde_json::value::RawValue>>,
+}
+
+#[derive(serde::Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+fn json_error(e: &serde_json::Error) -> PodsError {
+    let t = e.to_string();
+    let reason = t.rfind(" at line ").map_or(t.clone(), |i| t[..i].to_string());
+    match e.classify() {
+        serde_json::error::Category::Data => PodsError::Shape(reason),
+        _ => PodsError::Json { line: e.line(), column: e.column(), reason },
+    }
+}
+
 /// Reads pods from the text of a pods file.
 pub fn parse_pods_json(text: &[u8]) -> Result<Vec<PodInfo>, PodsError> {
-    let value: serde_json::Value = serde_json::from_slice(text).map_err(|e| PodsError::Json {
-        line: e.line(),
-        column: e.column(),
-        reason: {
-            let t = e.to_string();
-            t.rfind(" at line ").map_or(t.clone(), |i| t[..i].to_string())
-        },
+    let text = std::str::from_utf8(text).map_err(|e| PodsError::Json {
+        line: 0,
+        column: e.valid_up_to(),
+        reason: "not UTF-8".into(),
     })?;
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let items: Vec<serde_json::Value> = match (kind, value.get("items")) {
-        ("Pod", _) => vec![value],
-        ("List" | "PodList" | "", Some(serde_json::Value::Array(items))) => items.clone(),
+    let envelope: Envelope = serde_json::from_str(text).map_err(|e| json_error(&e))?;
+    let kind = envelope.kind.as_deref().unwrap_or("");
+    let single;
+    let items: &[&serde_json::value::RawValue] = match (kind, &envelope.items) {
+        ("Pod", _) => {
+            single = [serde_json::from_str::<&serde_json::value::RawValue>(text).map_err(|e| json_error(&e))?];
+            &single
+        }
+        ("List" | "PodList" | "", Some(items)) => items,
         (k, _) => return Err(PodsError::Kind(k.to_string())),
     };
     let mut pods = Vec::with_capacity(items.len());
-    for (index, item) in items.into_iter().enumerate() {
-        if item.get("kind").and_then(|k| k.as_str()).is_some_and(|k| k != "Pod") {
+    for (index, item) in items.iter().enumerate() {
+        let item_err = |reason: String| PodsError::Item { index, reason };
+        let kind: KindOnly = serde_json::from_str(item.get()).map_err(|e| item_err(e.to_string()))?;
+        if kind.kind.as_deref().is_some_and(|k| k != "Pod") {
             continue; // a v1 List may mix kinds
         }
-        let pod: Pod = serde_json::from_value(item).map_err(|e| PodsError::Item { index, reason: e.to_string() })?;
-        match pod_info(&pod) {
-            Some(info) => pods.push(info),
-            None => return Err(PodsError::Item { index, reason: "pod has no metadata.uid".into() }),
-        }
+        let pod: PodObject = serde_json::from_str(item.get()).map_err(|e| item_err(e.to_string()))?;
+        pods.push(pod_info(&pod).ok_or_else(|| item_err("pod has no metadata.uid".into()))?);
     }
     Ok(pods)
 }
@@ -73,6 +192,7 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
             .iter()
             .find(|s| s.name == c.name)
             .and_then(|s| s.container_id.as_deref())
+            .filter(|id| !id.is_empty())
             .map(strip_scheme),
     }
 }
@@ -110,33 +230,25 @@ fn compute_qos(containers: &[&Container]) -> &'static str {
 }
 
 /// Our view of a pod; `None` without a UID.
-pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
     let meta = &pod.metadata;
     let uid = meta.uid.clone().filter(|u| !u.is_empty())?;
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
-    let empty = Vec::new();
-    let statuses = |f: fn(&k8s_openapi::api::core::v1::PodStatus) -> Option<&Vec<ContainerStatus>>| {
-        status.and_then(f).unwrap_or(&empty).clone()
-    };
-    let init_statuses = statuses(|s| s.init_container_statuses.as_ref());
-    let app_statuses = statuses(|s| s.container_statuses.as_ref());
+    let none: &[ContainerStatus] = &[];
+    let init_statuses = status.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or(none);
+    let app_statuses = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or(none);
+    let eph_statuses = status.and_then(|s| s.ephemeral_container_statuses.as_deref()).unwrap_or(none);
     let mut containers = Vec::new();
     if let Some(spec) = spec {
         for c in spec.init_containers.iter().flatten() {
-            containers.push(container_info(c, ContainerKind::Init, &init_statuses));
+            containers.push(container_info(c, ContainerKind::Init, init_statuses));
         }
         for c in &spec.containers {
-            containers.push(container_info(c, ContainerKind::Regular, &app_statuses));
+            containers.push(container_info(c, ContainerKind::Regular, app_statuses));
         }
-        let eph_statuses = statuses(|s| s.ephemeral_container_statuses.as_ref());
-        for e in spec.ephemeral_containers.iter().flatten() {
-            containers.push(ContainerInfo {
-                name: e.name.clone(),
-                kind: Some(ContainerKind::Ephemeral),
-                container_id: eph_statuses.iter().find(|s| s.name == e.name).and_then(|s| s.container_id.as_deref()).map(strip_scheme),
-                ..Default::default()
-            });
+        for c in spec.ephemeral_containers.iter().flatten() {
+            containers.push(container_info(c, ContainerKind::Ephemeral, eph_statuses));
         }
     }
     let qos_class = status.and_then(|s| s.qos_class.clone()).or_else(|| {
@@ -220,6 +332,8 @@ mod tests {
             ("{\"kind\":\"List\",\"items\":[", "invalid JSON"),
             ("{\"kind\":\"Node\"}", "found kind \"Node\""),
             ("[]", "found kind \"\""),
+            ("{\"kind\":7}", "not a Pod, a PodList or a v1 List: invalid type: integer `7`"),
+            ("\u{0}", "invalid JSON"),
             (r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"name":"x"}}]}"#, "item 0: pod has no metadata.uid"),
             (r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"uid":"u"},"spec":{"containers":"nope"}}]}"#, "item 0: invalid type"),
         ];

@@ -36,16 +36,11 @@ pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(e)),
     };
-    let meta = file.metadata().map_err(io)?;
-    if meta.is_dir() {
-        return Err(ReadError::IsDir { path: shown.to_string() });
-    }
-    let mut buf = Vec::with_capacity(meta.len().min(limit) as usize + 1);
-    // Read one byte past the limit to tell "exactly at the limit" from "over it";
-    // procfs and sysfs files report size 0, so the length check must come from reading.
+    // No fstat: a directory shows itself by EISDIR on read, and procfs, sysfs and cgroupfs
+    // report size 0 anyway, so the limit is enforced by reading one byte past it.
+    let mut buf = Vec::new();
     file.take(limit + 1).read_to_end(&mut buf).map_err(|e| match e.kind() {
-        ErrorKind::NotFound => io(e),
-        _ if e.raw_os_error() == Some(21) => ReadError::IsDir { path: shown.to_string() },
+        ErrorKind::IsADirectory => ReadError::IsDir { path: shown.to_string() },
         _ => io(e),
     })?;
     if buf.len() as u64 > limit {

@@ -1,0 +1,31 @@
+//! A full offline scan (collect + evaluate + JSON report) of a generated node: 250 pods,
+//! 750 containers (plus 250 sandboxes), 2,000 processes, 256 CPUs, cgroup v1 + cgroupfs.
+//! Numbers: docs/performance.md.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use nodemedic::collect::{collect, ScanOptions};
+use nodemedic::host::HostPaths;
+use nodemedic::report::Report;
+use nodemedic_rules::{rules, Settings};
+use std::hint::black_box;
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = nodemedic_tests::scenarios::big_node(250, 5);
+    node.write(dir.path()).expect("write node");
+    let host = HostPaths::new(dir.path(), None);
+    let opts = ScanOptions { node: Some("bench-node".into()), pods_file: Some(dir.path().join("pods.json")) };
+    let mut group = c.benchmark_group("scan");
+    group.sample_size(30);
+    group.bench_function("offline_scan_250pods_750ctr_2000procs", |b| {
+        b.iter(|| {
+            let (snap, _) = collect(&host, &opts).expect("scan");
+            let findings = rules::evaluate(&snap, &Settings::default());
+            black_box(Report::new(&snap, findings).to_json())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
