@@ -80,7 +80,7 @@ impl Report {
                 }),
                 "pods" => Some(match snapshot.pod_source {
                     nodemedic_rules::snapshot::PodSource::Cgroups => {
-                        " (no pod list: a pod is alive when its cgroup has processes)".to_string()
+                        " (liveness from cgroups: a pod is alive when its cgroup has processes)".to_string()
                     }
                     _ => format!(" ({} pods bound to this node)", snapshot.pods.len()),
                 }),

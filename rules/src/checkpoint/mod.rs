@@ -24,7 +24,9 @@ use crate::{CpuSet, CpuSetError};
 /// refuses bigger files instead of loading them.
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Why a checkpoint file could not be read. The kubelet refuses to start on each of these.
+/// Why a checkpoint file could not be read. The kubelet refuses to start on each of these,
+/// except `TooLarge`, which is nodemedic's own limit (a file that size is not a real
+/// checkpoint, but whether a kubelet would parse it is not checked).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
     #[error("file is empty")]

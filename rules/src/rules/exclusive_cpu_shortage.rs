@@ -76,12 +76,14 @@ fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let pool = pool(snap, settings);
     let path = checkpoint_path(snap);
-    let remedy = |stale: &CpuSet| {
-        if stale.is_empty() {
+    let remedy = |pool: Option<&Pool>| match pool {
+        None => format!(
+            "the CPU manager checkpoint could not be read to count free CPUs: see the checkpoint findings and `nodemedic checkpoint show {path}`"
+        ),
+        Some(p) if p.stale.is_empty() => {
             "the node has no exclusive CPUs to spare: run the pod elsewhere or lower its integer CPU request".to_string()
-        } else {
-            format!("stale entries hold CPUs {stale}; free them: {}", reset_checkpoint_remedy(&snap.node, &path))
         }
+        Some(p) => format!("stale entries hold CPUs {}; free them: {}", p.stale, reset_checkpoint_remedy(&snap.node, &path)),
     };
     let mut findings = Vec::new();
 
@@ -104,7 +106,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     snap.node,
                     if stale.is_empty() { String::new() } else { format!(" while stale entries hold CPUs {stale}") }
                 ),
-                remedy(&stale),
+                remedy(pool.as_ref()),
             )
             .with("rejected_pods", rejected.len())
             .with("pods", names)
@@ -137,7 +139,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     pool.free.len(),
                     if pool.free.is_empty() { String::new() } else { format!(" ({})", pool.free) }
                 ),
-                remedy(&pool.stale),
+                remedy(Some(&pool)),
             )
             .with("requested_cpus", need)
             .with("free_exclusive_cpus", pool.free.to_string())
@@ -209,8 +211,11 @@ mod tests {
     fn prestart_hook_message_counts_too() {
         let mut p = pod("r2", "exec-2", "Pending", &[]);
         p.message = Some("PreStartContainer hook failed: not enough cpus available to satisfy request".into());
-        let snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[p]).build();
+        let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[p]).build();
         assert_eq!(check(&snap, &Settings::default()).len(), 1);
+        snap.checkpoint = Observed::Missing { path: "/var/lib/kubelet/cpu_manager_state".into() };
+        let f = check(&snap, &Settings::default());
+        assert!(f[0].remedy.starts_with("the CPU manager checkpoint could not be read"), "{}", f[0].remedy);
     }
 
     #[test]

@@ -202,8 +202,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 (None, Some(id)) => format!("container {id}"),
                 (None, None) => subject.display(),
             };
+            // Only a V2 entry judged against a pod list can say the pod object is gone.
+            let object_gone = e.pod.is_none() && e.container_id.is_none() && snap.pod_source != PodSource::Cgroups;
             let still_running = match (e.cgroup_processes, &e.pod) {
-                (Some(n), None) if n > 0 => {
+                (Some(n), None) if n > 0 && object_gone => {
                     Some(format!("its pod cgroup still has {n} process(es): the pod object is gone but its containers are not (force-deleted?)"))
                 }
                 (Some(n), Some(p)) if n > 0 && p.is_terminal() => Some(format!("its pod cgroup still has {n} process(es)")),
@@ -304,6 +306,8 @@ mod tests {
             .build();
         let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state).into_iter().map(|e| (e.container_id.unwrap(), e.pod_uid)).collect();
         assert_eq!(got, [("bbb222".to_string(), Some("p1".to_string())), ("ccc333".to_string(), None)]);
+        // No pod object was looked at: no claim that one was force-deleted.
+        assert!(check(&snap, &Settings::default()).iter().all(|f| f.evidence.get("note").is_none()));
         // From the pod list: the pod's current container ids decide.
         let snap = SnapshotBuilder::from_state(state.clone())
             .with_pod_list(&[pod("p1", "a", "Running", &[("app", "aaa111")]), pod("p2", "b", "Failed", &[("app", "bbb222")])])
