@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use nodemedic_rules::checkpoint::Verification;
 use nodemedic_rules::finding::Severity;
-use nodemedic_rules::{rules, Settings};
+use nodemedic_rules::{Settings, rules};
 use serde_json::json;
 
 use crate::args::{CheckpointAction, Cli, Command, Format, ScanArgs};
-use crate::collect::{self, checkpoint::read_checkpoint_file, ScanOptions};
+use crate::collect::{self, ScanOptions, checkpoint::read_checkpoint_file};
 use crate::host::HostPaths;
 use crate::report::Report;
 
@@ -66,12 +66,17 @@ fn print(text: &str) {
 /// `nodemedic scan`.
 pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
-    let opts = ScanOptions { node: args.node, pods_file: args.pods };
+    let opts = ScanOptions {
+        node: args.node,
+        pods_file: args.pods,
+    };
     let (snapshot, _) = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
     let mut settings = Settings::default();
     for id in args.disable_rule {
         if rules::by_id(&id).is_none() {
-            return Err(format!("--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"));
+            return Err(format!(
+                "--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"
+            ));
         }
         settings.disabled_rules.insert(id);
     }
@@ -81,7 +86,11 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),
     }
-    Ok(if report.worst() >= Some(Severity::Warning) { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if report.worst() >= Some(Severity::Warning) {
+        EXIT_FINDINGS
+    } else {
+        EXIT_OK
+    })
 }
 
 fn checkpoint(action: CheckpointAction) -> Result<u8, String> {
@@ -125,17 +134,25 @@ fn checkpoint(action: CheckpointAction) -> Result<u8, String> {
                 }
                 (None, Some(Verification::Mismatch { stored, computed })) => {
                     let tried: Vec<String> = computed.iter().map(|(n, s)| format!("{n} = {s}")).collect();
-                    format!("invalid: stored checksum {stored} matches no kubelet layout (computed: {})", tried.join(", "))
+                    format!(
+                        "invalid: stored checksum {stored} matches no kubelet layout (computed: {})",
+                        tried.join(", ")
+                    )
                 }
                 (None, None) => "invalid".to_string(),
             };
             text.push_str(&format!("{shown}: {verdict}\n"));
             if let (true, Some(s)) = (show, &state) {
-                text.push_str(&format!("policy:      {}\ndefault set: {}\n", s.policy_name, s.default_cpus));
+                text.push_str(&format!(
+                    "policy:      {}\ndefault set: {}\n",
+                    s.policy_name, s.default_cpus
+                ));
                 text.push_str(&format!("assignments: {}\n", s.assignments.len()));
                 for a in &s.assignments {
                     let who = match &a.key {
-                        nodemedic_rules::checkpoint::EntryKey::Container { pod_uid, container } => format!("{pod_uid} {container}"),
+                        nodemedic_rules::checkpoint::EntryKey::Container { pod_uid, container } => {
+                            format!("{pod_uid} {container}")
+                        }
                         nodemedic_rules::checkpoint::EntryKey::ContainerId { container_id } => container_id.clone(),
                     };
                     text.push_str(&format!("  {who:<60} {}\n", a.cpus));
@@ -169,7 +186,15 @@ fn list_rules(format: Format) -> u8 {
             for r in rules::ALL {
                 text.push_str(&format!(
                     "{:<26} {:<8} {}\n{:<35} looks at: {}\n{:<35} fires when: {}\n{:<35} docs: {}\n",
-                    r.id, r.severity.as_str(), r.title, "", r.looks_at, "", r.fires_when, "", r.docs_path()
+                    r.id,
+                    r.severity.as_str(),
+                    r.title,
+                    "",
+                    r.looks_at,
+                    "",
+                    r.fires_when,
+                    "",
+                    r.docs_path()
                 ));
             }
             print(&text);

@@ -17,7 +17,10 @@ impl HostPaths {
     /// Host files under `root`; the kubelet directory at `kubelet_dir` when given (a local
     /// path used as it is), else wherever the kubelet's `--root-dir` says, under `root`.
     pub fn new(root: impl Into<PathBuf>, kubelet_dir: Option<PathBuf>) -> Self {
-        HostPaths { root: root.into(), kubelet_dir }
+        HostPaths {
+            root: root.into(),
+            kubelet_dir,
+        }
     }
 
     /// The local path of a host path (`/proc/1/status` -> `<root>/proc/1/status`).
@@ -68,10 +71,19 @@ mod tests {
         let h = HostPaths::new("/host", None);
         assert_eq!(h.host("/proc/1/status"), PathBuf::from("/host/proc/1/status"));
         assert_eq!(h.kubelet_dir(None), PathBuf::from("/host/var/lib/kubelet"));
-        assert_eq!(h.kubelet_dir(Some("/data/kubelet")), PathBuf::from("/host/data/kubelet"));
-        assert_eq!(h.display(Path::new("/host/var/lib/kubelet/cpu_manager_state")), "/var/lib/kubelet/cpu_manager_state");
+        assert_eq!(
+            h.kubelet_dir(Some("/data/kubelet")),
+            PathBuf::from("/host/data/kubelet")
+        );
+        assert_eq!(
+            h.display(Path::new("/host/var/lib/kubelet/cpu_manager_state")),
+            "/var/lib/kubelet/cpu_manager_state"
+        );
         let real = HostPaths::new("/", Some(PathBuf::from("/tmp/k")));
         assert_eq!(real.kubelet_dir(Some("/ignored")), PathBuf::from("/tmp/k"));
-        assert_eq!(real.display(Path::new("/tmp/k/cpu_manager_state")), "/tmp/k/cpu_manager_state");
+        assert_eq!(
+            real.display(Path::new("/tmp/k/cpu_manager_state")),
+            "/tmp/k/cpu_manager_state"
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The report of one scan.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -59,12 +59,22 @@ impl Report {
     /// evidence and remedy, then a summary line.
     pub fn to_text(&self, snapshot: &NodeSnapshot) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "nodemedic {} scan of node {} at {}", self.version, self.node, self.generated_at);
+        let _ = writeln!(
+            out,
+            "nodemedic {} scan of node {} at {}",
+            self.version, self.node, self.generated_at
+        );
         let _ = writeln!(out, "sources:");
         for (name, status) in &self.sources {
             let detail = match name.as_str() {
                 "cgroups" => snapshot.cgroups.ok().map(|t| {
-                    format!(" ({:?}, {} driver, {} pod cgroups under {})", t.version, t.driver, t.pods.len(), t.kubepods)
+                    format!(
+                        " ({:?}, {} driver, {} pod cgroups under {})",
+                        t.version,
+                        t.driver,
+                        t.pods.len(),
+                        t.kubepods
+                    )
                 }),
                 "checkpoint" => match &snapshot.checkpoint {
                     Observed::Ok(f) => Some(format!(" ({})", f.path)),
@@ -86,7 +96,12 @@ impl Report {
                 }),
                 _ => None,
             };
-            let _ = writeln!(out, "  {name:<15} {}{}", status.as_str().unwrap_or(""), detail.unwrap_or_default());
+            let _ = writeln!(
+                out,
+                "  {name:<15} {}{}",
+                status.as_str().unwrap_or(""),
+                detail.unwrap_or_default()
+            );
         }
         for severity in [Severity::Critical, Severity::Warning, Severity::Info] {
             let group: Vec<&Finding> = self.findings.iter().filter(|f| f.severity == severity).collect();

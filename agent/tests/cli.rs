@@ -2,11 +2,21 @@
 //! (Having this integration test also makes `cargo test` build the `nodemedic` binary that
 //! the end-to-end tests in `tests/` run.)
 
+#![allow(clippy::unwrap_used)]
+
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodemedic")).args(args).env_remove("NODE_NAME").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_nodemedic"))
+        .args(args)
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn file(dir: &tempfile::TempDir, name: &str, content: &[u8]) -> String {
@@ -18,10 +28,17 @@ fn file(dir: &tempfile::TempDir, name: &str, content: &[u8]) -> String {
 #[test]
 fn checkpoint_verify_names_the_layout_and_exits_by_validity() {
     let dir = tempfile::tempdir().unwrap();
-    let v2 = file(&dir, "v2", br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#);
+    let v2 = file(
+        &dir,
+        "v2",
+        br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#,
+    );
     let (code, out, _) = run(&["checkpoint", "verify", &v2]);
     assert_eq!(code, 0);
-    assert!(out.ends_with(": valid: checksum matches layout V2 as CPUManagerCheckpoint\n"), "{out}");
+    assert!(
+        out.ends_with(": valid: checksum matches layout V2 as CPUManagerCheckpoint\n"),
+        "{out}"
+    );
 
     let v3 = file(&dir, "v3", br#"{"policyName":"static","defaultCPUSet":"1-2","entries":{"pod1":{"container1":"5-6","container2":"3-4"}},"podEntries":{"pod2":{"cpuSet":"7-9"}},"checksum":2284712151}"#);
     let (code, out, _) = run(&["checkpoint", "verify", &v3, "--format", "json"]);
@@ -30,10 +47,19 @@ fn checkpoint_verify_names_the_layout_and_exits_by_validity() {
     assert_eq!(v["verification"]["type_name"], "CPUManagerCheckpointV3");
     assert_eq!(v["layout"], "V3");
 
-    let bad = file(&dir, "bad", br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":1337}"#);
+    let bad = file(
+        &dir,
+        "bad",
+        br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":1337}"#,
+    );
     let (code, out, _) = run(&["checkpoint", "verify", &bad]);
     assert_eq!(code, 1);
-    assert!(out.contains("invalid: stored checksum 1337 matches no kubelet layout (computed: V2 as CPUManagerCheckpoint = 3094260139"), "{out}");
+    assert!(
+        out.contains(
+            "invalid: stored checksum 1337 matches no kubelet layout (computed: V2 as CPUManagerCheckpoint = 3094260139"
+        ),
+        "{out}"
+    );
 
     let truncated = file(&dir, "trunc", br#"{"policyName":"sta"#);
     let (code, out, _) = run(&["checkpoint", "verify", &truncated]);
@@ -46,7 +72,10 @@ fn checkpoint_verify_names_the_layout_and_exits_by_validity() {
 
     let (code, _, err) = run(&["checkpoint", "verify", dir.path().to_str().unwrap()]);
     assert_eq!(code, 2);
-    assert!(err.ends_with("is a directory, not a file\n") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.ends_with("is a directory, not a file\n") && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -69,10 +98,22 @@ fn rules_catalogue() {
     let (code, out, _) = run(&["rules", "--format", "json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let ids: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
     assert_eq!(
         ids,
-        ["checkpoint-unreadable", "checkpoint-invalid-state", "stale-cpu-assignment", "cross-pod-cpu-overlap", "cpuset-drift", "exclusive-cpu-shortage"]
+        [
+            "checkpoint-unreadable",
+            "checkpoint-invalid-state",
+            "stale-cpu-assignment",
+            "cross-pod-cpu-overlap",
+            "cpuset-drift",
+            "exclusive-cpu-shortage"
+        ]
     );
     assert_eq!(v[2]["docs"], "docs/rules/stale-cpu-assignment.md");
     let (_, text, _) = run(&["rules"]);
@@ -85,15 +126,27 @@ fn bad_flags_and_missing_inputs_exit_2_with_one_line() {
     assert_eq!(code, 2);
     assert!(err.contains("invalid value 'yaml'"), "{err}");
     let (code, _, err) = run(&["scan", "--host-root", "/nonexistent-root"]);
-    assert_eq!((code, err.as_str()), (2, "nodemedic: /nonexistent-root: host root does not exist or is not a directory\n"));
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "nodemedic: /nonexistent-root: host root does not exist or is not a directory\n"
+        )
+    );
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap();
     let (code, _, err) = run(&["scan", "--host-root", root, "--pods", "/nonexistent/pods.json"]);
-    assert_eq!((code, err.as_str()), (2, "nodemedic: /nonexistent/pods.json: no such file\n"));
+    assert_eq!(
+        (code, err.as_str()),
+        (2, "nodemedic: /nonexistent/pods.json: no such file\n")
+    );
     let pods = file(&dir, "pods.json", b"{\"kind\":\"List\",\"items\":[");
     let (code, _, err) = run(&["scan", "--host-root", root, "--pods", &pods]);
     assert_eq!(code, 2);
-    assert!(err.starts_with(&format!("nodemedic: {pods}: invalid JSON at line 1 column")) && err.lines().count() == 1, "{err}");
+    assert!(
+        err.starts_with(&format!("nodemedic: {pods}: invalid JSON at line 1 column")) && err.lines().count() == 1,
+        "{err}"
+    );
     let (code, _, err) = run(&["scan", "--host-root", root, "--disable-rule", "no-such-rule"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown rule id \"no-such-rule\""), "{err}");
@@ -102,7 +155,15 @@ fn bad_flags_and_missing_inputs_exit_2_with_one_line() {
 #[test]
 fn an_empty_host_scans_clean() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, out, err) = run(&["scan", "--host-root", dir.path().to_str().unwrap(), "--node", "n1", "--format", "json"]);
+    let (code, out, err) = run(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--node",
+        "n1",
+        "--format",
+        "json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["node"], "n1");

@@ -1,7 +1,7 @@
 //! Checkpoint read + verify + state on a large node: 256 CPUs, 250 containers in 125 pods
 //! (two exclusive CPUs each), the rest in the default set. Numbers: docs/performance.md.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
 use nodemedic_rules::{Checkpoint, CpuSet};
 use std::hint::black_box;
@@ -36,7 +36,9 @@ fn bench(c: &mut Criterion) {
         })
     });
     let state = big_state();
-    c.bench_function("checkpoint_write_256cpu_250ctr", |b| b.iter(|| black_box(state.to_checkpoint_json())));
+    c.bench_function("checkpoint_write_256cpu_250ctr", |b| {
+        b.iter(|| black_box(state.to_checkpoint_json()))
+    });
 }
 
 criterion_group!(benches, bench);

@@ -174,10 +174,7 @@ impl CpuSet {
 
     /// Whether the sets share an id.
     pub fn intersects(&self, other: &CpuSet) -> bool {
-        self.words
-            .iter()
-            .zip(other.words.iter())
-            .any(|(a, b)| a & b != 0)
+        self.words.iter().zip(other.words.iter()).any(|(a, b)| a & b != 0)
     }
 }
 
@@ -319,7 +316,10 @@ mod tests {
         assert_eq!(b.first(), Some(4));
         // Equality ignores trailing empty words.
         assert_eq!(a.difference(&CpuSet::parse("200").unwrap()), a);
-        assert_eq!(CpuSet::parse("300").unwrap().difference(&CpuSet::parse("300").unwrap()), CpuSet::new());
+        assert_eq!(
+            CpuSet::parse("300").unwrap().difference(&CpuSet::parse("300").unwrap()),
+            CpuSet::new()
+        );
     }
 
     proptest! {

@@ -39,12 +39,20 @@ pub struct Subject {
 impl Subject {
     /// The node itself.
     pub fn node(name: &str) -> Self {
-        Subject { kind: "Node".into(), name: Some(name.to_string()), ..Default::default() }
+        Subject {
+            kind: "Node".into(),
+            name: Some(name.to_string()),
+            ..Default::default()
+        }
     }
 
     /// A pod known by UID only (its object may be gone).
     pub fn pod_uid(uid: &str) -> Self {
-        Subject { kind: "Pod".into(), uid: Some(uid.to_string()), ..Default::default() }
+        Subject {
+            kind: "Pod".into(),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        }
     }
 
     /// A pod from the pod list.
@@ -89,7 +97,14 @@ pub struct Finding {
 impl Finding {
     /// A finding of `rule` with empty evidence.
     pub fn new(rule: &str, severity: Severity, subject: Subject, summary: String, remedy: String) -> Self {
-        Finding { rule: rule.to_string(), severity, subject, summary, evidence: Map::new(), remedy }
+        Finding {
+            rule: rule.to_string(),
+            severity,
+            subject,
+            summary,
+            evidence: Map::new(),
+            remedy,
+        }
     }
 
     /// Adds one evidence field (skipped when the value is `null`).
@@ -106,7 +121,11 @@ impl Finding {
         (
             std::cmp::Reverse(self.severity),
             self.rule.clone(),
-            self.subject.uid.clone().or_else(|| self.subject.name.clone()).unwrap_or_default(),
+            self.subject
+                .uid
+                .clone()
+                .or_else(|| self.subject.name.clone())
+                .unwrap_or_default(),
             self.subject.container.clone().unwrap_or_default(),
             self.summary.clone(),
         )

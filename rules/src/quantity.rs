@@ -15,7 +15,10 @@ pub struct QuantityError {
 
 /// Reads a CPU quantity as millicores, rounding up like `MilliValue`.
 pub fn parse_cpu_millis(text: &str) -> Result<u64, QuantityError> {
-    let err = |reason| QuantityError { text: text.to_string(), reason };
+    let err = |reason| QuantityError {
+        text: text.to_string(),
+        reason,
+    };
     let t = text.trim();
     let (number, scale_millis): (&str, u128) = if let Some(n) = t.strip_suffix('m') {
         (n, 1)
@@ -39,8 +42,16 @@ pub fn parse_cpu_millis(text: &str) -> Result<u64, QuantityError> {
     if int.len() > 18 || frac.len() > 18 {
         return Err(err("too many digits"));
     }
-    let int_v: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| err("too large"))? };
-    let frac_v: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| err("too large"))? };
+    let int_v: u128 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| err("too large"))?
+    };
+    let frac_v: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| err("too large"))?
+    };
     let frac_den: u128 = 10u128.pow(frac.len() as u32);
     // value_millis = (int + frac/den) * scale, rounded up.
     let numerator = (int_v * frac_den + frac_v) * scale_millis;

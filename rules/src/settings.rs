@@ -22,14 +22,19 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { disabled_rules: BTreeSet::new(), reconcile_grace_seconds: None, rejection_window_seconds: 3600 }
+        Settings {
+            disabled_rules: BTreeSet::new(),
+            reconcile_grace_seconds: None,
+            rejection_window_seconds: 3600,
+        }
     }
 }
 
 impl Settings {
     /// The reconcile grace in force for `snapshot`.
     pub fn reconcile_grace(&self, snapshot: &crate::NodeSnapshot) -> f64 {
-        self.reconcile_grace_seconds.unwrap_or_else(|| snapshot.cpu_manager().reconcile_period_seconds)
+        self.reconcile_grace_seconds
+            .unwrap_or_else(|| snapshot.cpu_manager().reconcile_period_seconds)
     }
 
     /// Whether rule `id` runs.

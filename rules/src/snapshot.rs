@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::CpuSet;
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::topology::CpuTopology;
 use crate::validate::CpuManagerConfig;
-use crate::CpuSet;
 
 /// One input of the snapshot.
 #[derive(Debug, Clone, PartialEq)]

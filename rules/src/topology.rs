@@ -133,8 +133,11 @@ impl CpuTopology {
         }
         // 3. Single threads: cores on sockets the result already uses first, then sockets and
         //    cores with fewer free CPUs (fill partly used ones), then by id.
+        // Sort key of a core for the next single thread: (shares a socket with the result,
+        // free CPUs on its socket, free CPUs on the core, socket, core).
+        type Rank = (std::cmp::Reverse<usize>, usize, usize, u32, u32);
         while need > 0 {
-            let mut best: Option<((std::cmp::Reverse<usize>, usize, usize, u32, u32), u32)> = None;
+            let mut best: Option<(Rank, u32)> = None;
             for k in self.cores() {
                 let core_free = self.cpus_where(|c| Self::core_of(c) == k).intersection(&free);
                 let Some(first) = core_free.first() else { continue };
@@ -165,7 +168,14 @@ mod tests {
     fn uniform_numbering_matches_linux() {
         let t = CpuTopology::uniform(1, 4, 2);
         assert_eq!(t.cpus.len(), 8);
-        assert_eq!(t.cpus[4], CpuInfo { cpu: 4, core: 0, socket: 0 });
+        assert_eq!(
+            t.cpus[4],
+            CpuInfo {
+                cpu: 4,
+                core: 0,
+                socket: 0
+            }
+        );
         assert_eq!(t.cpus_per_core(), 2);
         assert_eq!(t.cpus_per_socket(), 8);
     }

@@ -4,10 +4,10 @@
 //! The kubelet stops at the first failed check and refuses to start; we report every problem,
 //! each with the message the kubelet would log, so one scan shows everything to fix.
 
+use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::quantity::parse_cpu_millis;
 use crate::topology::CpuTopology;
-use crate::CpuSet;
 
 /// The CPU manager part of a kubelet's configuration (file plus flags), in our own terms.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -54,12 +54,18 @@ impl CpuManagerConfig {
             return Ok(set.clone());
         }
         let mut millis = 0u64;
-        for q in [&self.kube_reserved_cpu, &self.system_reserved_cpu].into_iter().flatten() {
+        for q in [&self.kube_reserved_cpu, &self.system_reserved_cpu]
+            .into_iter()
+            .flatten()
+        {
             millis = millis.saturating_add(parse_cpu_millis(q).map_err(|e| e.to_string())?);
         }
         let n = millis.div_ceil(1000) as usize;
         topology.take_by_topology(&topology.all(), n).ok_or_else(|| {
-            format!("{n} reserved CPUs requested but the node has {} online", topology.cpus.len())
+            format!(
+                "{n} reserved CPUs requested but the node has {} online",
+                topology.cpus.len()
+            )
         })
     }
 }
@@ -74,7 +80,11 @@ pub enum StateProblem {
     /// Rule 2 with `strict-cpu-reservation`: reserved CPUs inside `defaultCpuSet`.
     ReservedInDefault { overlap: CpuSet, default: CpuSet },
     /// Rule 3: an assignment overlaps `defaultCpuSet`.
-    OverlapsDefault { owner: String, cpus: CpuSet, default: CpuSet },
+    OverlapsDefault {
+        owner: String,
+        cpus: CpuSet,
+        default: CpuSet,
+    },
     /// Rule 4: default plus assignments is not exactly the CPUs the kubelet manages.
     CpusMismatch { expected: CpuSet, in_state: CpuSet },
 }
@@ -104,9 +114,9 @@ impl StateProblem {
             StateProblem::OverlapsDefault { owner, cpus, default } => {
                 format!("{owner} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")
             }
-            StateProblem::CpusMismatch { expected, in_state } => format!(
-                "current set of available CPUs \"{expected}\" doesn't match with CPUs in state \"{in_state}\""
-            ),
+            StateProblem::CpusMismatch { expected, in_state } => {
+                format!("current set of available CPUs \"{expected}\" doesn't match with CPUs in state \"{in_state}\"")
+            }
         }
     }
 }
@@ -126,7 +136,12 @@ pub fn validate_static_state(state: &CpuState, online: &CpuSet, reserved: &CpuSe
         .assignments
         .iter()
         .map(|a| (owner(&a.key), &a.cpus))
-        .chain(state.pod_assignments.iter().map(|(uid, cpus)| (format!("pod: {uid}"), cpus)))
+        .chain(
+            state
+                .pod_assignments
+                .iter()
+                .map(|(uid, cpus)| (format!("pod: {uid}"), cpus)),
+        )
         .collect();
     if default.is_empty() {
         // An empty default with no assignment is a fresh state the kubelet initialises.
@@ -137,10 +152,16 @@ pub fn validate_static_state(state: &CpuState, online: &CpuSet, reserved: &CpuSe
     }
     if strict {
         if reserved.intersects(default) {
-            problems.push(StateProblem::ReservedInDefault { overlap: reserved.intersection(default), default: default.clone() });
+            problems.push(StateProblem::ReservedInDefault {
+                overlap: reserved.intersection(default),
+                default: default.clone(),
+            });
         }
     } else if !reserved.is_subset(default) {
-        problems.push(StateProblem::ReservedNotInDefault { reserved: reserved.clone(), default: default.clone() });
+        problems.push(StateProblem::ReservedNotInDefault {
+            reserved: reserved.clone(),
+            default: default.clone(),
+        });
     }
     let mut in_state = default.clone();
     for (owner, cpus) in &owned {
@@ -153,7 +174,11 @@ pub fn validate_static_state(state: &CpuState, online: &CpuSet, reserved: &CpuSe
         }
         in_state = in_state.union(cpus);
     }
-    let expected = if strict { online.difference(reserved) } else { online.clone() };
+    let expected = if strict {
+        online.difference(reserved)
+    } else {
+        online.clone()
+    };
     if in_state != expected {
         problems.push(StateProblem::CpusMismatch { expected, in_state });
     }
@@ -172,7 +197,10 @@ mod tests {
             assignments: entries
                 .iter()
                 .map(|(p, c, cpus)| Assignment {
-                    key: EntryKey::Container { pod_uid: p.to_string(), container: c.to_string() },
+                    key: EntryKey::Container {
+                        pod_uid: p.to_string(),
+                        container: c.to_string(),
+                    },
                     cpus: CpuSet::parse(cpus).unwrap(),
                 })
                 .collect(),
@@ -192,39 +220,111 @@ mod tests {
         let cases: &[(&str, CpuState, &CpuSet, bool, &[&str])] = &[
             ("healthy", state("0-3", &[("p", "c", "4-7")]), &r01, false, &[]),
             ("fresh empty state", state("", &[]), &r01, false, &[]),
-            ("empty default with assignments", state("", &[("p", "c", "0-7")]), &r01, false, &["empty-default-cpuset"]),
-            ("reserved taken", state("2-3", &[("p", "c", "0-1,4-7")]), &r01, false, &["reserved-not-in-default"]),
-            ("overlap", state("0-4", &[("p", "c", "4-7")]), &r01, false, &["assignment-overlaps-default"]),
-            ("CPU hot-added", state("0-3", &[("p", "c", "4-5")]), &r01, false, &["cpus-mismatch"]),
-            ("CPU removed", state("0-3,8", &[("p", "c", "4-7")]), &r01, false, &["cpus-mismatch"]),
+            (
+                "empty default with assignments",
+                state("", &[("p", "c", "0-7")]),
+                &r01,
+                false,
+                &["empty-default-cpuset"],
+            ),
+            (
+                "reserved taken",
+                state("2-3", &[("p", "c", "0-1,4-7")]),
+                &r01,
+                false,
+                &["reserved-not-in-default"],
+            ),
+            (
+                "overlap",
+                state("0-4", &[("p", "c", "4-7")]),
+                &r01,
+                false,
+                &["assignment-overlaps-default"],
+            ),
+            (
+                "CPU hot-added",
+                state("0-3", &[("p", "c", "4-5")]),
+                &r01,
+                false,
+                &["cpus-mismatch"],
+            ),
+            (
+                "CPU removed",
+                state("0-3,8", &[("p", "c", "4-7")]),
+                &r01,
+                false,
+                &["cpus-mismatch"],
+            ),
             ("strict healthy", state("2-3", &[("p", "c", "4-7")]), &r01, true, &[]),
-            ("strict reserved in default", state("0-3", &[("p", "c", "4-7")]), &r01, true, &["reserved-in-default", "cpus-mismatch"]),
+            (
+                "strict reserved in default",
+                state("0-3", &[("p", "c", "4-7")]),
+                &r01,
+                true,
+                &["reserved-in-default", "cpus-mismatch"],
+            ),
             ("no reserved", state("0-3", &[("p", "c", "4-7")]), &none, false, &[]),
-            ("same pod overlap is not checked", state("0-3", &[("p", "init", "4-5"), ("p", "app", "4-7")]), &r01, false, &[]),
+            (
+                "same pod overlap is not checked",
+                state("0-3", &[("p", "init", "4-5"), ("p", "app", "4-7")]),
+                &r01,
+                false,
+                &[],
+            ),
         ];
         for (name, st, reserved, strict, want) in cases {
-            assert_eq!(codes(&validate_static_state(st, &online, reserved, *strict)), *want, "{name}");
+            assert_eq!(
+                codes(&validate_static_state(st, &online, reserved, *strict)),
+                *want,
+                "{name}"
+            );
         }
     }
 
     #[test]
     fn kubelet_messages() {
-        let p = validate_static_state(&state("0-3", &[("p", "c", "4-5")]), &CpuSet::parse("0-7").unwrap(), &CpuSet::new(), false);
-        assert_eq!(p[0].kubelet_message(), "current set of available CPUs \"0-7\" doesn't match with CPUs in state \"0-5\"");
-        let p = validate_static_state(&state("0-4", &[("p", "c", "4-7")]), &CpuSet::parse("0-7").unwrap(), &CpuSet::new(), false);
-        assert_eq!(p[0].kubelet_message(), "pod: p, container: c cpuset: \"4-7\" overlaps with default cpuset \"0-4\"");
+        let p = validate_static_state(
+            &state("0-3", &[("p", "c", "4-5")]),
+            &CpuSet::parse("0-7").unwrap(),
+            &CpuSet::new(),
+            false,
+        );
+        assert_eq!(
+            p[0].kubelet_message(),
+            "current set of available CPUs \"0-7\" doesn't match with CPUs in state \"0-5\""
+        );
+        let p = validate_static_state(
+            &state("0-4", &[("p", "c", "4-7")]),
+            &CpuSet::parse("0-7").unwrap(),
+            &CpuSet::new(),
+            false,
+        );
+        assert_eq!(
+            p[0].kubelet_message(),
+            "pod: p, container: c cpuset: \"4-7\" overlaps with default cpuset \"0-4\""
+        );
     }
 
     #[test]
     fn reserved_from_config() {
         let topo = CpuTopology::uniform(1, 4, 2);
-        let mut cfg = CpuManagerConfig { kube_reserved_cpu: Some("500m".into()), system_reserved_cpu: Some("1".into()), ..Default::default() };
+        let mut cfg = CpuManagerConfig {
+            kube_reserved_cpu: Some("500m".into()),
+            system_reserved_cpu: Some("1".into()),
+            ..Default::default()
+        };
         assert_eq!(cfg.reserved_cpus(&topo).unwrap().to_string(), "0,4");
         cfg.reserved_system_cpus = Some(CpuSet::parse("7").unwrap());
         assert_eq!(cfg.reserved_cpus(&topo).unwrap().to_string(), "7");
-        let cfg = CpuManagerConfig { kube_reserved_cpu: Some("100".into()), ..Default::default() };
+        let cfg = CpuManagerConfig {
+            kube_reserved_cpu: Some("100".into()),
+            ..Default::default()
+        };
         assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("100 reserved CPUs"));
-        let cfg = CpuManagerConfig { kube_reserved_cpu: Some("lots".into()), ..Default::default() };
+        let cfg = CpuManagerConfig {
+            kube_reserved_cpu: Some("lots".into()),
+            ..Default::default()
+        };
         assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("\"lots\""));
         assert_eq!(CpuManagerConfig::default().reserved_cpus(&topo).unwrap(), CpuSet::new());
     }

@@ -2,11 +2,11 @@
 //! 750 containers (plus 250 sandboxes), 2,000 processes, 256 CPUs, cgroup v1 + cgroupfs.
 //! Numbers: docs/performance.md.
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use nodemedic::collect::{collect, ScanOptions};
+use criterion::{Criterion, criterion_group, criterion_main};
+use nodemedic::collect::{ScanOptions, collect};
 use nodemedic::host::HostPaths;
 use nodemedic::report::Report;
-use nodemedic_rules::{rules, Settings};
+use nodemedic_rules::{Settings, rules};
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
@@ -14,7 +14,10 @@ fn bench(c: &mut Criterion) {
     let node = nodemedic_tests::scenarios::big_node(250, 5);
     node.write(dir.path()).expect("write node");
     let host = HostPaths::new(dir.path(), None);
-    let opts = ScanOptions { node: Some("bench-node".into()), pods_file: Some(dir.path().join("pods.json")) };
+    let opts = ScanOptions {
+        node: Some("bench-node".into()),
+        pods_file: Some(dir.path().join("pods.json")),
+    };
     let mut group = c.benchmark_group("scan");
     group.sample_size(30);
     group.bench_function("offline_scan_250pods_750ctr_2000procs", |b| {

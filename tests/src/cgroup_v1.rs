@@ -34,9 +34,15 @@ impl CpusetSandbox {
                 "{CPUSET_MOUNT} is not a cgroup v1 cpuset hierarchy: this test needs one (and root), as CI has"
             )));
         }
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let name = format!("{prefix}-{}-{nanos}", std::process::id());
-        let mut sb = CpusetSandbox { name, dirs: vec![], children: vec![] };
+        let mut sb = CpusetSandbox {
+            name,
+            dirs: vec![],
+            children: vec![],
+        };
         sb.mkdir("", None)?;
         Ok(sb)
     }
@@ -48,19 +54,24 @@ impl CpusetSandbox {
 
     /// The online CPUs of the machine (the cpuset root's).
     pub fn machine_cpus() -> io::Result<String> {
-        Ok(std::fs::read_to_string(Path::new(CPUSET_MOUNT).join("cpuset.cpus"))?.trim().to_string())
+        Ok(std::fs::read_to_string(Path::new(CPUSET_MOUNT).join("cpuset.cpus"))?
+            .trim()
+            .to_string())
     }
 
     /// Creates `rel` (and its parents) below the sandbox; every level gets its parent's CPUs
     /// and memory nodes, the last one `cpus` when given.
     pub fn mkdir(&mut self, rel: &str, cpus: Option<&str>) -> io::Result<PathBuf> {
         let mut dir = Path::new(CPUSET_MOUNT).to_path_buf();
-        let parts: Vec<&str> = std::iter::once(self.name.as_str()).chain(rel.split('/').filter(|s| !s.is_empty())).collect();
+        let parts: Vec<&str> = std::iter::once(self.name.as_str())
+            .chain(rel.split('/').filter(|s| !s.is_empty()))
+            .collect();
         for (i, part) in parts.iter().enumerate() {
             let parent = dir.clone();
             dir = dir.join(part);
             if !dir.is_dir() {
-                std::fs::create_dir(&dir).map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
+                std::fs::create_dir(&dir)
+                    .map_err(|e| io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
                 self.dirs.push(dir.clone());
                 let pcpus = std::fs::read_to_string(parent.join("cpuset.cpus"))?;
                 let pmems = std::fs::read_to_string(parent.join("cpuset.mems"))?;
@@ -83,7 +94,11 @@ impl CpusetSandbox {
 
     /// Starts `sleep 600` and moves it into `rel`; returns its pid.
     pub fn spawn_sleep(&mut self, rel: &str) -> io::Result<u32> {
-        let child = Command::new("sleep").arg("600").stdin(Stdio::null()).stdout(Stdio::null()).spawn()?;
+        let child = Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?;
         let pid = child.id();
         self.children.push(child);
         write(&self.root().join(rel).join("cgroup.procs"), &pid.to_string())?;

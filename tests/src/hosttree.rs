@@ -18,9 +18,9 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
 use nodemedic_rules::CpuSet;
-use serde_json::{json, Value};
+use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
+use serde_json::{Value, json};
 
 /// cgroup version and driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +78,15 @@ pub struct Pod {
 /// Spark role of a fixture pod.
 #[derive(Debug, Clone)]
 pub enum SparkRole {
-    Driver { app_id: String },
-    Executor { app_id: String, exec_id: u32, driver: String, driver_uid: Option<String> },
+    Driver {
+        app_id: String,
+    },
+    Executor {
+        app_id: String,
+        exec_id: u32,
+        driver: String,
+        driver_uid: Option<String>,
+    },
 }
 
 /// A stable 64-hex container id derived from a name.
@@ -99,7 +106,14 @@ pub fn container_id(seed: &str) -> String {
 /// A stable pod UID derived from a name.
 pub fn pod_uid(seed: &str) -> String {
     let id = container_id(seed);
-    format!("{}-{}-4{}-a{}-{}", &id[0..8], &id[8..12], &id[13..16], &id[17..20], &id[20..32])
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &id[0..8],
+        &id[8..12],
+        &id[13..16],
+        &id[17..20],
+        &id[20..32]
+    )
 }
 
 impl Pod {
@@ -112,7 +126,13 @@ impl Pod {
             phase: "Running".into(),
             qos: "Guaranteed",
             labels: vec![],
-            containers: vec![Container { name: "app".into(), cpu_millis: cpus * 1000, cgroup_cpus: None, processes: 1, has_leaf: true }],
+            containers: vec![Container {
+                name: "app".into(),
+                cpu_millis: cpus * 1000,
+                cgroup_cpus: None,
+                processes: 1,
+                has_leaf: true,
+            }],
             entries: vec![],
             in_pod_list: true,
             has_cgroup: true,
@@ -127,7 +147,9 @@ impl Pod {
         let mut p = Pod::new(&format!("{app}-driver"), cpus);
         p.namespace = "spark".into();
         p.containers[0].name = "spark-kubernetes-driver".into();
-        p.spark = Some(SparkRole::Driver { app_id: spark_app_id(app) });
+        p.spark = Some(SparkRole::Driver {
+            app_id: spark_app_id(app),
+        });
         p.labels = vec![
             ("spark-app-selector".into(), spark_app_id(app)),
             ("spark-role".into(), "driver".into()),
@@ -144,7 +166,12 @@ impl Pod {
         p.containers[0].name = "spark-kubernetes-executor".into();
         p.containers[0].processes = 2;
         let driver = format!("{app}-driver");
-        p.spark = Some(SparkRole::Executor { app_id: spark_app_id(app), exec_id: n, driver_uid: Some(pod_uid(&driver)), driver });
+        p.spark = Some(SparkRole::Executor {
+            app_id: spark_app_id(app),
+            exec_id: n,
+            driver_uid: Some(pod_uid(&driver)),
+            driver,
+        });
         p.labels = vec![
             ("spark-app-selector".into(), spark_app_id(app)),
             ("spark-role".into(), "executor".into()),
@@ -295,7 +322,13 @@ impl Node {
             for (c, cpus) in &p.entries {
                 let set = CpuSet::parse(cpus).unwrap_or_default();
                 taken = taken.union(&set);
-                assignments.push(Assignment { key: EntryKey::Container { pod_uid: p.uid.clone(), container: c.clone() }, cpus: set });
+                assignments.push(Assignment {
+                    key: EntryKey::Container {
+                        pod_uid: p.uid.clone(),
+                        container: c.clone(),
+                    },
+                    cpus: set,
+                });
             }
         }
         assignments.sort_by(|a, b| a.key.cmp(&b.key));
@@ -304,7 +337,12 @@ impl Node {
             Some(d) => CpuSet::parse(d).unwrap_or_default(),
             None => online.difference(&taken),
         };
-        CpuState { policy_name: "static".into(), default_cpus, assignments, pod_assignments: vec![] }
+        CpuState {
+            policy_name: "static".into(),
+            default_cpus,
+            assignments,
+            pod_assignments: vec![],
+        }
     }
 
     fn leaf_name(&self, id: &str) -> String {
@@ -326,7 +364,9 @@ impl Node {
                 if qos == "guaranteed" {
                     kubepods.join(format!("kubepods-pod{u}.slice"))
                 } else {
-                    kubepods.join(format!("kubepods-{qos}.slice")).join(format!("kubepods-{qos}-pod{u}.slice"))
+                    kubepods
+                        .join(format!("kubepods-{qos}.slice"))
+                        .join(format!("kubepods-{qos}-pod{u}.slice"))
                 }
             }
             _ => {
@@ -359,8 +399,14 @@ impl Node {
             let core_global = cpu % total_cores;
             let socket = core_global / self.cores_per_socket;
             let core = core_global % self.cores_per_socket;
-            put(&format!("/sys/devices/system/cpu/cpu{cpu}/topology/core_id"), format!("{core}\n").as_bytes())?;
-            put(&format!("/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"), format!("{socket}\n").as_bytes())?;
+            put(
+                &format!("/sys/devices/system/cpu/cpu{cpu}/topology/core_id"),
+                format!("{core}\n").as_bytes(),
+            )?;
+            put(
+                &format!("/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"),
+                format!("{socket}\n").as_bytes(),
+            )?;
         }
 
         // The kubelet: a process whose command line names its config, and the config.
@@ -372,7 +418,10 @@ impl Node {
             self.kubelet_config_path
         );
         put(&format!("/proc/{kubelet_pid}/cmdline"), cmdline.as_bytes())?;
-        put(&format!("/proc/{kubelet_pid}/status"), status("kubelet", kubelet_pid, &online).as_bytes())?;
+        put(
+            &format!("/proc/{kubelet_pid}/status"),
+            status("kubelet", kubelet_pid, &online).as_bytes(),
+        )?;
         put(&self.kubelet_config_path, self.kubelet_yaml.as_bytes())?;
 
         // The checkpoint, with its mtime in the past.
@@ -390,9 +439,16 @@ impl Node {
             Layout::V1Cgroupfs | Layout::V1Systemd => ("/sys/fs/cgroup/cpuset", false),
             Layout::V2Systemd | Layout::V2Cgroupfs => ("/sys/fs/cgroup", true),
         };
-        let effective_name = if v2 { "cpuset.cpus.effective" } else { "cpuset.effective_cpus" };
+        let effective_name = if v2 {
+            "cpuset.cpus.effective"
+        } else {
+            "cpuset.effective_cpus"
+        };
         if v2 {
-            put("/sys/fs/cgroup/cgroup.controllers", b"cpuset cpu io memory hugetlb pids rdma misc\n")?;
+            put(
+                "/sys/fs/cgroup/cgroup.controllers",
+                b"cpuset cpu io memory hugetlb pids rdma misc\n",
+            )?;
         }
         put(&format!("{ctrl}/cpuset.cpus"), format!("{online}\n").as_bytes())?;
         put(&format!("{ctrl}/{effective_name}"), format!("{online}\n").as_bytes())?;
@@ -409,11 +465,18 @@ impl Node {
             // The sandbox (pause) container: one process, never in the pod's statuses.
             let pause_id = container_id(&format!("{}/pause", pod.uid));
             // The kubelet stops the sandbox of a finished pod; its cgroup stays until cleanup.
-            let pause_pids: Vec<u32> = if matches!(pod.phase.as_str(), "Succeeded" | "Failed") { vec![] } else { vec![next_pid] };
+            let pause_pids: Vec<u32> = if matches!(pod.phase.as_str(), "Succeeded" | "Failed") {
+                vec![]
+            } else {
+                vec![next_pid]
+            };
             next_pid += pause_pids.len() as u32;
             self.write_leaf(&dir.join(self.leaf_name(&pause_id)), &online, &pause_pids, v2)?;
             for pid in &pause_pids {
-                put(&format!("/proc/{pid}/status"), status("pause", *pid, &online).as_bytes())?;
+                put(
+                    &format!("/proc/{pid}/status"),
+                    status("pause", *pid, &online).as_bytes(),
+                )?;
             }
             if self.runtime == Runtime::Crio {
                 std::fs::create_dir_all(dir.join(format!("crio-conmon-{pause_id}.scope")))?;
@@ -434,14 +497,23 @@ impl Node {
                 }
             }
         }
-        put("/pods.json", serde_json::to_string_pretty(&self.pods_json()).unwrap_or_default().as_bytes())?;
+        put(
+            "/pods.json",
+            serde_json::to_string_pretty(&self.pods_json())
+                .unwrap_or_default()
+                .as_bytes(),
+        )?;
         Ok(())
     }
 
     fn write_leaf(&self, leaf: &Path, cpus: &CpuSet, pids: &[u32], v2: bool) -> io::Result<()> {
         std::fs::create_dir_all(leaf)?;
         std::fs::write(leaf.join("cpuset.cpus"), format!("{cpus}\n"))?;
-        let effective = if v2 { "cpuset.cpus.effective" } else { "cpuset.effective_cpus" };
+        let effective = if v2 {
+            "cpuset.cpus.effective"
+        } else {
+            "cpuset.effective_cpus"
+        };
         std::fs::write(leaf.join(effective), format!("{cpus}\n"))?;
         let procs: String = pids.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(leaf.join("cgroup.procs"), procs)
@@ -536,7 +608,12 @@ fn spark_env(role: &SparkRole, p: &Pod) -> Value {
             {"name": "SPARK_DRIVER_BIND_ADDRESS", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
             {"name": "SPARK_LOCAL_DIRS", "value": "/var/data/spark-0c4d6e1a-8f3b-4c1d-9e2a-5b7f6d8c9a0e"},
         ]),
-        SparkRole::Executor { app_id, exec_id, driver, .. } => json!([
+        SparkRole::Executor {
+            app_id,
+            exec_id,
+            driver,
+            ..
+        } => json!([
             {"name": "SPARK_DRIVER_URL", "value": format!("spark://CoarseGrainedScheduler@{driver}-svc.{}.svc:7078", p.namespace)},
             {"name": "SPARK_EXECUTOR_CORES", "value": "2"},
             {"name": "SPARK_EXECUTOR_MEMORY", "value": "3g"},

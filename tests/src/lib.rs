@@ -19,7 +19,11 @@ pub fn nodemedic_bin() -> PathBuf {
     }
     // target/<profile>/deps/<test-exe> -> target/<profile>/nodemedic
     let exe = std::env::current_exe().unwrap_or_default();
-    let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let bin = profile_dir.join("nodemedic");
     assert!(
         bin.is_file(),
@@ -51,7 +55,14 @@ impl From<Output> for Run {
 pub fn nodemedic(args: &[&str]) -> Run {
     let mut cmd = Command::new(nodemedic_bin());
     cmd.args(args);
-    for var in ["NODE_NAME", "NODEMEDIC_HOST_ROOT", "NODEMEDIC_KUBELET_DIR", "NODEMEDIC_PODS", "NODEMEDIC_FORMAT", "NODEMEDIC_DISABLE_RULES"] {
+    for var in [
+        "NODE_NAME",
+        "NODEMEDIC_HOST_ROOT",
+        "NODEMEDIC_KUBELET_DIR",
+        "NODEMEDIC_PODS",
+        "NODEMEDIC_FORMAT",
+        "NODEMEDIC_DISABLE_RULES",
+    ] {
         cmd.env_remove(var);
     }
     cmd.env("RUST_BACKTRACE", "1");
@@ -64,7 +75,8 @@ pub fn nodemedic(args: &[&str]) -> Run {
 /// A JSON report with the fields that change from run to run replaced by placeholders
 /// (`generated_at`, the checkpoint's age in seconds).
 pub fn normalize_report(json: &str) -> serde_json::Value {
-    let mut v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{json}"));
+    let mut v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{json}"));
     v["generated_at"] = "<generated_at>".into();
     if let Some(findings) = v["findings"].as_array_mut() {
         for f in findings {
@@ -79,7 +91,9 @@ pub fn normalize_report(json: &str) -> serde_json::Value {
 /// Compares `actual` with the golden file `tests/golden/<name>.json`; with
 /// `UPDATE_GOLDEN=1` rewrites the file instead.
 pub fn assert_golden(name: &str, actual: &serde_json::Value) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("{name}.json"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(format!("{name}.json"));
     let text = serde_json::to_string_pretty(actual).unwrap_or_default() + "\n";
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).ok();

@@ -27,11 +27,17 @@ pub const FIXTURES: &[(&str, Layout, Runtime)] = &[
 /// (kubernetes #107074), and two executors the kubelet could not pin.
 pub fn example_node() -> Node {
     let mut node = Node::new("worker-stale", Layout::V1Cgroupfs, Runtime::Containerd).cpus(1, 8, 2);
-    node.kubelet_yaml = node.kubelet_yaml.replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0,8\"");
+    node.kubelet_yaml = node
+        .kubelet_yaml
+        .replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0,8\"");
     node.kubelet_config_path = "/etc/kubernetes/kubelet-config.yaml".into();
     node.pod(Pod::driver("nightly-etl", 2).exclusive("1,9"))
         .pod(Pod::executor("nightly-etl", 1).exclusive("2-3,10-11"))
-        .pod(Pod::executor("nightly-etl", 2).exclusive("4-5,12-13").cgroup_cpus("4-5,12-15"))
+        .pod(
+            Pod::executor("nightly-etl", 2)
+                .exclusive("4-5,12-13")
+                .cgroup_cpus("4-5,12-15"),
+        )
         .pod(Pod::executor("nightly-etl", 3).exclusive("6,14").gone())
         .pod(Pod::new("feature-backfill", 1).exclusive("7").finished("Succeeded"))
         .pod(Pod::new("metrics-agent", 1).burstable())
@@ -67,6 +73,8 @@ pub fn big_node(pods: usize, procs_per_pod: u32) -> Node {
         }
         node = node.pod(p);
     }
-    node.kubelet_yaml = node.kubelet_yaml.replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0-1\"");
+    node.kubelet_yaml = node
+        .kubelet_yaml
+        .replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0-1\"");
     node
 }

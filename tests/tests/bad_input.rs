@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use nodemedic_tests::hosttree::{Layout, Runtime};
 use nodemedic_tests::scenarios::spark_node;
-use nodemedic_tests::{nodemedic, Run};
+use nodemedic_tests::{Run, nodemedic};
 use serde_json::Value;
 
 struct Tree {
@@ -15,7 +15,9 @@ struct Tree {
 impl Tree {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd).write(dir.path()).unwrap();
+        spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd)
+            .write(dir.path())
+            .unwrap();
         Tree { dir }
     }
     fn path(&self, rel: &str) -> PathBuf {
@@ -26,7 +28,15 @@ impl Tree {
     }
     fn scan(&self) -> (Run, Value) {
         let pods = self.path("pods.json");
-        let run = nodemedic(&["scan", "--host-root", self.dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--format", "json"]);
+        let run = nodemedic(&[
+            "scan",
+            "--host-root",
+            self.dir.path().to_str().unwrap(),
+            "--pods",
+            pods.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
         assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
         assert!(run.code == 0 || run.code == 1, "exit {}: {}", run.code, run.stderr);
         let report = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
@@ -35,7 +45,12 @@ impl Tree {
     /// The evidence `error` of the checkpoint-unreadable finding.
     fn unreadable_error(&self) -> String {
         let (_, report) = self.scan();
-        let f: Vec<&Value> = report["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "checkpoint-unreadable").collect();
+        let f: Vec<&Value> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["rule"] == "checkpoint-unreadable")
+            .collect();
         assert_eq!(f.len(), 1, "{report:#}");
         assert_eq!(f[0]["evidence"]["path"], "/var/lib/kubelet/cpu_manager_state");
         f[0]["evidence"]["error"].as_str().unwrap().to_string()
@@ -45,12 +60,28 @@ impl Tree {
 #[test]
 fn broken_checkpoints_are_findings() {
     let cases: &[(&str, &[u8], &str)] = &[
-        ("truncated", br#"{"policyName":"static","defaultCpuSet":"0,4","entr"#, "invalid JSON at line 1 column 50: EOF while parsing a string"),
-        ("bad cpuset", br#"{"policyName":"static","defaultCpuSet":"1.3","checksum":0}"#, "field defaultCpuSet: invalid cpuset token \"1.3\""),
-        ("reversed", br#"{"policyName":"static","defaultCpuSet":"0","entries":{"u":{"c":"3-1"}},"checksum":0}"#, "invalid cpuset range \"3-1\": 3 > 1"),
+        (
+            "truncated",
+            br#"{"policyName":"static","defaultCpuSet":"0,4","entr"#,
+            "invalid JSON at line 1 column 50: EOF while parsing a string",
+        ),
+        (
+            "bad cpuset",
+            br#"{"policyName":"static","defaultCpuSet":"1.3","checksum":0}"#,
+            "field defaultCpuSet: invalid cpuset token \"1.3\"",
+        ),
+        (
+            "reversed",
+            br#"{"policyName":"static","defaultCpuSet":"0","entries":{"u":{"c":"3-1"}},"checksum":0}"#,
+            "invalid cpuset range \"3-1\": 3 > 1",
+        ),
         ("empty", b"", "file is empty"),
         ("not UTF-8", b"\xff\xfe\x00{", "invalid JSON"),
-        ("checksum", br#"{"policyName":"static","defaultCpuSet":"0-7","checksum":1337}"#, "checkpoint is corrupted"),
+        (
+            "checksum",
+            br#"{"policyName":"static","defaultCpuSet":"0-7","checksum":1337}"#,
+            "checkpoint is corrupted",
+        ),
     ];
     for (name, bytes, want) in cases {
         let t = Tree::new();
@@ -70,7 +101,10 @@ fn directory_and_huge_checkpoint() {
     let t = Tree::new();
     let f = std::fs::File::create(t.checkpoint()).unwrap();
     f.set_len(100 * 1024 * 1024).unwrap(); // 100 MB (sparse)
-    assert_eq!(t.unreadable_error(), "file is 104857600 bytes, larger than any kubelet checkpoint (limit 16777216)");
+    assert_eq!(
+        t.unreadable_error(),
+        "file is 104857600 bytes, larger than any kubelet checkpoint (limit 16777216)"
+    );
 }
 
 #[test]
@@ -79,17 +113,32 @@ fn broken_sources_are_reported_and_the_rest_still_judged() {
     std::fs::write(t.path("var/lib/kubelet/config.yaml"), b"cpuManagerPolicy: \xff\xfe\n").unwrap();
     std::fs::write(t.path("sys/devices/system/cpu/online"), b"3-1\n").unwrap();
     let (run, report) = t.scan();
-    assert_eq!(report["sources"]["kubelet_config"], "error: /var/lib/kubelet/config.yaml: not UTF-8 text");
-    assert_eq!(report["sources"]["cpus"], "error: /sys/devices/system/cpu/online: invalid cpuset range \"3-1\": 3 > 1");
+    assert_eq!(
+        report["sources"]["kubelet_config"],
+        "error: /var/lib/kubelet/config.yaml: not UTF-8 text"
+    );
+    assert_eq!(
+        report["sources"]["cpus"],
+        "error: /sys/devices/system/cpu/online: invalid cpuset range \"3-1\": 3 > 1"
+    );
     // The stale entry is still found from the checkpoint and the pod list.
     assert_eq!(run.code, 1);
-    assert!(report["findings"].as_array().unwrap().iter().any(|f| f["rule"] == "stale-cpu-assignment"));
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "stale-cpu-assignment")
+    );
 
     let t = Tree::new();
     std::fs::remove_file(t.path("var/lib/kubelet/config.yaml")).unwrap();
     std::fs::create_dir(t.path("var/lib/kubelet/config.yaml")).unwrap();
     let (_, report) = t.scan();
-    assert_eq!(report["sources"]["kubelet_config"], "error: /var/lib/kubelet/config.yaml: is a directory, not a file");
+    assert_eq!(
+        report["sources"]["kubelet_config"],
+        "error: /var/lib/kubelet/config.yaml: is a directory, not a file"
+    );
 }
 
 fn leaves(root: &Path) -> Vec<PathBuf> {
@@ -119,14 +168,43 @@ fn bad_cgroup_and_proc_files_become_notes() {
     for f in ["cpuset.cpus", "cpuset.effective_cpus", "cgroup.procs"] {
         std::fs::remove_file(all[1].join(f)).unwrap();
     }
-    let pid = std::fs::read_to_string(all[2].join("cgroup.procs")).unwrap().lines().next().unwrap().to_string();
-    std::fs::write(t.path(&format!("proc/{pid}/status")), b"Name:\tjava\nCpus_allowed_list:\t\xff\n").unwrap();
+    let pid = std::fs::read_to_string(all[2].join("cgroup.procs"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        t.path(&format!("proc/{pid}/status")),
+        b"Name:\tjava\nCpus_allowed_list:\t\xff\n",
+    )
+    .unwrap();
     let (_, report) = t.scan();
-    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     let shown = |p: &Path| format!("/{}", p.strip_prefix(t.dir.path()).unwrap().display());
-    assert!(notes.contains(&format!("{}/cpuset.cpus: invalid cpuset token \"1.3\": not a CPU id or a low-high range", shown(&all[0])).as_str()), "{notes:?}");
-    assert!(notes.contains(&format!("cgroup {} vanished during the scan", shown(&all[1])).as_str()), "{notes:?}");
-    assert!(notes.contains(&format!("/proc/{pid}/status: not UTF-8 text").as_str()), "{notes:?}");
+    assert!(
+        notes.contains(
+            &format!(
+                "{}/cpuset.cpus: invalid cpuset token \"1.3\": not a CPU id or a low-high range",
+                shown(&all[0])
+            )
+            .as_str()
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&format!("cgroup {} vanished during the scan", shown(&all[1])).as_str()),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&format!("/proc/{pid}/status: not UTF-8 text").as_str()),
+        "{notes:?}"
+    );
 }
 
 #[test]
@@ -153,8 +231,16 @@ fn cgroups_created_and_removed_during_scans() {
     for _ in 0..30 {
         let (_, report) = t.scan();
         // The churning pods are never in the checkpoint or the pod list: the real findings stay.
-        let rules: Vec<&str> = report["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
-        assert_eq!(rules, ["stale-cpu-assignment", "cpuset-drift", "exclusive-cpu-shortage"]);
+        let rules: Vec<&str> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["rule"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            rules,
+            ["stale-cpu-assignment", "cpuset-drift", "exclusive-cpu-shortage"]
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     churn.join().unwrap();

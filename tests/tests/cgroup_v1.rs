@@ -9,12 +9,12 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
 use nodemedic_rules::CpuSet;
+use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
 use nodemedic_tests::cgroup_v1::CpusetSandbox;
 use nodemedic_tests::hosttree::{container_id, pod_uid};
 use nodemedic_tests::nodemedic;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 struct Fixture {
     _sandbox: CpusetSandbox,
@@ -41,7 +41,11 @@ fn setup() -> Fixture {
     let live_leaf = format!("kubepods/pod{live_uid}/{live_id}");
     sb.mkdir(&live_leaf, Some("1")).unwrap();
     let live_pid = sb.spawn_sleep(&live_leaf).unwrap();
-    sb.mkdir(&format!("kubepods/burstable/pod{empty_uid}/{}", container_id("cg-empty/app")), Some("0")).unwrap();
+    sb.mkdir(
+        &format!("kubepods/burstable/pod{empty_uid}/{}", container_id("cg-empty/app")),
+        Some("0"),
+    )
+    .unwrap();
 
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
@@ -50,8 +54,14 @@ fn setup() -> Fixture {
     symlink("/sys/fs/cgroup", r.join("sys/fs/cgroup")).unwrap();
     write(&r.join("sys/devices/system/cpu/online"), "0-3\n");
     for cpu in 0..4 {
-        write(&r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/core_id")), &format!("{cpu}\n"));
-        write(&r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id")), "0\n");
+        write(
+            &r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/core_id")),
+            &format!("{cpu}\n"),
+        );
+        write(
+            &r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id")),
+            "0\n",
+        );
     }
     write(
         &r.join("var/lib/kubelet/config.yaml"),
@@ -62,23 +72,53 @@ fn setup() -> Fixture {
         ),
     );
     let entry = |uid: &str, cpus: &str| Assignment {
-        key: EntryKey::Container { pod_uid: uid.to_string(), container: "app".into() },
+        key: EntryKey::Container {
+            pod_uid: uid.to_string(),
+            container: "app".into(),
+        },
         cpus: CpuSet::parse(cpus).unwrap(),
     };
     let mut assignments = vec![entry(&live_uid, "1"), entry(&empty_uid, "2"), entry(&gone_uid, "3")];
     assignments.sort_by(|a, b| a.key.cmp(&b.key));
-    let state = CpuState { policy_name: "static".into(), default_cpus: CpuSet::parse("0").unwrap(), assignments, pod_assignments: vec![] };
+    let state = CpuState {
+        policy_name: "static".into(),
+        default_cpus: CpuSet::parse("0").unwrap(),
+        assignments,
+        pod_assignments: vec![],
+    };
     let checkpoint = r.join("var/lib/kubelet/cpu_manager_state");
     write(&checkpoint, &state.to_checkpoint_json());
     // Written an hour ago: the kubelet has had many reconcile periods to drop stale entries.
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options().write(true).open(&checkpoint).unwrap().set_modified(hour_ago).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&checkpoint)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
     let sandbox_name = sb.name.clone();
-    Fixture { _sandbox: sb, sandbox_name, root, live_uid, empty_uid, gone_uid, live_id, live_pid }
+    Fixture {
+        _sandbox: sb,
+        sandbox_name,
+        root,
+        live_uid,
+        empty_uid,
+        gone_uid,
+        live_id,
+        live_pid,
+    }
 }
 
 fn scan(f: &Fixture, extra: &[&str]) -> Value {
-    let mut args = vec!["scan", "--host-root", f.root.path().to_str().unwrap(), "--node", "cg-node", "--format", "json"];
+    let mut args = vec![
+        "scan",
+        "--host-root",
+        f.root.path().to_str().unwrap(),
+        "--node",
+        "cg-node",
+        "--format",
+        "json",
+    ];
     args.extend_from_slice(extra);
     let run = nodemedic(&args);
     assert_eq!(run.code, 1, "stderr: {}\nstdout: {}", run.stderr, run.stdout);
@@ -95,7 +135,11 @@ fn findings(report: &Value) -> Vec<(String, String, String)> {
             (
                 f["rule"].as_str().unwrap().to_string(),
                 e["pod_uid"].as_str().unwrap_or("").to_string(),
-                e["reason"].as_str().or(e["cgroup_cpus"].as_str()).unwrap_or("").to_string(),
+                e["reason"]
+                    .as_str()
+                    .or(e["cgroup_cpus"].as_str())
+                    .unwrap_or("")
+                    .to_string(),
             )
         })
         .collect()
@@ -109,8 +153,16 @@ fn real_cpuset_hierarchy_live_and_stale_entries() {
     assert_eq!(report["sources"]["cgroups"], "ok");
     assert_eq!(report["sources"]["pods"], "cgroups");
     let mut want = vec![
-        ("stale-cpu-assignment".to_string(), f.empty_uid.clone(), format!("the cgroup of pod {} has no processes left", f.empty_uid)),
-        ("stale-cpu-assignment".to_string(), f.gone_uid.clone(), format!("pod {} has no cgroup on this node", f.gone_uid)),
+        (
+            "stale-cpu-assignment".to_string(),
+            f.empty_uid.clone(),
+            format!("the cgroup of pod {} has no processes left", f.empty_uid),
+        ),
+        (
+            "stale-cpu-assignment".to_string(),
+            f.gone_uid.clone(),
+            format!("pod {} has no cgroup on this node", f.gone_uid),
+        ),
     ];
     want.sort_by(|a, b| a.1.cmp(&b.1));
     assert_eq!(findings(&report), want);
@@ -129,25 +181,44 @@ fn real_cpuset_hierarchy_live_and_stale_entries() {
     let pods_file = f.root.path().join("pods.json");
     std::fs::write(&pods_file, pods.to_string()).unwrap();
     let report = scan(&f, &["--pods", pods_file.to_str().unwrap()]);
-    assert!(findings(&report).iter().all(|(rule, _, _)| rule == "stale-cpu-assignment"), "in sync: no drift yet");
+    assert!(
+        findings(&report)
+            .iter()
+            .all(|(rule, _, _)| rule == "stale-cpu-assignment"),
+        "in sync: no drift yet"
+    );
 
     std::fs::write(
-        Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT).join(&f.sandbox_name).join(format!("kubepods/pod{}/{}/cpuset.cpus", f.live_uid, f.live_id)),
+        Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT)
+            .join(&f.sandbox_name)
+            .join(format!("kubepods/pod{}/{}/cpuset.cpus", f.live_uid, f.live_id)),
         "0-1",
     )
     .unwrap();
     let report = scan(&f, &["--pods", pods_file.to_str().unwrap()]);
-    let drift: Vec<&Value> = report["findings"].as_array().unwrap().iter().filter(|x| x["rule"] == "cpuset-drift").collect();
+    let drift: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["rule"] == "cpuset-drift")
+        .collect();
     assert_eq!(drift.len(), 1, "{report:#}");
     let e = &drift[0]["evidence"];
     assert_eq!(e["pod_uid"], f.live_uid.as_str());
     assert_eq!(e["kind"], "exclusive");
     assert_eq!(e["checkpoint_cpus"], "1");
     assert_eq!(e["cgroup_cpus"], "0-1");
-    assert_eq!(e["process_cpus"], "0-1", "Cpus_allowed_list of the real sleep {}", f.live_pid);
+    assert_eq!(
+        e["process_cpus"], "0-1",
+        "Cpus_allowed_list of the real sleep {}",
+        f.live_pid
+    );
     assert_eq!(
         e["cgroup"],
-        format!("/sys/fs/cgroup/cpuset/{}/kubepods/pod{}/{}", f.sandbox_name, f.live_uid, f.live_id)
+        format!(
+            "/sys/fs/cgroup/cpuset/{}/kubepods/pod{}/{}",
+            f.sandbox_name, f.live_uid, f.live_id
+        )
     );
     let stale: Vec<&str> = report["findings"]
         .as_array()
@@ -164,11 +235,24 @@ fn real_cpuset_hierarchy_live_and_stale_entries() {
 fn sandbox_cleans_up_after_itself() {
     let name = {
         let f = setup();
-        assert!(Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT).join(&f.sandbox_name).is_dir());
+        assert!(
+            Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT)
+                .join(&f.sandbox_name)
+                .is_dir()
+        );
         assert!(Path::new(&format!("/proc/{}", f.live_pid)).exists());
         (f.sandbox_name.clone(), f.live_pid)
     };
-    assert!(!Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT).join(&name.0).exists(), "hierarchy removed");
+    assert!(
+        !Path::new(nodemedic_tests::cgroup_v1::CPUSET_MOUNT)
+            .join(&name.0)
+            .exists(),
+        "hierarchy removed"
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", name.1)).unwrap_or_default();
-    assert!(status.is_empty() || !status.contains("sleep"), "sleep {} was killed", name.1);
+    assert!(
+        status.is_empty() || !status.contains("sleep"),
+        "sleep {} was killed",
+        name.1
+    );
 }

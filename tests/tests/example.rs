@@ -15,7 +15,10 @@ fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
             if e.file_type().unwrap().is_dir() {
                 stack.push(p);
             } else {
-                out.insert(p.strip_prefix(root).unwrap().display().to_string(), std::fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(root).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                );
             }
         }
     }
@@ -38,7 +41,10 @@ fn example_is_current() {
         "examples/worker-stale is out of date: cargo run -p nodemedic-tests --bin make-example -- examples/worker-stale"
     );
     for (name, bytes) in &want {
-        assert!(have[name] == *bytes, "examples/worker-stale/{name} differs from the generator");
+        assert!(
+            have[name] == *bytes,
+            "examples/worker-stale/{name} differs from the generator"
+        );
     }
 }
 
@@ -46,14 +52,27 @@ fn example_is_current() {
 fn readme_first_command_shows_the_incident() {
     let dir = example_dir();
     let pods = dir.join("pods.json");
-    let run = nodemedic(&["scan", "--host-root", dir.to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--format", "json"]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let got: Vec<(String, String)> = report["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (f["rule"].as_str().unwrap().into(), f["severity"].as_str().unwrap().into()))
+        .map(|f| {
+            (
+                f["rule"].as_str().unwrap().into(),
+                f["severity"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     let want = [
         ("exclusive-cpu-shortage", "critical"),

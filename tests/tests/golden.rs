@@ -1,7 +1,7 @@
 //! Golden reports of the four fixture layouts (cgroup v1/v2, cgroupfs/systemd,
 //! containerd/CRI-O/docker), scanned by the real binary.
 
-use nodemedic_tests::scenarios::{spark_node, FIXTURES};
+use nodemedic_tests::scenarios::{FIXTURES, spark_node};
 use nodemedic_tests::{assert_golden, nodemedic, normalize_report};
 
 fn rules_and_subjects(report: &serde_json::Value) -> Vec<(String, String)> {
@@ -25,8 +25,20 @@ fn every_layout_gives_the_same_findings_and_matches_its_golden() {
         node.write(dir.path()).unwrap();
         let root = dir.path().to_str().unwrap();
         let pods = dir.path().join("pods.json");
-        let run = nodemedic(&["scan", "--host-root", root, "--pods", pods.to_str().unwrap(), "--format", "json"]);
-        assert_eq!(run.code, 1, "{name}: findings at warning or above give exit 1\n{}", run.stderr);
+        let run = nodemedic(&[
+            "scan",
+            "--host-root",
+            root,
+            "--pods",
+            pods.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert_eq!(
+            run.code, 1,
+            "{name}: findings at warning or above give exit 1\n{}",
+            run.stderr
+        );
         assert!(run.stderr.is_empty(), "{name}: {}", run.stderr);
         let report = normalize_report(&run.stdout);
         assert_eq!(report["node"], "worker-3");
@@ -45,7 +57,11 @@ fn every_layout_gives_the_same_findings_and_matches_its_golden() {
             "{name}"
         );
         let drift = &report["findings"][1]["evidence"];
-        assert_eq!((drift["checkpoint_cpus"].as_str(), drift["cgroup_cpus"].as_str()), (Some("2,6"), Some("2-3,6")), "{name}");
+        assert_eq!(
+            (drift["checkpoint_cpus"].as_str(), drift["cgroup_cpus"].as_str()),
+            (Some("2,6"), Some("2-3,6")),
+            "{name}"
+        );
         assert_eq!(drift["process_cpus"], "2-3,6", "{name}: affinity read from procfs");
         let stale = &report["findings"][0]["evidence"];
         assert_eq!(stale["cpus"], "3,7");
@@ -57,9 +73,13 @@ fn every_layout_gives_the_same_findings_and_matches_its_golden() {
 #[test]
 fn without_a_pod_list_liveness_comes_from_cgroups() {
     let dir = tempfile::tempdir().unwrap();
-    spark_node("worker-3", nodemedic_tests::hosttree::Layout::V1Cgroupfs, nodemedic_tests::hosttree::Runtime::Containerd)
-        .write(dir.path())
-        .unwrap();
+    spark_node(
+        "worker-3",
+        nodemedic_tests::hosttree::Layout::V1Cgroupfs,
+        nodemedic_tests::hosttree::Runtime::Containerd,
+    )
+    .write(dir.path())
+    .unwrap();
     let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--format", "json"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     let report = normalize_report(&run.stdout);
@@ -67,8 +87,17 @@ fn without_a_pod_list_liveness_comes_from_cgroups() {
     // The node name comes from /etc/hostname; only the stale entry can be judged without names.
     assert_eq!(report["node"], "worker-3");
     let gone = nodemedic_tests::hosttree::pod_uid("etl-exec-2");
-    assert_eq!(rules_and_subjects(&report), [("stale-cpu-assignment".to_string(), gone)]);
-    assert_eq!(report["findings"][0]["evidence"]["reason"], format!("pod {} has no cgroup on this node", nodemedic_tests::hosttree::pod_uid("etl-exec-2")));
+    assert_eq!(
+        rules_and_subjects(&report),
+        [("stale-cpu-assignment".to_string(), gone)]
+    );
+    assert_eq!(
+        report["findings"][0]["evidence"]["reason"],
+        format!(
+            "pod {} has no cgroup on this node",
+            nodemedic_tests::hosttree::pod_uid("etl-exec-2")
+        )
+    );
     assert_golden("v1-cgroupfs-containerd-no-pods", &report);
 }
 
@@ -78,7 +107,13 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     let (_, layout, runtime) = FIXTURES[0];
     spark_node("worker-3", layout, runtime).write(dir.path()).unwrap();
     let pods = dir.path().join("pods.json");
-    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap()]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+    ]);
     assert_eq!(run.code, 1);
     let t = &run.stdout;
     let crit = t.find("CRITICAL (1)").expect("critical group");
@@ -86,7 +121,10 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     assert!(crit < warn, "critical first:\n{t}");
     assert!(t.contains("[stale-cpu-assignment] pod "), "{t}");
     assert!(t.contains("      cpus: 3,7"), "{t}");
-    assert!(t.contains("    remedy: kubectl drain worker-3 --ignore-daemonsets"), "{t}");
+    assert!(
+        t.contains("    remedy: kubectl drain worker-3 --ignore-daemonsets"),
+        "{t}"
+    );
     assert!(t.contains("    docs:   docs/rules/cpuset-drift.md"), "{t}");
     assert!(t.trim_end().ends_with("1 critical, 2 warning, 0 info"), "{t}");
 }
@@ -106,14 +144,45 @@ fn a_guessed_node_name_that_matches_no_pod_falls_back_to_cgroups() {
         .to_string();
     let pods = dir.path().join("other-pods.json");
     std::fs::write(&pods, other).unwrap();
-    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--format", "json"]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
     let report = normalize_report(&run.stdout);
     assert_eq!(report["sources"]["pods"], "cgroups");
-    assert!(report["notes"][0].as_str().unwrap().contains("judging liveness from cgroups instead"), "{report:#}");
-    assert_eq!(report["findings"].as_array().unwrap().len(), 1, "only the really stale entry");
+    assert!(
+        report["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("judging liveness from cgroups instead"),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        1,
+        "only the really stale entry"
+    );
     // Named explicitly, the file is used as given.
-    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--pods", pods.to_str().unwrap(), "--node", "worker-3", "--format", "json"]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--node",
+        "worker-3",
+        "--format",
+        "json",
+    ]);
     let report = normalize_report(&run.stdout);
     assert_eq!(report["sources"]["pods"], "file");
-    assert_eq!(report["notes"][0], "the pods file has 4 pods but none is bound to node worker-3");
+    assert_eq!(
+        report["notes"][0],
+        "the pods file has 4 pods but none is bound to node worker-3"
+    );
 }

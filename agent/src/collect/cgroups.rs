@@ -10,8 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
-use nodemedic_rules::snapshot::{CgroupTree, CgroupVersion, ContainerCgroup, KubeletConfig, Observed, PodCgroup, ProcessInfo, Runtime};
 use nodemedic_rules::CpuSet;
+use nodemedic_rules::snapshot::{
+    CgroupTree, CgroupVersion, ContainerCgroup, KubeletConfig, Observed, PodCgroup, ProcessInfo, Runtime,
+};
 
 use super::procfs::read_process;
 use super::read::read_text;
@@ -45,7 +47,11 @@ pub fn parse_qos_dir_name(name: &str) -> Option<&'static str> {
 }
 
 fn is_hex_id(s: &str, exact64: bool) -> bool {
-    let len_ok = if exact64 { s.len() == 64 } else { (1..=64).contains(&s.len()) };
+    let len_ok = if exact64 {
+        s.len() == 64
+    } else {
+        (1..=64).contains(&s.len())
+    };
     len_ok && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
@@ -66,7 +72,11 @@ pub fn parse_leaf_name(name: &str) -> LeafName {
         return LeafName::Conmon;
     }
     let scoped = |prefix: &str| name.strip_prefix(prefix).map(|r| r.strip_suffix(".scope").unwrap_or(r));
-    let candidates = [("cri-containerd-", Runtime::Containerd), ("crio-", Runtime::Crio), ("docker-", Runtime::Docker)];
+    let candidates = [
+        ("cri-containerd-", Runtime::Containerd),
+        ("crio-", Runtime::Crio),
+        ("docker-", Runtime::Docker),
+    ];
     for (prefix, runtime) in candidates {
         if let Some(id) = scoped(prefix) {
             if is_hex_id(id, false) {
@@ -123,7 +133,9 @@ struct Walk<'a> {
 }
 
 fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
     let mut out: Vec<(String, PathBuf)> = entries
         .filter_map(|e| {
             let e = e.ok()?;
@@ -191,7 +203,10 @@ impl Walk<'_> {
                 Ok(None) => {} // exited since it was listed
                 Err(e) => {
                     self.notes.push(e);
-                    out.push(ProcessInfo { pid, cpus_allowed: None });
+                    out.push(ProcessInfo {
+                        pid,
+                        cpus_allowed: None,
+                    });
                 }
             }
         }
@@ -204,14 +219,19 @@ impl Walk<'_> {
             CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
         };
         let Some(mut pids) = self.procs_if_present(dir) else {
-            self.notes.push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
+            self.notes
+                .push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
             return None;
         };
         let cpus = self.cpuset(&dir.join(cpus_file));
         let pinned = self.pinned.wants(pod_uid, &id);
         // The effective set adds to cpuset.cpus only when that is empty (v2: inherited) or the
         // container is pinned (a parent narrowing it is worth showing).
-        let effective_cpus = if cpus.is_none() || pinned { self.cpuset(&dir.join(effective_file)) } else { None };
+        let effective_cpus = if cpus.is_none() || pinned {
+            self.cpuset(&dir.join(effective_file))
+        } else {
+            None
+        };
         // Processes of the leaf and of anything nested in it (CRI-O on cgroup v2 puts them in
         // a `container` cgroup inside its scope; other runtimes use the leaf itself).
         let nested = if runtime == Runtime::Crio { subdirs(dir) } else { vec![] };
@@ -227,9 +247,21 @@ impl Walk<'_> {
         let processes = if pinned {
             self.processes(pids)
         } else {
-            pids.into_iter().map(|pid| ProcessInfo { pid, cpus_allowed: None }).collect()
+            pids.into_iter()
+                .map(|pid| ProcessInfo {
+                    pid,
+                    cpus_allowed: None,
+                })
+                .collect()
         };
-        Some(ContainerCgroup { id, runtime, path: self.host.display(dir), cpus, effective_cpus, processes })
+        Some(ContainerCgroup {
+            id,
+            runtime,
+            path: self.host.display(dir),
+            cpus,
+            effective_cpus,
+            processes,
+        })
     }
 
     fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
@@ -247,7 +279,13 @@ impl Walk<'_> {
             }
         }
         containers.sort_by(|a, b| a.id.cmp(&b.id));
-        PodCgroup { uid, qos: qos.to_string(), path: self.host.display(dir), pids, containers }
+        PodCgroup {
+            uid,
+            qos: qos.to_string(),
+            path: self.host.display(dir),
+            pids,
+            containers,
+        }
     }
 }
 
@@ -259,7 +297,9 @@ pub fn read_cgroups(
     notes: &mut Vec<String>,
 ) -> Observed<CgroupTree> {
     let Some((controller, version)) = find_controller(host) else {
-        return Observed::Missing { path: host.display(&host.host("/sys/fs/cgroup")) };
+        return Observed::Missing {
+            path: host.display(&host.host("/sys/fs/cgroup")),
+        };
     };
     let cgroup_root = config.map_or("/", |c| c.cgroup_root.as_str()).trim_start_matches('/');
     let base = controller.join(cgroup_root);
@@ -268,10 +308,21 @@ pub fn read_cgroups(
     if !systemd_first {
         candidates.reverse();
     }
-    let Some((kubepods, driver)) = candidates.iter().map(|(n, d)| (base.join(n), *d)).find(|(p, _)| p.is_dir()) else {
-        return Observed::Missing { path: host.display(&base.join(candidates[0].0)) };
+    let Some((kubepods, driver)) = candidates
+        .iter()
+        .map(|(n, d)| (base.join(n), *d))
+        .find(|(p, _)| p.is_dir())
+    else {
+        return Observed::Missing {
+            path: host.display(&base.join(candidates[0].0)),
+        };
     };
-    let mut walk = Walk { host, version, pinned, notes };
+    let mut walk = Walk {
+        host,
+        version,
+        pinned,
+        notes,
+    };
     let mut pods = Vec::new();
     for (name, path) in subdirs(&kubepods) {
         if let Some(uid) = parse_pod_dir_name(&name) {
@@ -285,7 +336,12 @@ pub fn read_cgroups(
         }
     }
     pods.sort_by(|a, b| a.uid.cmp(&b.uid));
-    Observed::Ok(CgroupTree { version, driver: driver.to_string(), kubepods: host.display(&kubepods), pods })
+    Observed::Ok(CgroupTree {
+        version,
+        driver: driver.to_string(),
+        kubepods: host.display(&kubepods),
+        pods,
+    })
 }
 
 #[cfg(test)]
@@ -297,8 +353,14 @@ mod tests {
     #[test]
     fn pod_dir_names() {
         let cases: &[(&str, Option<&str>)] = &[
-            ("pod39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b", Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b")),
-            ("kubepods-pod39b3c1f2_1d2e_4f50_9a8b_7c6d5e4f3a2b.slice", Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b")),
+            (
+                "pod39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b",
+                Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b"),
+            ),
+            (
+                "kubepods-pod39b3c1f2_1d2e_4f50_9a8b_7c6d5e4f3a2b.slice",
+                Some("39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b"),
+            ),
             ("kubepods-burstable-pod39b3c1f2_1d2e.slice", Some("39b3c1f2-1d2e")),
             ("kubepods-besteffort.slice", None),
             ("burstable", None),
@@ -316,11 +378,20 @@ mod tests {
     #[test]
     fn leaf_names() {
         let cases = [
-            (format!("cri-containerd-{ID}.scope"), LeafName::Container(Runtime::Containerd, ID.into())),
-            (format!("crio-{ID}.scope"), LeafName::Container(Runtime::Crio, ID.into())),
+            (
+                format!("cri-containerd-{ID}.scope"),
+                LeafName::Container(Runtime::Containerd, ID.into()),
+            ),
+            (
+                format!("crio-{ID}.scope"),
+                LeafName::Container(Runtime::Crio, ID.into()),
+            ),
             (format!("crio-{ID}"), LeafName::Container(Runtime::Crio, ID.into())),
             (format!("crio-conmon-{ID}.scope"), LeafName::Conmon),
-            (format!("docker-{ID}.scope"), LeafName::Container(Runtime::Docker, ID.into())),
+            (
+                format!("docker-{ID}.scope"),
+                LeafName::Container(Runtime::Docker, ID.into()),
+            ),
             (ID.to_string(), LeafName::Container(Runtime::Unknown, ID.into())),
             (ID[..12].to_string(), LeafName::Other),
             (ID.to_uppercase(), LeafName::Other),

@@ -13,7 +13,7 @@ use nodemedic_rules::checkpoint::MAX_CHECKPOINT_BYTES;
 use nodemedic_rules::snapshot::{CheckpointFile, Observed};
 use nodemedic_rules::{Checkpoint, CheckpointError};
 
-use super::read::{read_bytes, ReadError};
+use super::read::{ReadError, read_bytes};
 use crate::host::HostPaths;
 
 /// The file name inside the kubelet directory.
@@ -38,7 +38,11 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
         }),
         Err(e) => return Observed::Error { reason: e.to_string() },
     };
-    Observed::Ok(CheckpointFile { path, age_seconds, content })
+    Observed::Ok(CheckpointFile {
+        path,
+        age_seconds,
+        content,
+    })
 }
 
 /// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):
@@ -63,18 +67,36 @@ mod tests {
         let kdir = dir.path().join("var/lib/kubelet");
         std::fs::create_dir_all(&kdir).unwrap();
         let now = SystemTime::now();
-        assert!(matches!(read_checkpoint(&host, &kdir, now), Observed::Missing { path } if path == "/var/lib/kubelet/cpu_manager_state"));
+        assert!(
+            matches!(read_checkpoint(&host, &kdir, now), Observed::Missing { path } if path == "/var/lib/kubelet/cpu_manager_state")
+        );
 
-        std::fs::write(kdir.join(FILE_NAME), br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#).unwrap();
-        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now + std::time::Duration::from_secs(30)) else { panic!() };
+        std::fs::write(
+            kdir.join(FILE_NAME),
+            br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+        )
+        .unwrap();
+        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now + std::time::Duration::from_secs(30)) else {
+            panic!()
+        };
         assert!(f.content.is_ok());
         assert!(f.age_seconds.unwrap() >= 29.0);
 
         std::fs::remove_file(kdir.join(FILE_NAME)).unwrap();
         std::fs::create_dir(kdir.join(FILE_NAME)).unwrap();
-        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now) else { panic!() };
+        let Observed::Ok(f) = read_checkpoint(&host, &kdir, now) else {
+            panic!()
+        };
         assert_eq!(f.content, Err(CheckpointError::NotAFile));
-        assert!(read_checkpoint_file(&kdir.join(FILE_NAME)).unwrap_err().ends_with("is a directory, not a file"));
-        assert!(read_checkpoint_file(&kdir.join("nope")).unwrap_err().ends_with("nope: no such file"));
+        assert!(
+            read_checkpoint_file(&kdir.join(FILE_NAME))
+                .unwrap_err()
+                .ends_with("is a directory, not a file")
+        );
+        assert!(
+            read_checkpoint_file(&kdir.join("nope"))
+                .unwrap_err()
+                .ends_with("nope: no such file")
+        );
     }
 }

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
+use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::{KubeletConfig, Observed};
 use nodemedic_rules::validate::CpuManagerConfig;
-use nodemedic_rules::CpuSet;
 
 use super::procfs::find_kubelet;
 use super::read::read_text;
@@ -82,7 +82,9 @@ pub fn parse_go_duration(text: &str) -> Result<f64, String> {
         }
         let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -146,14 +148,18 @@ pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<(CpuM
         cpu.policy_options = opts.into_iter().map(|(k, v)| (k, v.text())).collect();
     }
     if let Some(d) = file.cpu_manager_reconcile_period {
-        cpu.reconcile_period_seconds = parse_go_duration(&d.text()).map_err(|e| format!("cpuManagerReconcilePeriod: {e}"))?;
+        cpu.reconcile_period_seconds =
+            parse_go_duration(&d.text()).map_err(|e| format!("cpuManagerReconcilePeriod: {e}"))?;
     }
     if let Some(r) = file.reserved_system_cpus.filter(|r| !r.trim().is_empty()) {
         cpu.reserved_system_cpus = Some(CpuSet::parse(&r).map_err(|e| format!("reservedSystemCPUs: {e}"))?);
     }
     cpu.kube_reserved_cpu = file.kube_reserved.and_then(|m| m.get("cpu").map(Scalar::text));
     cpu.system_reserved_cpu = file.system_reserved.and_then(|m| m.get("cpu").map(Scalar::text));
-    let mut driver = file.cgroup_driver.filter(|d| !d.is_empty()).unwrap_or_else(|| "cgroupfs".into());
+    let mut driver = file
+        .cgroup_driver
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "cgroupfs".into());
     let mut root = file.cgroup_root.filter(|r| !r.is_empty()).unwrap_or_else(|| "/".into());
 
     // Flags override the file.
@@ -164,7 +170,8 @@ pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<(CpuM
         cpu.policy_options = parse_key_values(&o);
     }
     if let Some(d) = flag_value(args, "cpu-manager-reconcile-period") {
-        cpu.reconcile_period_seconds = parse_go_duration(&d).map_err(|e| format!("--cpu-manager-reconcile-period: {e}"))?;
+        cpu.reconcile_period_seconds =
+            parse_go_duration(&d).map_err(|e| format!("--cpu-manager-reconcile-period: {e}"))?;
     }
     if let Some(r) = flag_value(args, "reserved-cpus").filter(|r| !r.is_empty()) {
         cpu.reserved_system_cpus = Some(CpuSet::parse(&r).map_err(|e| format!("--reserved-cpus: {e}"))?);
@@ -200,10 +207,20 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
     let shown = host.display(&local);
     let text = match read_text(&local, &shown, CONFIG_LIMIT) {
         Ok(t) => t,
-        Err(e) => return KubeletDiscovery { config: Observed::Error { reason: e.to_string() }, root_dir, hostname_override },
+        Err(e) => {
+            return KubeletDiscovery {
+                config: Observed::Error { reason: e.to_string() },
+                root_dir,
+                hostname_override,
+            };
+        }
     };
     if text.is_none() && process.is_none() {
-        return KubeletDiscovery { config: Observed::Missing { path: shown }, root_dir, hostname_override };
+        return KubeletDiscovery {
+            config: Observed::Missing { path: shown },
+            root_dir,
+            hostname_override,
+        };
     }
     let config = match parse_kubelet_config(text.as_deref(), &args) {
         Ok((cpu_manager, cgroup_driver, cgroup_root)) => Observed::Ok(KubeletConfig {
@@ -213,9 +230,15 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
             cgroup_driver,
             cgroup_root,
         }),
-        Err(reason) => Observed::Error { reason: format!("{shown}: {reason}") },
+        Err(reason) => Observed::Error {
+            reason: format!("{shown}: {reason}"),
+        },
     };
-    KubeletDiscovery { config, root_dir, hostname_override }
+    KubeletDiscovery {
+        config,
+        root_dir,
+        hostname_override,
+    }
 }
 
 #[cfg(test)]
@@ -228,7 +251,14 @@ mod tests {
 
     #[test]
     fn durations() {
-        for (t, want) in [("10s", 10.0), ("1m30s", 90.0), ("500ms", 0.5), ("1.5h", 5400.0), ("0", 0.0), ("2m", 120.0)] {
+        for (t, want) in [
+            ("10s", 10.0),
+            ("1m30s", 90.0),
+            ("500ms", 0.5),
+            ("1.5h", 5400.0),
+            ("0", 0.0),
+            ("2m", 120.0),
+        ] {
             assert_eq!(parse_go_duration(t), Ok(want), "{t}");
         }
         for t in ["", "10", "s", "10x", "-1s", "1..2s"] {
@@ -238,7 +268,15 @@ mod tests {
 
     #[test]
     fn flags() {
-        let a = args(&["kubelet", "--config=/etc/k.yaml", "--root-dir", "/data/kubelet", "--v=2", "--config", "/etc/k2.yaml"]);
+        let a = args(&[
+            "kubelet",
+            "--config=/etc/k.yaml",
+            "--root-dir",
+            "/data/kubelet",
+            "--v=2",
+            "--config",
+            "/etc/k2.yaml",
+        ]);
         assert_eq!(flag_value(&a, "config").as_deref(), Some("/etc/k2.yaml"));
         assert_eq!(flag_value(&a, "root-dir").as_deref(), Some("/data/kubelet"));
         assert_eq!(flag_value(&a, "cgroup-root"), None);
@@ -274,7 +312,13 @@ evictionHard:
         assert_eq!(cpu.policy_options["full-pcpus-only"], "true");
         assert_eq!((driver.as_str(), root.as_str()), ("systemd", "/"));
 
-        let flags = args(&["kubelet", "--cpu-manager-policy=none", "--reserved-cpus=0-1", "--cgroup-root=/custom", "--kube-reserved=cpu=2,memory=1Gi"]);
+        let flags = args(&[
+            "kubelet",
+            "--cpu-manager-policy=none",
+            "--reserved-cpus=0-1",
+            "--cgroup-root=/custom",
+            "--kube-reserved=cpu=2,memory=1Gi",
+        ]);
         let (cpu, _, root) = parse_kubelet_config(Some(YAML), &flags).unwrap();
         assert_eq!(cpu.policy, "none");
         assert_eq!(cpu.reserved_system_cpus.unwrap().to_string(), "0-1");
@@ -289,8 +333,14 @@ evictionHard:
         assert_eq!((driver.as_str(), root.as_str()), ("cgroupfs", "/"));
         let cases = [
             ("cpuManagerPolicy: [static", "invalid KubeletConfiguration YAML"),
-            ("reservedSystemCPUs: \"1.3\"", "reservedSystemCPUs: invalid cpuset token \"1.3\""),
-            ("cpuManagerReconcilePeriod: soon", "cpuManagerReconcilePeriod: invalid duration \"soon\""),
+            (
+                "reservedSystemCPUs: \"1.3\"",
+                "reservedSystemCPUs: invalid cpuset token \"1.3\"",
+            ),
+            (
+                "cpuManagerReconcilePeriod: soon",
+                "cpuManagerReconcilePeriod: invalid duration \"soon\"",
+            ),
             ("cpuManagerPolicy: {a: b}", "invalid KubeletConfiguration YAML"),
         ];
         for (yaml, want) in cases {

@@ -57,7 +57,10 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
         None => None,
         Some(path) => {
             let shown = path.display().to_string();
-            let err = |reason: String| ScanError::PodsFile { path: shown.clone(), reason };
+            let err = |reason: String| ScanError::PodsFile {
+                path: shown.clone(),
+                reason,
+            };
             let t = Instant::now();
             let bytes = read::read_bytes(path, &shown, pods::PODS_FILE_LIMIT)
                 .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
@@ -90,15 +93,20 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     let procfs = if host.proc().is_dir() {
         Observed::Ok(())
     } else {
-        Observed::Missing { path: host.display(&host.proc()) }
+        Observed::Missing {
+            path: host.display(&host.proc()),
+        }
     };
 
     let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
-    let node = named.clone().unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
+    let node = named
+        .clone()
+        .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
     let (pod_source, pods) = match pods {
         Some(all) => {
-            let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) =
-                all.into_iter().partition(|p| p.node_name.as_deref() == Some(node.as_str()));
+            let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) = all
+                .into_iter()
+                .partition(|p| p.node_name.as_deref() == Some(node.as_str()));
             if here.is_empty() && !elsewhere.is_empty() && named.is_none() {
                 // A guessed name that matches nothing would make every entry look stale.
                 notes.push(format!(
@@ -109,7 +117,10 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
                 (PodSource::Cgroups, Vec::new())
             } else {
                 if here.is_empty() && !elsewhere.is_empty() {
-                    notes.push(format!("the pods file has {} pods but none is bound to node {node}", elsewhere.len()));
+                    notes.push(format!(
+                        "the pods file has {} pods but none is bound to node {node}",
+                        elsewhere.len()
+                    ));
                 }
                 (PodSource::File, here)
             }
@@ -120,7 +131,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     Ok((
         NodeSnapshot {
             node,
-            taken_at: now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
+            taken_at: now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
             checkpoint,
             kubelet: kubelet.config,
             cpus,
@@ -137,7 +150,11 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
 /// The pods and containers the checkpoint pins (whose processes' affinity is worth reading).
 fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -> cgroups::Pinned {
     let mut pinned = cgroups::Pinned::default();
-    let Some(Ok(state)) = checkpoint.ok().and_then(|f| f.content.as_ref().ok()).map(|cp| cp.state()) else {
+    let Some(Ok(state)) = checkpoint
+        .ok()
+        .and_then(|f| f.content.as_ref().ok())
+        .map(|cp| cp.state())
+    else {
         return pinned;
     };
     for a in &state.assignments {
@@ -150,7 +167,9 @@ fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -
             }
         }
     }
-    pinned.pod_uids.extend(state.pod_assignments.iter().map(|(uid, _)| uid.clone()));
+    pinned
+        .pod_uids
+        .extend(state.pod_assignments.iter().map(|(uid, _)| uid.clone()));
     pinned
 }
 

@@ -139,7 +139,11 @@ fn json_error(e: &serde_json::Error) -> PodsError {
     let reason = t.rfind(" at line ").map_or(t.clone(), |i| t[..i].to_string());
     match e.classify() {
         serde_json::error::Category::Data => PodsError::Shape(reason),
-        _ => PodsError::Json { line: e.line(), column: e.column(), reason },
+        _ => PodsError::Json {
+            line: e.line(),
+            column: e.column(),
+            reason,
+        },
     }
 }
 
@@ -236,9 +240,13 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
     let none: &[ContainerStatus] = &[];
-    let init_statuses = status.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or(none);
+    let init_statuses = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or(none);
     let app_statuses = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or(none);
-    let eph_statuses = status.and_then(|s| s.ephemeral_container_statuses.as_deref()).unwrap_or(none);
+    let eph_statuses = status
+        .and_then(|s| s.ephemeral_container_statuses.as_deref())
+        .unwrap_or(none);
     let mut containers = Vec::new();
     if let Some(spec) = spec {
         for c in spec.init_containers.iter().flatten() {
@@ -267,7 +275,12 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
         message: status.and_then(|s| s.message.clone()),
         qos_class,
         containers,
-        labels: meta.labels.clone().unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+        labels: meta
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<BTreeMap<_, _>>(),
         created_at: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
         finished_at: init_statuses
             .iter()
@@ -303,12 +316,19 @@ mod tests {
         let pods = parse_pods_json(EXECUTOR.as_bytes()).unwrap();
         assert_eq!(pods.len(), 1);
         let p = &pods[0];
-        assert_eq!((p.namespace.as_str(), p.name.as_str(), p.phase.as_str()), ("spark", "etl-exec-1", "Running"));
+        assert_eq!(
+            (p.namespace.as_str(), p.name.as_str(), p.phase.as_str()),
+            ("spark", "etl-exec-1", "Running")
+        );
         assert_eq!(p.node_name.as_deref(), Some("worker-3"));
         assert_eq!(p.created_at, Some(1_763_632_800 + 365 * 86400));
         assert_eq!(p.containers.len(), 2);
         assert_eq!(p.containers[0].kind, Some(ContainerKind::Init));
-        assert_eq!(p.containers[0].cpu_request_millis, Some(1000), "request defaults to limit");
+        assert_eq!(
+            p.containers[0].cpu_request_millis,
+            Some(1000),
+            "request defaults to limit"
+        );
         assert_eq!(p.containers[1].container_id.as_deref(), Some("4b1e8d8c"));
         assert_eq!(p.labels["spark-role"], "executor");
     }
@@ -316,12 +336,25 @@ mod tests {
     #[test]
     fn qos_is_computed_when_absent() {
         let pod = |res: &str| {
-            format!(r#"{{"kind":"Pod","metadata":{{"uid":"u"}},"spec":{{"containers":[{{"name":"c","resources":{res}}}]}}}}"#)
+            format!(
+                r#"{{"kind":"Pod","metadata":{{"uid":"u"}},"spec":{{"containers":[{{"name":"c","resources":{res}}}]}}}}"#
+            )
         };
-        let qos = |res: &str| parse_pods_json(pod(res).as_bytes()).unwrap()[0].qos_class.clone().unwrap();
+        let qos = |res: &str| {
+            parse_pods_json(pod(res).as_bytes()).unwrap()[0]
+                .qos_class
+                .clone()
+                .unwrap()
+        };
         assert_eq!(qos(r#"{"limits":{"cpu":"2","memory":"1Gi"}}"#), "Guaranteed");
-        assert_eq!(qos(r#"{"requests":{"cpu":"2000m","memory":"1Gi"},"limits":{"cpu":"2","memory":"1Gi"}}"#), "Guaranteed");
-        assert_eq!(qos(r#"{"requests":{"cpu":"1"},"limits":{"cpu":"2","memory":"1Gi"}}"#), "Burstable");
+        assert_eq!(
+            qos(r#"{"requests":{"cpu":"2000m","memory":"1Gi"},"limits":{"cpu":"2","memory":"1Gi"}}"#),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos(r#"{"requests":{"cpu":"1"},"limits":{"cpu":"2","memory":"1Gi"}}"#),
+            "Burstable"
+        );
         assert_eq!(qos(r#"{}"#), "BestEffort");
     }
 
@@ -332,10 +365,19 @@ mod tests {
             ("{\"kind\":\"List\",\"items\":[", "invalid JSON"),
             ("{\"kind\":\"Node\"}", "found kind \"Node\""),
             ("[]", "found kind \"\""),
-            ("{\"kind\":7}", "not a Pod, a PodList or a v1 List: invalid type: integer `7`"),
+            (
+                "{\"kind\":7}",
+                "not a Pod, a PodList or a v1 List: invalid type: integer `7`",
+            ),
             ("\u{0}", "invalid JSON"),
-            (r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"name":"x"}}]}"#, "item 0: pod has no metadata.uid"),
-            (r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"uid":"u"},"spec":{"containers":"nope"}}]}"#, "item 0: invalid type"),
+            (
+                r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"name":"x"}}]}"#,
+                "item 0: pod has no metadata.uid",
+            ),
+            (
+                r#"{"kind":"List","items":[{"kind":"Pod","metadata":{"uid":"u"},"spec":{"containers":"nope"}}]}"#,
+                "item 0: invalid type",
+            ),
         ];
         for (text, want) in cases {
             let err = parse_pods_json(text.as_bytes()).unwrap_err().to_string();

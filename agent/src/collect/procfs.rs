@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use nodemedic_rules::snapshot::ProcessInfo;
 use nodemedic_rules::CpuSet;
+use nodemedic_rules::snapshot::ProcessInfo;
 
 use super::read::{read_bytes, read_text};
 use crate::host::HostPaths;
@@ -22,7 +22,9 @@ const CMDLINE_LIMIT: u64 = 1024 * 1024;
 pub fn parse_status_cpus_allowed(status: &str) -> Result<Option<CpuSet>, String> {
     for line in status.lines() {
         if let Some(value) = line.strip_prefix("Cpus_allowed_list:") {
-            return CpuSet::parse(value.trim()).map(Some).map_err(|e| format!("Cpus_allowed_list: {e}"));
+            return CpuSet::parse(value.trim())
+                .map(Some)
+                .map_err(|e| format!("Cpus_allowed_list: {e}"));
         }
     }
     Ok(None)
@@ -60,7 +62,9 @@ pub fn list_pids(host: &HostPaths) -> std::io::Result<Vec<u32>> {
 pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
     for pid in list_pids(host).ok()? {
         let path = host.proc().join(pid.to_string()).join("cmdline");
-        let Ok(Some(bytes)) = read_bytes(&path, "", CMDLINE_LIMIT) else { continue };
+        let Ok(Some(bytes)) = read_bytes(&path, "", CMDLINE_LIMIT) else {
+            continue;
+        };
         let args = parse_cmdline(&bytes);
         if is_kubelet(&args) {
             return Some((pid, args));
@@ -101,7 +105,10 @@ mod tests {
             ("Name:\tsleep\nCpus_allowed_list:\t0,4-27\n", Ok(Some("0,4-27"))),
             ("Name:\tsleep\n", Ok(None)),
             ("", Ok(None)),
-            ("Cpus_allowed_list:\t1.3\n", Err("Cpus_allowed_list: invalid cpuset token \"1.3\"")),
+            (
+                "Cpus_allowed_list:\t1.3\n",
+                Err("Cpus_allowed_list: invalid cpuset token \"1.3\""),
+            ),
             ("Cpus_allowed_list:", Ok(Some(""))),
         ];
         for (text, want) in cases {
@@ -117,7 +124,10 @@ mod tests {
     #[test]
     fn cmdline_and_kubelet_detection() {
         let args = parse_cmdline(b"/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--v=2\0");
-        assert_eq!(args, ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--v=2"]);
+        assert_eq!(
+            args,
+            ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--v=2"]
+        );
         assert!(is_kubelet(&args));
         assert!(is_kubelet(&parse_cmdline(b"hyperkube\0kubelet\0--config\0/etc/k.yaml")));
         assert!(!is_kubelet(&parse_cmdline(b"/usr/bin/kubelet-wrapper\0")));
@@ -130,7 +140,10 @@ mod tests {
     #[test]
     fn exited_process_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read_process_at(&dir.path().join("status"), "/proc/9/status", 9), Ok(None));
+        assert_eq!(
+            read_process_at(&dir.path().join("status"), "/proc/9/status", 9),
+            Ok(None)
+        );
     }
 
     proptest::proptest! {

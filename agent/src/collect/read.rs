@@ -30,7 +30,10 @@ impl ReadError {
 /// Reads at most `limit` bytes of `path`; `Ok(None)` when it does not exist.
 /// `shown` is the path as reported (the host's view).
 pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
-    let io = |source: std::io::Error| ReadError::Io { path: shown.to_string(), source };
+    let io = |source: std::io::Error| ReadError::Io {
+        path: shown.to_string(),
+        source,
+    };
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -40,11 +43,16 @@ pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>
     // report size 0 anyway, so the limit is enforced by reading one byte past it.
     let mut buf = Vec::new();
     file.take(limit + 1).read_to_end(&mut buf).map_err(|e| match e.kind() {
-        ErrorKind::IsADirectory => ReadError::IsDir { path: shown.to_string() },
+        ErrorKind::IsADirectory => ReadError::IsDir {
+            path: shown.to_string(),
+        },
         _ => io(e),
     })?;
     if buf.len() as u64 > limit {
-        return Err(ReadError::TooLarge { path: shown.to_string(), limit });
+        return Err(ReadError::TooLarge {
+            path: shown.to_string(),
+            limit,
+        });
     }
     Ok(Some(buf))
 }
@@ -53,7 +61,9 @@ pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>
 pub fn read_text(path: &Path, shown: &str, limit: u64) -> Result<Option<String>, ReadError> {
     match read_bytes(path, shown, limit)? {
         None => Ok(None),
-        Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| ReadError::NotUtf8 { path: shown.to_string() }),
+        Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| ReadError::NotUtf8 {
+            path: shown.to_string(),
+        }),
     }
 }
 
@@ -70,7 +80,10 @@ mod tests {
         let err = read_text(&f, "/f", 4).unwrap_err().to_string();
         assert_eq!(err, "/f: larger than the 4-byte limit for this file");
         assert!(read_text(&dir.path().join("nope"), "/nope", 5).unwrap().is_none());
-        assert_eq!(read_text(dir.path(), "/d", 5).unwrap_err().to_string(), "/d: is a directory, not a file");
+        assert_eq!(
+            read_text(dir.path(), "/d", 5).unwrap_err().to_string(),
+            "/d: is a directory, not a file"
+        );
         std::fs::write(&f, b"\xff\xfe").unwrap();
         assert_eq!(read_text(&f, "/f", 5).unwrap_err().to_string(), "/f: not UTF-8 text");
     }

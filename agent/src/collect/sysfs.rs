@@ -4,9 +4,9 @@
 //! `cpuN/topology/core_id` and `physical_package_id` place it. A missing topology file
 //! (some virtual machines) counts the CPU as its own core on socket 0, and says so.
 
+use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::Observed;
 use nodemedic_rules::topology::{CpuInfo, CpuTopology};
-use nodemedic_rules::CpuSet;
 
 use super::read::read_text;
 use crate::host::HostPaths;
@@ -29,7 +29,11 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
         Err(e) => return Observed::Error { reason: e.to_string() },
         Ok(Some(text)) => match CpuSet::parse(&text) {
             Ok(set) => set,
-            Err(e) => return Observed::Error { reason: format!("{shown}: {e}") },
+            Err(e) => {
+                return Observed::Error {
+                    reason: format!("{shown}: {e}"),
+                };
+            }
         },
     };
     let mut cpus = Vec::with_capacity(online.len());
@@ -45,7 +49,11 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
             (Some(core), Some(socket)) => cpus.push(CpuInfo { cpu, core, socket }),
             _ => {
                 guessed += 1;
-                cpus.push(CpuInfo { cpu, core: cpu, socket: 0 });
+                cpus.push(CpuInfo {
+                    cpu,
+                    core: cpu,
+                    socket: 0,
+                });
             }
         }
     }
@@ -83,12 +91,30 @@ mod tests {
         }
         let host = HostPaths::new(dir.path(), None);
         let mut notes = vec![];
-        let Observed::Ok(topo) = read_cpus(&host, &mut notes) else { panic!() };
+        let Observed::Ok(topo) = read_cpus(&host, &mut notes) else {
+            panic!()
+        };
         assert_eq!(topo.all().to_string(), "0-2");
-        assert_eq!(topo.cpus[1], CpuInfo { cpu: 1, core: 0, socket: 0 });
-        assert_eq!(topo.cpus[2], CpuInfo { cpu: 2, core: 2, socket: 0 });
+        assert_eq!(
+            topo.cpus[1],
+            CpuInfo {
+                cpu: 1,
+                core: 0,
+                socket: 0
+            }
+        );
+        assert_eq!(
+            topo.cpus[2],
+            CpuInfo {
+                cpu: 2,
+                core: 2,
+                socket: 0
+            }
+        );
         assert!(notes[0].starts_with("1 online CPU(s) have no readable topology under /sys/devices/system/cpu"));
         std::fs::write(cpu.join("online"), "0-\n").unwrap();
-        assert!(matches!(read_cpus(&host, &mut notes), Observed::Error { reason } if reason.starts_with("/sys/devices/system/cpu/online: invalid cpuset")));
+        assert!(
+            matches!(read_cpus(&host, &mut notes), Observed::Error { reason } if reason.starts_with("/sys/devices/system/cpu/online: invalid cpuset"))
+        );
     }
 }

@@ -125,10 +125,7 @@ pub fn spew_dump(cp: &Checkpoint, candidate: Candidate) -> Option<String> {
                     // The entry's cpuset is a parsed cpuset.CPUSet: a map[int]struct{} with
                     // numerically sorted keys. An unparsable cpuset cannot be hashed.
                     let set = CpuSet::parse(cpus).ok()?;
-                    let _ = write!(
-                        out,
-                        "{pod}:{{CPUSet:(cpuset.CPUSet){{elems:(map[int]struct {{}})map["
-                    );
+                    let _ = write!(out, "{pod}:{{CPUSet:(cpuset.CPUSet){{elems:(map[int]struct {{}})map[");
                     for (j, id) in set.iter().enumerate() {
                         if j > 0 {
                             out.push(' ');
@@ -216,17 +213,20 @@ mod tests {
 
     #[test]
     fn shapes_rule_out_candidates() {
-        let v1 = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":{"id":"1"},"checksum":0}"#).unwrap();
+        let v1 = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":{"id":"1"},"checksum":0}"#)
+            .unwrap();
         assert!(spew_dump(&v1, Candidate::V2).is_none());
         assert!(spew_dump(&v1, Candidate::V1).is_some());
-        let empty = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":{},"checksum":0}"#).unwrap();
+        let empty =
+            Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":{},"checksum":0}"#).unwrap();
         assert!(spew_dump(&empty, Candidate::V1).is_some() && spew_dump(&empty, Candidate::V2).is_some());
     }
 
     #[test]
     fn null_and_absent_entries_hash_differently() {
         let absent = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","checksum":0}"#).unwrap();
-        let null = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":null,"checksum":0}"#).unwrap();
+        let null =
+            Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","entries":null,"checksum":0}"#).unwrap();
         assert!(spew_dump(&absent, Candidate::V2).unwrap().contains("map[] Checksum"));
         assert!(spew_dump(&null, Candidate::V2).unwrap().contains("<nil> Checksum"));
         assert_eq!(checksum(&absent, Candidate::V2), Some(1_353_318_690));

@@ -40,7 +40,11 @@ pub enum CheckpointError {
     #[error("top-level JSON value is {found}, not an object")]
     NotAnObject { found: &'static str },
     #[error("field {field}: expected {expected}, found {found}")]
-    FieldType { field: String, expected: &'static str, found: String },
+    FieldType {
+        field: String,
+        expected: &'static str,
+        found: String,
+    },
     #[error("field {field}: {source}")]
     CpuSet { field: String, source: CpuSetError },
     #[error("field data (V4 payload): {reason}")]
@@ -232,11 +236,15 @@ impl Checkpoint {
         }
         if let Some(data) = data {
             let inner: Value = serde_json::from_str(&data).map_err(|e| CheckpointError::Payload {
-                reason: format!("invalid JSON at line {} column {}: {}", e.line(), e.column(), json_reason(&e)),
+                reason: format!(
+                    "invalid JSON at line {} column {}: {}",
+                    e.line(),
+                    e.column(),
+                    json_reason(&e)
+                ),
             })?;
-            let inner = Checkpoint::from_value(&inner).map_err(|e| CheckpointError::Payload {
-                reason: e.to_string(),
-            })?;
+            let inner =
+                Checkpoint::from_value(&inner).map_err(|e| CheckpointError::Payload { reason: e.to_string() })?;
             cp.v4 = Some(V4Payload {
                 data,
                 data_checksum,
@@ -308,9 +316,8 @@ impl Checkpoint {
     /// Parses every cpuset; errors name the field (`entries["uid"]["c1"]`).
     pub fn state(&self) -> Result<CpuState, CheckpointError> {
         let cp = self.effective();
-        let parse = |field: String, text: &str| {
-            CpuSet::parse(text).map_err(|source| CheckpointError::CpuSet { field, source })
-        };
+        let parse =
+            |field: String, text: &str| CpuSet::parse(text).map_err(|source| CheckpointError::CpuSet { field, source });
         let default_cpus = parse("defaultCpuSet".to_string(), &cp.default_cpu_set)?;
         let mut assignments = Vec::new();
         match &cp.entries {
@@ -318,7 +325,9 @@ impl Checkpoint {
             Entries::ByContainerId(map) => {
                 for (id, cpus) in map {
                     assignments.push(Assignment {
-                        key: EntryKey::ContainerId { container_id: id.clone() },
+                        key: EntryKey::ContainerId {
+                            container_id: id.clone(),
+                        },
                         cpus: parse(format!("entries[{id:?}]"), cpus)?,
                     });
                 }
@@ -455,7 +464,12 @@ impl CpuState {
         let pod_entries = if self.pod_assignments.is_empty() {
             PodEntries::Absent
         } else {
-            PodEntries::Map(self.pod_assignments.iter().map(|(u, c)| (u.clone(), c.to_string())).collect())
+            PodEntries::Map(
+                self.pod_assignments
+                    .iter()
+                    .map(|(u, c)| (u.clone(), c.to_string()))
+                    .collect(),
+            )
         };
         let mut cp = Checkpoint {
             policy_name: self.policy_name.clone(),

@@ -3,7 +3,11 @@ use proptest::prelude::*;
 
 /// KUBELET.md section 2: (content, layout, type name) from the kubelet's own tests.
 const UPSTREAM_VECTORS: &[(&str, &str, &str)] = &[
-    (r#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}"#, "V2", "CPUManagerCheckpoint"),
+    (
+        r#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}"#,
+        "V2",
+        "CPUManagerCheckpoint",
+    ),
     (
         r#"{"policyName":"none","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"1-3"}},"checksum":3610638499}"#,
         "V2",
@@ -35,7 +39,11 @@ const UPSTREAM_VECTORS: &[(&str, &str, &str)] = &[
         "CPUManagerCheckpoint",
     ),
     // KUBELET.md section 1 examples, as a kubelet writes them.
-    (r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#, "V2", "CPUManagerCheckpoint"),
+    (
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+        "V2",
+        "CPUManagerCheckpoint",
+    ),
     (
         r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#,
         "V2",
@@ -48,7 +56,11 @@ fn every_upstream_vector_verifies_with_its_layout() {
     for (content, layout, type_name) in UPSTREAM_VECTORS {
         let cp = Checkpoint::parse(content.as_bytes()).unwrap_or_else(|e| panic!("{content}: {e}"));
         match cp.verify() {
-            Verification::Matched { layout: l, type_name: t, v4 } => {
+            Verification::Matched {
+                layout: l,
+                type_name: t,
+                v4,
+            } => {
                 assert_eq!((l, t, v4), (*layout, *type_name, false), "{content}");
             }
             other => panic!("{content}: {other:?}"),
@@ -76,7 +88,11 @@ fn tampered_vectors_fail() {
         match Checkpoint::parse(t.as_bytes()).unwrap().verify() {
             Verification::Mismatch { stored, computed } => {
                 assert_eq!(stored, wrong);
-                assert!(computed.iter().any(|(name, sum)| name == "V2 as CPUManagerCheckpoint" && *sum == 354_655_845));
+                assert!(
+                    computed
+                        .iter()
+                        .any(|(name, sum)| name == "V2 as CPUManagerCheckpoint" && *sum == 354_655_845)
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -93,7 +109,8 @@ fn reader_is_case_insensitive_and_ignores_unknown_keys() {
     assert_eq!(cp.default_cpu_set, "0-1");
     assert!(matches!(cp.verify(), Verification::Matched { layout: "V2", .. }));
     // A later duplicate wins, as in Go.
-    let cp = Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"1","defaultCPUSet":"2","checksum":0}"#).unwrap();
+    let cp =
+        Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"1","defaultCPUSet":"2","checksum":0}"#).unwrap();
     assert_eq!(cp.default_cpu_set, "2");
 }
 
@@ -101,7 +118,10 @@ fn reader_is_case_insensitive_and_ignores_unknown_keys() {
 fn checksum_zero_is_unverified_but_accepted() {
     let cp = Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-3","checksum":0}"#).unwrap();
     assert_eq!(cp.verify(), Verification::Unverified { layout: "V2" });
-    let v3 = Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-3","podEntries":{"p":{"cpuSet":"1"}},"checksum":0}"#).unwrap();
+    let v3 = Checkpoint::parse(
+        br#"{"policyName":"static","defaultCpuSet":"0-3","podEntries":{"p":{"cpuSet":"1"}},"checksum":0}"#,
+    )
+    .unwrap();
     assert!(!v3.verify().accepted());
 }
 
@@ -116,7 +136,14 @@ fn v4_payload_is_verified_and_used() {
     .to_string();
     let cp = Checkpoint::parse(file.as_bytes()).unwrap();
     assert_eq!(cp.layout(), "V4");
-    assert_eq!(cp.verify(), Verification::Matched { layout: "V4", type_name: "string", v4: true });
+    assert_eq!(
+        cp.verify(),
+        Verification::Matched {
+            layout: "V4",
+            type_name: "string",
+            v4: true
+        }
+    );
     let state = cp.state().unwrap();
     assert_eq!(state.default_cpus.to_string(), "0-1");
     assert_eq!(state.assignments.len(), 1);
@@ -129,36 +156,67 @@ fn malformed_files_give_errors_naming_the_problem() {
     let cases: &[(&[u8], &str)] = &[
         (b"", "empty"),
         (b"  \n", "empty"),
-        (br#"{"policyName":"static","defaultCpuSet":"0-1","entr"#, "line 1 column"),
+        (
+            br#"{"policyName":"static","defaultCpuSet":"0-1","entr"#,
+            "line 1 column",
+        ),
         (b"[1,2]", "an array, not an object"),
         (b"null", "null, not an object"),
-        (br#"{"policyName":3}"#, "field policyName: expected a string, found a number"),
-        (br#"{"checksum":-1}"#, "field checksum: expected an unsigned 64-bit integer"),
+        (
+            br#"{"policyName":3}"#,
+            "field policyName: expected a string, found a number",
+        ),
+        (
+            br#"{"checksum":-1}"#,
+            "field checksum: expected an unsigned 64-bit integer",
+        ),
         (br#"{"checksum":1.5}"#, "field checksum"),
-        (br#"{"checksum":"12"}"#, "field checksum: expected an unsigned integer, found a string"),
+        (
+            br#"{"checksum":"12"}"#,
+            "field checksum: expected an unsigned integer, found a string",
+        ),
         (br#"{"entries":[]}"#, "field entries: expected an object"),
-        (br#"{"entries":{"a":"1","b":{"c":"2"}}}"#, "a mix of strings and objects"),
-        (br#"{"entries":{"a":{"c":7}}}"#, "field entries[\"a\"][\"c\"]: expected a string"),
-        (br#"{"podEntries":{"p":"1"}}"#, "field podEntries[\"p\"]: expected an object"),
+        (
+            br#"{"entries":{"a":"1","b":{"c":"2"}}}"#,
+            "a mix of strings and objects",
+        ),
+        (
+            br#"{"entries":{"a":{"c":7}}}"#,
+            "field entries[\"a\"][\"c\"]: expected a string",
+        ),
+        (
+            br#"{"podEntries":{"p":"1"}}"#,
+            "field podEntries[\"p\"]: expected an object",
+        ),
         (b"\xff\xfe{}", "invalid JSON"),
         (br#"{"data":"{nope"}"#, "field data (V4 payload): invalid JSON"),
         (br#"{} trailing"#, "trailing characters"),
     ];
     for (input, want) in cases {
-        let err = Checkpoint::parse(input).expect_err(&String::from_utf8_lossy(input)).to_string();
+        let err = Checkpoint::parse(input)
+            .expect_err(&String::from_utf8_lossy(input))
+            .to_string();
         assert!(err.contains(want), "{:?}: {err}", String::from_utf8_lossy(input));
     }
 }
 
 #[test]
 fn bad_cpusets_name_the_field() {
-    let cp = Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"1.3"}},"checksum":0}"#).unwrap();
+    let cp = Checkpoint::parse(
+        br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"1.3"}},"checksum":0}"#,
+    )
+    .unwrap();
     assert_eq!(
         cp.state().unwrap_err().to_string(),
         "field entries[\"uid1\"][\"c1\"]: invalid cpuset token \"1.3\": not a CPU id or a low-high range"
     );
     let cp = Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"3-1","checksum":0}"#).unwrap();
-    assert!(cp.state().unwrap_err().to_string().starts_with("field defaultCpuSet: invalid cpuset range \"3-1\""));
+    assert!(
+        cp.state()
+            .unwrap_err()
+            .to_string()
+            .starts_with("field defaultCpuSet: invalid cpuset range \"3-1\"")
+    );
 }
 
 #[test]
@@ -169,16 +227,26 @@ fn too_large_input_is_refused_before_parsing() {
 
 #[test]
 fn writer_output_is_byte_identical_to_the_kubelet_examples() {
-    let state = Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#)
-        .unwrap()
-        .state()
-        .unwrap();
+    let state = Checkpoint::parse(
+        br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#,
+    )
+    .unwrap()
+    .state()
+    .unwrap();
     assert_eq!(
         state.to_checkpoint_json(),
         r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#
     );
-    let none = CpuState { policy_name: "none".into(), default_cpus: CpuSet::new(), assignments: vec![], pod_assignments: vec![] };
-    assert_eq!(none.to_checkpoint_json(), r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#);
+    let none = CpuState {
+        policy_name: "none".into(),
+        default_cpus: CpuSet::new(),
+        assignments: vec![],
+        pod_assignments: vec![],
+    };
+    assert_eq!(
+        none.to_checkpoint_json(),
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
+    );
 }
 
 #[test]
@@ -205,7 +273,10 @@ fn arb_state() -> impl Strategy<Value = CpuState> {
             default_cpus,
             assignments: entries
                 .into_iter()
-                .map(|((pod_uid, container), cpus)| Assignment { key: EntryKey::Container { pod_uid, container }, cpus })
+                .map(|((pod_uid, container), cpus)| Assignment {
+                    key: EntryKey::Container { pod_uid, container },
+                    cpus,
+                })
                 .collect(),
             pod_assignments: pods.into_iter().collect(),
         })

@@ -11,7 +11,9 @@ use crate::validate::validate_static_state;
 pub const ID: &str = "checkpoint-invalid-state";
 
 pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
     let Ok(cp) = &file.content else { return vec![] };
     let Ok(state) = cp.state() else { return vec![] };
     let path = checkpoint_path(snap);
@@ -21,7 +23,10 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     if let Observed::Ok(kubelet) = &snap.kubelet {
         let configured = &kubelet.cpu_manager.policy;
         if *configured != state.policy_name {
-            let message = format!("configured policy \"{configured}\" differs from state checkpoint policy \"{}\"", state.policy_name);
+            let message = format!(
+                "configured policy \"{configured}\" differs from state checkpoint policy \"{}\"",
+                state.policy_name
+            );
             findings.push(
                 Finding::new(
                     ID,
@@ -43,7 +48,9 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     if state.policy_name != "static" {
         return findings;
     }
-    let Observed::Ok(topology) = &snap.cpus else { return findings };
+    let Observed::Ok(topology) = &snap.cpus else {
+        return findings;
+    };
     let online = topology.all();
     let config = snap.cpu_manager();
     // Without a readable reserved setting, judge the other rules with no reserved CPUs.
@@ -57,7 +64,10 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 ID,
                 Severity::Critical,
                 Subject::node(&snap.node),
-                format!("The CPU manager state in {path} is inconsistent ({}): the kubelet will refuse to restart", problem.kubelet_message()),
+                format!(
+                    "The CPU manager state in {path} is inconsistent ({}): the kubelet will refuse to restart",
+                    problem.kubelet_message()
+                ),
                 remedy.clone(),
             )
             .with("problem", problem.code())
@@ -76,11 +86,14 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testkit::SnapshotBuilder;
     use crate::CpuSet;
+    use crate::rules::testkit::SnapshotBuilder;
 
     fn problems(snap: &NodeSnapshot) -> Vec<String> {
-        check(snap, &Settings::default()).iter().map(|f| f.evidence["problem"].as_str().unwrap().to_string()).collect()
+        check(snap, &Settings::default())
+            .iter()
+            .map(|f| f.evidence["problem"].as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
@@ -88,7 +101,9 @@ mod tests {
         let healthy = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-7")]);
         assert!(problems(&healthy.build()).is_empty());
 
-        let hot_added = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-7")]).with_online("0-9").build();
+        let hot_added = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-7")])
+            .with_online("0-9")
+            .build();
         assert_eq!(problems(&hot_added), ["cpus-mismatch"]);
 
         let reserved = SnapshotBuilder::static_node("2-3", &[("p", "c", "0-1,4-7")])
@@ -102,10 +117,15 @@ mod tests {
         let f = check(&from_kube_reserved, &Settings::default());
         assert_eq!(f[0].evidence["reserved_cpus"], "0");
 
-        let mismatch = SnapshotBuilder::static_node("0-3", &[]).with_cpu_manager(|c| c.policy = "none".into()).build();
+        let mismatch = SnapshotBuilder::static_node("0-3", &[])
+            .with_cpu_manager(|c| c.policy = "none".into())
+            .build();
         let f = check(&mismatch, &Settings::default());
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].evidence["kubelet_error"], "configured policy \"none\" differs from state checkpoint policy \"static\"");
+        assert_eq!(
+            f[0].evidence["kubelet_error"],
+            "configured policy \"none\" differs from state checkpoint policy \"static\""
+        );
     }
 
     #[test]
@@ -120,8 +140,12 @@ mod tests {
 
     #[test]
     fn unknown_kubelet_config_still_checks_cpus() {
-        let mut snap = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-5")]).with_online("0-7").build();
-        snap.kubelet = Observed::Missing { path: "/var/lib/kubelet/config.yaml".into() };
+        let mut snap = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-5")])
+            .with_online("0-7")
+            .build();
+        snap.kubelet = Observed::Missing {
+            path: "/var/lib/kubelet/config.yaml".into(),
+        };
         assert_eq!(problems(&snap), ["cpus-mismatch"]);
     }
 }

@@ -22,33 +22,51 @@ fn kubelet_error(reason: &str, path: &str) -> String {
 }
 
 pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
     let path = checkpoint_path(snap);
     let finding = |summary: String, reason: String| {
-        Finding::new(ID, Severity::Critical, Subject::node(&snap.node), summary, reset_checkpoint_remedy(&snap.node, &path))
-            .with("path", path.clone())
-            .with("error", reason)
+        Finding::new(
+            ID,
+            Severity::Critical,
+            Subject::node(&snap.node),
+            summary,
+            reset_checkpoint_remedy(&snap.node, &path),
+        )
+        .with("path", path.clone())
+        .with("error", reason)
     };
     let cp = match &file.content {
         Err(e) => {
-            return vec![finding(format!("The CPU manager checkpoint {path} cannot be read: {e}"), e.to_string())];
+            return vec![finding(
+                format!("The CPU manager checkpoint {path} cannot be read: {e}"),
+                e.to_string(),
+            )];
         }
         Ok(cp) => cp,
     };
     if let Verification::Mismatch { stored, computed } = cp.verify() {
         let computed: serde_json::Map<String, serde_json::Value> =
             computed.into_iter().map(|(name, sum)| (name, json!(sum))).collect();
-        return vec![finding(
-            format!("The checksum of {path} ({stored}) matches no kubelet layout: the kubelet will refuse to restart"),
-            "checkpoint is corrupted".to_string(),
-        )
-        .with("kubelet_error", kubelet_error("checkpoint is corrupted", &path))
-        .with("layout", cp.layout())
-        .with("stored_checksum", stored)
-        .with("computed_checksums", computed)];
+        return vec![
+            finding(
+                format!(
+                    "The checksum of {path} ({stored}) matches no kubelet layout: the kubelet will refuse to restart"
+                ),
+                "checkpoint is corrupted".to_string(),
+            )
+            .with("kubelet_error", kubelet_error("checkpoint is corrupted", &path))
+            .with("layout", cp.layout())
+            .with("stored_checksum", stored)
+            .with("computed_checksums", computed),
+        ];
     }
     match cp.state() {
-        Err(e) => vec![finding(format!("The CPU manager checkpoint {path} has an unreadable cpuset: {e}"), e.to_string())],
+        Err(e) => vec![finding(
+            format!("The CPU manager checkpoint {path} has an unreadable cpuset: {e}"),
+            e.to_string(),
+        )],
         Ok(_) => vec![],
     }
 }
@@ -59,7 +77,12 @@ mod tests {
     use crate::rules::testkit::SnapshotBuilder;
 
     fn run(bytes: &[u8]) -> Vec<Finding> {
-        check(&SnapshotBuilder::static_node("0-3", &[]).with_raw_checkpoint(bytes).build(), &Settings::default())
+        check(
+            &SnapshotBuilder::static_node("0-3", &[])
+                .with_raw_checkpoint(bytes)
+                .build(),
+            &Settings::default(),
+        )
     }
 
     #[test]
@@ -85,7 +108,12 @@ mod tests {
                     assert!(err.contains(text), "{name}: {err}");
                     let kubelet_error = f.evidence.get("kubelet_error").and_then(|v| v.as_str());
                     if *name == "bad checksum" {
-                        assert_eq!(kubelet_error, Some("could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the CPU manager checkpoint file \"/var/lib/kubelet/cpu_manager_state\" before restarting Kubelet"));
+                        assert_eq!(
+                            kubelet_error,
+                            Some(
+                                "could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the CPU manager checkpoint file \"/var/lib/kubelet/cpu_manager_state\" before restarting Kubelet"
+                            )
+                        );
                     } else {
                         assert_eq!(kubelet_error, None, "{name}");
                     }
@@ -99,7 +127,10 @@ mod tests {
     fn mismatch_lists_what_each_layout_would_hash_to() {
         let f = &run(br#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":1234}"#)[0];
         assert_eq!(f.evidence["stored_checksum"], 1234);
-        assert_eq!(f.evidence["computed_checksums"]["V2 as CPUManagerCheckpoint"], 354655845);
+        assert_eq!(
+            f.evidence["computed_checksums"]["V2 as CPUManagerCheckpoint"],
+            354655845
+        );
     }
 
     #[test]

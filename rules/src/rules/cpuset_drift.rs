@@ -11,11 +11,11 @@
 //! or directly by ID for V1 files. The pause container is never in a pod's statuses and is
 //! not judged.
 
+use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{CgroupTree, ContainerCgroup, NodeSnapshot, Observed, PodInfo, PodSource};
-use crate::CpuSet;
 
 pub const ID: &str = "cpuset-drift";
 
@@ -33,14 +33,23 @@ fn expected_for(state: &CpuState, pod: Option<&PodInfo>, container: Option<&str>
             EntryKey::ContainerId { container_id } => container_id == id,
         };
         if hit {
-            return Expected { cpus: a.cpus.clone(), exclusive: true };
+            return Expected {
+                cpus: a.cpus.clone(),
+                exclusive: true,
+            };
         }
     }
     // Pod-level resources (V3): the pod's shared containers run on the pod's CPUs.
     if let Some((_, cpus)) = pod.and_then(|p| state.pod_assignments.iter().find(|(u, _)| *u == p.uid)) {
-        return Expected { cpus: cpus.clone(), exclusive: false };
+        return Expected {
+            cpus: cpus.clone(),
+            exclusive: false,
+        };
     }
-    Expected { cpus: state.default_cpus.clone(), exclusive: false }
+    Expected {
+        cpus: state.default_cpus.clone(),
+        exclusive: false,
+    }
 }
 
 /// The cpuset the container really has: `cpuset.cpus`, or the effective set when that is
@@ -50,13 +59,17 @@ fn actual(leaf: &ContainerCgroup) -> Option<&CpuSet> {
 }
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
     let Ok(cp) = &file.content else { return vec![] };
     let Ok(state) = cp.state() else { return vec![] };
     if state.policy_name != "static" {
         return vec![];
     }
-    let Observed::Ok(tree) = &snap.cgroups else { return vec![] };
+    let Observed::Ok(tree) = &snap.cgroups else {
+        return vec![];
+    };
     let grace = settings.reconcile_grace(snap);
     let shared_judged = file.age_seconds.is_some_and(|age| age > grace);
 
@@ -88,14 +101,18 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         if *have == want.cpus {
             continue;
         }
-        let subject = pod.map_or_else(
-            || match snap.owner_of_container_id(&leaf.id) {
-                Some((uid, _)) => Subject::pod_uid(&uid),
-                None => Subject { kind: "Pod".into(), ..Default::default() },
-            },
-            Subject::pod,
-        )
-        .with_container(container.clone());
+        let subject = pod
+            .map_or_else(
+                || match snap.owner_of_container_id(&leaf.id) {
+                    Some((uid, _)) => Subject::pod_uid(&uid),
+                    None => Subject {
+                        kind: "Pod".into(),
+                        ..Default::default()
+                    },
+                },
+                Subject::pod,
+            )
+            .with_container(container.clone());
         let kind = if want.exclusive { "exclusive" } else { "shared" };
         let who = container.clone().unwrap_or_else(|| leaf.id.clone());
         let process_cpus = leaf
@@ -130,7 +147,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .with("checkpoint_cpus", want.cpus.to_string())
             .with("cgroup_cpus", have.to_string())
             .with("effective_cpus", leaf.effective_cpus.as_ref().map(|c| c.to_string()))
-            .with("process_cpus", (!process_cpus.is_empty()).then(|| process_cpus.to_string()))
+            .with(
+                "process_cpus",
+                (!process_cpus.is_empty()).then(|| process_cpus.to_string()),
+            )
             .with("checkpoint_age_seconds", file.age_seconds.map(|a| a.round()))
             .with("grace_seconds", grace),
         );
@@ -153,13 +173,19 @@ fn v1_leaves<'a>(state: &CpuState, tree: &'a CgroupTree) -> Vec<&'a ContainerCgr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testkit::{leaf, pod, pod_cgroup, SnapshotBuilder};
+    use crate::rules::testkit::{SnapshotBuilder, leaf, pod, pod_cgroup};
 
     fn node(cgroup_cpus_exclusive: &str, cgroup_cpus_shared: &str, age: f64) -> NodeSnapshot {
         SnapshotBuilder::static_node("0-1", &[("p1", "app", "2-3")])
-            .with_pod_list(&[pod("p1", "exec-1", "Running", &[("app", "c1")]), pod("p2", "web", "Running", &[("web", "c2")])])
+            .with_pod_list(&[
+                pod("p1", "exec-1", "Running", &[("app", "c1")]),
+                pod("p2", "web", "Running", &[("web", "c2")]),
+            ])
             .with_pod_cgroups(vec![
-                pod_cgroup("p1", vec![leaf("c1", cgroup_cpus_exclusive, 1), leaf("pause1", "0-3", 1)]),
+                pod_cgroup(
+                    "p1",
+                    vec![leaf("c1", cgroup_cpus_exclusive, 1), leaf("pause1", "0-3", 1)],
+                ),
                 pod_cgroup("p2", vec![leaf("c2", cgroup_cpus_shared, 1)]),
             ])
             .checkpoint_age(age)
@@ -181,18 +207,37 @@ mod tests {
 
     #[test]
     fn table() {
-        assert!(drifted(&node("2-3", "0-1", 3600.0)).is_empty(), "in sync; the pause leaf is not judged");
-        assert_eq!(drifted(&node("2", "0-1", 3600.0)), [("app".into(), "exclusive".into(), "2".into())]);
-        assert_eq!(drifted(&node("2-3", "0-3", 3600.0)), [("web".into(), "shared".into(), "0-3".into())]);
-        assert!(drifted(&node("2-3", "0-3", 4.0)).is_empty(), "shared pool may lag one reconcile period");
-        assert_eq!(drifted(&node("0-3", "0-3", 4.0)), [("app".into(), "exclusive".into(), "0-3".into())], "exclusive drift is immediate");
+        assert!(
+            drifted(&node("2-3", "0-1", 3600.0)).is_empty(),
+            "in sync; the pause leaf is not judged"
+        );
+        assert_eq!(
+            drifted(&node("2", "0-1", 3600.0)),
+            [("app".into(), "exclusive".into(), "2".into())]
+        );
+        assert_eq!(
+            drifted(&node("2-3", "0-3", 3600.0)),
+            [("web".into(), "shared".into(), "0-3".into())]
+        );
+        assert!(
+            drifted(&node("2-3", "0-3", 4.0)).is_empty(),
+            "shared pool may lag one reconcile period"
+        );
+        assert_eq!(
+            drifted(&node("0-3", "0-3", 4.0)),
+            [("app".into(), "exclusive".into(), "0-3".into())],
+            "exclusive drift is immediate"
+        );
     }
 
     #[test]
     fn grace_follows_settings_and_kubelet_config() {
         let snap = node("2-3", "0-3", 30.0);
         assert_eq!(drifted(&snap).len(), 1);
-        let settings = Settings { reconcile_grace_seconds: Some(60.0), ..Default::default() };
+        let settings = Settings {
+            reconcile_grace_seconds: Some(60.0),
+            ..Default::default()
+        };
         assert!(check(&snap, &settings).is_empty());
     }
 
@@ -209,11 +254,15 @@ mod tests {
 
     #[test]
     fn v1_without_pod_list_judges_by_id() {
-        let state = crate::Checkpoint::parse(br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"c1":"2-3"},"checksum":0}"#)
-            .unwrap()
-            .state()
-            .unwrap();
-        let snap = SnapshotBuilder::from_state(state).with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("c1", "1-3", 1)])]).build();
+        let state = crate::Checkpoint::parse(
+            br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"c1":"2-3"},"checksum":0}"#,
+        )
+        .unwrap()
+        .state()
+        .unwrap();
+        let snap = SnapshotBuilder::from_state(state)
+            .with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("c1", "1-3", 1)])])
+            .build();
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].subject.uid.as_deref(), Some("p1"));

@@ -8,18 +8,20 @@
 
 use std::collections::BTreeMap;
 
+use crate::CpuSet;
 use crate::checkpoint::EntryKey;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
-use crate::CpuSet;
 
 use super::{checkpoint_path, reset_checkpoint_remedy};
 
 pub const ID: &str = "cross-pod-cpu-overlap";
 
 pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
     let Ok(cp) = &file.content else { return vec![] };
     let Ok(state) = cp.state() else { return vec![] };
     // pod uid -> [(holder label, cpus)]
@@ -35,11 +37,22 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
         by_pod.entry(uid).or_default().push((label, a.cpus.clone()));
     }
     for (uid, cpus) in &state.pod_assignments {
-        by_pod.entry(uid.clone()).or_default().push(("(pod-level)".to_string(), cpus.clone()));
+        by_pod
+            .entry(uid.clone())
+            .or_default()
+            .push(("(pod-level)".to_string(), cpus.clone()));
     }
-    let pods: Vec<(&String, CpuSet, &Vec<(String, CpuSet)>)> = by_pod
+    // (pod uid, all its CPUs, its holders)
+    type PodCpus<'a> = (&'a String, CpuSet, &'a Vec<(String, CpuSet)>);
+    let pods: Vec<PodCpus> = by_pod
         .iter()
-        .map(|(uid, holders)| (uid, holders.iter().fold(CpuSet::new(), |acc, (_, c)| acc.union(c)), holders))
+        .map(|(uid, holders)| {
+            (
+                uid,
+                holders.iter().fold(CpuSet::new(), |acc, (_, c)| acc.union(c)),
+                holders,
+            )
+        })
         .collect();
     let path = checkpoint_path(snap);
     let mut findings = Vec::new();
@@ -50,7 +63,11 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 continue;
             }
             let who = |holders: &Vec<(String, CpuSet)>| -> Vec<String> {
-                holders.iter().filter(|(_, c)| c.intersects(&shared)).map(|(n, _)| n.clone()).collect()
+                holders
+                    .iter()
+                    .filter(|(_, c)| c.intersects(&shared))
+                    .map(|(n, _)| n.clone())
+                    .collect()
             };
             let name = |uid: &str| snap.pod(uid).map_or_else(|| format!("pod {uid}"), |p| p.display());
             let subject = snap.pod(uid_a).map_or_else(|| Subject::pod_uid(uid_a), Subject::pod);
@@ -59,7 +76,11 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                     ID,
                     Severity::Critical,
                     subject,
-                    format!("CPUs {shared} are pinned exclusively to both {} and {}", name(uid_a), name(uid_b)),
+                    format!(
+                        "CPUs {shared} are pinned exclusively to both {} and {}",
+                        name(uid_a),
+                        name(uid_b)
+                    ),
                     reset_checkpoint_remedy(&snap.node, &path),
                 )
                 .with("pod_uids", vec![uid_a.to_string(), uid_b.to_string()])
@@ -75,18 +96,26 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testkit::{leaf, pod, pod_cgroup, SnapshotBuilder};
+    use crate::rules::testkit::{SnapshotBuilder, leaf, pod, pod_cgroup};
 
     #[test]
     fn table() {
-        let cases: &[(&str, &[(&str, &str, &str)], &[&str])] = &[
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str, &'a str)], &'a [&'a str]);
+        let cases: &[Case] = &[
             ("disjoint", &[("a", "c", "2-3"), ("b", "c", "4-5")], &[]),
             ("same pod init reuse", &[("a", "init", "2-3"), ("a", "app", "2-5")], &[]),
             ("two pods", &[("a", "c", "2-3"), ("b", "c", "3-4")], &["3"]),
-            ("three pods", &[("a", "c", "2-3"), ("b", "c", "3-4"), ("c", "c", "4")], &["3", "4"]),
+            (
+                "three pods",
+                &[("a", "c", "2-3"), ("b", "c", "3-4"), ("c", "c", "4")],
+                &["3", "4"],
+            ),
         ];
         for (name, entries, want) in cases {
-            let f = check(&SnapshotBuilder::static_node("0-1", entries).build(), &Settings::default());
+            let f = check(
+                &SnapshotBuilder::static_node("0-1", entries).build(),
+                &Settings::default(),
+            );
             let got: Vec<&str> = f.iter().map(|f| f.evidence["cpus"].as_str().unwrap()).collect();
             assert_eq!(got, *want, "{name}");
         }
@@ -100,7 +129,10 @@ mod tests {
         let f = &check(&snap, &Settings::default())[0];
         assert_eq!(f.evidence["pod_uids"], serde_json::json!(["a", "b"]));
         assert_eq!(f.evidence["containers"], serde_json::json!(["app", "exec"]));
-        assert_eq!(f.summary, "CPUs 3 are pinned exclusively to both default/driver and default/exec-1");
+        assert_eq!(
+            f.summary,
+            "CPUs 3 are pinned exclusively to both default/driver and default/exec-1"
+        );
     }
 
     #[test]

@@ -6,11 +6,11 @@
 //! (`defaultCpuSet` minus the reserved CPUs, which the static policy never hands out). The
 //! evidence says how many CPUs stale entries hold, since freeing those is usually the fix.
 
+use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
-use crate::CpuSet;
 
 use super::stale_cpu_assignment::{stale_cpus, stale_entries_of};
 use super::{checkpoint_path, reset_checkpoint_remedy};
@@ -59,7 +59,9 @@ struct Pool {
 }
 
 fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
-    let Observed::Ok(file) = &snap.checkpoint else { return None };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return None;
+    };
     let state = file.content.as_ref().ok()?.state().ok()?;
     if state.policy_name != "static" {
         return None;
@@ -70,7 +72,11 @@ fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
         _ => config.reserved_system_cpus.clone().unwrap_or_default(),
     };
     let stale = stale_cpus(&stale_entries_of(snap, settings, &state));
-    Some(Pool { free: state.default_cpus.difference(&reserved), stale, state })
+    Some(Pool {
+        free: state.default_cpus.difference(&reserved),
+        stale,
+        state,
+    })
 }
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
@@ -81,16 +87,25 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             "the CPU manager checkpoint could not be read to count free CPUs: see the checkpoint findings and `nodemedic checkpoint show {path}`"
         ),
         Some(p) if p.stale.is_empty() => {
-            "the node has no exclusive CPUs to spare: run the pod elsewhere or lower its integer CPU request".to_string()
+            "the node has no exclusive CPUs to spare: run the pod elsewhere or lower its integer CPU request"
+                .to_string()
         }
-        Some(p) => format!("stale entries hold CPUs {}; free them: {}", p.stale, reset_checkpoint_remedy(&snap.node, &path)),
+        Some(p) => format!(
+            "stale entries hold CPUs {}; free them: {}",
+            p.stale,
+            reset_checkpoint_remedy(&snap.node, &path)
+        ),
     };
     let mut findings = Vec::new();
 
     // Refused pods stay in the API until deleted: from the live API only recent ones say the
     // shortage is now. A pods file is a capture of one moment and is judged as it stands.
     let live = snap.pod_source == PodSource::Api;
-    let recent = |p: &PodInfo| !live || p.created_at.is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds);
+    let recent = |p: &PodInfo| {
+        !live
+            || p.created_at
+                .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
+    };
     let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p) && recent(p)).collect();
     if !rejected.is_empty() {
         let names: Vec<String> = rejected.iter().take(LISTED_PODS).map(|p| p.display()).collect();
@@ -104,7 +119,11 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     "{} pod(s) were refused exclusive CPUs on {}{}",
                     rejected.len(),
                     snap.node,
-                    if stale.is_empty() { String::new() } else { format!(" while stale entries hold CPUs {stale}") }
+                    if stale.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" while stale entries hold CPUs {stale}")
+                    }
                 ),
                 remedy(pool.as_ref()),
             )
@@ -123,7 +142,11 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .iter()
             .any(|a| matches!(&a.key, EntryKey::Container { pod_uid, .. } if pod_uid == uid))
     };
-    for pod in snap.pods.iter().filter(|p| p.phase == "Pending" && !rejected_for_cpus(p) && !allocated(&p.uid)) {
+    for pod in snap
+        .pods
+        .iter()
+        .filter(|p| p.phase == "Pending" && !rejected_for_cpus(p) && !allocated(&p.uid))
+    {
         let need = exclusive_cpus_needed(pod);
         if need == 0 || need <= pool.free.len() {
             continue;
@@ -137,7 +160,11 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     "Pending Guaranteed pod {} needs {need} exclusive CPUs but only {} are free{}",
                     pod.display(),
                     pool.free.len(),
-                    if pool.free.is_empty() { String::new() } else { format!(" ({})", pool.free) }
+                    if pool.free.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", pool.free)
+                    }
                 ),
                 remedy(Some(&pool)),
             )
@@ -153,25 +180,42 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testkit::{pod, SnapshotBuilder};
+    use crate::rules::testkit::{SnapshotBuilder, pod};
     use crate::snapshot::ContainerInfo;
 
     fn guaranteed(uid: &str, phase: &str, app_cpus: &[u64], init_cpus: &[u64]) -> PodInfo {
         let mut p = pod(uid, uid, phase, &[]);
         for (i, m) in app_cpus.iter().enumerate() {
-            p.containers.push(ContainerInfo { name: format!("app{i}"), kind: Some(ContainerKind::Regular), cpu_request_millis: Some(*m), ..Default::default() });
+            p.containers.push(ContainerInfo {
+                name: format!("app{i}"),
+                kind: Some(ContainerKind::Regular),
+                cpu_request_millis: Some(*m),
+                ..Default::default()
+            });
         }
         for (i, m) in init_cpus.iter().enumerate() {
-            p.containers.push(ContainerInfo { name: format!("init{i}"), kind: Some(ContainerKind::Init), cpu_request_millis: Some(*m), ..Default::default() });
+            p.containers.push(ContainerInfo {
+                name: format!("init{i}"),
+                kind: Some(ContainerKind::Init),
+                cpu_request_millis: Some(*m),
+                ..Default::default()
+            });
         }
         p
     }
 
     #[test]
     fn exclusive_needs() {
-        assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[2000, 1000], &[])), 3);
+        assert_eq!(
+            exclusive_cpus_needed(&guaranteed("a", "Pending", &[2000, 1000], &[])),
+            3
+        );
         assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[2000], &[4000])), 4);
-        assert_eq!(exclusive_cpus_needed(&guaranteed("a", "Pending", &[1500, 2000], &[])), 2, "fractional requests share");
+        assert_eq!(
+            exclusive_cpus_needed(&guaranteed("a", "Pending", &[1500, 2000], &[])),
+            2,
+            "fractional requests share"
+        );
         let mut burstable = guaranteed("a", "Pending", &[4000], &[]);
         burstable.qos_class = Some("Burstable".into());
         assert_eq!(exclusive_cpus_needed(&burstable), 0);
@@ -181,8 +225,11 @@ mod tests {
     fn rejected_pods_with_stale_cpus() {
         let mut rejected = pod("r1", "exec-9", "Failed", &[]);
         rejected.reason = Some("UnexpectedAdmissionError".into());
-        rejected.message = Some("Allocate failed due to not enough cpus available to satisfy request, which is unexpected".into());
-        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "2-5")]).with_pod_list(&[rejected]).build();
+        rejected.message =
+            Some("Allocate failed due to not enough cpus available to satisfy request, which is unexpected".into());
+        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "2-5")])
+            .with_pod_list(&[rejected])
+            .build();
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
@@ -197,12 +244,23 @@ mod tests {
         rejected.reason = Some("UnexpectedAdmissionError".into());
         rejected.message = Some("not enough cpus available to satisfy request".into());
         rejected.created_at = Some(1_700_000_000 - 7200);
-        let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[rejected.clone()]).build();
-        assert_eq!(check(&snap, &Settings::default()).len(), 1, "a pods file is judged as captured");
+        let mut snap = SnapshotBuilder::static_node("0-3", &[])
+            .with_pod_list(&[rejected.clone()])
+            .build();
+        assert_eq!(
+            check(&snap, &Settings::default()).len(),
+            1,
+            "a pods file is judged as captured"
+        );
         snap.pod_source = PodSource::Api;
-        assert!(check(&snap, &Settings::default()).is_empty(), "live: two hours old is history");
+        assert!(
+            check(&snap, &Settings::default()).is_empty(),
+            "live: two hours old is history"
+        );
         rejected.created_at = Some(1_700_000_000 - 60);
-        let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[rejected]).build();
+        let mut snap = SnapshotBuilder::static_node("0-3", &[])
+            .with_pod_list(&[rejected])
+            .build();
         snap.pod_source = PodSource::Api;
         assert_eq!(check(&snap, &Settings::default()).len(), 1);
     }
@@ -213,9 +271,15 @@ mod tests {
         p.message = Some("PreStartContainer hook failed: not enough cpus available to satisfy request".into());
         let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[p]).build();
         assert_eq!(check(&snap, &Settings::default()).len(), 1);
-        snap.checkpoint = Observed::Missing { path: "/var/lib/kubelet/cpu_manager_state".into() };
+        snap.checkpoint = Observed::Missing {
+            path: "/var/lib/kubelet/cpu_manager_state".into(),
+        };
         let f = check(&snap, &Settings::default());
-        assert!(f[0].remedy.starts_with("the CPU manager checkpoint could not be read"), "{}", f[0].remedy);
+        assert!(
+            f[0].remedy.starts_with("the CPU manager checkpoint could not be read"),
+            "{}",
+            f[0].remedy
+        );
     }
 
     #[test]
@@ -238,7 +302,9 @@ mod tests {
 
     #[test]
     fn healthy_node_is_silent() {
-        let snap = SnapshotBuilder::static_node("0-7", &[]).with_pod_list(&[guaranteed("p", "Pending", &[2000], &[])]).build();
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_pod_list(&[guaranteed("p", "Pending", &[2000], &[])])
+            .build();
         assert!(check(&snap, &Settings::default()).is_empty());
     }
 }

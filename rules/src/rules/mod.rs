@@ -166,6 +166,10 @@ mod tests {
         assert!(all.iter().any(|f| f.rule == "stale-cpu-assignment"));
         let mut settings = Settings::default();
         settings.disabled_rules.insert("stale-cpu-assignment".into());
-        assert!(evaluate(&snap, &settings).iter().all(|f| f.rule != "stale-cpu-assignment"));
+        assert!(
+            evaluate(&snap, &settings)
+                .iter()
+                .all(|f| f.rule != "stale-cpu-assignment")
+        );
     }
 }

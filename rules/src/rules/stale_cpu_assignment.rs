@@ -13,11 +13,11 @@
 //! the period ago, or (without a pod list) a pod with no cgroup yet in a checkpoint written
 //! less than the period ago, since admission writes the entry before the cgroup exists.
 
+use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
-use crate::CpuSet;
 
 use super::{checkpoint_path, reset_checkpoint_remedy};
 
@@ -43,7 +43,7 @@ pub struct StaleEntry {
 
 enum Verdict {
     Alive,
-    Stale(String, Option<PodInfo>),
+    Stale(String, Option<Box<PodInfo>>),
     /// Cannot be judged with what we have.
     Unknown,
 }
@@ -57,7 +57,10 @@ struct Clock {
 impl Clock {
     fn of(snap: &NodeSnapshot, settings: &Settings) -> Self {
         let checkpoint_age = snap.checkpoint.ok().and_then(|f| f.age_seconds);
-        Clock { grace: settings.reconcile_grace(snap), checkpoint_age }
+        Clock {
+            grace: settings.reconcile_grace(snap),
+            checkpoint_age,
+        }
     }
 
     /// Whether the kubelet may still be about to reconcile something that happened at `at`.
@@ -75,18 +78,22 @@ fn judge_pod(snap: &NodeSnapshot, clock: &Clock, uid: &str, container: Option<&s
         PodSource::Api | PodSource::File => match snap.pod(uid) {
             None => Verdict::Stale(format!("pod {uid} is not bound to node {}", snap.node), None),
             Some(p) if p.is_terminal() && clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
-            Some(p) if p.is_terminal() => {
-                Verdict::Stale(format!("pod {} has finished (phase {})", p.display(), p.phase), Some(p.clone()))
-            }
+            Some(p) if p.is_terminal() => Verdict::Stale(
+                format!("pod {} has finished (phase {})", p.display(), p.phase),
+                Some(Box::new(p.clone())),
+            ),
             Some(p) => match container {
-                Some(c) if !p.containers.iter().any(|x| x.name == c) => {
-                    Verdict::Stale(format!("container {c} is not in the spec of pod {}", p.display()), Some(p.clone()))
-                }
+                Some(c) if !p.containers.iter().any(|x| x.name == c) => Verdict::Stale(
+                    format!("container {c} is not in the spec of pod {}", p.display()),
+                    Some(Box::new(p.clone())),
+                ),
                 _ => Verdict::Alive,
             },
         },
         PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else { return Verdict::Unknown };
+            let Observed::Ok(tree) = &snap.cgroups else {
+                return Verdict::Unknown;
+            };
             match tree.pod(uid) {
                 None if clock.checkpoint_recent() => Verdict::Unknown,
                 None => Verdict::Stale(format!("pod {uid} has no cgroup on this node"), None),
@@ -109,12 +116,17 @@ fn judge_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Verdict {
             match owner {
                 Some(p) if !p.is_terminal() => Verdict::Alive,
                 Some(p) if clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
-                Some(p) => Verdict::Stale(format!("container {id} belongs to pod {}, which has finished", p.display()), Some(p.clone())),
+                Some(p) => Verdict::Stale(
+                    format!("container {id} belongs to pod {}, which has finished", p.display()),
+                    Some(Box::new(p.clone())),
+                ),
                 None => Verdict::Stale(format!("no pod on node {} runs container {id}", snap.node), None),
             }
         }
         PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else { return Verdict::Unknown };
+            let Observed::Ok(tree) = &snap.cgroups else {
+                return Verdict::Unknown;
+            };
             match tree.container(id) {
                 Some((_, leaf)) if !leaf.processes.is_empty() => Verdict::Alive,
                 Some(_) => Verdict::Stale(format!("container {id} has no processes left"), None),
@@ -128,7 +140,9 @@ fn judge_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Verdict {
 /// The stale entries of the checkpoint's state; empty when the checkpoint is unreadable or
 /// liveness cannot be judged.
 pub fn stale_entries(snap: &NodeSnapshot, settings: &Settings) -> Vec<StaleEntry> {
-    let Observed::Ok(file) = &snap.checkpoint else { return vec![] };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
     let Ok(cp) = &file.content else { return vec![] };
     let Ok(state) = cp.state() else { return vec![] };
     stale_entries_of(snap, settings, &state)
@@ -144,16 +158,25 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
     let mut out = Vec::new();
     for a in &state.assignments {
         let (pod_uid, container, container_id, verdict) = match &a.key {
-            EntryKey::Container { pod_uid, container } => {
-                (Some(pod_uid.clone()), Some(container.clone()), None, judge_pod(snap, &clock, pod_uid, Some(container)))
-            }
+            EntryKey::Container { pod_uid, container } => (
+                Some(pod_uid.clone()),
+                Some(container.clone()),
+                None,
+                judge_pod(snap, &clock, pod_uid, Some(container)),
+            ),
             EntryKey::ContainerId { container_id } => {
                 let owner = snap.owner_of_container_id(container_id);
                 let (uid, name) = owner.map_or((None, None), |(u, n)| (Some(u), n));
-                (uid, name, Some(container_id.clone()), judge_container_id(snap, &clock, container_id))
+                (
+                    uid,
+                    name,
+                    Some(container_id.clone()),
+                    judge_container_id(snap, &clock, container_id),
+                )
             }
         };
         if let Verdict::Stale(reason, pod) = verdict {
+            let pod = pod.map(|p| *p);
             out.push(StaleEntry {
                 cgroup_processes: processes(pod_uid.as_deref()),
                 pod_uid,
@@ -167,6 +190,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
     }
     for (uid, cpus) in &state.pod_assignments {
         if let Verdict::Stale(reason, pod) = judge_pod(snap, &clock, uid, None) {
+            let pod = pod.map(|p| *p);
             out.push(StaleEntry {
                 pod_uid: Some(uid.clone()),
                 container: None,
@@ -234,7 +258,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testkit::{leaf, pod, pod_cgroup, SnapshotBuilder};
+    use crate::rules::testkit::{SnapshotBuilder, leaf, pod, pod_cgroup};
 
     fn stale(snap: &NodeSnapshot) -> Vec<(String, String, String)> {
         check(snap, &Settings::default())
@@ -247,13 +271,21 @@ mod tests {
     }
 
     fn entries() -> Vec<(&'static str, &'static str, &'static str)> {
-        vec![("live", "app", "2-3"), ("gone", "app", "4-5"), ("done", "app", "6"), ("live", "old-sidecar", "7")]
+        vec![
+            ("live", "app", "2-3"),
+            ("gone", "app", "4-5"),
+            ("done", "app", "6"),
+            ("live", "old-sidecar", "7"),
+        ]
     }
 
     #[test]
     fn judged_from_the_pod_list() {
         let snap = SnapshotBuilder::static_node("0-1", &entries())
-            .with_pod_list(&[pod("live", "spark-exec-1", "Running", &[("app", "c1")]), pod("done", "job", "Succeeded", &[("app", "c2")])])
+            .with_pod_list(&[
+                pod("live", "spark-exec-1", "Running", &[("app", "c1")]),
+                pod("done", "job", "Succeeded", &[("app", "c2")]),
+            ])
             .build();
         assert_eq!(
             stale(&snap),
@@ -273,10 +305,19 @@ mod tests {
     #[test]
     fn judged_from_cgroups_without_a_pod_list() {
         let snap = SnapshotBuilder::static_node("0-1", &entries())
-            .with_pod_cgroups(vec![pod_cgroup("live", vec![leaf("c1", "2-3", 2)]), pod_cgroup("done", vec![leaf("c2", "6", 0)])])
+            .with_pod_cgroups(vec![
+                pod_cgroup("live", vec![leaf("c1", "2-3", 2)]),
+                pod_cgroup("done", vec![leaf("c2", "6", 0)]),
+            ])
             .build();
         // Containers cannot be named from cgroups: old-sidecar of a live pod is not judged.
-        assert_eq!(stale(&snap), [("done".into(), "app".into(), "6".into()), ("gone".into(), "app".into(), "4-5".into())]);
+        assert_eq!(
+            stale(&snap),
+            [
+                ("done".into(), "app".into(), "6".into()),
+                ("gone".into(), "app".into(), "4-5".into())
+            ]
+        );
         let f = check(&snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "cgroups");
         assert_eq!(f[0].evidence["pod_cgroup_processes"], 0);
@@ -290,7 +331,12 @@ mod tests {
             .build();
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
-        assert!(f[0].evidence["note"].as_str().unwrap().contains("3 process(es): the pod object is gone"));
+        assert!(
+            f[0].evidence["note"]
+                .as_str()
+                .unwrap()
+                .contains("3 process(es): the pod object is gone")
+        );
     }
 
     #[test]
@@ -302,15 +348,34 @@ mod tests {
         let state = v1.state().unwrap();
         // From cgroups: aaa111 runs, bbb222's leaf is empty, ccc333 has no leaf.
         let snap = SnapshotBuilder::from_state(state.clone())
-            .with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("aaa111", "2-3", 1), leaf("bbb222", "4-5", 0)])])
+            .with_pod_cgroups(vec![pod_cgroup(
+                "p1",
+                vec![leaf("aaa111", "2-3", 1), leaf("bbb222", "4-5", 0)],
+            )])
             .build();
-        let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state).into_iter().map(|e| (e.container_id.unwrap(), e.pod_uid)).collect();
-        assert_eq!(got, [("bbb222".to_string(), Some("p1".to_string())), ("ccc333".to_string(), None)]);
+        let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state)
+            .into_iter()
+            .map(|e| (e.container_id.unwrap(), e.pod_uid))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bbb222".to_string(), Some("p1".to_string())),
+                ("ccc333".to_string(), None)
+            ]
+        );
         // No pod object was looked at: no claim that one was force-deleted.
-        assert!(check(&snap, &Settings::default()).iter().all(|f| f.evidence.get("note").is_none()));
+        assert!(
+            check(&snap, &Settings::default())
+                .iter()
+                .all(|f| f.evidence.get("note").is_none())
+        );
         // From the pod list: the pod's current container ids decide.
         let snap = SnapshotBuilder::from_state(state.clone())
-            .with_pod_list(&[pod("p1", "a", "Running", &[("app", "aaa111")]), pod("p2", "b", "Failed", &[("app", "bbb222")])])
+            .with_pod_list(&[
+                pod("p1", "a", "Running", &[("app", "aaa111")]),
+                pod("p2", "b", "Failed", &[("app", "bbb222")]),
+            ])
             .build();
         let got: Vec<_> = stale_entries_of(&snap, &Settings::default(), &state)
             .into_iter()
@@ -318,37 +383,58 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [("bbb222".to_string(), Some("p2".to_string()), Some("app".to_string())), ("ccc333".to_string(), None, None)]
+            [
+                ("bbb222".to_string(), Some("p2".to_string()), Some("app".to_string())),
+                ("ccc333".to_string(), None, None)
+            ]
         );
     }
 
     #[test]
     fn unknown_liveness_reports_nothing() {
         let mut snap = SnapshotBuilder::static_node("0-1", &entries()).build();
-        snap.cgroups = Observed::Error { reason: "permission denied".into() };
+        snap.cgroups = Observed::Error {
+            reason: "permission denied".into(),
+        };
         assert!(check(&snap, &Settings::default()).is_empty());
     }
 
     #[test]
     fn stale_cpus_unions_entries() {
-        let snap = SnapshotBuilder::static_node("0-1", &entries()).with_pod_list(&[]).build();
-        assert_eq!(stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(), "2-7");
+        let snap = SnapshotBuilder::static_node("0-1", &entries())
+            .with_pod_list(&[])
+            .build();
+        assert_eq!(
+            stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(),
+            "2-7"
+        );
     }
 
     #[test]
     fn the_kubelet_gets_one_reconcile_period_first() {
         let mut just_done = pod("done", "job", "Succeeded", &[("app", "c2")]);
         just_done.finished_at = Some(1_700_000_000 - 4);
-        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")]).with_pod_list(&[just_done.clone()]).build();
-        assert!(check(&snap, &Settings::default()).is_empty(), "finished 4 s ago, period 10 s");
+        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")])
+            .with_pod_list(&[just_done.clone()])
+            .build();
+        assert!(
+            check(&snap, &Settings::default()).is_empty(),
+            "finished 4 s ago, period 10 s"
+        );
         just_done.finished_at = Some(1_700_000_000 - 60);
-        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")]).with_pod_list(&[just_done]).build();
+        let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")])
+            .with_pod_list(&[just_done])
+            .build();
         assert_eq!(check(&snap, &Settings::default()).len(), 1);
 
         // Without a pod list, a pod with no cgroup in a checkpoint written 2 s ago may have just been admitted.
-        let fresh = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")]).checkpoint_age(2.0).build();
+        let fresh = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")])
+            .checkpoint_age(2.0)
+            .build();
         assert!(check(&fresh, &Settings::default()).is_empty());
-        let old = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")]).checkpoint_age(20.0).build();
+        let old = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")])
+            .checkpoint_age(20.0)
+            .build();
         assert_eq!(check(&old, &Settings::default()).len(), 1);
     }
 

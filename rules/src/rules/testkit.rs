@@ -1,10 +1,10 @@
 //! Builders for the rules' table tests: a static-policy node in a few lines.
 
+use crate::CpuSet;
 use crate::checkpoint::{Assignment, CpuState, EntryKey};
 use crate::snapshot::*;
 use crate::topology::{CpuInfo, CpuTopology};
 use crate::validate::CpuManagerConfig;
-use crate::CpuSet;
 
 pub struct SnapshotBuilder {
     snap: NodeSnapshot,
@@ -45,7 +45,12 @@ pub fn leaf(id: &str, cpus_text: &str, procs: u32) -> ContainerCgroup {
         path: format!("/sys/fs/cgroup/cpuset/kubepods/pod/{id}"),
         cpus: (!cpus_text.is_empty()).then(|| cpus(cpus_text)),
         effective_cpus: (!cpus_text.is_empty()).then(|| cpus(cpus_text)),
-        processes: (0..procs).map(|i| ProcessInfo { pid: 1000 + i, cpus_allowed: Some(cpus(cpus_text)) }).collect(),
+        processes: (0..procs)
+            .map(|i| ProcessInfo {
+                pid: 1000 + i,
+                cpus_allowed: Some(cpus(cpus_text)),
+            })
+            .collect(),
     }
 }
 
@@ -70,7 +75,10 @@ impl SnapshotBuilder {
             assignments: entries
                 .iter()
                 .map(|(p, c, s)| Assignment {
-                    key: EntryKey::Container { pod_uid: p.to_string(), container: c.to_string() },
+                    key: EntryKey::Container {
+                        pod_uid: p.to_string(),
+                        container: c.to_string(),
+                    },
                     cpus: cpus(s),
                 })
                 .collect(),
@@ -80,8 +88,20 @@ impl SnapshotBuilder {
     }
 
     pub fn from_state(state: CpuState) -> Self {
-        let online = state.assignments.iter().fold(state.default_cpus.clone(), |acc, a| acc.union(&a.cpus));
-        let topo = CpuTopology::new(online.iter().map(|c| CpuInfo { cpu: c, core: c, socket: 0 }).collect());
+        let online = state
+            .assignments
+            .iter()
+            .fold(state.default_cpus.clone(), |acc, a| acc.union(&a.cpus));
+        let topo = CpuTopology::new(
+            online
+                .iter()
+                .map(|c| CpuInfo {
+                    cpu: c,
+                    core: c,
+                    socket: 0,
+                })
+                .collect(),
+        );
         let content = crate::Checkpoint::parse(state.to_checkpoint_json().as_bytes());
         let mut snap = NodeSnapshot::empty("node-a", 1_700_000_000);
         snap.checkpoint = Observed::Ok(CheckpointFile {
@@ -93,7 +113,10 @@ impl SnapshotBuilder {
         snap.kubelet = Observed::Ok(KubeletConfig {
             path: Some("/var/lib/kubelet/config.yaml".into()),
             found_by: "default".into(),
-            cpu_manager: CpuManagerConfig { policy: "static".into(), ..Default::default() },
+            cpu_manager: CpuManagerConfig {
+                policy: "static".into(),
+                ..Default::default()
+            },
             cgroup_driver: "cgroupfs".into(),
             cgroup_root: "/".into(),
         });
@@ -129,7 +152,16 @@ impl SnapshotBuilder {
     }
 
     pub fn with_online(mut self, online: &str) -> Self {
-        self.snap.cpus = Observed::Ok(CpuTopology::new(cpus(online).iter().map(|c| CpuInfo { cpu: c, core: c, socket: 0 }).collect()));
+        self.snap.cpus = Observed::Ok(CpuTopology::new(
+            cpus(online)
+                .iter()
+                .map(|c| CpuInfo {
+                    cpu: c,
+                    core: c,
+                    socket: 0,
+                })
+                .collect(),
+        ));
         self
     }
 

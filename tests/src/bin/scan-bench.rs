@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-
 fn release_bin() -> PathBuf {
     std::env::var_os("NODEMEDIC_BIN").map(PathBuf::from).unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap_or_default();
@@ -26,14 +25,22 @@ fn release_bin() -> PathBuf {
 /// pages at fork time.
 fn measure_one(args: &[String]) -> ExitCode {
     let start = Instant::now();
-    let out = Command::new(release_bin()).args(args).env("NODEMEDIC_REPORT_PEAK_RSS", "1").stdout(Stdio::null()).output();
+    let out = Command::new(release_bin())
+        .args(args)
+        .env("NODEMEDIC_REPORT_PEAK_RSS", "1")
+        .stdout(Stdio::null())
+        .output();
     let wall = start.elapsed().as_secs_f64();
     let Ok(out) = out else {
         eprintln!("scan-bench: cannot run {}", release_bin().display());
         return ExitCode::from(2);
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss: f64 = stderr.lines().find_map(|l| l.strip_prefix("nodemedic: peak_rss_kib=")).and_then(|v| v.parse().ok()).unwrap_or(-1.0);
+    let rss: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("nodemedic: peak_rss_kib="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0);
     println!("{wall} {rss} {}", out.status.code().unwrap_or(-1));
     ExitCode::SUCCESS
 }
@@ -41,10 +48,14 @@ fn measure_one(args: &[String]) -> ExitCode {
 /// In-process breakdown of one scan of `pods` pods by collector (median of `runs`).
 fn phases(pods: usize, runs: usize) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    nodemedic_tests::scenarios::big_node(pods, 5).write(dir.path()).map_err(|e| e.to_string())?;
+    nodemedic_tests::scenarios::big_node(pods, 5)
+        .write(dir.path())
+        .map_err(|e| e.to_string())?;
     let host = nodemedic::host::HostPaths::new(dir.path(), None);
-    let opts =
-        nodemedic::collect::ScanOptions { node: Some("bench-node".into()), pods_file: Some(dir.path().join("pods.json")) };
+    let opts = nodemedic::collect::ScanOptions {
+        node: Some("bench-node".into()),
+        pods_file: Some(dir.path().join("pods.json")),
+    };
     let mut per: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
     for _ in 0..runs {
         let (snap, timings) = nodemedic::collect::collect(&host, &opts).map_err(|e| e.to_string())?;
@@ -54,7 +65,9 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
         let t = Instant::now();
         let findings = nodemedic_rules::rules::evaluate(&snap, &nodemedic_rules::Settings::default());
         let _ = nodemedic::report::Report::new(&snap, findings).to_json();
-        per.entry("rules+report").or_default().push(t.elapsed().as_secs_f64() * 1000.0);
+        per.entry("rules+report")
+            .or_default()
+            .push(t.elapsed().as_secs_f64() * 1000.0);
     }
     println!("\nin-process phases at {pods} pods (median ms of {runs}):");
     for (name, v) in per {
@@ -65,7 +78,11 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
-    let median = if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
+    let median = if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
     (v[0], median, v[v.len() - 1])
 }
 
@@ -93,11 +110,25 @@ fn main() -> ExitCode {
         }
         let root = dir.path().to_string_lossy().into_owned();
         let pods_file = dir.path().join("pods.json").to_string_lossy().into_owned();
-        let scan = ["scan", "--host-root", &root, "--pods", &pods_file, "--node", "bench-node", "--format", "json"];
+        let scan = [
+            "scan",
+            "--host-root",
+            &root,
+            "--pods",
+            &pods_file,
+            "--node",
+            "bench-node",
+            "--format",
+            "json",
+        ];
         let mut walls = vec![];
         let mut rsss = vec![];
         for _ in 0..runs {
-            let Ok(out) = Command::new(std::env::current_exe().unwrap_or_default()).arg("--measure-one").args(scan).output() else {
+            let Ok(out) = Command::new(std::env::current_exe().unwrap_or_default())
+                .arg("--measure-one")
+                .args(scan)
+                .output()
+            else {
                 eprintln!("scan-bench: cannot re-run itself");
                 return ExitCode::from(2);
             };
