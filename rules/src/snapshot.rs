@@ -173,6 +173,28 @@ pub struct ContainerInfo {
     pub cpu_limit_millis: Option<u64>,
     /// The runtime's id from `status.containerStatuses[].containerID`, without the scheme.
     pub container_id: Option<String>,
+    /// `running`, `waiting` or `terminated`, from the container's status.
+    pub state: Option<String>,
+    /// The exit code, when terminated.
+    pub exit_code: Option<i32>,
+}
+
+/// An owner reference of a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OwnerRef {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub controller: bool,
+}
+
+/// A volume Spark uses as a local dir (named `spark-local-dir-N`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LocalDirVolume {
+    /// The volume's name.
+    pub name: String,
+    /// `Some(host path)` for a hostPath volume, `None` for an emptyDir.
+    pub host_path: Option<String>,
 }
 
 /// A pod, reduced to what the rules use.
@@ -194,6 +216,21 @@ pub struct PodInfo {
     pub created_at: Option<i64>,
     /// When its last container terminated, unix seconds (finished pods).
     pub finished_at: Option<i64>,
+    pub annotations: BTreeMap<String, String>,
+    pub owner_refs: Vec<OwnerRef>,
+    /// `spec.schedulerName` (`default-scheduler` when unset).
+    pub scheduler_name: Option<String>,
+    /// When the pod was bound to its node: the `PodScheduled` condition's
+    /// `lastTransitionTime`, unix seconds.
+    pub scheduled_at: Option<i64>,
+    /// `metadata.deletionTimestamp` is set: the pod is being deleted.
+    pub deleting: bool,
+    /// The literal `SPARK_DRIVER_URL` env value of its first container (executors).
+    pub spark_driver_url: Option<String>,
+    /// Volumes named `spark-local-dir-N`.
+    pub local_dir_volumes: Vec<LocalDirVolume>,
+    /// `status.podIP`.
+    pub pod_ip: Option<String>,
 }
 
 impl PodInfo {
@@ -206,6 +243,71 @@ impl PodInfo {
     pub fn display(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
+    /// The `spark-role` label: `driver` or `executor`.
+    pub fn spark_role(&self) -> Option<&str> {
+        self.label("spark-role")
+    }
+
+    /// The Spark application id (`spark-app-selector`).
+    pub fn spark_app(&self) -> Option<&str> {
+        self.label("spark-app-selector")
+    }
+
+    /// The controller owner reference, if any.
+    pub fn controller(&self) -> Option<&OwnerRef> {
+        self.owner_refs.iter().find(|o| o.controller)
+    }
+}
+
+/// How an executor's driver was looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupMethod {
+    /// The executor's controller owner reference (kind Pod): GET by name, compare UID.
+    OwnerReference,
+    /// `spark-role=driver,spark-app-selector=<app>` in the executor's namespace.
+    Labels,
+    /// The host of `SPARK_DRIVER_URL` (a pod IP, or a driver service name).
+    DriverUrl,
+}
+
+/// What the lookup of an executor's driver found (filled by the agent: from the API, or from
+/// a cluster-wide pods file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverLookup {
+    /// The driver pod, as it is now (it may have finished).
+    Found { by: LookupMethod, driver: Box<PodInfo> },
+    /// No driver pod exists (`expected` names what was looked for).
+    Gone { by: LookupMethod, expected: String },
+    /// A pod with the driver's name exists but has another UID: the driver was recreated and
+    /// this executor belongs to the old one.
+    Replaced { expected_uid: String, found: Box<PodInfo> },
+    /// The driver is not a pod in this cluster (client mode with an outside driver): the
+    /// executor's fate cannot be judged from Kubernetes.
+    External { url: String },
+    /// The lookup failed (API error, rate limit): not judged this time.
+    Unknown { reason: String },
+}
+
+/// A Spark scratch directory (`blockmgr-*` or `spark-*`) found on the node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LocalDir {
+    /// Host path of the `blockmgr-*`/`spark-*` directory.
+    pub path: String,
+    /// The directory it sits in: an emptyDir volume's directory, or a configured hostPath root.
+    pub root: String,
+    /// The pod whose emptyDir holds it (`None` under a hostPath root).
+    pub pod_uid: Option<String>,
+    /// Bytes of the files below it (symlinks not followed).
+    pub bytes: u64,
+    /// The newest modification time below it, unix seconds.
+    pub newest_mtime: Option<i64>,
 }
 
 /// Where the pod list came from; it decides how liveness is judged.
@@ -250,6 +352,14 @@ pub struct NodeSnapshot {
     /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
     /// unparsable file): shown in the report, never fatal.
     pub notes: Vec<String>,
+    /// Driver lookups of the Spark executors on this node, by executor pod UID.
+    pub drivers: BTreeMap<String, DriverLookup>,
+    /// Every driver pod of the Spark applications that have a driver on this node, wherever
+    /// they run, by application id (`spark-app-selector`); for `duplicate-driver`.
+    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
+    /// Spark scratch directories on the node (kubelet emptyDir volumes named
+    /// `spark-local-dir-*`, and the configured hostPath roots).
+    pub local_dirs: Observed<Vec<LocalDir>>,
 }
 
 impl NodeSnapshot {
@@ -269,6 +379,9 @@ impl NodeSnapshot {
             pod_source: PodSource::Cgroups,
             pods: Vec::new(),
             notes: Vec::new(),
+            drivers: BTreeMap::new(),
+            app_drivers: BTreeMap::new(),
+            local_dirs: missing("/var/lib/kubelet/pods"),
         }
     }
 

@@ -142,6 +142,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
             pod_source,
             pods,
             notes,
+            drivers: Default::default(),
+            app_drivers: Default::default(),
+            local_dirs: Observed::NotApplicable { reason: "not collected yet".into() },
         },
         timings,
     ))

@@ -198,6 +198,7 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
             .and_then(|s| s.container_id.as_deref())
             .filter(|id| !id.is_empty())
             .map(strip_scheme),
+        ..Default::default()
     }
 }
 
@@ -288,6 +289,7 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .filter_map(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
             .map(|t| t.0.as_second())
             .max(),
+        ..Default::default()
     })
 }
 

@@ -31,6 +31,8 @@ pub fn pod(uid: &str, name: &str, phase: &str, containers: &[(&str, &str)]) -> P
                 cpu_request_millis: Some(1000),
                 cpu_limit_millis: Some(1000),
                 container_id: (!id.is_empty()).then(|| id.to_string()),
+                state: Some(if phase == "Running" { "running" } else { "terminated" }.into()),
+                exit_code: None,
             })
             .collect(),
         ..Default::default()
