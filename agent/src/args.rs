@@ -64,6 +64,9 @@ pub struct ScanArgs {
     /// Never contact the Kubernetes API (scan reads only the host and --pods today).
     #[arg(long, default_value_t = false)]
     pub offline: bool,
+    /// A hostPath directory (host path) where Spark local dirs live, besides emptyDir volumes (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
+    pub local_dir_root: Vec<String>,
     /// Rule ids to skip (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_DISABLE_RULES")]
     pub disable_rule: Vec<String>,

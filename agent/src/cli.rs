@@ -69,8 +69,18 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let opts = ScanOptions {
         node: args.node,
         pods_file: args.pods,
+        local_dir_roots: args.local_dir_root,
+        ..Default::default()
     };
-    let (snapshot, _) = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
+    let collected = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
+    let mut snapshot = collected.snapshot;
+    // Offline, the pods file is the whole directory of pods: drivers are looked up in it.
+    if opts.pods_file.is_some() {
+        let directory = crate::spark::ListDirectory::new(collected.cluster_pods);
+        let (drivers, app_drivers) = futures::executor::block_on(crate::spark::resolve_all(&directory, &snapshot.pods));
+        snapshot.drivers = drivers;
+        snapshot.app_drivers = app_drivers;
+    }
     let mut settings = Settings::default();
     for id in args.disable_rule {
         if rules::by_id(&id).is_none() {

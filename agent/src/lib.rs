@@ -22,3 +22,4 @@ pub mod cli;
 pub mod collect;
 pub mod host;
 pub mod report;
+pub mod spark;

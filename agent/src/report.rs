@@ -35,6 +35,7 @@ impl Report {
         sources.insert("cgroups".into(), json!(snapshot.cgroups.status()));
         sources.insert("procfs".into(), json!(snapshot.procfs.status()));
         sources.insert("pods".into(), json!(snapshot.pod_source.as_str()));
+        sources.insert("local_dirs".into(), json!(snapshot.local_dirs.status()));
         Report {
             node: snapshot.node.clone(),
             generated_at,

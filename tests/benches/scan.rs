@@ -17,12 +17,13 @@ fn bench(c: &mut Criterion) {
     let opts = ScanOptions {
         node: Some("bench-node".into()),
         pods_file: Some(dir.path().join("pods.json")),
+        ..Default::default()
     };
     let mut group = c.benchmark_group("scan");
     group.sample_size(30);
     group.bench_function("offline_scan_250pods_750ctr_2000procs", |b| {
         b.iter(|| {
-            let (snap, _) = collect(&host, &opts).expect("scan");
+            let snap = collect(&host, &opts).expect("scan").snapshot;
             let findings = rules::evaluate(&snap, &Settings::default());
             black_box(Report::new(&snap, findings).to_json())
         })

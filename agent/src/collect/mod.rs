@@ -8,6 +8,7 @@
 pub mod cgroups;
 pub mod checkpoint;
 pub mod kubelet;
+pub mod localdirs;
 pub mod pods;
 pub mod procfs;
 pub mod read;
@@ -27,6 +28,21 @@ pub struct ScanOptions {
     pub node: Option<String>,
     /// A `kubectl get pods -o json` file to judge liveness with.
     pub pods_file: Option<PathBuf>,
+    /// Pods already known (the daemon's watch), used instead of a file.
+    pub pods: Option<(Vec<PodInfo>, PodSource)>,
+    /// hostPath roots (host paths) where Spark local dirs live, besides emptyDir volumes.
+    pub local_dir_roots: Vec<String>,
+    /// Skip measuring local dirs (they are walked less often than the rest in the daemon).
+    pub skip_local_dirs: bool,
+}
+
+/// What a collection returns.
+#[derive(Debug)]
+pub struct Collected {
+    pub snapshot: NodeSnapshot,
+    pub timings: Timings,
+    /// Every pod of the pods file, on any node (for driver lookups offline).
+    pub cluster_pods: Vec<PodInfo>,
 }
 
 /// Inputs that make a scan impossible.
@@ -45,7 +61,7 @@ pub struct Timings {
 }
 
 /// Reads everything and returns the snapshot.
-pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Timings), ScanError> {
+pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanError> {
     if !host.root().is_dir() {
         return Err(ScanError::HostRoot(host.root().display().to_string()));
     }
@@ -53,8 +69,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     let mut time = |name: &'static str, start: Instant| timings.collectors.push((name, start.elapsed()));
     let now = SystemTime::now();
 
+    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
     let pods = match &opts.pods_file {
-        None => None,
+        None => given.as_ref().map(|(p, _)| p.clone()),
         Some(path) => {
             let shown = path.display().to_string();
             let err = |reason: String| ScanError::PodsFile {
@@ -90,6 +107,14 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     let cgroups = cgroups::read_cgroups(host, kubelet.config.ok(), &pinned, &mut notes);
     time("cgroups", t);
 
+    let t = Instant::now();
+    let local_dirs = if opts.skip_local_dirs {
+        Observed::NotApplicable { reason: "not measured this cycle".into() }
+    } else {
+        localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes)
+    };
+    time("local_dirs", t);
+
     let procfs = if host.proc().is_dir() {
         Observed::Ok(())
     } else {
@@ -102,6 +127,8 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
     let node = named
         .clone()
         .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
+    let file_source = given.as_ref().map_or(PodSource::File, |(_, s)| s.clone());
+    let cluster_pods = if opts.pods_file.is_some() { pods.clone().unwrap_or_default() } else { Vec::new() };
     let (pod_source, pods) = match pods {
         Some(all) => {
             let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) = all
@@ -122,14 +149,14 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
                         elsewhere.len()
                     ));
                 }
-                (PodSource::File, here)
+                (file_source, here)
             }
         }
         None => (PodSource::Cgroups, Vec::new()),
     };
 
-    Ok((
-        NodeSnapshot {
+    Ok(Collected {
+        snapshot: NodeSnapshot {
             node,
             taken_at: now
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -144,10 +171,11 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<(NodeSnapshot, Ti
             notes,
             drivers: Default::default(),
             app_drivers: Default::default(),
-            local_dirs: Observed::NotApplicable { reason: "not collected yet".into() },
+            local_dirs,
         },
         timings,
-    ))
+        cluster_pods,
+    })
 }
 
 /// The pods and containers the checkpoint pins (whose processes' affinity is worth reading).

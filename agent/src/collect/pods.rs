@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
-use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, PodInfo};
+use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -37,6 +37,33 @@ pub struct PodSpec {
     pub containers: Vec<Container>,
     #[serde(default)]
     pub ephemeral_containers: Option<Vec<Container>>,
+    #[serde(default)]
+    pub volumes: Option<Vec<Volume>>,
+}
+
+/// `v1 Volume`, in part: its name and whether it is a hostPath or an emptyDir.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    pub name: String,
+    #[serde(default)]
+    pub host_path: Option<HostPathSource>,
+    #[serde(default)]
+    pub empty_dir: Option<serde::de::IgnoredAny>,
+}
+
+/// `v1 HostPathVolumeSource`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct HostPathSource {
+    pub path: String,
+}
+
+/// `v1 EnvVar`, in part: only literal values matter to us.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
 }
 
 /// `v1 Container`, in part.
@@ -45,6 +72,8 @@ pub struct Container {
     pub name: String,
     #[serde(default)]
     pub resources: Option<Resources>,
+    #[serde(default)]
+    pub env: Option<Vec<EnvVar>>,
 }
 
 /// `v1 ResourceRequirements`, in part.
@@ -74,6 +103,22 @@ pub struct PodStatus {
     pub container_statuses: Option<Vec<ContainerStatus>>,
     #[serde(default)]
     pub ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    pub conditions: Option<Vec<PodCondition>>,
+    #[serde(default, rename = "podIP")]
+    pub pod_ip: Option<String>,
+}
+
+/// `v1 PodCondition`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub last_transition_time: Option<Time>,
 }
 
 /// `v1 ContainerStatus`, in part.
@@ -91,6 +136,10 @@ pub struct ContainerStatus {
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct ContainerState {
     #[serde(default)]
+    pub running: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    pub waiting: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
     pub terminated: Option<Terminated>,
 }
 
@@ -100,6 +149,8 @@ pub struct ContainerState {
 pub struct Terminated {
     #[serde(default)]
     pub finished_at: Option<Time>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
 }
 
 /// `kubectl get pods -A -o json` of a 5,000-pod cluster is about 100 MB; refuse more.
@@ -184,6 +235,19 @@ fn cpu_millis(q: Option<&Quantity>) -> Option<u64> {
 
 fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatus]) -> ContainerInfo {
     let res = c.resources.as_ref();
+    let status = statuses.iter().find(|s| s.name == c.name);
+    let state = status.and_then(|s| s.state.as_ref());
+    let state_name = state.and_then(|st| {
+        if st.terminated.is_some() {
+            Some("terminated")
+        } else if st.running.is_some() {
+            Some("running")
+        } else if st.waiting.is_some() {
+            Some("waiting")
+        } else {
+            None
+        }
+    });
     let limit = cpu_millis(res.and_then(|r| r.limits.as_ref()).and_then(|l| l.get("cpu")));
     // A request defaults to the limit when only the limit is set.
     let request = cpu_millis(res.and_then(|r| r.requests.as_ref()).and_then(|l| l.get("cpu"))).or(limit);
@@ -192,13 +256,9 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
         kind: Some(kind),
         cpu_request_millis: request,
         cpu_limit_millis: limit,
-        container_id: statuses
-            .iter()
-            .find(|s| s.name == c.name)
-            .and_then(|s| s.container_id.as_deref())
-            .filter(|id| !id.is_empty())
-            .map(strip_scheme),
-        ..Default::default()
+        container_id: status.and_then(|s| s.container_id.as_deref()).filter(|id| !id.is_empty()).map(strip_scheme),
+        state: state_name.map(str::to_string),
+        exit_code: state.and_then(|st| st.terminated.as_ref()).and_then(|t| t.exit_code),
     }
 }
 
@@ -289,7 +349,35 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .filter_map(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
             .map(|t| t.0.as_second())
             .max(),
-        ..Default::default()
+        annotations: meta.annotations.clone().unwrap_or_default().into_iter().collect(),
+        owner_refs: meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| OwnerRef { kind: o.kind.clone(), name: o.name.clone(), uid: o.uid.clone(), controller: o.controller == Some(true) })
+            .collect(),
+        scheduler_name: spec.and_then(|s| s.scheduler_name.clone()),
+        scheduled_at: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status.as_deref() == Some("True")))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.as_second()),
+        deleting: meta.deletion_timestamp.is_some(),
+        spark_driver_url: spec
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.env.as_ref())
+            .and_then(|env| env.iter().find(|e| e.name == "SPARK_DRIVER_URL"))
+            .and_then(|e| e.value.clone()),
+        local_dir_volumes: spec
+            .and_then(|s| s.volumes.as_ref())
+            .map(|vols| {
+                vols.iter()
+                    .filter(|v| v.name.starts_with("spark-local-dir-"))
+                    .map(|v| LocalDirVolume { name: v.name.clone(), host_path: v.host_path.as_ref().map(|h| h.path.clone()) })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        pod_ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
     })
 }
 
@@ -302,14 +390,20 @@ mod tests {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "etl-exec-1", "namespace": "spark", "uid": "39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b",
                      "creationTimestamp": "2026-11-20T10:00:00Z",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "etl-driver", "uid": "d1", "controller": true}],
                      "labels": {"spark-role": "executor", "spark-app-selector": "spark-0a1b"}},
-        "spec": {"nodeName": "worker-3", "restartPolicy": "Never",
+        "spec": {"nodeName": "worker-3", "restartPolicy": "Never", "schedulerName": "volcano",
                  "initContainers": [{"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}],
                  "containers": [{"name": "spark-kubernetes-executor", "image": "spark:3.5.1",
-                                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}}]},
-        "status": {"phase": "Running", "qosClass": "Guaranteed",
+                                 "env": [{"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                         {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078"}],
+                                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}}],
+                 "volumes": [{"name": "spark-local-dir-1", "emptyDir": {}}, {"name": "spark-local-dir-2", "hostPath": {"path": "/mnt/disk1/spark"}},
+                             {"name": "spark-conf-volume-exec", "configMap": {"name": "c"}}]},
+        "status": {"phase": "Running", "qosClass": "Guaranteed", "podIP": "10.4.2.17",
+                   "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-20T10:00:01Z"}],
                    "containerStatuses": [{"name": "spark-kubernetes-executor", "ready": true, "restartCount": 0, "image": "spark:3.5.1", "imageID": "",
-                                          "containerID": "containerd://4b1e8d8c"}]}
+                                          "containerID": "containerd://4b1e8d8c", "state": {"running": {"startedAt": "2026-11-20T10:00:05Z"}}}]}
       }, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]
     }"#;
 
@@ -333,6 +427,16 @@ mod tests {
         );
         assert_eq!(p.containers[1].container_id.as_deref(), Some("4b1e8d8c"));
         assert_eq!(p.labels["spark-role"], "executor");
+        assert_eq!(p.containers[1].state.as_deref(), Some("running"));
+        assert_eq!(p.owner_refs.len(), 1);
+        assert!(p.owner_refs[0].controller);
+        assert_eq!(p.owner_refs[0].name, "etl-driver");
+        assert_eq!(p.scheduler_name.as_deref(), Some("volcano"));
+        assert_eq!(p.scheduled_at, Some(1_795_168_801));
+        assert_eq!(p.spark_driver_url.as_deref(), Some("spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078"));
+        assert_eq!(p.local_dir_volumes, vec![LocalDirVolume { name: "spark-local-dir-1".into(), host_path: None }, LocalDirVolume { name: "spark-local-dir-2".into(), host_path: Some("/mnt/disk1/spark".into()) }]);
+        assert_eq!(p.pod_ip.as_deref(), Some("10.4.2.17"));
+        assert!(!p.deleting);
     }
 
     #[test]

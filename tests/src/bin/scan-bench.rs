@@ -55,10 +55,12 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
     let opts = nodemedic::collect::ScanOptions {
         node: Some("bench-node".into()),
         pods_file: Some(dir.path().join("pods.json")),
+        ..Default::default()
     };
     let mut per: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
     for _ in 0..runs {
-        let (snap, timings) = nodemedic::collect::collect(&host, &opts).map_err(|e| e.to_string())?;
+        let collected = nodemedic::collect::collect(&host, &opts).map_err(|e| e.to_string())?;
+        let (snap, timings) = (collected.snapshot, collected.timings);
         for (name, d) in timings.collectors {
             per.entry(name).or_default().push(d.as_secs_f64() * 1000.0);
         }

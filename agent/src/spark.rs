@@ -1,0 +1,423 @@
+//! Spark driver resolution: for each executor on this node, find its driver pod.
+//!
+//! In order (SPARK.md): the executor's controller owner reference (GET the driver by name and
+//! compare the UID: another UID means the driver was recreated); else the labels
+//! `spark-role=driver,spark-app-selector=<app>` in the executor's namespace; else the host of
+//! `SPARK_DRIVER_URL` (a driver service `<prefix>-driver-svc` names the pod `<prefix>-driver`;
+//! an IP is looked up as a pod IP). A driver URL that leads to no pod is `External`: a
+//! client-mode driver outside the cluster, which Kubernetes cannot judge.
+//!
+//! Lookups go through a [`PodDirectory`]: a pods file (offline) or the API server (the
+//! daemon, wrapped in [`CachedDirectory`] so that executors of one application share one
+//! lookup per TTL and a burst is rate-limited).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, PodInfo};
+
+/// Where pods can be looked up.
+pub trait PodDirectory {
+    /// The pod `namespace/name`, if it exists.
+    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<PodInfo>, String>>;
+    /// Pods in `namespace` (all namespaces when `None`) matching `label_selector`.
+    fn list(&self, namespace: Option<&str>, label_selector: &str) -> impl Future<Output = Result<Vec<PodInfo>, String>>;
+    /// Pods whose `status.podIP` is `ip`.
+    fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, String>>;
+}
+
+/// A directory over a list of pods (a cluster-wide pods file).
+#[derive(Debug, Clone, Default)]
+pub struct ListDirectory {
+    pods: Vec<PodInfo>,
+}
+
+impl ListDirectory {
+    pub fn new(pods: Vec<PodInfo>) -> Self {
+        ListDirectory { pods }
+    }
+}
+
+/// Whether `labels` match an equality-only selector `a=b,c=d`.
+fn matches(pod: &PodInfo, selector: &str) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
+        Some((k, v)) => pod.label(k.trim()) == Some(v.trim()),
+        None => pod.label(term.trim()).is_some(),
+    })
+}
+
+impl PodDirectory for ListDirectory {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+        Ok(self.pods.iter().find(|p| p.namespace == namespace && p.name == name).cloned())
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+        Ok(self
+            .pods
+            .iter()
+            .filter(|p| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector))
+            .cloned()
+            .collect())
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+        Ok(self.pods.iter().filter(|p| p.pod_ip.as_deref() == Some(ip)).cloned().collect())
+    }
+}
+
+/// The host of a `spark://CoarseGrainedScheduler@host:port` URL.
+pub fn driver_url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once('@').map_or(url, |(_, r)| r);
+    let rest = rest.strip_prefix("spark://").unwrap_or(rest);
+    let host = match rest.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => rest.rsplit_once(':').map_or(rest, |(h, _)| h),
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Picks the driver among candidates: running before finished, then the newest.
+fn best(mut drivers: Vec<PodInfo>) -> Option<PodInfo> {
+    drivers.sort_by_key(|d| (!d.is_terminal(), d.created_at.unwrap_or(0)));
+    drivers.pop()
+}
+
+/// Resolves the driver of one executor.
+pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> DriverLookup {
+    let unknown = |reason: String| DriverLookup::Unknown { reason };
+    if let Some(owner) = executor.controller().filter(|o| o.kind == "Pod") {
+        return match dir.get(&executor.namespace, &owner.name).await {
+            Err(e) => unknown(e),
+            Ok(None) => DriverLookup::Gone {
+                by: LookupMethod::OwnerReference,
+                expected: format!("{}/{} (uid {})", executor.namespace, owner.name, owner.uid),
+            },
+            Ok(Some(found)) if found.uid != owner.uid => {
+                DriverLookup::Replaced { expected_uid: owner.uid.clone(), found: Box::new(found) }
+            }
+            Ok(Some(found)) => DriverLookup::Found { by: LookupMethod::OwnerReference, driver: Box::new(found) },
+        };
+    }
+    if let Some(app) = executor.spark_app() {
+        let selector = format!("spark-role=driver,spark-app-selector={app}");
+        match dir.list(Some(&executor.namespace), &selector).await {
+            Err(e) => return unknown(e),
+            Ok(found) => {
+                if let Some(driver) = best(found) {
+                    return DriverLookup::Found { by: LookupMethod::Labels, driver: Box::new(driver) };
+                }
+            }
+        }
+    }
+    let Some(url) = executor.spark_driver_url.as_deref() else {
+        return DriverLookup::Gone {
+            by: LookupMethod::Labels,
+            expected: format!("a pod labelled spark-role=driver of {}", executor.spark_app().unwrap_or("(no app id)")),
+        };
+    };
+    let Some(host) = driver_url_host(url) else {
+        return DriverLookup::External { url: url.to_string() };
+    };
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return match dir.by_ip(host).await {
+            Err(e) => unknown(e),
+            Ok(found) => match best(found) {
+                Some(driver) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(driver) },
+                None => DriverLookup::External { url: url.to_string() },
+            },
+        };
+    }
+    // `<prefix>-driver-svc[.<ns>.svc...]`: the cluster-mode driver service.
+    let first = host.split('.').next().unwrap_or(host);
+    let namespace = host.split('.').nth(1).unwrap_or(&executor.namespace);
+    if let Some(prefix) = first.strip_suffix("-driver-svc") {
+        let name = format!("{prefix}-driver");
+        return match dir.get(namespace, &name).await {
+            Err(e) => unknown(e),
+            Ok(Some(driver)) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(driver) },
+            Ok(None) => DriverLookup::Gone { by: LookupMethod::DriverUrl, expected: format!("{namespace}/{name}") },
+        };
+    }
+    DriverLookup::External { url: url.to_string() }
+}
+
+/// Resolves the drivers of every executor among `pods` (this node's), and lists every driver
+/// of each application that has a driver among `pods`.
+pub async fn resolve_all<D: PodDirectory>(
+    dir: &D,
+    pods: &[PodInfo],
+) -> (BTreeMap<String, DriverLookup>, BTreeMap<String, Vec<PodInfo>>) {
+    let mut drivers = BTreeMap::new();
+    for executor in pods.iter().filter(|p| p.spark_role() == Some("executor")) {
+        drivers.insert(executor.uid.clone(), resolve_driver(dir, executor).await);
+    }
+    let mut app_drivers: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
+    for driver in pods.iter().filter(|p| p.spark_role() == Some("driver")) {
+        let Some(app) = driver.spark_app() else { continue };
+        if app_drivers.contains_key(app) {
+            continue;
+        }
+        let mut found = dir
+            .list(Some(&driver.namespace), &format!("spark-role=driver,spark-app-selector={app}"))
+            .await
+            .unwrap_or_else(|_| vec![driver.clone()]);
+        // spark-operator: the same SparkApplication's drivers, whatever their app id.
+        if let Some(name) = driver.label("sparkoperator.k8s.io/app-name") {
+            let more = dir
+                .list(Some(&driver.namespace), &format!("spark-role=driver,sparkoperator.k8s.io/app-name={name}"))
+                .await
+                .unwrap_or_default();
+            for p in more {
+                if !found.iter().any(|f| f.uid == p.uid) {
+                    found.push(p);
+                }
+            }
+        }
+        if !found.iter().any(|f| f.uid == driver.uid) {
+            found.push(driver.clone());
+        }
+        found.sort_by(|a, b| a.uid.cmp(&b.uid));
+        app_drivers.insert(app.to_string(), found);
+    }
+    (drivers, app_drivers)
+}
+
+/// A [`PodDirectory`] in front of another that remembers answers for `ttl` and allows at
+/// most `budget` lookups per `ttl` (beyond it, lookups fail with "rate limited" and are
+/// retried on a later cycle).
+#[derive(Debug)]
+pub struct CachedDirectory<D> {
+    inner: D,
+    ttl: Duration,
+    budget: u32,
+    state: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, String>)>,
+    window_start: Option<Instant>,
+    used: u32,
+    lookups_total: u64,
+}
+
+impl<D: PodDirectory> CachedDirectory<D> {
+    pub fn new(inner: D, ttl: Duration, budget: u32) -> Self {
+        CachedDirectory { inner, ttl, budget, state: Mutex::new(CacheState::default()) }
+    }
+
+    /// Lookups that reached the inner directory so far.
+    pub fn lookups(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.lookups_total)
+    }
+
+    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, String>> {
+        let mut st = self.state.lock().ok()?;
+        let ttl = self.ttl;
+        st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
+        st.entries.get(key).map(|(_, v)| v.clone())
+    }
+
+    /// Takes one lookup from the budget, or says no.
+    fn admit(&self) -> bool {
+        let Ok(mut st) = self.state.lock() else { return false };
+        let now = Instant::now();
+        if st.window_start.is_none_or(|w| now.duration_since(w) >= self.ttl) {
+            st.window_start = Some(now);
+            st.used = 0;
+        }
+        if st.used >= self.budget {
+            return false;
+        }
+        st.used += 1;
+        st.lookups_total += 1;
+        true
+    }
+
+    fn remember(&self, key: String, value: Result<Vec<PodInfo>, String>) {
+        if let Ok(mut st) = self.state.lock() {
+            // Errors are not remembered: the next cycle tries again.
+            if value.is_ok() {
+                st.entries.insert(key, (Instant::now(), value));
+            }
+        }
+    }
+
+    async fn through<F: Future<Output = Result<Vec<PodInfo>, String>>>(
+        &self,
+        key: String,
+        fetch: impl FnOnce() -> F,
+    ) -> Result<Vec<PodInfo>, String> {
+        if let Some(hit) = self.cached(&key) {
+            return hit;
+        }
+        if !self.admit() {
+            return Err("rate limited: driver lookups over budget for this period".into());
+        }
+        let value = fetch().await;
+        self.remember(key, value.clone());
+        value
+    }
+}
+
+impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+        let key = format!("get {namespace}/{name}");
+        let v = self
+            .through(key, || async { self.inner.get(namespace, name).await.map(|p| p.into_iter().collect()) })
+            .await?;
+        Ok(v.into_iter().next())
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+        let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
+        self.through(key, || self.inner.list(namespace, label_selector)).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+        self.through(format!("ip {ip}"), || self.inner.by_ip(ip)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use nodemedic_rules::snapshot::OwnerRef;
+
+    fn pod(ns: &str, name: &str, uid: &str, role: &str, app: &str, phase: &str) -> PodInfo {
+        let mut p = PodInfo {
+            uid: uid.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            phase: phase.into(),
+            created_at: Some(100),
+            ..Default::default()
+        };
+        p.labels.insert("spark-role".into(), role.into());
+        p.labels.insert("spark-app-selector".into(), app.into());
+        p
+    }
+
+    fn owned(mut exec: PodInfo, driver: &str, uid: &str) -> PodInfo {
+        exec.owner_refs.push(OwnerRef { kind: "Pod".into(), name: driver.into(), uid: uid.into(), controller: true });
+        exec
+    }
+
+    #[test]
+    fn driver_url_hosts() {
+        let cases = [
+            ("spark://CoarseGrainedScheduler@etl-1a2b-driver-svc.spark.svc:7078", Some("etl-1a2b-driver-svc.spark.svc")),
+            ("spark://CoarseGrainedScheduler@10.4.2.17:7078", Some("10.4.2.17")),
+            ("spark://CoarseGrainedScheduler@[fd00::17]:7078", Some("fd00::17")),
+            ("spark://CoarseGrainedScheduler@:7078", None),
+            ("garbage", Some("garbage")),
+        ];
+        for (url, want) in cases {
+            assert_eq!(driver_url_host(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn resolution_table() {
+        let driver = pod("spark", "etl-driver", "d1", "driver", "app1", "Running");
+        let recreated = pod("spark", "etl-driver", "d2", "driver", "app1", "Running");
+        let mut client_driver = pod("jupyter", "notebook-0", "n1", "notebook", "", "Running");
+        client_driver.pod_ip = Some("10.0.0.9".into());
+        let exec = pod("spark", "etl-exec-1", "e1", "executor", "app1", "Running");
+        let dir = ListDirectory::new(vec![driver.clone(), client_driver.clone()]);
+
+        let found = block_on(resolve_driver(&dir, &owned(exec.clone(), "etl-driver", "d1")));
+        assert!(matches!(found, DriverLookup::Found { by: LookupMethod::OwnerReference, ref driver } if driver.uid == "d1"));
+
+        let dir2 = ListDirectory::new(vec![recreated]);
+        let replaced = block_on(resolve_driver(&dir2, &owned(exec.clone(), "etl-driver", "d1")));
+        assert!(matches!(replaced, DriverLookup::Replaced { ref expected_uid, ref found } if expected_uid == "d1" && found.uid == "d2"));
+
+        let gone = block_on(resolve_driver(&ListDirectory::default(), &owned(exec.clone(), "etl-driver", "d1")));
+        assert_eq!(gone, DriverLookup::Gone { by: LookupMethod::OwnerReference, expected: "spark/etl-driver (uid d1)".into() });
+
+        let by_labels = block_on(resolve_driver(&dir, &exec));
+        assert!(matches!(by_labels, DriverLookup::Found { by: LookupMethod::Labels, .. }));
+
+        // Client mode: no owner, no driver labels; the URL's IP is a notebook pod.
+        let mut client_exec = pod("spark", "nb-exec-1", "e2", "executor", "spark-client-42", "Running");
+        client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@10.0.0.9:7078".into());
+        let by_ip = block_on(resolve_driver(&dir, &client_exec));
+        assert!(matches!(by_ip, DriverLookup::Found { by: LookupMethod::DriverUrl, ref driver } if driver.uid == "n1"));
+        client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@192.168.7.7:7078".into());
+        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::External { .. }));
+        client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078".into());
+        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::Found { by: LookupMethod::DriverUrl, .. }));
+        client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@old-driver-svc.spark.svc:7078".into());
+        assert_eq!(
+            block_on(resolve_driver(&dir, &client_exec)),
+            DriverLookup::Gone { by: LookupMethod::DriverUrl, expected: "spark/old-driver".into() }
+        );
+        client_exec.spark_driver_url = None;
+        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::Gone { by: LookupMethod::Labels, .. }));
+    }
+
+    #[test]
+    fn app_drivers_include_duplicates_elsewhere() {
+        let here = pod("spark", "etl-driver", "d1", "driver", "app1", "Running");
+        let elsewhere = pod("spark", "etl-driver-2", "d2", "driver", "app1", "Running");
+        let other = pod("spark", "x-driver", "d3", "driver", "app2", "Running");
+        let dir = ListDirectory::new(vec![here.clone(), elsewhere, other]);
+        let (_, apps) = block_on(resolve_all(&dir, &[here]));
+        assert_eq!(apps.len(), 1);
+        assert_eq!(apps["app1"].iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(), ["d1", "d2"]);
+    }
+
+    /// Counts the lookups that reach it.
+    struct Counting(ListDirectory, std::sync::atomic::AtomicU32);
+    impl PodDirectory for Counting {
+        async fn get(&self, ns: &str, name: &str) -> Result<Option<PodInfo>, String> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.get(ns, name).await
+        }
+        async fn list(&self, ns: Option<&str>, sel: &str) -> Result<Vec<PodInfo>, String> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.list(ns, sel).await
+        }
+        async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.by_ip(ip).await
+        }
+    }
+
+    #[test]
+    fn two_hundred_executors_of_twenty_apps_make_twenty_lookups() {
+        let mut pods = vec![];
+        let mut drivers = vec![];
+        for app in 0..20 {
+            let d = pod("spark", &format!("app{app}-driver"), &format!("d{app}"), "driver", &format!("app{app}"), "Running");
+            drivers.push(d);
+            for e in 0..10 {
+                pods.push(owned(
+                    pod("spark", &format!("app{app}-exec-{e}"), &format!("e{app}-{e}"), "executor", &format!("app{app}"), "Running"),
+                    &format!("app{app}-driver"),
+                    &format!("d{app}"),
+                ));
+            }
+        }
+        let cached = CachedDirectory::new(Counting(ListDirectory::new(drivers), 0.into()), Duration::from_secs(60), 1000);
+        let (lookups, _) = block_on(resolve_all(&cached, &pods));
+        assert_eq!(lookups.len(), 200);
+        assert!(lookups.values().all(|l| matches!(l, DriverLookup::Found { .. })));
+        assert_eq!(cached.inner.1.load(std::sync::atomic::Ordering::Relaxed), 20);
+        // A second cycle within the TTL costs nothing.
+        block_on(resolve_all(&cached, &pods));
+        assert_eq!(cached.lookups(), 20);
+    }
+
+    #[test]
+    fn the_budget_caps_lookups_and_defers_the_rest() {
+        let mut pods = vec![];
+        for app in 0..5 {
+            pods.push(owned(pod("spark", &format!("e{app}"), &format!("e{app}"), "executor", "a", "Running"), &format!("d{app}"), "x"));
+        }
+        let cached = CachedDirectory::new(ListDirectory::default(), Duration::from_secs(60), 3);
+        let (lookups, _) = block_on(resolve_all(&cached, &pods));
+        let unknown = lookups.values().filter(|l| matches!(l, DriverLookup::Unknown { reason } if reason.starts_with("rate limited"))).count();
+        assert_eq!(unknown, 2);
+        assert_eq!(cached.lookups(), 3);
+    }
+}
