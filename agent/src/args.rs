@@ -24,6 +24,56 @@ pub enum Command {
     },
     /// List the rules nodemedic runs.
     Rules(FormatArg),
+    /// Run as the DaemonSet's daemon: watch this node's pods, scan periodically, export metrics, Events and node conditions.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// This node's name (the DaemonSet sets NODE_NAME from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node: String,
+    /// This agent's pod name, used as the Events' reporting instance.
+    #[arg(long, env = "POD_NAME", default_value = "nodemedic")]
+    pub pod_name: String,
+    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, default_value = "0.0.0.0:9904", env = "NODEMEDIC_LISTEN")]
+    pub listen: String,
+    /// Seconds between host scans (pod changes also trigger one).
+    #[arg(long, default_value_t = 30, env = "NODEMEDIC_SCAN_INTERVAL_SECONDS")]
+    pub scan_interval_seconds: u64,
+    /// Seconds between walks of the Spark local dirs (they can be large).
+    #[arg(long, default_value_t = 600, env = "NODEMEDIC_LOCAL_DIR_INTERVAL_SECONDS")]
+    pub local_dir_interval_seconds: u64,
+    /// hostPath directories (host paths) where Spark local dirs live (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
+    pub local_dir_root: Vec<String>,
+    /// Seconds a driver lookup is remembered.
+    #[arg(long, default_value_t = 300, env = "NODEMEDIC_DRIVER_CACHE_TTL_SECONDS")]
+    pub driver_cache_ttl_seconds: u64,
+    /// At most this many driver lookups reach the API server per cache TTL.
+    #[arg(long, default_value_t = 100, env = "NODEMEDIC_DRIVER_LOOKUP_BUDGET")]
+    pub driver_lookup_budget: u32,
+    /// Seconds between updates of a lasting finding's Event series.
+    #[arg(long, default_value_t = 600, env = "NODEMEDIC_EVENT_SERIES_INTERVAL_SECONDS")]
+    pub event_series_interval_seconds: u64,
+    /// Seconds between node condition heartbeats when nothing changes.
+    #[arg(long, default_value_t = 300, env = "NODEMEDIC_CONDITION_HEARTBEAT_SECONDS")]
+    pub condition_heartbeat_seconds: u64,
+    /// Timeout of each API request, in seconds.
+    #[arg(long, default_value_t = 10, env = "NODEMEDIC_REQUEST_TIMEOUT_SECONDS")]
+    pub request_timeout_seconds: u64,
+    /// Rule ids to skip (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', env = "NODEMEDIC_DISABLE_RULES")]
+    pub disable_rule: Vec<String>,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", env = "NODEMEDIC_LOG_FORMAT")]
+    pub log_format: Format,
 }
 
 /// Output format.

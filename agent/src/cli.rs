@@ -3,6 +3,7 @@
 
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use nodemedic_rules::checkpoint::Verification;
@@ -35,6 +36,7 @@ pub fn main() -> ExitCode {
         Command::Scan(args) => scan(args),
         Command::Checkpoint { action } => checkpoint(action),
         Command::Rules(f) => Ok(list_rules(f.format)),
+        Command::Run(args) => run(args),
     };
     if std::env::var_os("NODEMEDIC_REPORT_PEAK_RSS").is_some() {
         report_peak_rss();
@@ -63,6 +65,54 @@ fn print(text: &str) {
     let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
+fn settings_with_disabled(ids: Vec<String>) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    for id in ids {
+        if rules::by_id(&id).is_none() {
+            return Err(format!("--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"));
+        }
+        settings.disabled_rules.insert(id);
+    }
+    Ok(settings)
+}
+
+/// `nodemedic run`.
+fn run(args: crate::args::RunArgs) -> Result<u8, String> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NODEMEDIC_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        Format::Json => builder.json().try_init(),
+        Format::Text => builder.try_init(),
+    };
+    let secs = Duration::from_secs;
+    let cfg = crate::daemon::DaemonConfig {
+        host_root: args.host.host_root,
+        kubelet_dir: args.host.kubelet_dir,
+        node: args.node,
+        instance: args.pod_name,
+        kubeconfig: args.kubeconfig,
+        listen: args.listen,
+        scan_interval: secs(args.scan_interval_seconds.max(1)),
+        local_dir_interval: secs(args.local_dir_interval_seconds),
+        local_dir_roots: args.local_dir_root,
+        driver_cache_ttl: secs(args.driver_cache_ttl_seconds),
+        driver_lookup_budget: args.driver_lookup_budget,
+        event_series_interval: secs(args.event_series_interval_seconds),
+        condition_heartbeat: secs(args.condition_heartbeat_seconds),
+        request_timeout: secs(args.request_timeout_seconds.max(1)),
+        settings: settings_with_disabled(args.disable_rule)?,
+    };
+    if !cfg.host_root.is_dir() {
+        return Err(format!("{}: host root does not exist or is not a directory", cfg.host_root.display()));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(crate::daemon::run(cfg))?;
+    Ok(EXIT_OK)
+}
+
 /// `nodemedic scan`.
 pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
@@ -81,15 +131,7 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
     }
-    let mut settings = Settings::default();
-    for id in args.disable_rule {
-        if rules::by_id(&id).is_none() {
-            return Err(format!(
-                "--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"
-            ));
-        }
-        settings.disabled_rules.insert(id);
-    }
+    let settings = settings_with_disabled(args.disable_rule)?;
     let findings = rules::evaluate(&snapshot, &settings);
     let report = Report::new(&snapshot, findings);
     match args.format.format {

@@ -20,6 +20,12 @@
 pub mod args;
 pub mod cli;
 pub mod collect;
+pub mod conditions;
+pub mod daemon;
+pub mod events;
 pub mod host;
+pub mod kube_api;
+pub mod metrics;
 pub mod report;
+pub mod serve;
 pub mod spark;

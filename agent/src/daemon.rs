@@ -1,0 +1,219 @@
+//! `nodemedic run`: the DaemonSet's daemon.
+//!
+//! ```text
+//!  watch pods (spec.nodeName=<node>) ──> reflector store ──┐ (changes wake the loop)
+//!  timer (scan interval) ──────────────────────────────────┤
+//!                                                          ▼
+//!  cycle: collect host (blocking thread) + pods from the store
+//!         -> resolve Spark drivers (cached, budgeted API lookups)
+//!         -> rules::evaluate -> metrics, Events (series), node conditions
+//! ```
+//!
+//! The API server may go away at any time: the watch retries with backoff and resumes (a
+//! `410 Gone` makes it list again), the store keeps the last known pods, host scans go on,
+//! and Events and condition patches that fail are retried on a later cycle. SIGTERM or
+//! SIGINT ends the loop after the cycle in progress.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::WatchStreamExt;
+use nodemedic_rules::snapshot::{Observed, PodSource};
+use nodemedic_rules::{Settings, rules};
+use tokio::sync::Notify;
+
+use crate::collect::{self, ScanOptions, pods::{PodObject, pod_info}};
+use crate::conditions::NodeConditions;
+use crate::events::EventRecorder;
+use crate::host::HostPaths;
+use crate::kube_api::{self, ApiDirectory};
+use crate::metrics::Metrics;
+use crate::serve::{self, Health};
+use crate::spark::{self, CachedDirectory};
+
+/// Everything the daemon is configured with.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub host_root: PathBuf,
+    pub kubelet_dir: Option<PathBuf>,
+    pub node: String,
+    /// This agent's name in Events (`reportingInstance`): its pod name.
+    pub instance: String,
+    pub kubeconfig: Option<PathBuf>,
+    pub listen: String,
+    pub scan_interval: Duration,
+    pub local_dir_interval: Duration,
+    pub local_dir_roots: Vec<String>,
+    pub driver_cache_ttl: Duration,
+    pub driver_lookup_budget: u32,
+    pub event_series_interval: Duration,
+    pub condition_heartbeat: Duration,
+    pub request_timeout: Duration,
+    pub settings: Settings,
+}
+
+/// Runs until SIGTERM/SIGINT. Errors only when it cannot start (no API configuration, the
+/// listen address is taken).
+pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
+    let client = kube_api::client(cfg.kubeconfig.as_deref(), cfg.request_timeout).await?;
+    let metrics = Metrics::new().map_err(|e| format!("metrics: {e}"))?;
+    let health = Arc::new(Health::default());
+    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
+    tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
+
+    // One watch: the pods bound to this node.
+    let pods: Api<PodObject> = Api::all(client.clone());
+    let (store, writer) = reflector::store::<PodObject>();
+    let wake = Arc::new(Notify::new());
+    let watch_config = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node));
+    let stream = watcher::watcher(pods, watch_config)
+        .default_backoff()
+        .modify(|p: &mut PodObject| p.metadata.managed_fields = None)
+        .reflect(writer);
+    {
+        let wake = wake.clone();
+        let health = health.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(WatchEvent::InitDone) => {
+                        health.pods_synced.store(true, Ordering::Relaxed);
+                        metrics.pod_watch_up.set(1);
+                        wake.notify_one();
+                    }
+                    Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => wake.notify_one(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        metrics.pod_watch_up.set(0);
+                        tracing::warn!(error = %e, "pod watch failed; retrying with backoff");
+                    }
+                }
+            }
+        });
+    }
+
+    let mut daemon = Daemon {
+        host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
+        directory: CachedDirectory::new(ApiDirectory::new(client.clone()), cfg.driver_cache_ttl, cfg.driver_lookup_budget),
+        events: EventRecorder::new(client.clone(), &cfg.node, &cfg.instance, cfg.event_series_interval),
+        conditions: NodeConditions::new(client, &cfg.node, cfg.condition_heartbeat),
+        last_local_dirs: None,
+        store,
+        metrics,
+        health,
+        cfg,
+    };
+
+    let mut tick = tokio::time::interval(daemon.cfg.scan_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("SIGTERM handler: {e}"))?;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = wake.notified() => {
+                // Let a burst of pod changes settle into one cycle.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            _ = sigterm.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        daemon.cycle().await;
+    }
+    tracing::info!("nodemedic daemon stopping");
+    Ok(())
+}
+
+struct Daemon {
+    cfg: DaemonConfig,
+    host: HostPaths,
+    store: Store<PodObject>,
+    directory: CachedDirectory<ApiDirectory>,
+    events: EventRecorder,
+    conditions: NodeConditions,
+    metrics: Metrics,
+    health: Arc<Health>,
+    last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
+}
+
+impl Daemon {
+    async fn cycle(&mut self) {
+        let started = Instant::now();
+        let synced = self.health.pods_synced.load(Ordering::Relaxed);
+        let pods = synced.then(|| {
+            let list: Vec<_> = self.store.state().iter().filter_map(|p| pod_info(p)).collect();
+            (list, PodSource::Api)
+        });
+        let local_due = self.last_local_dirs.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.cfg.local_dir_interval);
+        let opts = ScanOptions {
+            node: Some(self.cfg.node.clone()),
+            pods_file: None,
+            pods,
+            local_dir_roots: self.cfg.local_dir_roots.clone(),
+            skip_local_dirs: !local_due,
+        };
+        let host = self.host.clone();
+        let collected = match tokio::task::spawn_blocking(move || collect::collect(&host, &opts)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "host scan failed");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "host scan task failed");
+                return;
+            }
+        };
+        let mut snapshot = collected.snapshot;
+        if local_due {
+            self.last_local_dirs = Some((Instant::now(), snapshot.local_dirs.clone()));
+        } else if let Some((_, dirs)) = &self.last_local_dirs {
+            snapshot.local_dirs = dirs.clone();
+        }
+        if snapshot.pod_source == PodSource::Api {
+            let (drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
+            snapshot.drivers = drivers;
+            snapshot.app_drivers = app_drivers;
+        }
+        let findings = rules::evaluate(&snapshot, &self.cfg.settings);
+        self.metrics.observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.settings);
+        self.health.scanned.store(true, Ordering::Relaxed);
+
+        let stats = self.events.record(&findings).await;
+        for reason in &stats.reasons {
+            self.metrics.events_emitted_total.with_label_values(&[reason]).inc();
+        }
+        let conditions = match self.conditions.sync(&findings).await {
+            Ok(patched) => patched,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not update node conditions");
+                false
+            }
+        };
+        tracing::info!(
+            pods = snapshot.pods.len(),
+            pod_source = snapshot.pod_source.as_str(),
+            findings = findings.len(),
+            events_created = stats.created,
+            events_updated = stats.patched,
+            events_failed = stats.failed,
+            conditions_patched = conditions,
+            driver_lookups = self.directory.lookups(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "scan"
+        );
+        for f in &findings {
+            tracing::debug!(rule = %f.rule, severity = f.severity.as_str(), subject = %f.subject.display(), summary = %f.summary, "finding");
+        }
+    }
+}

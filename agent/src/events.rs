@@ -1,0 +1,234 @@
+//! Kubernetes Events for findings, one series per finding.
+//!
+//! The first time a finding is seen it becomes an `events.k8s.io/v1` Event on its Pod (when
+//! the pod object exists) or on the Node. While it persists, repeats are counted locally and
+//! sent as the Event's `series` (count, last observed time) at most once per
+//! `series_interval`, so a finding that lasts a day is one Event object and a few dozen
+//! patches, never an Event per scan. When the finding clears, its series ends; if it comes
+//! back later it starts a new one. The same idea as kube-runtime's `Recorder`, with the
+//! series kept for as long as the finding lasts instead of a fixed cache lifetime.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use nodemedic_rules::finding::{Finding, Severity};
+use nodemedic_rules::rules;
+
+/// The `reportingController` of nodemedic's Events.
+pub const REPORTING_CONTROLLER: &str = "nodemedic.io/agent";
+
+/// What identifies one finding across scans: rule, subject, container.
+pub fn finding_key(f: &Finding) -> String {
+    let s = &f.subject;
+    format!(
+        "{}|{}|{}|{}|{}",
+        f.rule,
+        s.kind,
+        s.uid.as_deref().or(s.name.as_deref()).unwrap_or(""),
+        s.container.as_deref().unwrap_or(""),
+        // Node-level findings of one rule can differ by what they are about (a problem code).
+        f.evidence.get("problem").and_then(|v| v.as_str()).unwrap_or("")
+    )
+}
+
+#[derive(Debug)]
+struct Series {
+    namespace: String,
+    name: String,
+    reason: String,
+    count: i32,
+    last_sent: Instant,
+}
+
+/// What one `record` call did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecordStats {
+    pub created: usize,
+    pub patched: usize,
+    pub failed: usize,
+    /// Event reasons of what was sent, for `nodemedic_events_emitted_total{reason}`.
+    pub reasons: Vec<String>,
+}
+
+/// Publishes findings as Event series.
+pub struct EventRecorder {
+    client: Client,
+    node: String,
+    instance: String,
+    series_interval: Duration,
+    series: HashMap<String, Series>,
+}
+
+impl std::fmt::Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder").field("node", &self.node).field("series", &self.series.len()).finish()
+    }
+}
+
+fn reference(f: &Finding, node: &str) -> ObjectReference {
+    let s = &f.subject;
+    match (&s.namespace, &s.name) {
+        (Some(ns), Some(name)) if s.kind == "Pod" => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(ns.clone()),
+            name: Some(name.clone()),
+            uid: s.uid.clone(),
+            ..Default::default()
+        },
+        _ => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            // The kubelet's convention: a node's uid in its events is its name.
+            uid: Some(node.to_string()),
+            ..Default::default()
+        },
+    }
+}
+
+/// The Event's note: the summary, cut to the API's 1 kB limit on a character boundary.
+fn note(f: &Finding) -> String {
+    let mut text = f.summary.clone();
+    if text.len() > 1024 {
+        let mut cut = 1021;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+impl EventRecorder {
+    /// A recorder for `node`; `instance` names this agent (its pod name).
+    pub fn new(client: Client, node: &str, instance: &str, series_interval: Duration) -> Self {
+        EventRecorder {
+            client,
+            node: node.to_string(),
+            instance: instance.to_string(),
+            series_interval,
+            series: HashMap::new(),
+        }
+    }
+
+    /// Open series (findings currently reported).
+    pub fn open_series(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Creates Events for new findings, updates the series of lasting ones when due, and ends
+    /// the series of findings that cleared.
+    pub async fn record(&mut self, findings: &[Finding]) -> RecordStats {
+        let mut stats = RecordStats::default();
+        let now = Instant::now();
+        let current: HashMap<String, &Finding> = findings.iter().map(|f| (finding_key(f), f)).collect();
+        self.series.retain(|k, _| current.contains_key(k));
+        for (key, f) in current {
+            let reason = rules::by_id(&f.rule).map_or("NodemedicFinding", |r| r.event_reason).to_string();
+            match self.series.get_mut(&key) {
+                Some(s) => {
+                    s.count += 1;
+                    if now.duration_since(s.last_sent) < self.series_interval {
+                        continue;
+                    }
+                    let patch = serde_json::json!({
+                        "series": {"count": s.count, "lastObservedTime": MicroTime(jiff::Timestamp::now())},
+                    });
+                    let api: Api<Event> = Api::namespaced(self.client.clone(), &s.namespace);
+                    match api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                        Ok(_) => {
+                            s.last_sent = now;
+                            stats.patched += 1;
+                            stats.reasons.push(s.reason.clone());
+                        }
+                        Err(e) => {
+                            tracing::warn!(event = %s.name, error = %e, "could not update an event series");
+                            stats.failed += 1;
+                        }
+                    }
+                }
+                None => {
+                    let regarding = reference(f, &self.node);
+                    let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
+                    let stamp = jiff::Timestamp::now();
+                    let base = regarding.name.clone().unwrap_or_else(|| self.node.clone());
+                    let name = format!("{base}.{:x}", stamp.as_nanosecond());
+                    let event = Event {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            namespace: Some(namespace.clone()),
+                            labels: Some([("nodemedic.io/rule".to_string(), f.rule.clone())].into()),
+                            ..Default::default()
+                        },
+                        event_time: Some(MicroTime(stamp)),
+                        type_: Some(if f.severity >= Severity::Warning { "Warning" } else { "Normal" }.into()),
+                        reason: Some(reason.clone()),
+                        action: Some("Detected".into()),
+                        note: Some(note(f)),
+                        regarding: Some(regarding),
+                        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+                        reporting_instance: Some(self.instance.clone()),
+                        series: None::<EventSeries>,
+                        ..Default::default()
+                    };
+                    let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+                    match api.create(&PostParams::default(), &event).await {
+                        Ok(_) => {
+                            stats.created += 1;
+                            stats.reasons.push(reason.clone());
+                            self.series.insert(
+                                key,
+                                Series { namespace, name, reason, count: 1, last_sent: now },
+                            );
+                        }
+                        Err(e) => {
+                            // Not remembered: the next scan tries again.
+                            tracing::warn!(rule = %f.rule, error = %e, "could not create an event");
+                            stats.failed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemedic_rules::finding::Subject;
+
+    fn finding(rule: &str, subject: Subject) -> Finding {
+        Finding::new(rule, Severity::Critical, subject, "s".repeat(2000), "r".into())
+    }
+
+    #[test]
+    fn keys_and_references() {
+        let pod = Subject {
+            kind: "Pod".into(),
+            namespace: Some("spark".into()),
+            name: Some("exec-1".into()),
+            uid: Some("u1".into()),
+            container: Some("c".into()),
+        };
+        let f = finding("orphaned-executor", pod.clone());
+        assert_eq!(finding_key(&f), "orphaned-executor|Pod|u1|c|");
+        let r = reference(&f, "n1");
+        assert_eq!((r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()), (Some("Pod"), Some("spark"), Some("exec-1")));
+        // A pod known only by UID (gone) gets its event on the node.
+        let gone = finding("stale-cpu-assignment", Subject::pod_uid("u9"));
+        let r = reference(&gone, "n1");
+        assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()), (Some("Node"), Some("n1"), None));
+        assert!(note(&gone).len() <= 1024);
+        let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
+        assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");
+    }
+}

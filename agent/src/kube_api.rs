@@ -1,0 +1,111 @@
+//! The Kubernetes API as nodemedic uses it: the client, pods as our lean [`PodObject`], and a
+//! [`PodDirectory`] for driver lookups.
+//!
+//! `PodObject` implements `kube::Resource`, so the watch of this node's pods and every GET
+//! decode only the fields the rules read (managed fields, env, volumes' details are skipped
+//! while parsing): a 250-pod store stays small.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ListParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use nodemedic_rules::snapshot::PodInfo;
+
+use crate::collect::pods::{PodObject, pod_info};
+use crate::spark::PodDirectory;
+
+impl kube::Resource for PodObject {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Pod")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("pods")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Builds a client: from `kubeconfig` when given, else in-cluster or `$KUBECONFIG`
+/// (`Config::infer`). Every request has `timeout` to read and to connect.
+pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => Config::infer().await.map_err(|e| format!("no Kubernetes configuration: {e}"))?,
+    };
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// Driver lookups against the API server.
+#[derive(Clone)]
+pub struct ApiDirectory {
+    client: Client,
+}
+
+impl std::fmt::Debug for ApiDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiDirectory")
+    }
+}
+
+impl ApiDirectory {
+    pub fn new(client: Client) -> Self {
+        ApiDirectory { client }
+    }
+}
+
+fn infos(list: Vec<PodObject>) -> Vec<PodInfo> {
+    list.iter().filter_map(pod_info).collect()
+}
+
+impl PodDirectory for ApiDirectory {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+        let api: Api<PodObject> = Api::namespaced(self.client.clone(), namespace);
+        match api.get_opt(name).await {
+            Ok(p) => Ok(p.as_ref().and_then(pod_info)),
+            Err(e) => Err(format!("GET pod {namespace}/{name}: {e}")),
+        }
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+        let api: Api<PodObject> = match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        // resourceVersion=0: served from the API server's cache, not etcd.
+        let params = ListParams::default().labels(label_selector).match_any();
+        api.list(&params)
+            .await
+            .map(|l| infos(l.items))
+            .map_err(|e| format!("LIST pods {label_selector}: {e}"))
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+        let api: Api<PodObject> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("status.podIP={ip}")).match_any();
+        api.list(&params).await.map(|l| infos(l.items)).map_err(|e| format!("LIST pods status.podIP={ip}: {e}"))
+    }
+}

@@ -1,0 +1,160 @@
+//! Prometheus metrics (DESIGN.md "Metrics"): one registry owned by the daemon, no global
+//! state. Gauges are set from the latest scan; counters count occurrences. No pod, container
+//! or node names as labels: the scrape target identifies the node.
+
+use std::collections::BTreeSet;
+
+use nodemedic_rules::finding::{Finding, Severity};
+use nodemedic_rules::rules::{self, stale_cpu_assignment};
+use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
+use nodemedic_rules::Settings;
+use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use crate::collect::Timings;
+
+/// Every metric the agent exports.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub build_info: IntGaugeVec,
+    pub collector_success: IntGaugeVec,
+    pub collector_duration_seconds: GaugeVec,
+    pub last_scan_timestamp_seconds: Gauge,
+    pub findings: IntGaugeVec,
+    pub rule_firing: IntGaugeVec,
+    pub cpu_manager_exclusive_cpus: IntGauge,
+    pub cpu_manager_default_cpus: IntGauge,
+    pub cpu_manager_stale_cpus: IntGauge,
+    pub orphaned_executors: IntGauge,
+    pub events_emitted_total: IntCounterVec,
+    pub pod_watch_up: IntGauge,
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(format!("nodemedic_{name}"), help)
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let m = Metrics {
+            build_info: IntGaugeVec::new(opts("build_info", "Always 1; the version label says which nodemedic runs."), &["version"])?,
+            collector_success: IntGaugeVec::new(
+                opts("collector_success", "1 when the collector read its input in the last scan (or the input is absent, which is normal), 0 when it failed."),
+                &["collector"],
+            )?,
+            collector_duration_seconds: GaugeVec::new(opts("collector_duration_seconds", "How long the collector took in the last scan, in seconds."), &["collector"])?,
+            last_scan_timestamp_seconds: Gauge::with_opts(opts("last_scan_timestamp_seconds", "When the last scan finished, unix seconds."))?,
+            findings: IntGaugeVec::new(opts("findings", "Findings of the last scan by rule and severity."), &["rule", "severity"])?,
+            rule_firing: IntGaugeVec::new(opts("rule_firing", "1 when the rule has at least one finding in the last scan."), &["rule"])?,
+            cpu_manager_exclusive_cpus: IntGauge::with_opts(opts("cpu_manager_exclusive_cpus", "CPUs held by exclusive assignments in the CPU manager checkpoint."))?,
+            cpu_manager_default_cpus: IntGauge::with_opts(opts("cpu_manager_default_cpus", "CPUs in the checkpoint's default (shared) set."))?,
+            cpu_manager_stale_cpus: IntGauge::with_opts(opts("cpu_manager_stale_cpus", "CPUs held by checkpoint entries of containers that no longer run on this node."))?,
+            orphaned_executors: IntGauge::with_opts(opts("orphaned_executors", "Spark executor pods on this node whose driver is gone, replaced or long finished."))?,
+            events_emitted_total: IntCounterVec::new(opts("events_emitted_total", "Kubernetes Events created or updated (series), by reason."), &["reason"])?,
+            pod_watch_up: IntGauge::with_opts(opts("pod_watch_up", "1 while the watch of this node's pods is connected and synced."))?,
+            registry,
+        };
+        m.registry.register(Box::new(m.build_info.clone()))?;
+        m.registry.register(Box::new(m.collector_success.clone()))?;
+        m.registry.register(Box::new(m.collector_duration_seconds.clone()))?;
+        m.registry.register(Box::new(m.last_scan_timestamp_seconds.clone()))?;
+        m.registry.register(Box::new(m.findings.clone()))?;
+        m.registry.register(Box::new(m.rule_firing.clone()))?;
+        m.registry.register(Box::new(m.cpu_manager_exclusive_cpus.clone()))?;
+        m.registry.register(Box::new(m.cpu_manager_default_cpus.clone()))?;
+        m.registry.register(Box::new(m.cpu_manager_stale_cpus.clone()))?;
+        m.registry.register(Box::new(m.orphaned_executors.clone()))?;
+        m.registry.register(Box::new(m.events_emitted_total.clone()))?;
+        m.registry.register(Box::new(m.pod_watch_up.clone()))?;
+        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        // Every rule and severity present from the start, so absent means "not scraped".
+        for rule in rules::ALL {
+            m.rule_firing.with_label_values(&[rule.id]).set(0);
+            for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
+                m.findings.with_label_values(&[rule.id, sev.as_str()]).set(0);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Sets the gauges from a scan.
+    pub fn observe_scan(&self, snap: &NodeSnapshot, findings: &[Finding], timings: &Timings, settings: &Settings) {
+        for (name, d) in &timings.collectors {
+            self.collector_duration_seconds.with_label_values(&[name]).set(d.as_secs_f64());
+        }
+        let ok = |failed: bool| if failed { 0 } else { 1 };
+        let sources: [(&str, bool); 6] = [
+            ("checkpoint", matches!(snap.checkpoint, Observed::Error { .. })),
+            ("kubelet_config", matches!(snap.kubelet, Observed::Error { .. })),
+            ("cpus", matches!(snap.cpus, Observed::Error { .. })),
+            ("cgroups", matches!(snap.cgroups, Observed::Error { .. })),
+            ("procfs", matches!(snap.procfs, Observed::Error { .. })),
+            ("local_dirs", matches!(snap.local_dirs, Observed::Error { .. })),
+        ];
+        for (name, failed) in sources {
+            self.collector_success.with_label_values(&[name]).set(ok(failed));
+        }
+        let firing: BTreeSet<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
+        for rule in rules::ALL {
+            self.rule_firing.with_label_values(&[rule.id]).set(i64::from(firing.contains(rule.id)));
+            for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
+                let n = findings.iter().filter(|f| f.rule == rule.id && f.severity == sev).count();
+                self.findings.with_label_values(&[rule.id, sev.as_str()]).set(n as i64);
+            }
+        }
+        let state = snap.checkpoint.ok().and_then(|f| f.content.as_ref().ok()).and_then(|cp| cp.state().ok());
+        if let Some(state) = &state {
+            let exclusive = state.assignments.iter().fold(nodemedic_rules::CpuSet::new(), |acc, a| acc.union(&a.cpus));
+            self.cpu_manager_exclusive_cpus.set(exclusive.len() as i64);
+            self.cpu_manager_default_cpus.set(state.default_cpus.len() as i64);
+            let stale = stale_cpu_assignment::stale_entries_of(snap, settings, state);
+            self.cpu_manager_stale_cpus.set(stale_cpu_assignment::stale_cpus(&stale).len() as i64);
+        } else {
+            self.cpu_manager_exclusive_cpus.set(0);
+            self.cpu_manager_default_cpus.set(0);
+            self.cpu_manager_stale_cpus.set(0);
+        }
+        self.orphaned_executors.set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            self.last_scan_timestamp_seconds.set(now.as_secs_f64());
+        }
+    }
+
+    /// The exposition text of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            return format!("# encoding failed: {e}\n");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_help_and_type() {
+        let m = Metrics::new().unwrap();
+        let snap = NodeSnapshot::empty("n", 0);
+        m.observe_scan(&snap, &[], &Timings::default(), &Settings::default());
+        let text = m.render();
+        for name in [
+            "nodemedic_build_info",
+            "nodemedic_collector_success",
+            "nodemedic_last_scan_timestamp_seconds",
+            "nodemedic_findings",
+            "nodemedic_rule_firing",
+            "nodemedic_cpu_manager_stale_cpus",
+            "nodemedic_orphaned_executors",
+            "nodemedic_pod_watch_up",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
+        assert!(text.contains("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"} 0"));
+    }
+}

@@ -1,0 +1,99 @@
+//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (the process is alive)
+//! and `/readyz` (a first host scan is done and the pod watch has synced).
+//!
+//! A slow client cannot hold the agent: headers must arrive within 5 s, a connection lives at
+//! most 30 s, and at most 32 connections are served at once (more wait in the kernel's
+//! backlog).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+const MAX_CONNECTIONS: usize = 32;
+
+/// What `/readyz` reports.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// A host scan has completed.
+    pub scanned: AtomicBool,
+    /// The watch of this node's pods has listed once.
+    pub pods_synced: AtomicBool,
+}
+
+fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    match req.uri().path() {
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render()),
+        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" => {
+            let scanned = health.scanned.load(Ordering::Relaxed);
+            let synced = health.pods_synced.load(Ordering::Relaxed);
+            if scanned && synced {
+                reply(StatusCode::OK, "text/plain", "ok\n".into())
+            } else {
+                let mut why = vec![];
+                if !scanned {
+                    why.push("no host scan has completed yet");
+                }
+                if !synced {
+                    why.push("the pod watch has not synced yet");
+                }
+                reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("not ready: {}\n", why.join("; ")))
+            }
+        }
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics, /healthz or /readyz\n".into()),
+    }
+}
+
+/// Serves until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: Metrics, health: Arc<Health>) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = service_fn(move |req: Request<Incoming>| {
+                let resp = route(&req, &metrics, &health);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+        });
+    }
+}
