@@ -111,9 +111,12 @@ pub struct ScanArgs {
     /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods are alive.
     #[arg(long, env = "NODEMEDIC_PODS")]
     pub pods: Option<PathBuf>,
-    /// Never contact the Kubernetes API (scan reads only the host and --pods today).
+    /// Never contact the Kubernetes API: without --pods, liveness comes from the cgroup tree.
     #[arg(long, default_value_t = false)]
     pub offline: bool,
+    /// A kubeconfig file for reading this node's pods from the API; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
     /// A hostPath directory (host path) where Spark local dirs live, besides emptyDir volumes (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,

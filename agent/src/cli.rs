@@ -113,21 +113,63 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
     Ok(EXIT_OK)
 }
 
+type Lookups = (
+    std::collections::BTreeMap<String, nodemedic_rules::snapshot::DriverLookup>,
+    std::collections::BTreeMap<String, Vec<nodemedic_rules::snapshot::PodInfo>>,
+);
+
+/// This node's pods and their Spark drivers from the API, within a few seconds or not at all.
+fn scan_api(
+    kubeconfig: Option<&std::path::Path>,
+    node: &str,
+) -> Result<(Vec<nodemedic_rules::snapshot::PodInfo>, Lookups), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let timeout = Duration::from_secs(5);
+        let client = crate::kube_api::client(kubeconfig, timeout).await?;
+        let pods = crate::kube_api::node_pods(&client, node).await?;
+        let directory = crate::kube_api::ApiDirectory::new(client);
+        let lookups = tokio::time::timeout(Duration::from_secs(20), crate::spark::resolve_all(&directory, &pods))
+            .await
+            .map_err(|_| "driver lookups took over 20 s".to_string())?;
+        Ok((pods, lookups))
+    })
+}
+
 /// `nodemedic scan`.
 pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
+    if !host.root().is_dir() {
+        return Err(format!("{}: host root does not exist or is not a directory", host.root().display()));
+    }
+    // The API when it can be used: not with --pods or --offline, and only if a configuration
+    // exists and answers; otherwise liveness comes from the cgroup tree, and a note says why.
+    let mut api_note = None;
+    let mut api = None;
+    if args.pods.is_none() && !args.offline {
+        let node = args.node.clone().unwrap_or_else(|| collect::host_node_name(&host));
+        match scan_api(args.kubeconfig.as_deref(), &node) {
+            Ok(found) => api = Some((node, found)),
+            Err(e) => api_note = Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),
+        }
+    }
     let opts = ScanOptions {
-        node: args.node,
+        node: args.node.clone().or_else(|| api.as_ref().map(|(n, _)| n.clone())),
         pods_file: args.pods,
+        pods: api.as_ref().map(|(_, (pods, _))| (pods.clone(), nodemedic_rules::snapshot::PodSource::Api)),
         local_dir_roots: args.local_dir_root,
         ..Default::default()
     };
     let collected = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
     let mut snapshot = collected.snapshot;
-    // Offline, the pods file is the whole directory of pods: drivers are looked up in it.
+    snapshot.notes.extend(api_note);
     if opts.pods_file.is_some() {
+        // Offline, the pods file is the whole directory of pods: drivers are looked up in it.
         let directory = crate::spark::ListDirectory::new(collected.cluster_pods);
         let (drivers, app_drivers) = futures::executor::block_on(crate::spark::resolve_all(&directory, &snapshot.pods));
+        snapshot.drivers = drivers;
+        snapshot.app_drivers = app_drivers;
+    } else if let Some((_, (_, (drivers, app_drivers)))) = api {
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
     }

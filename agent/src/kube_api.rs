@@ -61,6 +61,14 @@ pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Clie
     Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
 }
 
+/// The pods bound to `node` (one LIST with a field selector, served from the API server's
+/// cache).
+pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, String> {
+    let api: Api<PodObject> = Api::all(client.clone());
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}")).match_any();
+    api.list(&params).await.map(|l| infos(l.items)).map_err(|e| format!("LIST pods spec.nodeName={node}: {e}"))
+}
+
 /// Driver lookups against the API server.
 #[derive(Clone)]
 pub struct ApiDirectory {

@@ -10,6 +10,8 @@ fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_nodemedic"))
         .args(args)
         .env_remove("NODE_NAME")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", "/nonexistent/nodemedic-tests/kubeconfig")
         .output()
         .unwrap();
     (
@@ -170,4 +172,11 @@ fn an_empty_host_scans_clean() {
     assert_eq!(v["sources"]["checkpoint"], "missing");
     assert_eq!(v["sources"]["cgroups"], "missing");
     assert_eq!(v["findings"], serde_json::json!([]));
+    // No --pods, no --offline: the API was tried, could not be used, and the report says so.
+    assert_eq!(v["sources"]["pods"], "cgroups");
+    let note = v["notes"][0].as_str().unwrap();
+    assert!(note.starts_with("Kubernetes API not used (") && note.ends_with("): liveness from cgroups"), "{note}");
+    let (_, out, _) = run(&["scan", "--host-root", dir.path().to_str().unwrap(), "--node", "n1", "--offline", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["notes"], serde_json::json!([]));
 }

@@ -66,6 +66,11 @@ pub fn nodemedic(args: &[&str]) -> Run {
         cmd.env_remove(var);
     }
     cmd.env("RUST_BACKTRACE", "1");
+    // Never the API of whatever cluster this machine may know: tests that want one pass
+    // --kubeconfig for the in-repo double.
+    cmd.env("KUBECONFIG", "/nonexistent/nodemedic-tests/kubeconfig");
+    cmd.env_remove("KUBERNETES_SERVICE_HOST");
+    cmd.env_remove("NODEMEDIC_KUBECONFIG");
     match cmd.output() {
         Ok(o) => o.into(),
         Err(e) => panic!("cannot run {}: {e}", nodemedic_bin().display()),

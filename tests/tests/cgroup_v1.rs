@@ -149,7 +149,7 @@ fn findings(report: &Value) -> Vec<(String, String, String)> {
 fn real_cpuset_hierarchy_live_and_stale_entries() {
     let f = setup();
     // No pod list: liveness from the real cgroup tree and the real sleep process.
-    let report = scan(&f, &[]);
+    let report = scan(&f, &["--offline"]);
     assert_eq!(report["sources"]["cgroups"], "ok");
     assert_eq!(report["sources"]["pods"], "cgroups");
     let mut want = vec![

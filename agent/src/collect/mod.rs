@@ -204,6 +204,12 @@ fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -
     pinned
 }
 
+/// The node's name as far as the host alone tells: the kubelet's `--hostname-override`, else
+/// `/etc/hostname`.
+pub fn host_node_name(host: &HostPaths) -> String {
+    kubelet::read_kubelet(host).hostname_override.unwrap_or_else(|| infer_node_name(host, None, None))
+}
+
 /// The node's name when nobody said it: the node most pods of this host's pod cgroups are
 /// bound to in the pod list, else the host's `/etc/hostname`, else `unknown`.
 pub fn infer_node_name(
