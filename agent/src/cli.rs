@@ -65,15 +65,64 @@ fn print(text: &str) {
     let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
-fn settings_with_disabled(ids: Vec<String>) -> Result<Settings, String> {
-    let mut settings = Settings::default();
-    for id in ids {
+/// A `--rule-setting` value as JSON: a number, `true`/`false`, `[a,b]` (a list of strings),
+/// or a string.
+fn setting_value(text: &str) -> serde_json::Value {
+    if let Ok(i) = text.parse::<i64>() {
+        return serde_json::json!(i);
+    }
+    if let Ok(f) = text.parse::<f64>() {
+        return serde_json::json!(f);
+    }
+    match text {
+        "true" => return serde_json::json!(true),
+        "false" => return serde_json::json!(false),
+        _ => {}
+    }
+    if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        let items: Vec<&str> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        return serde_json::json!(items);
+    }
+    serde_json::json!(text)
+}
+
+/// Settings from `--rule-setting KEY=VALUE` pairs and `--disable-rule` ids; an unknown key or
+/// a bad value is an error naming it.
+pub fn settings_from(pairs: &[String], disabled: Vec<String>) -> Result<Settings, String> {
+    let mut obj = serde_json::Map::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("--rule-setting {pair:?}: expected KEY=VALUE"));
+        };
+        obj.insert(key.trim().to_string(), setting_value(value.trim()));
+    }
+    let mut settings: Settings =
+        serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| format!("--rule-setting: {e}"))?;
+    for id in disabled {
         if rules::by_id(&id).is_none() {
             return Err(format!("--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"));
         }
         settings.disabled_rules.insert(id);
     }
     Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_settings() {
+        let s = settings_from(&["reconcile_grace_seconds=2.5".into(), "rejection_window_seconds=60".into()], vec!["cpuset-drift".into()]).unwrap();
+        assert_eq!(s.reconcile_grace_seconds, Some(2.5));
+        assert_eq!(s.rejection_window_seconds, 60);
+        assert!(!s.enabled("cpuset-drift"));
+        assert!(settings_from(&["nope=1".into()], vec![]).unwrap_err().contains("unknown field `nope`"));
+        assert!(settings_from(&["rejection_window_seconds=soon".into()], vec![]).unwrap_err().contains("invalid type: string \"soon\""));
+        assert!(settings_from(&["novalue".into()], vec![]).unwrap_err().contains("expected KEY=VALUE"));
+        assert!(settings_from(&[], vec!["no-such-rule".into()]).unwrap_err().contains("unknown rule id"));
+        assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
+    }
 }
 
 /// `nodemedic run`.
@@ -84,7 +133,8 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
         Format::Json => builder.json().try_init(),
         Format::Text => builder.try_init(),
     };
-    let secs = Duration::from_secs;
+    // Fractions of a second are allowed (tests run fast cycles); never below 50 ms.
+    let secs = |s: f64| Duration::from_secs_f64(if s.is_finite() { s.max(0.05) } else { 0.05 });
     let cfg = crate::daemon::DaemonConfig {
         host_root: args.host.host_root,
         kubelet_dir: args.host.kubelet_dir,
@@ -92,15 +142,15 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
         instance: args.pod_name,
         kubeconfig: args.kubeconfig,
         listen: args.listen,
-        scan_interval: secs(args.scan_interval_seconds.max(1)),
+        scan_interval: secs(args.scan_interval_seconds),
         local_dir_interval: secs(args.local_dir_interval_seconds),
         local_dir_roots: args.local_dir_root,
         driver_cache_ttl: secs(args.driver_cache_ttl_seconds),
         driver_lookup_budget: args.driver_lookup_budget,
         event_series_interval: secs(args.event_series_interval_seconds),
         condition_heartbeat: secs(args.condition_heartbeat_seconds),
-        request_timeout: secs(args.request_timeout_seconds.max(1)),
-        settings: settings_with_disabled(args.disable_rule)?,
+        request_timeout: secs(args.request_timeout_seconds),
+        settings: settings_from(&args.rule_setting, args.disable_rule)?,
     };
     if !cfg.host_root.is_dir() {
         return Err(format!("{}: host root does not exist or is not a directory", cfg.host_root.display()));
@@ -173,7 +223,7 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
     }
-    let settings = settings_with_disabled(args.disable_rule)?;
+    let settings = settings_from(&args.rule_setting, args.disable_rule)?;
     let findings = rules::evaluate(&snapshot, &settings);
     let report = Report::new(&snapshot, findings);
     match args.format.format {

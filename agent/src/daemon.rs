@@ -108,6 +108,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
         events: EventRecorder::new(client.clone(), &cfg.node, &cfg.instance, cfg.event_series_interval),
         conditions: NodeConditions::new(client, &cfg.node, cfg.condition_heartbeat),
         last_local_dirs: None,
+        driver_memory: spark::DriverMemory::default(),
         store,
         metrics,
         health,
@@ -144,6 +145,7 @@ struct Daemon {
     metrics: Metrics,
     health: Arc<Health>,
     last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
+    driver_memory: spark::DriverMemory,
 }
 
 impl Daemon {
@@ -181,7 +183,8 @@ impl Daemon {
             snapshot.local_dirs = dirs.clone();
         }
         if snapshot.pod_source == PodSource::Api {
-            let (drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
+            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
+            self.driver_memory.recall(&self.directory, &mut drivers).await;
             snapshot.drivers = drivers;
             snapshot.app_drivers = app_drivers;
         }

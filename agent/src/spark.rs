@@ -181,6 +181,45 @@ pub async fn resolve_all<D: PodDirectory>(
     (drivers, app_drivers)
 }
 
+/// What the daemon remembers between cycles: the driver each executor was last found with.
+/// A client-mode executor finds its driver only through `SPARK_DRIVER_URL`'s IP; once that
+/// pod is deleted the IP leads nowhere, which alone would look like an outside driver. With
+/// the memory, the driver found before is looked up by name: gone is gone.
+#[derive(Debug, Default)]
+pub struct DriverMemory {
+    known: HashMap<String, PodInfo>,
+}
+
+impl DriverMemory {
+    /// Updates the memory with this cycle's `lookups` and turns `External` answers of
+    /// executors whose driver was found before into what became of that driver.
+    pub async fn recall<D: PodDirectory>(&mut self, dir: &D, lookups: &mut BTreeMap<String, DriverLookup>) {
+        self.known.retain(|exec, _| lookups.contains_key(exec));
+        for (exec, lookup) in lookups.iter_mut() {
+            match lookup {
+                DriverLookup::Found { driver, .. } => {
+                    self.known.insert(exec.clone(), (**driver).clone());
+                }
+                DriverLookup::External { .. } => {
+                    let Some(before) = self.known.get(exec) else { continue };
+                    *lookup = match dir.get(&before.namespace, &before.name).await {
+                        Err(reason) => DriverLookup::Unknown { reason },
+                        Ok(None) => DriverLookup::Gone {
+                            by: LookupMethod::DriverUrl,
+                            expected: format!("{} (uid {}), found earlier at {}", before.display(), before.uid, before.pod_ip.as_deref().unwrap_or("?")),
+                        },
+                        Ok(Some(now)) if now.uid != before.uid => {
+                            DriverLookup::Replaced { expected_uid: before.uid.clone(), found: Box::new(now) }
+                        }
+                        Ok(Some(now)) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(now) },
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// A [`PodDirectory`] in front of another that remembers answers for `ttl` and allows at
 /// most `budget` lookups per `ttl` (beyond it, lookups fail with "rate limited" and are
 /// retried on a later cycle).
@@ -353,6 +392,32 @@ mod tests {
         );
         client_exec.spark_driver_url = None;
         assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::Gone { by: LookupMethod::Labels, .. }));
+    }
+
+    #[test]
+    fn memory_turns_a_vanished_client_driver_into_gone() {
+        let mut notebook = pod("jupyter", "notebook-0", "n1", "notebook", "", "Running");
+        notebook.pod_ip = Some("10.0.0.9".into());
+        let mut exec = pod("spark", "nb-exec-1", "e2", "executor", "spark-client-42", "Running");
+        exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@10.0.0.9:7078".into());
+        let mut memory = DriverMemory::default();
+        let with = ListDirectory::new(vec![notebook]);
+        let (mut lookups, _) = block_on(resolve_all(&with, std::slice::from_ref(&exec)));
+        block_on(memory.recall(&with, &mut lookups));
+        assert!(matches!(lookups["e2"], DriverLookup::Found { .. }));
+        let without = ListDirectory::default();
+        let (mut lookups, _) = block_on(resolve_all(&without, std::slice::from_ref(&exec)));
+        assert!(matches!(lookups["e2"], DriverLookup::External { .. }), "alone it looks external");
+        block_on(memory.recall(&without, &mut lookups));
+        assert!(
+            matches!(&lookups["e2"], DriverLookup::Gone { by: LookupMethod::DriverUrl, expected } if expected.starts_with("jupyter/notebook-0 (uid n1)")),
+            "{lookups:?}"
+        );
+        // An executor never seen with a driver stays external.
+        let mut fresh = DriverMemory::default();
+        let (mut lookups, _) = block_on(resolve_all(&without, std::slice::from_ref(&exec)));
+        block_on(fresh.recall(&without, &mut lookups));
+        assert!(matches!(lookups["e2"], DriverLookup::External { .. }));
     }
 
     #[test]

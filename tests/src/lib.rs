@@ -8,6 +8,7 @@
 pub mod cgroup_v1;
 pub mod hosttree;
 pub mod scenarios;
+pub mod sparkpods;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
