@@ -128,7 +128,11 @@ mod tests {
 /// `nodemedic run`.
 fn run(args: crate::args::RunArgs) -> Result<u8, String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("NODEMEDIC_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match args.log_format {
         Format::Json => builder.json().try_init(),
         Format::Text => builder.try_init(),

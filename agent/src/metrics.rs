@@ -27,7 +27,10 @@ pub struct Metrics {
     pub cpu_manager_stale_cpus: IntGauge,
     pub orphaned_executors: IntGauge,
     pub events_emitted_total: IntCounterVec,
+    pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
+    /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
+    counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -54,6 +57,11 @@ impl Metrics {
             orphaned_executors: IntGauge::with_opts(opts("orphaned_executors", "Spark executor pods on this node whose driver is gone, replaced or long finished."))?,
             events_emitted_total: IntCounterVec::new(opts("events_emitted_total", "Kubernetes Events created or updated (series), by reason."), &["reason"])?,
             pod_watch_up: IntGauge::with_opts(opts("pod_watch_up", "1 while the watch of this node's pods is connected and synced."))?,
+            admission_rejections_total: IntCounterVec::new(
+                opts("admission_rejections_total", "Pods the kubelet on this node refused at admission, by reason (OutOfcpu, UnexpectedAdmissionError, ...), each pod counted once."),
+                &["reason"],
+            )?,
+            counted_rejections: Default::default(),
             registry,
         };
         m.registry.register(Box::new(m.build_info.clone()))?;
@@ -68,6 +76,7 @@ impl Metrics {
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
+        m.registry.register(Box::new(m.admission_rejections_total.clone()))?;
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         // Every rule and severity present from the start, so absent means "not scraped".
         for rule in rules::ALL {
@@ -117,6 +126,16 @@ impl Metrics {
             self.cpu_manager_stale_cpus.set(0);
         }
         self.orphaned_executors.set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
+        if let Ok(mut seen) = self.counted_rejections.lock() {
+            let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
+            for r in rules::admission_rejection::rejections(snap) {
+                if seen.insert(r.pod.uid.clone()) {
+                    self.admission_rejections_total.with_label_values(&[r.reason]).inc();
+                }
+            }
+            // Forget pods that are gone, so the set stays as small as the node.
+            seen.retain(|uid| here.contains(uid.as_str()));
+        }
         if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
             self.last_scan_timestamp_seconds.set(now.as_secs_f64());
         }

@@ -114,7 +114,13 @@ fn rules_catalogue() {
             "stale-cpu-assignment",
             "cross-pod-cpu-overlap",
             "cpuset-drift",
-            "exclusive-cpu-shortage"
+            "exclusive-cpu-shortage",
+            "orphaned-executor",
+            "executor-without-owner",
+            "admission-rejection",
+            "scheduler-conflict",
+            "duplicate-driver",
+            "orphaned-local-dir"
         ]
     );
     assert_eq!(v[2]["docs"], "docs/rules/stale-cpu-assignment.md");

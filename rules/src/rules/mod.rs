@@ -2,11 +2,17 @@
 //! `stale_cpu_assignment.rs`); each exposes `check(&NodeSnapshot, &Settings) -> Vec<Finding>`.
 //! [`evaluate`] runs every enabled rule and returns the findings in a stable order.
 
+pub mod admission_rejection;
 pub mod checkpoint_invalid_state;
 pub mod checkpoint_unreadable;
 pub mod cpuset_drift;
 pub mod cross_pod_cpu_overlap;
+pub mod duplicate_driver;
 pub mod exclusive_cpu_shortage;
+pub mod executor_without_owner;
+pub mod orphaned_executor;
+pub mod orphaned_local_dir;
+pub mod scheduler_conflict;
 pub mod stale_cpu_assignment;
 
 use crate::finding::{Finding, Severity};
@@ -96,6 +102,60 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "pods fail with \"not enough cpus available\" or the free exclusive CPUs cannot fit pending Guaranteed pods",
         event_reason: "ExclusiveCPUShortage",
         check: exclusive_cpu_shortage::check,
+    },
+    RuleInfo {
+        id: orphaned_executor::ID,
+        title: "A Spark executor outlives its driver",
+        severity: Severity::Warning,
+        looks_at: "pods on the node, their drivers, local dirs, checkpoint",
+        fires_when: "a Spark executor (running, or finished but keeping local data) whose driver pod is gone, replaced (other UID, another application or operator run) or finished for longer than the grace period (critical when it still runs on exclusive CPUs)",
+        event_reason: "OrphanedExecutor",
+        check: orphaned_executor::check,
+    },
+    RuleInfo {
+        id: executor_without_owner::ID,
+        title: "Spark executors have no owner reference to their driver",
+        severity: Severity::Warning,
+        looks_at: "executor pods, their drivers",
+        fires_when: "running executors have no owner reference of kind Pod, so they will be left behind when their driver dies (info when the driver runs outside the cluster)",
+        event_reason: "ExecutorWithoutOwner",
+        check: executor_without_owner::check,
+    },
+    RuleInfo {
+        id: admission_rejection::ID,
+        title: "The kubelet rejected pods bound to this node",
+        severity: Severity::Warning,
+        looks_at: "pods on the node",
+        fires_when: "pods failed kubelet admission (OutOfcpu, OutOfmemory, OutOfpods, UnexpectedAdmissionError, a predicate name, ...; from the live API only within the rejection window)",
+        event_reason: "AdmissionRejection",
+        check: admission_rejection::check,
+    },
+    RuleInfo {
+        id: scheduler_conflict::ID,
+        title: "Two schedulers overcommit this node",
+        severity: Severity::Warning,
+        looks_at: "rejections, schedulerName",
+        fires_when: "capacity rejections (OutOf*, NodePorts) on a node where two or more schedulers bound pods in the window",
+        event_reason: "SchedulerConflict",
+        check: scheduler_conflict::check,
+    },
+    RuleInfo {
+        id: duplicate_driver::ID,
+        title: "Two drivers of one Spark application are alive",
+        severity: Severity::Critical,
+        looks_at: "driver pods",
+        fires_when: "two or more unfinished drivers of one application (same spark-app-selector, or same operator app and submission id), one of them on this node",
+        event_reason: "DuplicateDriver",
+        check: duplicate_driver::check,
+    },
+    RuleInfo {
+        id: orphaned_local_dir::ID,
+        title: "Spark scratch data that nothing will read again",
+        severity: Severity::Warning,
+        looks_at: "Spark local dirs on the node, pods, cgroups",
+        fires_when: "blockmgr/spark dirs idle for the minimum age whose pod has finished or is gone, or under a hostPath root no running pod could have written them for (info when they hold no bytes)",
+        event_reason: "OrphanedLocalDir",
+        check: orphaned_local_dir::check,
     },
 ];
 

@@ -185,3 +185,165 @@ impl SnapshotBuilder {
         self.snap
     }
 }
+
+// Spark pods, driver lookups and local dirs, for the Spark rules' tests. Pods are shaped like
+// Spark 3.5 makes them (SPARK.md): namespace `spark-jobs`, node `node-a`, the `spark-*` labels,
+// containers `spark-kubernetes-driver` / `spark-kubernetes-executor`.
+
+/// The clock of every Spark snapshot here, unix seconds.
+pub const NOW: i64 = 1_700_000_000;
+
+/// A Spark pod of application `app` with role `role`, named `name`, created and bound 40
+/// minutes ago (finished 30 minutes ago when terminal).
+pub fn spark_pod(uid: &str, name: &str, role: &str, app: &str, phase: &str) -> PodInfo {
+    let container = if role == "driver" {
+        "spark-kubernetes-driver"
+    } else {
+        "spark-kubernetes-executor"
+    };
+    let (state, exit_code) = match phase {
+        "Running" => ("running", None),
+        "Pending" => ("waiting", None),
+        "Succeeded" => ("terminated", Some(0)),
+        _ => ("terminated", Some(1)),
+    };
+    let prefix = name.split("-exec-").next().unwrap_or(name).trim_end_matches("-driver");
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert("spark-app-selector".to_string(), app.to_string());
+    labels.insert("spark-role".to_string(), role.to_string());
+    labels.insert("spark-app-name".to_string(), prefix.to_string());
+    labels.insert("spark-version".to_string(), "3.5.1".to_string());
+    PodInfo {
+        uid: uid.into(),
+        namespace: "spark-jobs".into(),
+        name: name.into(),
+        node_name: Some("node-a".into()),
+        phase: phase.into(),
+        qos_class: Some("Burstable".into()),
+        containers: vec![ContainerInfo {
+            name: container.into(),
+            kind: Some(ContainerKind::Regular),
+            cpu_request_millis: Some(1000),
+            cpu_limit_millis: None,
+            container_id: Some(format!("c-{uid}")),
+            state: Some(state.into()),
+            exit_code,
+        }],
+        labels,
+        created_at: Some(NOW - 2400),
+        finished_at: (phase == "Succeeded" || phase == "Failed").then_some(NOW - 1800),
+        scheduler_name: Some("default-scheduler".into()),
+        scheduled_at: Some(NOW - 2400),
+        ..Default::default()
+    }
+}
+
+/// Executor `exec_id` of application `app`, named `<prefix>-exec-<id>`, with an emptyDir local dir.
+pub fn spark_executor(uid: &str, app: &str, prefix: &str, exec_id: u32, phase: &str) -> PodInfo {
+    let mut p = spark_pod(uid, &format!("{prefix}-exec-{exec_id}"), "executor", app, phase);
+    p.labels.insert("spark-exec-id".into(), exec_id.to_string());
+    p.labels.insert("spark-exec-resourceprofile-id".into(), "0".into());
+    p.spark_driver_url = Some(format!(
+        "spark://CoarseGrainedScheduler@{prefix}-driver-svc.spark-jobs.svc:7078"
+    ));
+    p.local_dir_volumes = vec![LocalDirVolume {
+        name: "spark-local-dir-1".into(),
+        host_path: None,
+    }];
+    p
+}
+
+/// The driver of application `app`, named `<prefix>-driver`.
+pub fn spark_driver(uid: &str, app: &str, prefix: &str, phase: &str) -> PodInfo {
+    spark_pod(uid, &format!("{prefix}-driver"), "driver", app, phase)
+}
+
+/// `pod` with a controller owner reference to `driver` (cluster mode).
+pub fn owned_by(mut pod: PodInfo, driver: &PodInfo) -> PodInfo {
+    pod.owner_refs.push(OwnerRef {
+        kind: "Pod".into(),
+        name: driver.name.clone(),
+        uid: driver.uid.clone(),
+        controller: true,
+    });
+    pod
+}
+
+/// `pod` as spark-operator labels it for SparkApplication `app_name`, run `submission_id`.
+pub fn by_operator(mut pod: PodInfo, app_name: &str, submission_id: &str) -> PodInfo {
+    pod.labels
+        .insert("sparkoperator.k8s.io/app-name".into(), app_name.into());
+    pod.labels
+        .insert("sparkoperator.k8s.io/launched-by-spark-operator".into(), "true".into());
+    pod.labels
+        .insert("sparkoperator.k8s.io/submission-id".into(), submission_id.into());
+    pod
+}
+
+/// A `blockmgr-*` dir in emptyDir `spark-local-dir-1` of pod `uid`.
+pub fn empty_dir_scratch(uid: &str, bytes: u64, newest_mtime: Option<i64>) -> LocalDir {
+    let root = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/spark-local-dir-1");
+    LocalDir {
+        path: format!("{root}/blockmgr-{uid}"),
+        root,
+        pod_uid: Some(uid.into()),
+        bytes,
+        newest_mtime,
+    }
+}
+
+/// A scratch dir `name` under hostPath root `root`.
+pub fn host_path_scratch(root: &str, name: &str, bytes: u64, newest_mtime: Option<i64>) -> LocalDir {
+    LocalDir {
+        path: format!("{root}/{name}"),
+        root: root.into(),
+        pod_uid: None,
+        bytes,
+        newest_mtime,
+    }
+}
+
+impl SnapshotBuilder {
+    /// A node `node-a` at [`NOW`] with no CPU manager inputs and pods from the live API.
+    pub fn spark_node(pods: &[PodInfo]) -> Self {
+        let mut snap = NodeSnapshot::empty("node-a", NOW);
+        snap.pod_source = PodSource::Api;
+        snap.pods = pods.to_vec();
+        SnapshotBuilder { snap }
+    }
+
+    /// The driver lookup of executor `executor_uid`.
+    pub fn with_driver(mut self, executor_uid: &str, lookup: DriverLookup) -> Self {
+        self.snap.drivers.insert(executor_uid.into(), lookup);
+        self
+    }
+
+    /// Every driver pod of application `app`, wherever it runs.
+    pub fn with_app_drivers(mut self, app: &str, drivers: &[PodInfo]) -> Self {
+        self.snap.app_drivers.insert(app.into(), drivers.to_vec());
+        self
+    }
+
+    /// The Spark scratch dirs found on the node.
+    pub fn with_local_dirs(mut self, dirs: Vec<LocalDir>) -> Self {
+        self.snap.local_dirs = Observed::Ok(dirs);
+        self
+    }
+
+    /// Changes where the pod list came from.
+    pub fn pod_source(mut self, source: PodSource) -> Self {
+        self.snap.pod_source = source;
+        self
+    }
+
+    /// Uses a cgroup tree (v1, cgroupfs) with these pod cgroups.
+    pub fn with_cgroup_tree(mut self, pods: Vec<PodCgroup>) -> Self {
+        self.snap.cgroups = Observed::Ok(CgroupTree {
+            version: CgroupVersion::V1,
+            driver: "cgroupfs".into(),
+            kubepods: "/sys/fs/cgroup/cpuset/kubepods".into(),
+            pods,
+        });
+        self
+    }
+}

@@ -1,0 +1,491 @@
+//! `admission-rejection`: pods bound to this node that the kubelet refused to run.
+//!
+//! The scheduler and the kubelet each decide whether a pod fits. When the kubelet disagrees
+//! after the pod was bound, it fails the pod at admission: `status.phase: Failed`, a reason
+//! (`OutOf<resource>`, `UnexpectedAdmissionError`, a predicate name, ...) and the message
+//! `Pod was rejected: <why>` (older kubelets: `Pod <why>`), plus a Warning event
+//! (`pkg/kubelet/lifecycle/predicate.go`, `rejectPod` in `kubelet.go`). Such pods are never
+//! retried and stay until deleted; for Spark each one is a lost executor that the driver has
+//! to ask for again. A stream of `OutOf*` rejections is the mark of two schedulers binding to
+//! one node (`scheduler-conflict`).
+//!
+//! One finding per reason, for the node. Pods the CPU manager refused for lack of exclusive
+//! CPUs are left to `exclusive-cpu-shortage` while that rule runs. From the live API only pods
+//! created within `rejection_window_seconds` count (old rejections are history); a pods file is
+//! judged as it was captured. [`rejections`] lists every rejected pod, without the window, for the
+//! `nodemedic_admission_rejections_total{reason}` counter.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
+
+use super::orphaned_executor::LISTED;
+
+pub const ID: &str = "admission-rejection";
+
+/// Reasons only the kubelet's admission sets (besides `OutOf<resource>`): the predicate
+/// admit handler's own reasons, the scheduler predicates it re-runs (current and pre-1.19
+/// names), and the topology manager's.
+const KUBELET_REASONS: &[&str] = &[
+    "UnexpectedAdmissionError",
+    "UnknownReason",
+    "UnexpectedPredicateFailureType",
+    "InvalidNodeInfo",
+    "PodOSSelectorNodeLabelDoesNotMatch",
+    "PodOSNotSupported",
+    "InitContainerRestartPolicyForbidden",
+    "SupplementalGroupsPolicyNotSupported",
+    "NodeAffinity",
+    "NodeName",
+    "NodePorts",
+    "TaintToleration",
+    "MatchNodeSelector",
+    "HostName",
+    "PodFitsHostPorts",
+    "TopologyAffinityError",
+];
+
+/// What `Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000`
+/// says (the kubelet's `InsufficientResourceError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insufficient {
+    /// `cpu`, `memory`, `pods`, `ephemeral-storage`, or an extended resource (`nvidia.com/gpu`).
+    pub resource: String,
+    /// What the pod asked for.
+    pub requested: i64,
+    /// What the pods the kubelet had admitted asked for.
+    pub used: i64,
+    /// The node's allocatable.
+    pub capacity: i64,
+}
+
+impl Insufficient {
+    /// The unit of the numbers: `millicores` (cpu), `bytes` (memory, ephemeral-storage,
+    /// hugepages-*), `count` (pods and extended resources).
+    pub fn unit(&self) -> &'static str {
+        match self.resource.as_str() {
+            "cpu" => "millicores",
+            "memory" | "ephemeral-storage" => "bytes",
+            r if r.starts_with("hugepages-") => "bytes",
+            _ => "count",
+        }
+    }
+
+    /// How much was missing: requested minus what was left.
+    pub fn shortfall(&self) -> i64 {
+        self.requested.saturating_sub(self.capacity.saturating_sub(self.used))
+    }
+}
+
+/// Reads the kubelet's "not enough resource" message, in either form:
+/// `Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000`
+/// or the older `Pod Node didn't have enough resource: ...`.
+pub fn parse_insufficient(message: &str) -> Option<Insufficient> {
+    const MARK: &str = "Node didn't have enough resource: ";
+    let (_, rest) = message.split_once(MARK)?;
+    let mut parts = rest.splitn(4, ", ");
+    let resource = parts.next()?.trim();
+    let mut number = |name: &str| -> Option<i64> {
+        let value = parts.next()?.trim().strip_prefix(name)?.trim_start();
+        let end = value
+            .char_indices()
+            .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+            .map_or(value.len(), |(i, _)| i);
+        value[..end].parse().ok()
+    };
+    let requested = number("requested:")?;
+    let used = number("used:")?;
+    let capacity = number("capacity:")?;
+    (!resource.is_empty()).then(|| Insufficient {
+        resource: resource.to_string(),
+        requested,
+        used,
+        capacity,
+    })
+}
+
+/// Whether `reason` is one the kubelet sets when it refuses a pod at admission.
+pub fn is_rejection_reason(reason: &str) -> bool {
+    (reason.len() > "OutOf".len() && reason.starts_with("OutOf")) || KUBELET_REASONS.contains(&reason)
+}
+
+/// A pod the kubelet refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection<'a> {
+    pub pod: &'a PodInfo,
+    /// `status.reason`.
+    pub reason: &'a str,
+    /// The numbers of an `OutOf*` message.
+    pub insufficient: Option<Insufficient>,
+}
+
+/// Whether `pod` was refused by the kubelet: `Failed` with a kubelet admission reason, or
+/// with any reason and a message starting `Pod was rejected: ` (other admit handlers).
+pub fn rejected_reason(pod: &PodInfo) -> Option<&str> {
+    if pod.phase != "Failed" {
+        return None;
+    }
+    let reason = pod.reason.as_deref().filter(|r| !r.is_empty())?;
+    let says_so = pod
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with("Pod was rejected: "));
+    (is_rejection_reason(reason) || says_so).then_some(reason)
+}
+
+/// Every rejected pod on this node, whatever its age, in pod list order.
+pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
+    snap.pods
+        .iter()
+        .filter_map(|pod| {
+            let reason = rejected_reason(pod)?;
+            Some(Rejection {
+                pod,
+                reason,
+                insufficient: pod.message.as_deref().and_then(parse_insufficient),
+            })
+        })
+        .collect()
+}
+
+/// The rejections that count now: from the live API only pods created within
+/// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
+pub(crate) fn recent_rejections<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Rejection<'a>> {
+    let live = snap.pod_source == PodSource::Api;
+    rejections(snap)
+        .into_iter()
+        .filter(|r| {
+            !live
+                || r.pod
+                    .created_at
+                    .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
+        })
+        .collect()
+}
+
+/// `spec.schedulerName`, `default-scheduler` when unset.
+pub(crate) fn scheduler_of(pod: &PodInfo) -> &str {
+    pod.scheduler_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default-scheduler")
+}
+
+/// A JSON object of counts.
+pub(crate) fn counts(map: &BTreeMap<&str, usize>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect())
+}
+
+/// How to get rid of rejected pods, which nothing retries or removes.
+pub(crate) fn cleanup_remedy(node: &str, reason: &str) -> String {
+    format!(
+        "rejected pods are never retried and stay until deleted: list them with \
+         kubectl get pods -A --field-selector spec.nodeName={node},status.phase=Failed -o wide \
+         and delete those with reason {reason} (kubectl delete pod -n NS NAME; Spark drivers ask for new executors \
+         themselves); to clean them up automatically, use the descheduler's RemoveFailedPods with reasons [{reason}] \
+         (Spark executors also need evictLocalStoragePods: true, client-mode executors evictFailedBarePods: true)"
+    )
+}
+
+fn cause(reason: &str, newest: &Rejection<'_>) -> String {
+    match reason {
+        r if r.starts_with("OutOf") => {
+            "the scheduler bound pods that the kubelet's own accounting could not fit: usually two schedulers bind \
+             to this node from separate caches (see scheduler-conflict), or pods were bound by setting spec.nodeName \
+             directly"
+                .to_string()
+        }
+        "UnexpectedAdmissionError"
+            if newest
+                .pod
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("not enough cpus")) =>
+        {
+            "the CPU manager had no exclusive CPUs left for a Guaranteed pod (see exclusive-cpu-shortage)".to_string()
+        }
+        "UnexpectedAdmissionError" => {
+            "a kubelet resource manager (CPU, memory, device or topology manager) failed to allocate: read the \
+             message and the kubelet's log"
+                .to_string()
+        }
+        "TopologyAffinityError" => {
+            "the topology manager's policy could not place the pod's CPUs, memory and devices on one NUMA node: \
+             lower the request or relax topologyManagerPolicy"
+                .to_string()
+        }
+        _ => "the kubelet's check disagrees with the scheduler's: the node's labels or NoExecute taints changed \
+              between scheduling and admission, or something bound the pod without checking them"
+            .to_string(),
+    }
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    // Pods the CPU manager refused are `exclusive-cpu-shortage`'s (critical, with the stale
+    // CPUs that usually cause it): one problem, one finding, unless that rule is off.
+    let cpu_rule = settings.enabled(super::exclusive_cpu_shortage::ID);
+    let mut by_reason: BTreeMap<&str, Vec<Rejection<'_>>> = BTreeMap::new();
+    for r in recent_rejections(snap, settings) {
+        if cpu_rule && super::exclusive_cpu_shortage::rejected_for_cpus(r.pod) {
+            continue;
+        }
+        by_reason.entry(r.reason).or_default().push(r);
+    }
+    let live = snap.pod_source == PodSource::Api;
+    by_reason
+        .into_iter()
+        .filter_map(|(reason, mut pods)| {
+            // Newest first; pods with no creation time last.
+            pods.sort_by_key(|r| std::cmp::Reverse(r.pod.created_at.unwrap_or(i64::MIN)));
+            let newest = pods.first()?;
+            let mut schedulers: BTreeMap<&str, usize> = BTreeMap::new();
+            for r in &pods {
+                *schedulers.entry(scheduler_of(r.pod)).or_default() += 1;
+            }
+            let numbers = newest.insufficient.as_ref();
+            let detail = numbers.map_or(String::new(), |n| {
+                format!(
+                    " (newest: {} requested {} {}, {} of {} {} in use)",
+                    newest.pod.display(),
+                    n.resource,
+                    n.requested,
+                    n.used,
+                    n.capacity,
+                    n.unit()
+                )
+            });
+            Some(
+                Finding::new(
+                    ID,
+                    Severity::Warning,
+                    Subject::node(&snap.node),
+                    format!(
+                        "{} pod(s) were rejected by the kubelet on {} with reason {reason}{detail}",
+                        pods.len(),
+                        snap.node
+                    ),
+                    format!("{}; {}", cause(reason, newest), cleanup_remedy(&snap.node, reason)),
+                )
+                .with("reason", reason)
+                .with("rejected_pods", pods.len())
+                .with(
+                    "pods",
+                    pods.iter().take(LISTED).map(|r| r.pod.display()).collect::<Vec<_>>(),
+                )
+                .with("newest_pod", newest.pod.display())
+                .with("newest_age_seconds", newest.pod.created_at.map(|t| snap.taken_at - t))
+                .with("message", newest.pod.message.clone())
+                .with("resource", numbers.map(|n| n.resource.clone()))
+                .with("requested", numbers.map(|n| n.requested))
+                .with("used", numbers.map(|n| n.used))
+                .with("capacity", numbers.map(|n| n.capacity))
+                .with("unit", numbers.map(|n| n.unit()))
+                .with("shortfall", numbers.map(|n| n.shortfall()))
+                .with("schedulers", counts(&schedulers))
+                .with("window_seconds", live.then_some(settings.rejection_window_seconds)),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{NOW, SnapshotBuilder, spark_executor};
+
+    const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
+
+    fn rejected(uid: &str, exec_id: u32, reason: &str, message: &str, age: Option<i64>) -> PodInfo {
+        let mut p = spark_executor(uid, APP, "etl", exec_id, "Failed");
+        p.reason = Some(reason.into());
+        p.message = Some(message.into());
+        p.created_at = age.map(|a| NOW - a);
+        p.containers[0].state = None;
+        p.containers[0].exit_code = None;
+        p
+    }
+
+    #[test]
+    fn parses_both_message_forms() {
+        let want = Insufficient {
+            resource: "cpu".into(),
+            requested: 56033,
+            used: 34036,
+            capacity: 90000,
+        };
+        for msg in [
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+            "Pod Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+            "Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+        ] {
+            assert_eq!(parse_insufficient(msg).as_ref(), Some(&want), "{msg}");
+        }
+        let gpu = parse_insufficient(
+            "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 8, capacity: 8",
+        )
+        .unwrap();
+        assert_eq!(
+            (gpu.resource.as_str(), gpu.unit(), gpu.shortfall()),
+            ("nvidia.com/gpu", "count", 1)
+        );
+        let mem = parse_insufficient(
+            "Pod was rejected: Node didn't have enough resource: memory, requested: 17179869184, used: 120259084288, capacity: 132070244352",
+        )
+        .unwrap();
+        assert_eq!((mem.unit(), mem.shortfall()), ("bytes", 5_368_709_120));
+        assert_eq!(want.shortfall(), 56033 - (90000 - 34036));
+        for bad in [
+            "",
+            "Pod was rejected: Predicate NodeAffinity failed",
+            "Node didn't have enough resource: cpu, requested: x, used: 1, capacity: 2",
+            "Node didn't have enough resource: cpu, requested: 1",
+            "Node didn't have enough resource: , requested: 1, used: 1, capacity: 2",
+        ] {
+            assert_eq!(parse_insufficient(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn which_pods_are_rejections() {
+        let cases = [
+            ("Failed", Some("OutOfcpu"), None, true),
+            ("Failed", Some("OutOfephemeral-storage"), None, true),
+            ("Failed", Some("OutOfnvidia.com/gpu"), None, true),
+            ("Failed", Some("UnexpectedAdmissionError"), None, true),
+            (
+                "Failed",
+                Some("NodeAffinity"),
+                Some("Pod was rejected: Predicate NodeAffinity failed"),
+                true,
+            ),
+            (
+                "Failed",
+                Some("SysctlForbidden"),
+                Some("Pod was rejected: forbidden sysctl"),
+                true,
+            ),
+            (
+                "Failed",
+                Some("Evicted"),
+                Some("The node was low on resource: memory."),
+                false,
+            ),
+            ("Failed", Some("OutOf"), None, false),
+            ("Failed", None, Some("Pod was rejected: x"), false),
+            ("Failed", Some(""), None, false),
+            ("Pending", Some("OutOfcpu"), None, false),
+            ("Failed", Some("Error"), None, false),
+        ];
+        for (phase, reason, message, want) in cases {
+            let mut p = spark_executor("u", APP, "etl", 1, phase);
+            p.reason = reason.map(String::from);
+            p.message = message.map(String::from);
+            assert_eq!(rejected_reason(&p).is_some(), want, "{phase} {reason:?} {message:?}");
+        }
+    }
+
+    #[test]
+    fn one_finding_per_reason_with_the_newest_numbers() {
+        let snap = SnapshotBuilder::spark_node(&[
+            rejected(
+                "r1",
+                7,
+                "OutOfcpu",
+                "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 60000, capacity: 62000",
+                Some(600),
+            ),
+            rejected(
+                "r2",
+                8,
+                "OutOfcpu",
+                "Pod Node didn't have enough resource: cpu, requested: 8000, used: 58000, capacity: 62000",
+                Some(60),
+            ),
+            rejected(
+                "r3",
+                9,
+                "OutOfmemory",
+                "Pod was rejected: Node didn't have enough resource: memory, requested: 17179869184, used: 120259084288, capacity: 132070244352",
+                Some(120),
+            ),
+            rejected("old", 1, "OutOfcpu", "Pod was rejected: ...", Some(7200)),
+            spark_executor("ok", APP, "etl", 2, "Running"),
+        ])
+        .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 2, "{f:#?}");
+        let cpu = &f[0];
+        assert_eq!(cpu.subject.kind, "Node");
+        assert_eq!(cpu.evidence["reason"], "OutOfcpu");
+        assert_eq!(cpu.evidence["rejected_pods"], 2);
+        assert_eq!(
+            cpu.evidence["pods"],
+            serde_json::json!(["spark-jobs/etl-exec-8", "spark-jobs/etl-exec-7"])
+        );
+        assert_eq!(cpu.evidence["requested"], 8000);
+        assert_eq!(cpu.evidence["shortfall"], 4000);
+        assert_eq!(cpu.evidence["unit"], "millicores");
+        assert_eq!(cpu.evidence["schedulers"], serde_json::json!({"default-scheduler": 2}));
+        assert_eq!(cpu.evidence["window_seconds"], 3600);
+        assert!(cpu.remedy.contains("scheduler-conflict"));
+        assert!(cpu.remedy.contains("reasons [OutOfcpu]"));
+        assert_eq!(f[1].evidence["unit"], "bytes");
+        assert!(
+            cpu.summary
+                .ends_with("with reason OutOfcpu (newest: spark-jobs/etl-exec-8 requested cpu 8000, 58000 of 62000 millicores in use)"),
+            "{}",
+            cpu.summary
+        );
+
+        // A pods file is judged as captured: the old one counts too, no window in evidence.
+        let file = SnapshotBuilder::spark_node(&snap.pods)
+            .pod_source(PodSource::File)
+            .build();
+        let f = check(&file, &Settings::default());
+        assert_eq!(f[0].evidence["rejected_pods"], 3);
+        assert!(f[0].evidence.get("window_seconds").is_none());
+        // The counter's list ignores the window.
+        assert_eq!(rejections(&snap).len(), 4);
+    }
+
+    #[test]
+    fn cpu_manager_refusals_are_left_to_exclusive_cpu_shortage() {
+        let p = rejected(
+            "r1",
+            1,
+            "UnexpectedAdmissionError",
+            "Pod was rejected: Allocate failed due to not enough cpus available to satisfy request, which is unexpected",
+            Some(60),
+        );
+        let snap = SnapshotBuilder::spark_node(&[p]).build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+        assert_eq!(rejections(&snap).len(), 1, "still counted for the metric");
+        let mut settings = Settings::default();
+        settings.disabled_rules.insert("exclusive-cpu-shortage".into());
+        let f = check(&snap, &settings);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].remedy.starts_with("the CPU manager had no exclusive CPUs left"),
+            "{}",
+            f[0].remedy
+        );
+    }
+
+    #[test]
+    fn odd_rejections_do_not_panic() {
+        let mut p = rejected("r1", 1, "UnexpectedAdmissionError", "", None);
+        p.message = None;
+        p.labels.clear();
+        let snap = SnapshotBuilder::spark_node(&[p]).build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert!(f[0].evidence.get("requested").is_none());
+        assert!(f[0].evidence.get("newest_age_seconds").is_none());
+        assert!(f[0].remedy.starts_with("a kubelet resource manager"));
+        assert!(check(&SnapshotBuilder::spark_node(&[]).build(), &Settings::default()).is_empty());
+    }
+}

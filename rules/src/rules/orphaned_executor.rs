@@ -1,0 +1,703 @@
+//! `orphaned-executor`: a Spark executor on this node whose driver no longer needs it.
+//!
+//! An executor only works for its driver. When the driver pod is gone, was recreated under the
+//! same name with another UID, or has finished, the executor's CPUs, memory and local disk are
+//! held for nothing. Kubernetes cleans up only in two cases (SPARK.md): the garbage collector
+//! deletes executors whose owner reference names a deleted driver *object* (not one that merely
+//! exited), and a driver that stops cleanly deletes its executors by label when
+//! `spark.kubernetes.executor.deleteOnTermination` is true. Everything else stays: client-mode
+//! executors without an owner (SPARK-25295), executors of a driver that was killed or whose node
+//! was lost, kept `Error` executors whose emptyDir still holds their shuffle data.
+//!
+//! The agent looks up each executor's driver ([`DriverLookup`] in `NodeSnapshot::drivers`).
+//! Judged: a non-terminal executor (not being deleted), and a finished one that still holds
+//! local data (scratch dirs measured under its emptyDir, or, when the dirs were not measured,
+//! an emptyDir `spark-local-dir-*` volume). Orphaned when the lookup says the driver is gone,
+//! replaced, or found but not this executor's (another application's pod at the driver's
+//! address, another spark-operator run), or finished longer than `orphan_grace_seconds` ago
+//! (a finished driver with no finish time counts as finished when seen). `External` and
+//! `Unknown` lookups, and executors with no lookup, are not judged.
+//!
+//! Critical when a still-running executor holds exclusive CPUs in the CPU manager checkpoint
+//! (whole cores no one else can use), warning otherwise.
+
+use crate::CpuSet;
+use crate::checkpoint::EntryKey;
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{ContainerInfo, DriverLookup, LocalDir, LookupMethod, NodeSnapshot, Observed, PodInfo};
+
+pub const ID: &str = "orphaned-executor";
+
+/// How many names or paths a finding lists.
+pub(crate) const LISTED: usize = 20;
+
+/// spark-operator's label with the SparkApplication's name.
+pub(crate) const OPERATOR_APP_NAME: &str = "sparkoperator.k8s.io/app-name";
+/// spark-operator's label with the run's submission id.
+pub(crate) const OPERATOR_SUBMISSION_ID: &str = "sparkoperator.k8s.io/submission-id";
+
+/// Why the driver no longer needs the executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverState {
+    /// No driver pod exists.
+    Gone,
+    /// The pod found in the driver's place is another pod (recreated, another application,
+    /// another spark-operator run).
+    Replaced,
+    /// The driver pod has finished (`Succeeded` or `Failed`) for longer than the grace.
+    Finished,
+}
+
+impl DriverState {
+    /// `gone`, `replaced`, `finished`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverState::Gone => "gone",
+            DriverState::Replaced => "replaced",
+            DriverState::Finished => "finished",
+        }
+    }
+}
+
+/// An orphaned executor and what is known about its driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Orphan<'a> {
+    pub executor: &'a PodInfo,
+    pub state: DriverState,
+    /// How the driver was looked up (`None`: a replaced driver found by a lookup the
+    /// snapshot does not name).
+    pub lookup: Option<LookupMethod>,
+    /// What was looked for when nothing was found (the lookup's `expected`).
+    pub expected: Option<String>,
+    /// The driver UID the executor belongs to, when known (its owner reference).
+    pub expected_driver_uid: Option<String>,
+    /// The pod found in the driver's place (finished, or another pod).
+    pub found: Option<&'a PodInfo>,
+    /// Seconds since the driver finished, when it did and the time is known.
+    pub finished_seconds: Option<i64>,
+    /// Why it is orphaned, for people.
+    pub reason: String,
+    /// Its scratch directories on this node and their bytes.
+    pub local: LocalData<'a>,
+    /// Exclusive CPUs the CPU manager checkpoint holds for it.
+    pub exclusive_cpus: Option<CpuSet>,
+}
+
+/// A pod's Spark scratch data on this node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalData<'a> {
+    /// Measured scratch dirs under its emptyDir volumes.
+    pub dirs: Vec<&'a LocalDir>,
+    pub bytes: u64,
+    /// Its emptyDir `spark-local-dir-*` volume names.
+    pub empty_dir_volumes: Vec<&'a str>,
+    /// Whether the node's local dirs were measured (`local_dirs` read).
+    pub measured: bool,
+}
+
+impl LocalData<'_> {
+    /// Whether deleting the pod object would free disk: measured dirs, or (not measured) an
+    /// emptyDir local dir volume.
+    pub fn held(&self) -> bool {
+        if self.measured {
+            !self.dirs.is_empty()
+        } else {
+            !self.empty_dir_volumes.is_empty()
+        }
+    }
+}
+
+/// `pod`'s scratch data on this node.
+pub(crate) fn local_data<'a>(snap: &'a NodeSnapshot, pod: &'a PodInfo) -> LocalData<'a> {
+    let (dirs, measured): (Vec<&LocalDir>, bool) = match &snap.local_dirs {
+        Observed::Ok(all) => (
+            all.iter()
+                .filter(|d| d.pod_uid.as_deref() == Some(pod.uid.as_str()))
+                .collect(),
+            true,
+        ),
+        _ => (Vec::new(), false),
+    };
+    LocalData {
+        bytes: dirs.iter().map(|d| d.bytes).sum(),
+        dirs,
+        empty_dir_volumes: pod
+            .local_dir_volumes
+            .iter()
+            .filter(|v| v.host_path.is_none())
+            .map(|v| v.name.as_str())
+            .collect(),
+        measured,
+    }
+}
+
+/// Whether `pod` is a Spark executor (`spark-role=executor`).
+pub(crate) fn is_executor(pod: &PodInfo) -> bool {
+    pod.spark_role() == Some("executor")
+}
+
+/// The Spark container of a pod (`spark-kubernetes-executor`, `executor` or
+/// `spark-kubernetes-driver`), else its first container.
+pub(crate) fn spark_container(pod: &PodInfo) -> Option<&ContainerInfo> {
+    pod.containers
+        .iter()
+        .find(|c| {
+            matches!(
+                c.name.as_str(),
+                "spark-kubernetes-executor" | "executor" | "spark-kubernetes-driver"
+            )
+        })
+        .or_else(|| pod.containers.first())
+}
+
+/// The exclusive CPUs the CPU manager checkpoint holds for `pod` (container, pod-level and
+/// V1 container-id entries), when the checkpoint is readable and holds any.
+pub(crate) fn exclusive_cpus(snap: &NodeSnapshot, pod: &PodInfo) -> Option<CpuSet> {
+    let state = snap.checkpoint.ok()?.content.as_ref().ok()?.state().ok()?;
+    let ids: Vec<&str> = pod
+        .containers
+        .iter()
+        .filter_map(|c| c.container_id.as_deref())
+        .collect();
+    let mut cpus = CpuSet::new();
+    for a in &state.assignments {
+        let mine = match &a.key {
+            EntryKey::Container { pod_uid, .. } => *pod_uid == pod.uid,
+            EntryKey::ContainerId { container_id } => ids.contains(&container_id.as_str()),
+        };
+        if mine {
+            cpus = cpus.union(&a.cpus);
+        }
+    }
+    for (uid, set) in &state.pod_assignments {
+        if *uid == pod.uid {
+            cpus = cpus.union(set);
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// `kubectl delete pod -n NS NAME`.
+pub(crate) fn kubectl_delete(pod: &PodInfo) -> String {
+    format!("kubectl delete pod -n {} {}", pod.namespace, pod.name)
+}
+
+/// Human size: `1.5 GiB`.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Human duration, rounded down to its largest unit: `45s`, `47m`, `19h`, `4d`.
+pub(crate) fn human_seconds(seconds: i64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// Whether `found` cannot be `executor`'s driver although the lookup led to it: it belongs to
+/// another application, is not a driver, or is another spark-operator run. Only labels both
+/// pods carry are compared (a client-mode driver in a notebook pod has no Spark labels).
+fn not_its_driver(executor: &PodInfo, found: &PodInfo) -> Option<String> {
+    let differs = |key: &str| match (executor.label(key), found.label(key)) {
+        (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() && a != b => Some((a, b)),
+        _ => None,
+    };
+    if let Some((_, theirs)) = differs("spark-app-selector") {
+        return Some(format!("pod {} belongs to application {theirs}", found.display()));
+    }
+    if let Some(role) = found.spark_role().filter(|r| *r != "driver") {
+        return Some(format!("pod {} is a Spark {role}, not a driver", found.display()));
+    }
+    if let Some((mine, theirs)) = differs(OPERATOR_SUBMISSION_ID) {
+        return Some(format!(
+            "driver {} is spark-operator run {theirs}; this executor is of run {mine}",
+            found.display()
+        ));
+    }
+    None
+}
+
+/// The orphaned executors on this node (the `nodemedic_orphaned_executors` gauge counts them).
+pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orphan<'a>> {
+    let mut out = Vec::new();
+    for exec in snap.pods.iter().filter(|p| is_executor(p) && !p.deleting) {
+        let local = local_data(snap, exec);
+        if exec.is_terminal() && !local.held() {
+            continue;
+        }
+        let Some(lookup) = snap.drivers.get(&exec.uid) else {
+            continue;
+        };
+        let owner_uid = exec.owner_refs.iter().find(|o| o.kind == "Pod").map(|o| o.uid.clone());
+        let mut orphan = Orphan {
+            executor: exec,
+            state: DriverState::Gone,
+            lookup: None,
+            expected: None,
+            expected_driver_uid: owner_uid.clone(),
+            found: None,
+            finished_seconds: None,
+            reason: String::new(),
+            local,
+            exclusive_cpus: None,
+        };
+        match lookup {
+            DriverLookup::External { .. } | DriverLookup::Unknown { .. } => continue,
+            DriverLookup::Gone { by, expected } => {
+                orphan.lookup = Some(*by);
+                orphan.expected = Some(expected.clone());
+                orphan.reason = format!("no driver pod exists (looked for {expected})");
+            }
+            DriverLookup::Replaced { expected_uid, found } => {
+                orphan.state = DriverState::Replaced;
+                orphan.lookup = owner_uid.is_some().then_some(LookupMethod::OwnerReference);
+                orphan.expected_driver_uid = Some(expected_uid.clone());
+                orphan.found = Some(found.as_ref());
+                orphan.reason = format!(
+                    "driver {} was recreated: it now has UID {}, this executor belongs to UID {expected_uid}",
+                    found.display(),
+                    found.uid
+                );
+            }
+            DriverLookup::Found { by, driver } => {
+                orphan.lookup = Some(*by);
+                orphan.found = Some(driver.as_ref());
+                if let Some(why) = not_its_driver(exec, driver) {
+                    orphan.state = DriverState::Replaced;
+                    orphan.reason = why;
+                } else if driver.is_terminal() {
+                    let since = driver.finished_at.map(|t| (snap.taken_at - t).max(0));
+                    if since.is_some_and(|s| s < settings.orphan_grace_seconds) {
+                        continue;
+                    }
+                    orphan.state = DriverState::Finished;
+                    orphan.finished_seconds = since;
+                    orphan.reason = match since {
+                        Some(s) => format!(
+                            "driver {} finished ({}) {} ago",
+                            driver.display(),
+                            driver.phase,
+                            human_seconds(s)
+                        ),
+                        None => format!("driver {} has finished ({})", driver.display(), driver.phase),
+                    };
+                } else {
+                    continue;
+                }
+            }
+        }
+        orphan.exclusive_cpus = exclusive_cpus(snap, exec);
+        out.push(orphan);
+    }
+    out
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    orphaned_executors(snap, settings).iter().map(|o| finding(o)).collect()
+}
+
+fn finding(o: &Orphan<'_>) -> Finding {
+    let exec = o.executor;
+    let container = spark_container(exec);
+    let running = !exec.is_terminal();
+    let severity = if running && o.exclusive_cpus.is_some() {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let app = exec.spark_app().filter(|a| !a.is_empty());
+    let what = if running {
+        // A sidecar (istio-proxy, a log shipper) keeps a pod up after its Spark JVM has exited.
+        let jvm_exited = container.is_some_and(|c| c.state.as_deref() == Some("terminated"));
+        let others_up = exec.containers.iter().any(|c| {
+            Some(c.name.as_str()) != container.map(|x| x.name.as_str()) && c.state.as_deref() != Some("terminated")
+        });
+        if jvm_exited && others_up {
+            format!(
+                "is still {}, although its Spark container has exited (another container keeps the pod up)",
+                exec.phase
+            )
+        } else {
+            format!("is still {}", exec.phase)
+        }
+    } else {
+        let size = if o.local.measured {
+            format!(" {} of", human_bytes(o.local.bytes))
+        } else {
+            String::new()
+        };
+        format!("has finished ({}) but keeps{size} local data", exec.phase)
+    };
+    let summary = format!(
+        "Spark executor {}{} {what}: {}",
+        exec.display(),
+        app.map(|a| format!(" of application {a}")).unwrap_or_default(),
+        o.reason
+    );
+
+    let mut remedy = kubectl_delete(exec);
+    if let Some(app) = app.filter(|_| matches!(o.state, DriverState::Gone | DriverState::Finished)) {
+        remedy.push_str(&format!(
+            " (or every executor of the application at once: kubectl delete pod -n {} -l spark-app-selector={app},spark-role=executor)",
+            exec.namespace
+        ));
+    }
+    if !running && o.local.held() {
+        remedy.push_str("; deleting the pod object also removes its emptyDir local dirs");
+    }
+    remedy.push_str(&format!(
+        "; first check it is still the same pod (UID {}): kubectl get pod -n {} {} -o jsonpath='{{.metadata.uid}}'. \
+         `nodemedic repair orphans`, which deletes with the UID as a precondition, is planned but not available yet",
+        exec.uid, exec.namespace, exec.name
+    ));
+
+    let found = o.found;
+    Finding::new(ID, severity, Subject::pod(exec), summary, remedy)
+        .with("executor", exec.display())
+        .with("executor_uid", exec.uid.as_str())
+        .with("app_id", app)
+        .with("app_name", exec.label("spark-app-name"))
+        .with("driver_state", o.state.as_str())
+        .with("reason", o.reason.as_str())
+        .with("lookup_method", o.lookup.map(lookup_str))
+        .with("driver_expected", o.expected.clone())
+        .with("expected_driver_uid", o.expected_driver_uid.clone())
+        .with("driver", found.map(PodInfo::display))
+        .with("driver_uid", found.map(|d| d.uid.clone()))
+        .with("driver_node", found.and_then(|d| d.node_name.clone()))
+        .with("driver_phase", found.map(|d| d.phase.clone()))
+        .with("driver_finished_seconds_ago", o.finished_seconds)
+        .with("driver_url", exec.spark_driver_url.clone())
+        .with("executor_phase", exec.phase.as_str())
+        .with("executor_container_state", container.and_then(|c| c.state.clone()))
+        .with("executor_exit_code", container.and_then(|c| c.exit_code))
+        .with("exclusive_cpus", o.exclusive_cpus.as_ref().map(|c| c.to_string()))
+        .with(
+            "local_dir_volumes",
+            (!o.local.empty_dir_volumes.is_empty()).then(|| o.local.empty_dir_volumes.clone()),
+        )
+        .with(
+            "local_dirs",
+            (!o.local.dirs.is_empty()).then(|| {
+                o.local
+                    .dirs
+                    .iter()
+                    .take(LISTED)
+                    .map(|d| d.path.clone())
+                    .collect::<Vec<_>>()
+            }),
+        )
+        .with("local_dir_bytes", o.local.measured.then_some(o.local.bytes))
+        .with("submission_id", exec.label(OPERATOR_SUBMISSION_ID))
+        .with("operator_app_name", exec.label(OPERATOR_APP_NAME))
+}
+
+/// The snake_case word of a lookup method (as it serializes).
+pub(crate) fn lookup_str(by: LookupMethod) -> &'static str {
+    match by {
+        LookupMethod::OwnerReference => "owner_reference",
+        LookupMethod::Labels => "labels",
+        LookupMethod::DriverUrl => "driver_url",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{
+        NOW, SnapshotBuilder, by_operator, empty_dir_scratch, owned_by, spark_driver, spark_executor, spark_pod,
+    };
+
+    const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
+
+    fn found(by: LookupMethod, driver: &PodInfo) -> DriverLookup {
+        DriverLookup::Found {
+            by,
+            driver: Box::new(driver.clone()),
+        }
+    }
+
+    fn finished_driver(secs_ago: Option<i64>) -> PodInfo {
+        let mut d = spark_driver("d1", APP, "etl", "Succeeded");
+        d.node_name = Some("node-b".into());
+        d.finished_at = secs_ago.map(|s| NOW - s);
+        d
+    }
+
+    /// (executor phase, lookup) -> expected driver_state, or None when silent.
+    #[test]
+    fn verdicts_by_lookup() {
+        let driver = spark_driver("d1", APP, "etl", "Running");
+        let mut other_app = spark_driver("x1", "spark-0000", "other", "Running");
+        other_app.pod_ip = Some("10.0.0.7".into());
+        let cases: Vec<(&str, &str, DriverLookup, Option<&str>)> = vec![
+            (
+                "running driver",
+                "Running",
+                found(LookupMethod::OwnerReference, &driver),
+                None,
+            ),
+            (
+                "gone",
+                "Running",
+                DriverLookup::Gone {
+                    by: LookupMethod::OwnerReference,
+                    expected: "spark-jobs/etl-driver (uid d1)".into(),
+                },
+                Some("gone"),
+            ),
+            (
+                "replaced",
+                "Running",
+                DriverLookup::Replaced {
+                    expected_uid: "d1".into(),
+                    found: Box::new(spark_driver("d2", APP, "etl", "Running")),
+                },
+                Some("replaced"),
+            ),
+            (
+                "finished long ago",
+                "Running",
+                found(LookupMethod::Labels, &finished_driver(Some(3600))),
+                Some("finished"),
+            ),
+            (
+                "finished within grace",
+                "Running",
+                found(LookupMethod::Labels, &finished_driver(Some(30))),
+                None,
+            ),
+            (
+                "finished, time unknown",
+                "Pending",
+                found(LookupMethod::Labels, &finished_driver(None)),
+                Some("finished"),
+            ),
+            (
+                "driver url led to another app",
+                "Running",
+                found(LookupMethod::DriverUrl, &other_app),
+                Some("replaced"),
+            ),
+            (
+                "external",
+                "Running",
+                DriverLookup::External {
+                    url: "spark://CoarseGrainedScheduler@10.200.1.5:7078".into(),
+                },
+                None,
+            ),
+            (
+                "unknown",
+                "Running",
+                DriverLookup::Unknown {
+                    reason: "429 Too Many Requests".into(),
+                },
+                None,
+            ),
+        ];
+        for (name, phase, lookup, want) in cases {
+            let exec = owned_by(spark_executor("e1", APP, "etl", 1, phase), &driver);
+            let snap = SnapshotBuilder::spark_node(&[exec]).with_driver("e1", lookup).build();
+            let f = check(&snap, &Settings::default());
+            let got = f
+                .first()
+                .map(|f| f.evidence["driver_state"].as_str().unwrap_or("-").to_string());
+            assert_eq!(got.as_deref(), want, "{name}: {f:#?}");
+        }
+    }
+
+    #[test]
+    fn gone_driver_evidence_and_remedy() {
+        let driver = spark_driver("d1", APP, "etl", "Running");
+        let exec = owned_by(spark_executor("e1", APP, "etl", 3, "Running"), &driver);
+        let snap = SnapshotBuilder::spark_node(&[exec])
+            .with_driver(
+                "e1",
+                DriverLookup::Gone {
+                    by: LookupMethod::OwnerReference,
+                    expected: "spark-jobs/etl-driver (uid d1)".into(),
+                },
+            )
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        let f = &f[0];
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.subject.name.as_deref(), Some("etl-exec-3"));
+        assert_eq!(f.evidence["executor"], "spark-jobs/etl-exec-3");
+        assert_eq!(f.evidence["app_id"], APP);
+        assert_eq!(f.evidence["lookup_method"], "owner_reference");
+        assert_eq!(f.evidence["expected_driver_uid"], "d1");
+        assert_eq!(f.evidence["executor_container_state"], "running");
+        assert!(f.evidence.get("driver").is_none());
+        assert!(f.evidence.get("local_dir_bytes").is_none(), "dirs not measured");
+        assert!(
+            f.remedy.starts_with("kubectl delete pod -n spark-jobs etl-exec-3 "),
+            "{}",
+            f.remedy
+        );
+        assert!(
+            f.remedy
+                .contains(&format!("-l spark-app-selector={APP},spark-role=executor"))
+        );
+        assert!(f.remedy.contains("planned but not available yet"));
+    }
+
+    #[test]
+    fn running_orphan_with_exclusive_cpus_is_critical() {
+        let exec = spark_executor("e1", APP, "etl", 1, "Running");
+        let mut snap = SnapshotBuilder::static_node("0-1", &[("e1", "spark-kubernetes-executor", "2-5")])
+            .with_pod_list(&[exec])
+            .with_driver(
+                "e1",
+                DriverLookup::Gone {
+                    by: LookupMethod::Labels,
+                    expected: format!("a pod labelled spark-role=driver of {APP}"),
+                },
+            )
+            .build();
+        snap.pod_source = crate::snapshot::PodSource::Api;
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["exclusive_cpus"], "2-5");
+    }
+
+    #[test]
+    fn finished_executors_count_only_with_local_data() {
+        let driver = finished_driver(Some(7200));
+        let failed = spark_executor("e1", APP, "etl", 1, "Failed");
+        let mut clean = spark_executor("e2", APP, "etl", 2, "Failed");
+        clean.local_dir_volumes.clear();
+        let lookup = found(LookupMethod::Labels, &driver);
+        let base = SnapshotBuilder::spark_node(&[failed.clone(), clean])
+            .with_driver("e1", lookup.clone())
+            .with_driver("e2", lookup);
+        // Not measured: the emptyDir volume may hold data.
+        let f = check(&base.build(), &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["executor_uid"], "e1");
+        assert_eq!(
+            f[0].evidence["local_dir_volumes"],
+            serde_json::json!(["spark-local-dir-1"])
+        );
+
+        // Measured: only dirs that are there count.
+        let driver = finished_driver(Some(7200));
+        let lookup = found(LookupMethod::Labels, &driver);
+        let snap = SnapshotBuilder::spark_node(&[failed])
+            .with_driver("e1", lookup.clone())
+            .with_local_dirs(vec![empty_dir_scratch("e1", 3 << 30, Some(NOW - 7000))])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].evidence["local_dir_bytes"], 3u64 << 30);
+        assert_eq!(f[0].evidence["executor_exit_code"], 1);
+        assert!(f[0].summary.contains("keeps 3.0 GiB of local data"), "{}", f[0].summary);
+        assert!(f[0].remedy.contains("removes its emptyDir local dirs"));
+        let spark_stopped_cleanly = SnapshotBuilder::spark_node(&[spark_executor("e1", APP, "etl", 1, "Failed")])
+            .with_driver("e1", lookup)
+            .with_local_dirs(vec![])
+            .build();
+        assert!(check(&spark_stopped_cleanly, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn operator_runs_and_odd_pods() {
+        let driver = by_operator(spark_driver("d2", APP, "etl", "Running"), "etl", "sub-2");
+        let exec = by_operator(spark_executor("e1", APP, "etl", 1, "Running"), "etl", "sub-1");
+        let snap = SnapshotBuilder::spark_node(&[exec])
+            .with_driver("e1", found(LookupMethod::DriverUrl, &driver))
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].evidence["driver_state"], "replaced");
+        assert_eq!(f[0].evidence["submission_id"], "sub-1");
+        assert_eq!(f[0].evidence["operator_app_name"], "etl");
+
+        // No labels beyond the role, no times, no containers, no lookup: no panic, not judged.
+        let mut bare = spark_pod("e9", "x", "executor", "", "Running");
+        bare.labels.retain(|k, _| k == "spark-role");
+        bare.containers.clear();
+        bare.created_at = None;
+        let snap = SnapshotBuilder::spark_node(&[bare.clone()]).build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+        let snap = SnapshotBuilder::spark_node(&[bare])
+            .with_driver(
+                "e9",
+                DriverLookup::Gone {
+                    by: LookupMethod::DriverUrl,
+                    expected: "spark-jobs/x-driver".into(),
+                },
+            )
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert!(f[0].evidence.get("app_id").is_none());
+        assert!(!f[0].remedy.contains("spark-app-selector="));
+    }
+
+    #[test]
+    fn deleting_and_driver_pods_are_not_judged() {
+        let mut exec = spark_executor("e1", APP, "etl", 1, "Running");
+        exec.deleting = true;
+        let driver = spark_driver("d1", APP, "etl", "Running");
+        let gone = DriverLookup::Gone {
+            by: LookupMethod::Labels,
+            expected: "x".into(),
+        };
+        let snap = SnapshotBuilder::spark_node(&[exec, driver])
+            .with_driver("e1", gone.clone())
+            .with_driver("d1", gone)
+            .build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn a_sidecar_keeping_the_pod_up_is_named() {
+        let mut exec = spark_executor("e1", APP, "etl", 1, "Running");
+        exec.containers[0].state = Some("terminated".into());
+        exec.containers[0].exit_code = Some(1);
+        exec.containers.push(ContainerInfo {
+            name: "istio-proxy".into(),
+            state: Some("running".into()),
+            ..Default::default()
+        });
+        let snap = SnapshotBuilder::spark_node(&[exec])
+            .with_driver("e1", found(LookupMethod::OwnerReference, &finished_driver(Some(2820))))
+            .build();
+        let f = &check(&snap, &Settings::default())[0];
+        assert!(
+            f.summary.contains("although its Spark container has exited"),
+            "{}",
+            f.summary
+        );
+        assert!(f.summary.ends_with("finished (Succeeded) 47m ago"), "{}", f.summary);
+        assert_eq!(f.evidence["executor_container_state"], "terminated");
+        assert_eq!(f.evidence["executor_exit_code"], 1);
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 40), "5.0 TiB");
+        assert_eq!(human_seconds(-3), "-3s");
+        assert_eq!(human_seconds(2820), "47m");
+        assert_eq!(human_seconds(68400), "19h");
+        assert_eq!(human_seconds(345600), "4d");
+    }
+}

@@ -1,0 +1,487 @@
+//! `orphaned-local-dir`: Spark scratch data on this node that no running pod will read again.
+//!
+//! Spark writes shuffle files and spilled blocks into `blockmgr-*` and `spark-*` directories
+//! under its local dirs (SPARK.md, "Local dirs"). On Kubernetes there is no external shuffle
+//! service, so once the pod that wrote them has stopped nothing reads them again. Who removes
+//! them: a JVM that stops cleanly deletes its own; the kubelet removes an emptyDir volume only
+//! when the pod *object* is deleted, so a kept `Error` executor (or a driver with
+//! `deleteOnTermination=false`) keeps its data; and nobody ever cleans a hostPath root.
+//!
+//! Each measured directory (`NodeSnapshot::local_dirs`) is judged once nothing below it was
+//! modified for `local_dir_min_age_seconds` (a pod that is starting, or has just stopped, is
+//! left to Spark and the kubelet):
+//!
+//! - in an emptyDir (`pod_uid` known), by its pod: with a pod list, orphaned when the pod is
+//!   not bound here any more or has finished, alive when it is not finished, not judged while
+//!   it is being deleted; without one (`cgroups`), orphaned when the pod's cgroup is gone or has
+//!   no processes;
+//! - under a hostPath root (pod list needed; never judged from cgroups), orphaned when its
+//!   newest mtime is known and no pod that has not finished mounts that root (or a directory
+//!   above or below it) as a `spark-local-dir-*` volume, or every such pod was created after it
+//!   was last written (it cannot be theirs).
+//!
+//! One finding per pod (emptyDir) or per root (hostPath) with the bytes summed: warning, info
+//! when there are no bytes to free.
+
+use std::collections::BTreeMap;
+
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{LocalDir, NodeSnapshot, Observed, PodInfo, PodSource};
+
+use super::orphaned_executor::{LISTED, human_bytes, kubectl_delete};
+
+pub const ID: &str = "orphaned-local-dir";
+
+/// Orphaned scratch dirs of one pod or one hostPath root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrphanedDirs<'a> {
+    /// The pod whose emptyDir holds them (`None`: a hostPath root).
+    pub pod_uid: Option<&'a str>,
+    /// That pod, when it is still in the pod list.
+    pub pod: Option<&'a PodInfo>,
+    /// The hostPath root they are under.
+    pub host_root: Option<&'a str>,
+    pub dirs: Vec<&'a LocalDir>,
+    /// Why they are orphaned, for people.
+    pub reason: String,
+    /// Live pods that mount the hostPath root (the dirs predate them all).
+    pub root_users: Vec<&'a PodInfo>,
+}
+
+impl OrphanedDirs<'_> {
+    pub fn bytes(&self) -> u64 {
+        self.dirs.iter().map(|d| d.bytes).sum()
+    }
+}
+
+enum Owner {
+    Alive,
+    Dead(String),
+    Unknown,
+}
+
+fn judge_pod(snap: &NodeSnapshot, uid: &str) -> Owner {
+    match snap.pod_source {
+        PodSource::Api | PodSource::File => match snap.pod(uid) {
+            None => Owner::Dead(format!("pod {uid} is not bound to node {} any more", snap.node)),
+            Some(p) if p.deleting => Owner::Unknown,
+            Some(p) if p.is_terminal() => Owner::Dead(format!("pod {} has finished ({})", p.display(), p.phase)),
+            Some(_) => Owner::Alive,
+        },
+        PodSource::Cgroups => match &snap.cgroups {
+            Observed::Ok(tree) => match tree.pod(uid) {
+                Some(pc) if pc.process_count() > 0 => Owner::Alive,
+                Some(_) => Owner::Dead(format!("the cgroup of pod {uid} has no processes left")),
+                None => Owner::Dead(format!("pod {uid} has no cgroup on this node")),
+            },
+            _ => Owner::Unknown,
+        },
+    }
+}
+
+fn trim_slash(path: &str) -> &str {
+    let t = path.trim_end_matches('/');
+    if t.is_empty() { "/" } else { t }
+}
+
+/// Whether one of two host paths (without trailing slashes) contains the other: a pod that mounts
+/// a parent or a child of a root may write into it.
+fn overlaps(a: &str, b: &str) -> bool {
+    let within = |inner: &str, outer: &str| {
+        outer == "/"
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    within(a, b) || within(b, a)
+}
+
+/// The orphaned scratch dirs on this node, grouped by pod and by hostPath root.
+pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<OrphanedDirs<'a>> {
+    let Observed::Ok(all) = &snap.local_dirs else {
+        return vec![];
+    };
+    let idle = |d: &LocalDir| d.newest_mtime.map(|t| snap.taken_at - t);
+    let old_enough = |d: &LocalDir| idle(d).is_none_or(|s| s >= settings.local_dir_min_age_seconds);
+
+    let mut by_pod: BTreeMap<&str, Vec<&LocalDir>> = BTreeMap::new();
+    let mut by_root: BTreeMap<&str, Vec<&LocalDir>> = BTreeMap::new();
+    for d in all.iter().filter(|d| old_enough(d)) {
+        match d.pod_uid.as_deref() {
+            Some(uid) => by_pod.entry(uid).or_default().push(d),
+            None => by_root.entry(trim_slash(&d.root)).or_default().push(d),
+        }
+    }
+
+    let mut out = Vec::new();
+    for (uid, dirs) in by_pod {
+        if let Owner::Dead(reason) = judge_pod(snap, uid) {
+            out.push(OrphanedDirs {
+                pod_uid: Some(uid),
+                pod: snap.pod(uid),
+                host_root: None,
+                dirs,
+                reason,
+                root_users: vec![],
+            });
+        }
+    }
+
+    // Who mounts a hostPath root can only be read from a pod list.
+    if snap.pod_source == PodSource::Cgroups {
+        return out;
+    }
+    for (root, dirs) in by_root {
+        let users: Vec<&PodInfo> = snap
+            .pods
+            .iter()
+            .filter(|p| !p.is_terminal())
+            .filter(|p| {
+                p.local_dir_volumes
+                    .iter()
+                    .any(|v| v.host_path.as_deref().is_some_and(|h| overlaps(trim_slash(h), root)))
+            })
+            .collect();
+        // A dir last written before every user was created cannot be theirs.
+        let oldest_user = users.iter().map(|p| p.created_at).min().unwrap_or(Some(i64::MAX));
+        let Some(oldest_user) = oldest_user else {
+            continue; // a user with no creation time: cannot tell
+        };
+        let orphaned: Vec<&LocalDir> = dirs
+            .into_iter()
+            .filter(|d| d.newest_mtime.is_some_and(|t| t < oldest_user))
+            .collect();
+        if orphaned.is_empty() {
+            continue;
+        }
+        let reason = if users.is_empty() {
+            format!("no running pod on {} mounts {root} as a Spark local dir", snap.node)
+        } else {
+            format!(
+                "last written before any of the {} running pod(s) that mount {root} was created",
+                users.len()
+            )
+        };
+        out.push(OrphanedDirs {
+            pod_uid: None,
+            pod: None,
+            host_root: Some(root),
+            dirs: orphaned,
+            reason,
+            root_users: users,
+        });
+    }
+    out
+}
+
+/// `path` quoted for a POSIX shell when it needs it.
+fn shell_quote(path: &str) -> String {
+    if !path.is_empty()
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-~+:@,=".contains(&b))
+    {
+        path.to_string()
+    } else {
+        format!("'{}'", path.replace('\'', r"'\''"))
+    }
+}
+
+fn rm_command(dirs: &[&LocalDir]) -> String {
+    let listed: Vec<String> = dirs.iter().take(LISTED).map(|d| shell_quote(&d.path)).collect();
+    let more = dirs.len().saturating_sub(LISTED);
+    format!(
+        "rm -rf {}{}",
+        listed.join(" "),
+        if more > 0 {
+            format!(" ({more} more not listed: scan again once these are gone)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    orphaned_dirs(snap, settings)
+        .into_iter()
+        .map(|o| {
+            let bytes = o.bytes();
+            let newest = o.dirs.iter().filter_map(|d| d.newest_mtime).max();
+            let mut roots: Vec<&str> = o.dirs.iter().map(|d| trim_slash(&d.root)).collect();
+            roots.sort_unstable();
+            roots.dedup();
+            let (subject, whose, action) = match (o.pod, o.pod_uid, o.host_root) {
+                (Some(p), _, _) => (
+                    Subject::pod(p),
+                    format!("of pod {}", p.display()),
+                    format!(
+                        "{} (deleting the pod object makes the kubelet remove its emptyDir volumes)",
+                        kubectl_delete(p)
+                    ),
+                ),
+                (None, Some(uid), _) if snap.pod_source == PodSource::Cgroups => (
+                    Subject::pod_uid(uid),
+                    format!("of pod {uid}"),
+                    format!(
+                        "find the pod first: kubectl get pods -A --field-selector spec.nodeName={} \
+                         -o custom-columns=UID:.metadata.uid,NS:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase \
+                         | grep {uid}; if it has finished, kubectl delete pod -n NS NAME removes its emptyDir; if there \
+                         is none, on the node: {}",
+                        snap.node,
+                        rm_command(&o.dirs)
+                    ),
+                ),
+                (None, Some(uid), _) => (
+                    Subject::pod_uid(uid),
+                    format!("of pod {uid}"),
+                    format!(
+                        "the pod object is gone but its volume directory is not (the kubelet logs \"orphaned pod \
+                         {uid} found, but ... still present on disk\" when its cleanup fails); on the node, once \
+                         findmnt | grep {uid} shows nothing mounted: {}",
+                        rm_command(&o.dirs)
+                    ),
+                ),
+                (None, None, root) => (
+                    Subject::node(&snap.node),
+                    format!("under hostPath {}", root.unwrap_or("?")),
+                    format!("nothing cleans a hostPath; on the node: {}", rm_command(&o.dirs)),
+                ),
+            };
+            let severity = if bytes == 0 { Severity::Info } else { Severity::Warning };
+            Finding::new(
+                ID,
+                severity,
+                subject,
+                format!(
+                    "{} Spark scratch dir(s) {whose} hold {} that nothing will read again: {}",
+                    o.dirs.len(),
+                    human_bytes(bytes),
+                    o.reason
+                ),
+                format!("{action}; `nodemedic repair local-dirs` is planned but not available yet"),
+            )
+            .with("volume_type", if o.host_root.is_some() { "hostPath" } else { "emptyDir" })
+            .with("pod_uid", o.pod_uid)
+            .with("pod", o.pod.map(PodInfo::display))
+            .with("pod_phase", o.pod.map(|p| p.phase.clone()))
+            .with("app_id", o.pod.and_then(|p| p.spark_app()))
+            .with("spark_role", o.pod.and_then(|p| p.spark_role()))
+            .with("reason", o.reason.as_str())
+            .with("liveness_source", snap.pod_source.as_str())
+            .with("roots", roots)
+            .with("bytes", bytes)
+            .with("dir_count", o.dirs.len())
+            .with(
+                "dirs",
+                o.dirs.iter().take(LISTED).map(|d| d.path.clone()).collect::<Vec<_>>(),
+            )
+            .with("newest_mtime", newest)
+            .with("idle_seconds", newest.map(|t| snap.taken_at - t))
+            .with(
+                "root_users",
+                (!o.root_users.is_empty())
+                    .then(|| o.root_users.iter().take(LISTED).map(|p| p.display()).collect::<Vec<_>>()),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{
+        NOW, SnapshotBuilder, empty_dir_scratch, host_path_scratch, leaf, pod_cgroup, spark_executor,
+    };
+    use crate::snapshot::LocalDirVolume;
+
+    const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
+    const ROOT: &str = "/mnt/nvme0/spark";
+    const GIB: u64 = 1 << 30;
+
+    fn on_host_path(mut p: PodInfo) -> PodInfo {
+        p.local_dir_volumes = vec![LocalDirVolume {
+            name: "spark-local-dir-1".into(),
+            host_path: Some(format!("{ROOT}/")),
+        }];
+        p
+    }
+
+    fn uids(snap: &NodeSnapshot) -> Vec<String> {
+        check(snap, &Settings::default())
+            .iter()
+            .map(|f| {
+                f.evidence
+                    .get("pod_uid")
+                    .or_else(|| f.evidence.get("roots"))
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn empty_dirs_judged_by_their_pod() {
+        let dirs = vec![
+            empty_dir_scratch("running", 5 * GIB, Some(NOW - 7200)),
+            empty_dir_scratch("failed", 12 * GIB, Some(NOW - 7200)),
+            empty_dir_scratch("fresh-failed", GIB, Some(NOW - 60)),
+            empty_dir_scratch("gone", 2 * GIB, Some(NOW - 86400)),
+            empty_dir_scratch("unknown-age-gone", 0, None),
+        ];
+        let mut deleting = spark_executor("deleting", APP, "etl", 5, "Failed");
+        deleting.deleting = true;
+        let pods = [
+            spark_executor("running", APP, "etl", 1, "Running"),
+            spark_executor("failed", APP, "etl", 2, "Failed"),
+            spark_executor("fresh-failed", APP, "etl", 3, "Failed"),
+            deleting,
+        ];
+        let mut with_deleting = dirs.clone();
+        with_deleting.push(empty_dir_scratch("deleting", GIB, Some(NOW - 7200)));
+        let snap = SnapshotBuilder::spark_node(&pods)
+            .with_local_dirs(with_deleting)
+            .build();
+        assert_eq!(uids(&snap), ["\"failed\"", "\"gone\"", "\"unknown-age-gone\""]);
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].subject.name.as_deref(), Some("etl-exec-2"));
+        assert_eq!(f[0].evidence["bytes"], 12 * GIB);
+        assert_eq!(f[0].evidence["app_id"], APP);
+        assert_eq!(f[0].evidence["idle_seconds"], 7200);
+        assert!(
+            f[0].remedy.starts_with("kubectl delete pod -n spark-jobs etl-exec-2 "),
+            "{}",
+            f[0].remedy
+        );
+        assert!(
+            f[0].remedy
+                .ends_with("`nodemedic repair local-dirs` is planned but not available yet")
+        );
+        assert_eq!(f[1].subject.uid.as_deref(), Some("gone"));
+        assert!(f[1].remedy.contains(
+            "rm -rf /var/lib/kubelet/pods/gone/volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-gone"
+        ));
+        assert_eq!(f[2].severity, Severity::Info, "nothing to free");
+    }
+
+    #[test]
+    fn without_a_pod_list_cgroups_decide() {
+        let dirs = vec![
+            empty_dir_scratch("live", GIB, Some(NOW - 7200)),
+            empty_dir_scratch("empty-cgroup", GIB, Some(NOW - 7200)),
+            empty_dir_scratch("no-cgroup", GIB, Some(NOW - 7200)),
+            host_path_scratch(ROOT, "blockmgr-1", GIB, Some(NOW - 86400)),
+        ];
+        let snap = SnapshotBuilder::spark_node(&[])
+            .pod_source(PodSource::Cgroups)
+            .with_cgroup_tree(vec![
+                pod_cgroup("live", vec![leaf("c1", "0-1", 2)]),
+                pod_cgroup("empty-cgroup", vec![leaf("c2", "0-1", 0)]),
+            ])
+            .with_local_dirs(dirs.clone())
+            .build();
+        assert_eq!(
+            uids(&snap),
+            ["\"empty-cgroup\"", "\"no-cgroup\""],
+            "hostPath not judged"
+        );
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].evidence["liveness_source"], "cgroups");
+        assert!(f[0].remedy.starts_with("find the pod first"));
+
+        let unreadable = SnapshotBuilder::spark_node(&[])
+            .pod_source(PodSource::Cgroups)
+            .with_local_dirs(dirs)
+            .build();
+        assert!(check(&unreadable, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn host_path_roots() {
+        let mut user = on_host_path(spark_executor("e1", APP, "etl", 1, "Running"));
+        user.created_at = Some(NOW - 3 * 3600);
+        let dirs = vec![
+            host_path_scratch(ROOT, "blockmgr-old", 40 * GIB, Some(NOW - 86400)),
+            host_path_scratch(ROOT, "blockmgr-current", GIB, Some(NOW - 2 * 3600)),
+            host_path_scratch(ROOT, "spark-unknown-age", GIB, None),
+            host_path_scratch("/mnt/nvme1/spark", "blockmgr-x", GIB, Some(NOW - 600)),
+        ];
+        let cases: Vec<(&str, Vec<PodInfo>, Vec<&str>)> = vec![
+            (
+                "no user: every old dir with a known age",
+                vec![],
+                vec!["/mnt/nvme0/spark/blockmgr-current", "/mnt/nvme0/spark/blockmgr-old"],
+            ),
+            (
+                "a running user: only dirs older than it",
+                vec![user.clone()],
+                vec!["/mnt/nvme0/spark/blockmgr-old"],
+            ),
+            (
+                "a finished pod does not use it",
+                vec![on_host_path(spark_executor("e2", APP, "etl", 2, "Failed"))],
+                vec!["/mnt/nvme0/spark/blockmgr-current", "/mnt/nvme0/spark/blockmgr-old"],
+            ),
+            (
+                "a user with no creation time: cannot tell",
+                vec![{
+                    let mut u = user.clone();
+                    u.created_at = None;
+                    u
+                }],
+                vec![],
+            ),
+        ];
+        for (name, pods, want) in cases {
+            let snap = SnapshotBuilder::spark_node(&pods).with_local_dirs(dirs.clone()).build();
+            let f = check(&snap, &Settings::default());
+            let mut got: Vec<String> = f
+                .iter()
+                .flat_map(|f| f.evidence["dirs"].as_array().cloned().unwrap_or_default())
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{name}");
+            for f in &f {
+                assert_eq!(f.subject.kind, "Node");
+                assert_eq!(f.evidence["volume_type"], "hostPath");
+                assert_eq!(f.evidence["roots"], serde_json::json!([ROOT]));
+            }
+        }
+        let snap = SnapshotBuilder::spark_node(&[user]).with_local_dirs(dirs).build();
+        let f = &check(&snap, &Settings::default())[0];
+        assert_eq!(f.evidence["root_users"], serde_json::json!(["spark-jobs/etl-exec-1"]));
+        assert!(
+            f.remedy
+                .starts_with("nothing cleans a hostPath; on the node: rm -rf /mnt/nvme0/spark/blockmgr-old;")
+        );
+    }
+
+    #[test]
+    fn odd_input() {
+        assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(trim_slash("///"), "/");
+        for (a, b, want) in [
+            ("/mnt/nvme0/spark", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0/spark/exec-a", "/mnt/nvme0/spark", true),
+            ("/", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0/spark2", "/mnt/nvme0/spark", false),
+            ("/mnt/nvme1", "/mnt/nvme0/spark", false),
+        ] {
+            assert_eq!(overlaps(a, b), want, "{a} {b}");
+        }
+        let snap = SnapshotBuilder::spark_node(&[]).build();
+        assert!(check(&snap, &Settings::default()).is_empty(), "local dirs not read");
+        let many: Vec<LocalDir> = (0..25)
+            .map(|i| host_path_scratch(ROOT, &format!("blockmgr-{i}"), 1, Some(NOW - 86400)))
+            .collect();
+        let snap = SnapshotBuilder::spark_node(&[]).with_local_dirs(many).build();
+        let f = &check(&snap, &Settings::default())[0];
+        assert_eq!(f.evidence["dir_count"], 25);
+        assert_eq!(f.evidence["dirs"].as_array().map(Vec::len), Some(20));
+        assert!(f.remedy.contains("(5 more not listed: scan again once these are gone)"));
+    }
+}
