@@ -92,7 +92,9 @@ impl NodeConditions {
     /// whether it patched.
     pub async fn sync(&mut self, findings: &[Finding]) -> Result<bool, String> {
         let wanted = wanted(findings);
-        let changed = wanted.iter().any(|w| self.last.get(w.type_).is_none_or(|(l, _)| l.status != w.status || l.message != w.message));
+        // A new status or reason is patched at once; a new message waits for the heartbeat,
+        // so a count in the message does not make a patch per scan.
+        let changed = wanted.iter().any(|w| self.last.get(w.type_).is_none_or(|(l, _)| l.status != w.status || l.reason != w.reason));
         let due = self.last_patch.is_none_or(|t| t.elapsed() >= self.heartbeat);
         if !changed && !due {
             return Ok(false);

@@ -91,8 +91,12 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
                         metrics.pod_watch_up.set(1);
                         wake.notify_one();
                     }
-                    Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => wake.notify_one(),
-                    Ok(_) => {}
+                    Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => {
+                        // Events flow again (a resumed watch sends no InitDone).
+                        metrics.pod_watch_up.set(1);
+                        wake.notify_one();
+                    }
+                    Ok(_) => metrics.pod_watch_up.set(1),
                     Err(e) => {
                         metrics.pod_watch_up.set(0);
                         tracing::warn!(error = %e, "pod watch failed; retrying with backoff");
@@ -115,6 +119,11 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
         cfg,
     };
 
+    // The first report should know the pods: wait a little for the watch's first list. If
+    // the API server is away, scan anyway with liveness from cgroups.
+    if tokio::time::timeout(Duration::from_secs(10), daemon.store.wait_until_ready()).await.is_err() {
+        tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
+    }
     let mut tick = tokio::time::interval(daemon.cfg.scan_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
