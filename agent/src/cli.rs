@@ -100,29 +100,13 @@ pub fn settings_from(pairs: &[String], disabled: Vec<String>) -> Result<Settings
         serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| format!("--rule-setting: {e}"))?;
     for id in disabled {
         if rules::by_id(&id).is_none() {
-            return Err(format!("--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"));
+            return Err(format!(
+                "--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"
+            ));
         }
         settings.disabled_rules.insert(id);
     }
     Ok(settings)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rule_settings() {
-        let s = settings_from(&["reconcile_grace_seconds=2.5".into(), "rejection_window_seconds=60".into()], vec!["cpuset-drift".into()]).unwrap();
-        assert_eq!(s.reconcile_grace_seconds, Some(2.5));
-        assert_eq!(s.rejection_window_seconds, 60);
-        assert!(!s.enabled("cpuset-drift"));
-        assert!(settings_from(&["nope=1".into()], vec![]).unwrap_err().contains("unknown field `nope`"));
-        assert!(settings_from(&["rejection_window_seconds=soon".into()], vec![]).unwrap_err().contains("invalid type: string \"soon\""));
-        assert!(settings_from(&["novalue".into()], vec![]).unwrap_err().contains("expected KEY=VALUE"));
-        assert!(settings_from(&[], vec!["no-such-rule".into()]).unwrap_err().contains("unknown rule id"));
-        assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
-    }
 }
 
 /// `nodemedic run`.
@@ -157,7 +141,10 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
         settings: settings_from(&args.rule_setting, args.disable_rule)?,
     };
     if !cfg.host_root.is_dir() {
-        return Err(format!("{}: host root does not exist or is not a directory", cfg.host_root.display()));
+        return Err(format!(
+            "{}: host root does not exist or is not a directory",
+            cfg.host_root.display()
+        ));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -177,7 +164,10 @@ fn scan_api(
     kubeconfig: Option<&std::path::Path>,
     node: &str,
 ) -> Result<(Vec<nodemedic_rules::snapshot::PodInfo>, Lookups), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let timeout = Duration::from_secs(5);
         let client = crate::kube_api::client(kubeconfig, timeout).await?;
@@ -194,7 +184,10 @@ fn scan_api(
 pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
     if !host.root().is_dir() {
-        return Err(format!("{}: host root does not exist or is not a directory", host.root().display()));
+        return Err(format!(
+            "{}: host root does not exist or is not a directory",
+            host.root().display()
+        ));
     }
     // The API when it can be used: not with --pods or --offline, and only if a configuration
     // exists and answers; otherwise liveness comes from the cgroup tree, and a note says why.
@@ -210,7 +203,9 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
     let opts = ScanOptions {
         node: args.node.clone().or_else(|| api.as_ref().map(|(n, _)| n.clone())),
         pods_file: args.pods,
-        pods: api.as_ref().map(|(_, (pods, _))| (pods.clone(), nodemedic_rules::snapshot::PodSource::Api)),
+        pods: api
+            .as_ref()
+            .map(|(_, (pods, _))| (pods.clone(), nodemedic_rules::snapshot::PodSource::Api)),
         local_dir_roots: args.local_dir_root,
         ..Default::default()
     };
@@ -349,4 +344,45 @@ fn list_rules(format: Format) -> u8 {
         }
     }
     EXIT_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_settings() {
+        let s = settings_from(
+            &[
+                "reconcile_grace_seconds=2.5".into(),
+                "rejection_window_seconds=60".into(),
+            ],
+            vec!["cpuset-drift".into()],
+        )
+        .unwrap();
+        assert_eq!(s.reconcile_grace_seconds, Some(2.5));
+        assert_eq!(s.rejection_window_seconds, 60);
+        assert!(!s.enabled("cpuset-drift"));
+        assert!(
+            settings_from(&["nope=1".into()], vec![])
+                .unwrap_err()
+                .contains("unknown field `nope`")
+        );
+        assert!(
+            settings_from(&["rejection_window_seconds=soon".into()], vec![])
+                .unwrap_err()
+                .contains("invalid type: string \"soon\"")
+        );
+        assert!(
+            settings_from(&["novalue".into()], vec![])
+                .unwrap_err()
+                .contains("expected KEY=VALUE")
+        );
+        assert!(
+            settings_from(&[], vec!["no-such-rule".into()])
+                .unwrap_err()
+                .contains("unknown rule id")
+        );
+        assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
+    }
 }

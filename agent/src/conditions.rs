@@ -26,7 +26,12 @@ pub struct ConditionSpec {
 pub const CONDITIONS: &[ConditionSpec] = &[
     ConditionSpec {
         type_: "CPUManagerStateStale",
-        rules: &["stale-cpu-assignment", "checkpoint-unreadable", "checkpoint-invalid-state", "cross-pod-cpu-overlap"],
+        rules: &[
+            "stale-cpu-assignment",
+            "checkpoint-unreadable",
+            "checkpoint-invalid-state",
+            "cross-pod-cpu-overlap",
+        ],
         reason_true: "CPUManagerStateStale",
         reason_false: "CPUManagerStateConsistent",
     },
@@ -52,7 +57,10 @@ pub fn wanted(findings: &[Finding]) -> Vec<Wanted> {
     CONDITIONS
         .iter()
         .map(|spec| {
-            let hits: Vec<&Finding> = findings.iter().filter(|f| spec.rules.contains(&f.rule.as_str())).collect();
+            let hits: Vec<&Finding> = findings
+                .iter()
+                .filter(|f| spec.rules.contains(&f.rule.as_str()))
+                .collect();
             let message = match hits.len() {
                 0 => "nodemedic finds no problem of this kind".to_string(),
                 1 => hits[0].summary.clone(),
@@ -61,7 +69,11 @@ pub fn wanted(findings: &[Finding]) -> Vec<Wanted> {
             Wanted {
                 type_: spec.type_,
                 status: !hits.is_empty(),
-                reason: if hits.is_empty() { spec.reason_false } else { spec.reason_true },
+                reason: if hits.is_empty() {
+                    spec.reason_false
+                } else {
+                    spec.reason_true
+                },
                 message: message.chars().take(1024).collect(),
             }
         })
@@ -85,7 +97,13 @@ impl std::fmt::Debug for NodeConditions {
 
 impl NodeConditions {
     pub fn new(client: Client, node: &str, heartbeat: Duration) -> Self {
-        NodeConditions { client, node: node.to_string(), heartbeat, last: BTreeMap::new(), last_patch: None }
+        NodeConditions {
+            client,
+            node: node.to_string(),
+            heartbeat,
+            last: BTreeMap::new(),
+            last_patch: None,
+        }
     }
 
     /// Patches the node's status when a condition changed or the heartbeat is due; returns
@@ -94,7 +112,11 @@ impl NodeConditions {
         let wanted = wanted(findings);
         // A new status or reason is patched at once; a new message waits for the heartbeat,
         // so a count in the message does not make a patch per scan.
-        let changed = wanted.iter().any(|w| self.last.get(w.type_).is_none_or(|(l, _)| l.status != w.status || l.reason != w.reason));
+        let changed = wanted.iter().any(|w| {
+            self.last
+                .get(w.type_)
+                .is_none_or(|(l, _)| l.status != w.status || l.reason != w.reason)
+        });
         let due = self.last_patch.is_none_or(|t| t.elapsed() >= self.heartbeat);
         if !changed && !due {
             return Ok(false);
@@ -142,12 +164,23 @@ mod tests {
 
     #[test]
     fn wanted_conditions_follow_rules() {
-        let f = |rule: &str| Finding::new(rule, Severity::Critical, Subject::node("n"), format!("{rule} summary"), String::new());
+        let f = |rule: &str| {
+            Finding::new(
+                rule,
+                Severity::Critical,
+                Subject::node("n"),
+                format!("{rule} summary"),
+                String::new(),
+            )
+        };
         let w = wanted(&[f("stale-cpu-assignment"), f("cpuset-drift"), f("checkpoint-unreadable")]);
         assert_eq!(w[0].type_, "CPUManagerStateStale");
         assert!(w[0].status);
         assert_eq!(w[0].message, "2 findings; first: stale-cpu-assignment summary");
-        assert_eq!((w[1].type_, w[1].status, w[1].reason), ("SparkExecutorOrphans", false, "NoSparkExecutorOrphans"));
+        assert_eq!(
+            (w[1].type_, w[1].status, w[1].reason),
+            ("SparkExecutorOrphans", false, "NoSparkExecutorOrphans")
+        );
         let none = wanted(&[]);
         assert!(none.iter().all(|w| !w.status));
     }

@@ -21,14 +21,17 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
-use kube::runtime::WatchStreamExt;
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use nodemedic_rules::{Settings, rules};
 use tokio::sync::Notify;
 
-use crate::collect::{self, ScanOptions, pods::{PodObject, pod_info}};
+use crate::collect::{
+    self, ScanOptions,
+    pods::{PodObject, pod_info},
+};
 use crate::conditions::NodeConditions;
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
@@ -64,7 +67,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     let client = kube_api::client(cfg.kubeconfig.as_deref(), cfg.request_timeout).await?;
     let metrics = Metrics::new().map_err(|e| format!("metrics: {e}"))?;
     let health = Arc::new(Health::default());
-    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
+    let listener = tokio::net::TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
@@ -108,7 +113,11 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
     let mut daemon = Daemon {
         host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
-        directory: CachedDirectory::new(ApiDirectory::new(client.clone()), cfg.driver_cache_ttl, cfg.driver_lookup_budget),
+        directory: CachedDirectory::new(
+            ApiDirectory::new(client.clone()),
+            cfg.driver_cache_ttl,
+            cfg.driver_lookup_budget,
+        ),
         events: EventRecorder::new(client.clone(), &cfg.node, &cfg.instance, cfg.event_series_interval),
         conditions: NodeConditions::new(client, &cfg.node, cfg.condition_heartbeat),
         last_local_dirs: None,
@@ -121,7 +130,10 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
     // The first report should know the pods: wait a little for the watch's first list. If
     // the API server is away, scan anyway with liveness from cgroups.
-    if tokio::time::timeout(Duration::from_secs(10), daemon.store.wait_until_ready()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), daemon.store.wait_until_ready())
+        .await
+        .is_err()
+    {
         tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
     }
     let mut tick = tokio::time::interval(daemon.cfg.scan_interval);
@@ -165,7 +177,10 @@ impl Daemon {
             let list: Vec<_> = self.store.state().iter().filter_map(|p| pod_info(p)).collect();
             (list, PodSource::Api)
         });
-        let local_due = self.last_local_dirs.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.cfg.local_dir_interval);
+        let local_due = self
+            .last_local_dirs
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.cfg.local_dir_interval);
         let opts = ScanOptions {
             node: Some(self.cfg.node.clone()),
             pods_file: None,
@@ -198,7 +213,8 @@ impl Daemon {
             snapshot.app_drivers = app_drivers;
         }
         let findings = rules::evaluate(&snapshot, &self.cfg.settings);
-        self.metrics.observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.settings);
+        self.metrics
+            .observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.settings);
         self.health.scanned.store(true, Ordering::Relaxed);
 
         let stats = self.events.record(&findings).await;

@@ -66,7 +66,10 @@ pub struct EventRecorder {
 
 impl std::fmt::Debug for EventRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventRecorder").field("node", &self.node).field("series", &self.series.len()).finish()
+        f.debug_struct("EventRecorder")
+            .field("node", &self.node)
+            .field("series", &self.series.len())
+            .finish()
     }
 }
 
@@ -131,7 +134,9 @@ impl EventRecorder {
         let current: HashMap<String, &Finding> = findings.iter().map(|f| (finding_key(f), f)).collect();
         self.series.retain(|k, _| current.contains_key(k));
         for (key, f) in current {
-            let reason = rules::by_id(&f.rule).map_or("NodemedicFinding", |r| r.event_reason).to_string();
+            let reason = rules::by_id(&f.rule)
+                .map_or("NodemedicFinding", |r| r.event_reason)
+                .to_string();
             match self.series.get_mut(&key) {
                 Some(s) => {
                     s.count += 1;
@@ -168,7 +173,14 @@ impl EventRecorder {
                             ..Default::default()
                         },
                         event_time: Some(MicroTime(stamp)),
-                        type_: Some(if f.severity >= Severity::Warning { "Warning" } else { "Normal" }.into()),
+                        type_: Some(
+                            if f.severity >= Severity::Warning {
+                                "Warning"
+                            } else {
+                                "Normal"
+                            }
+                            .into(),
+                        ),
                         reason: Some(reason.clone()),
                         action: Some("Detected".into()),
                         note: Some(note(f)),
@@ -185,7 +197,13 @@ impl EventRecorder {
                             stats.reasons.push(reason.clone());
                             self.series.insert(
                                 key,
-                                Series { namespace, name, reason, count: 1, last_sent: now },
+                                Series {
+                                    namespace,
+                                    name,
+                                    reason,
+                                    count: 1,
+                                    last_sent: now,
+                                },
                             );
                         }
                         Err(e) => {
@@ -222,11 +240,17 @@ mod tests {
         let f = finding("orphaned-executor", pod.clone());
         assert_eq!(finding_key(&f), "orphaned-executor|Pod|u1|c|");
         let r = reference(&f, "n1");
-        assert_eq!((r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()), (Some("Pod"), Some("spark"), Some("exec-1")));
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
+            (Some("Pod"), Some("spark"), Some("exec-1"))
+        );
         // A pod known only by UID (gone) gets its event on the node.
         let gone = finding("stale-cpu-assignment", Subject::pod_uid("u9"));
         let r = reference(&gone, "n1");
-        assert_eq!((r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()), (Some("Node"), Some("n1"), None));
+        assert_eq!(
+            (r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()),
+            (Some("Node"), Some("n1"), None)
+        );
         assert!(note(&gone).len() <= 1024);
         let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
         assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");

@@ -53,7 +53,9 @@ pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Clie
                 .await
                 .map_err(|e| format!("{}: {e}", path.display()))?
         }
-        None => Config::infer().await.map_err(|e| format!("no Kubernetes configuration: {e}"))?,
+        None => Config::infer()
+            .await
+            .map_err(|e| format!("no Kubernetes configuration: {e}"))?,
     };
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
@@ -65,8 +67,13 @@ pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Clie
 /// cache).
 pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, String> {
     let api: Api<PodObject> = Api::all(client.clone());
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}")).match_any();
-    api.list(&params).await.map(|l| infos(l.items)).map_err(|e| format!("LIST pods spec.nodeName={node}: {e}"))
+    let params = ListParams::default()
+        .fields(&format!("spec.nodeName={node}"))
+        .match_any();
+    api.list(&params)
+        .await
+        .map(|l| infos(l.items))
+        .map_err(|e| format!("LIST pods spec.nodeName={node}: {e}"))
 }
 
 /// Driver lookups against the API server.
@@ -114,6 +121,9 @@ impl PodDirectory for ApiDirectory {
     async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
         let api: Api<PodObject> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("status.podIP={ip}")).match_any();
-        api.list(&params).await.map(|l| infos(l.items)).map_err(|e| format!("LIST pods status.podIP={ip}: {e}"))
+        api.list(&params)
+            .await
+            .map(|l| infos(l.items))
+            .map_err(|e| format!("LIST pods status.podIP={ip}: {e}"))
     }
 }

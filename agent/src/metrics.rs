@@ -4,10 +4,10 @@
 
 use std::collections::BTreeSet;
 
+use nodemedic_rules::Settings;
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules::{self, stale_cpu_assignment};
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
-use nodemedic_rules::Settings;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::collect::Timings;
@@ -42,23 +42,71 @@ impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let m = Metrics {
-            build_info: IntGaugeVec::new(opts("build_info", "Always 1; the version label says which nodemedic runs."), &["version"])?,
+            build_info: IntGaugeVec::new(
+                opts("build_info", "Always 1; the version label says which nodemedic runs."),
+                &["version"],
+            )?,
             collector_success: IntGaugeVec::new(
-                opts("collector_success", "1 when the collector read its input in the last scan (or the input is absent, which is normal), 0 when it failed."),
+                opts(
+                    "collector_success",
+                    "1 when the collector read its input in the last scan (or the input is absent, which is normal), 0 when it failed.",
+                ),
                 &["collector"],
             )?,
-            collector_duration_seconds: GaugeVec::new(opts("collector_duration_seconds", "How long the collector took in the last scan, in seconds."), &["collector"])?,
-            last_scan_timestamp_seconds: Gauge::with_opts(opts("last_scan_timestamp_seconds", "When the last scan finished, unix seconds."))?,
-            findings: IntGaugeVec::new(opts("findings", "Findings of the last scan by rule and severity."), &["rule", "severity"])?,
-            rule_firing: IntGaugeVec::new(opts("rule_firing", "1 when the rule has at least one finding in the last scan."), &["rule"])?,
-            cpu_manager_exclusive_cpus: IntGauge::with_opts(opts("cpu_manager_exclusive_cpus", "CPUs held by exclusive assignments in the CPU manager checkpoint."))?,
-            cpu_manager_default_cpus: IntGauge::with_opts(opts("cpu_manager_default_cpus", "CPUs in the checkpoint's default (shared) set."))?,
-            cpu_manager_stale_cpus: IntGauge::with_opts(opts("cpu_manager_stale_cpus", "CPUs held by checkpoint entries of containers that no longer run on this node."))?,
-            orphaned_executors: IntGauge::with_opts(opts("orphaned_executors", "Spark executor pods on this node whose driver is gone, replaced or long finished."))?,
-            events_emitted_total: IntCounterVec::new(opts("events_emitted_total", "Kubernetes Events created or updated (series), by reason."), &["reason"])?,
-            pod_watch_up: IntGauge::with_opts(opts("pod_watch_up", "1 while the watch of this node's pods is connected and synced."))?,
+            collector_duration_seconds: GaugeVec::new(
+                opts(
+                    "collector_duration_seconds",
+                    "How long the collector took in the last scan, in seconds.",
+                ),
+                &["collector"],
+            )?,
+            last_scan_timestamp_seconds: Gauge::with_opts(opts(
+                "last_scan_timestamp_seconds",
+                "When the last scan finished, unix seconds.",
+            ))?,
+            findings: IntGaugeVec::new(
+                opts("findings", "Findings of the last scan by rule and severity."),
+                &["rule", "severity"],
+            )?,
+            rule_firing: IntGaugeVec::new(
+                opts(
+                    "rule_firing",
+                    "1 when the rule has at least one finding in the last scan.",
+                ),
+                &["rule"],
+            )?,
+            cpu_manager_exclusive_cpus: IntGauge::with_opts(opts(
+                "cpu_manager_exclusive_cpus",
+                "CPUs held by exclusive assignments in the CPU manager checkpoint.",
+            ))?,
+            cpu_manager_default_cpus: IntGauge::with_opts(opts(
+                "cpu_manager_default_cpus",
+                "CPUs in the checkpoint's default (shared) set.",
+            ))?,
+            cpu_manager_stale_cpus: IntGauge::with_opts(opts(
+                "cpu_manager_stale_cpus",
+                "CPUs held by checkpoint entries of containers that no longer run on this node.",
+            ))?,
+            orphaned_executors: IntGauge::with_opts(opts(
+                "orphaned_executors",
+                "Spark executor pods on this node whose driver is gone, replaced or long finished.",
+            ))?,
+            events_emitted_total: IntCounterVec::new(
+                opts(
+                    "events_emitted_total",
+                    "Kubernetes Events created or updated (series), by reason.",
+                ),
+                &["reason"],
+            )?,
+            pod_watch_up: IntGauge::with_opts(opts(
+                "pod_watch_up",
+                "1 while the watch of this node's pods is connected and synced.",
+            ))?,
             admission_rejections_total: IntCounterVec::new(
-                opts("admission_rejections_total", "Pods the kubelet on this node refused at admission, by reason (OutOfcpu, UnexpectedAdmissionError, ...), each pod counted once."),
+                opts(
+                    "admission_rejections_total",
+                    "Pods the kubelet on this node refused at admission, by reason (OutOfcpu, UnexpectedAdmissionError, ...), each pod counted once.",
+                ),
                 &["reason"],
             )?,
             counted_rejections: Default::default(),
@@ -91,7 +139,9 @@ impl Metrics {
     /// Sets the gauges from a scan.
     pub fn observe_scan(&self, snap: &NodeSnapshot, findings: &[Finding], timings: &Timings, settings: &Settings) {
         for (name, d) in &timings.collectors {
-            self.collector_duration_seconds.with_label_values(&[name]).set(d.as_secs_f64());
+            self.collector_duration_seconds
+                .with_label_values(&[name])
+                .set(d.as_secs_f64());
         }
         let ok = |failed: bool| if failed { 0 } else { 1 };
         let sources: [(&str, bool); 6] = [
@@ -107,25 +157,39 @@ impl Metrics {
         }
         let firing: BTreeSet<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
         for rule in rules::ALL {
-            self.rule_firing.with_label_values(&[rule.id]).set(i64::from(firing.contains(rule.id)));
+            self.rule_firing
+                .with_label_values(&[rule.id])
+                .set(i64::from(firing.contains(rule.id)));
             for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
-                let n = findings.iter().filter(|f| f.rule == rule.id && f.severity == sev).count();
+                let n = findings
+                    .iter()
+                    .filter(|f| f.rule == rule.id && f.severity == sev)
+                    .count();
                 self.findings.with_label_values(&[rule.id, sev.as_str()]).set(n as i64);
             }
         }
-        let state = snap.checkpoint.ok().and_then(|f| f.content.as_ref().ok()).and_then(|cp| cp.state().ok());
+        let state = snap
+            .checkpoint
+            .ok()
+            .and_then(|f| f.content.as_ref().ok())
+            .and_then(|cp| cp.state().ok());
         if let Some(state) = &state {
-            let exclusive = state.assignments.iter().fold(nodemedic_rules::CpuSet::new(), |acc, a| acc.union(&a.cpus));
+            let exclusive = state
+                .assignments
+                .iter()
+                .fold(nodemedic_rules::CpuSet::new(), |acc, a| acc.union(&a.cpus));
             self.cpu_manager_exclusive_cpus.set(exclusive.len() as i64);
             self.cpu_manager_default_cpus.set(state.default_cpus.len() as i64);
             let stale = stale_cpu_assignment::stale_entries_of(snap, settings, state);
-            self.cpu_manager_stale_cpus.set(stale_cpu_assignment::stale_cpus(&stale).len() as i64);
+            self.cpu_manager_stale_cpus
+                .set(stale_cpu_assignment::stale_cpus(&stale).len() as i64);
         } else {
             self.cpu_manager_exclusive_cpus.set(0);
             self.cpu_manager_default_cpus.set(0);
             self.cpu_manager_stale_cpus.set(0);
         }
-        self.orphaned_executors.set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
+        self.orphaned_executors
+            .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
         if let Ok(mut seen) = self.counted_rejections.lock() {
             let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
             for r in rules::admission_rejection::rejections(snap) {

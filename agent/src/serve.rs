@@ -45,7 +45,11 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 
 fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
     match req.uri().path() {
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render()),
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.render(),
+        ),
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" => {
             let scanned = health.scanned.load(Ordering::Relaxed);
@@ -60,10 +64,18 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
                 if !synced {
                     why.push("the pod watch has not synced yet");
                 }
-                reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("not ready: {}\n", why.join("; ")))
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("not ready: {}\n", why.join("; ")),
+                )
             }
         }
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics, /healthz or /readyz\n".into()),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics, /healthz or /readyz\n".into(),
+        ),
     }
 }
 
@@ -71,7 +83,9 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
 pub async fn serve(listener: TcpListener, metrics: Metrics, health: Arc<Health>) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {

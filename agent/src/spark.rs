@@ -22,7 +22,8 @@ pub trait PodDirectory {
     /// The pod `namespace/name`, if it exists.
     fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<PodInfo>, String>>;
     /// Pods in `namespace` (all namespaces when `None`) matching `label_selector`.
-    fn list(&self, namespace: Option<&str>, label_selector: &str) -> impl Future<Output = Result<Vec<PodInfo>, String>>;
+    fn list(&self, namespace: Option<&str>, label_selector: &str)
+    -> impl Future<Output = Result<Vec<PodInfo>, String>>;
     /// Pods whose `status.podIP` is `ip`.
     fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, String>>;
 }
@@ -41,15 +42,22 @@ impl ListDirectory {
 
 /// Whether `labels` match an equality-only selector `a=b,c=d`.
 fn matches(pod: &PodInfo, selector: &str) -> bool {
-    selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
-        Some((k, v)) => pod.label(k.trim()) == Some(v.trim()),
-        None => pod.label(term.trim()).is_some(),
-    })
+    selector
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => pod.label(k.trim()) == Some(v.trim()),
+            None => pod.label(term.trim()).is_some(),
+        })
 }
 
 impl PodDirectory for ListDirectory {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
-        Ok(self.pods.iter().find(|p| p.namespace == namespace && p.name == name).cloned())
+        Ok(self
+            .pods
+            .iter()
+            .find(|p| p.namespace == namespace && p.name == name)
+            .cloned())
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
         Ok(self
@@ -60,7 +68,12 @@ impl PodDirectory for ListDirectory {
             .collect())
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
-        Ok(self.pods.iter().filter(|p| p.pod_ip.as_deref() == Some(ip)).cloned().collect())
+        Ok(self
+            .pods
+            .iter()
+            .filter(|p| p.pod_ip.as_deref() == Some(ip))
+            .cloned()
+            .collect())
     }
 }
 
@@ -91,10 +104,14 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
                 by: LookupMethod::OwnerReference,
                 expected: format!("{}/{} (uid {})", executor.namespace, owner.name, owner.uid),
             },
-            Ok(Some(found)) if found.uid != owner.uid => {
-                DriverLookup::Replaced { expected_uid: owner.uid.clone(), found: Box::new(found) }
-            }
-            Ok(Some(found)) => DriverLookup::Found { by: LookupMethod::OwnerReference, driver: Box::new(found) },
+            Ok(Some(found)) if found.uid != owner.uid => DriverLookup::Replaced {
+                expected_uid: owner.uid.clone(),
+                found: Box::new(found),
+            },
+            Ok(Some(found)) => DriverLookup::Found {
+                by: LookupMethod::OwnerReference,
+                driver: Box::new(found),
+            },
         };
     }
     if let Some(app) = executor.spark_app() {
@@ -103,7 +120,10 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             Err(e) => return unknown(e),
             Ok(found) => {
                 if let Some(driver) = best(found) {
-                    return DriverLookup::Found { by: LookupMethod::Labels, driver: Box::new(driver) };
+                    return DriverLookup::Found {
+                        by: LookupMethod::Labels,
+                        driver: Box::new(driver),
+                    };
                 }
             }
         }
@@ -111,7 +131,10 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     let Some(url) = executor.spark_driver_url.as_deref() else {
         return DriverLookup::Gone {
             by: LookupMethod::Labels,
-            expected: format!("a pod labelled spark-role=driver of {}", executor.spark_app().unwrap_or("(no app id)")),
+            expected: format!(
+                "a pod labelled spark-role=driver of {}",
+                executor.spark_app().unwrap_or("(no app id)")
+            ),
         };
     };
     let Some(host) = driver_url_host(url) else {
@@ -121,7 +144,10 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
         return match dir.by_ip(host).await {
             Err(e) => unknown(e),
             Ok(found) => match best(found) {
-                Some(driver) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(driver) },
+                Some(driver) => DriverLookup::Found {
+                    by: LookupMethod::DriverUrl,
+                    driver: Box::new(driver),
+                },
                 None => DriverLookup::External { url: url.to_string() },
             },
         };
@@ -133,8 +159,14 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
         let name = format!("{prefix}-driver");
         return match dir.get(namespace, &name).await {
             Err(e) => unknown(e),
-            Ok(Some(driver)) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(driver) },
-            Ok(None) => DriverLookup::Gone { by: LookupMethod::DriverUrl, expected: format!("{namespace}/{name}") },
+            Ok(Some(driver)) => DriverLookup::Found {
+                by: LookupMethod::DriverUrl,
+                driver: Box::new(driver),
+            },
+            Ok(None) => DriverLookup::Gone {
+                by: LookupMethod::DriverUrl,
+                expected: format!("{namespace}/{name}"),
+            },
         };
     }
     DriverLookup::External { url: url.to_string() }
@@ -157,13 +189,19 @@ pub async fn resolve_all<D: PodDirectory>(
             continue;
         }
         let mut found = dir
-            .list(Some(&driver.namespace), &format!("spark-role=driver,spark-app-selector={app}"))
+            .list(
+                Some(&driver.namespace),
+                &format!("spark-role=driver,spark-app-selector={app}"),
+            )
             .await
             .unwrap_or_else(|_| vec![driver.clone()]);
         // spark-operator: the same SparkApplication's drivers, whatever their app id.
         if let Some(name) = driver.label("sparkoperator.k8s.io/app-name") {
             let more = dir
-                .list(Some(&driver.namespace), &format!("spark-role=driver,sparkoperator.k8s.io/app-name={name}"))
+                .list(
+                    Some(&driver.namespace),
+                    &format!("spark-role=driver,sparkoperator.k8s.io/app-name={name}"),
+                )
                 .await
                 .unwrap_or_default();
             for p in more {
@@ -206,12 +244,21 @@ impl DriverMemory {
                         Err(reason) => DriverLookup::Unknown { reason },
                         Ok(None) => DriverLookup::Gone {
                             by: LookupMethod::DriverUrl,
-                            expected: format!("{} (uid {}), found earlier at {}", before.display(), before.uid, before.pod_ip.as_deref().unwrap_or("?")),
+                            expected: format!(
+                                "{} (uid {}), found earlier at {}",
+                                before.display(),
+                                before.uid,
+                                before.pod_ip.as_deref().unwrap_or("?")
+                            ),
                         },
-                        Ok(Some(now)) if now.uid != before.uid => {
-                            DriverLookup::Replaced { expected_uid: before.uid.clone(), found: Box::new(now) }
-                        }
-                        Ok(Some(now)) => DriverLookup::Found { by: LookupMethod::DriverUrl, driver: Box::new(now) },
+                        Ok(Some(now)) if now.uid != before.uid => DriverLookup::Replaced {
+                            expected_uid: before.uid.clone(),
+                            found: Box::new(now),
+                        },
+                        Ok(Some(now)) => DriverLookup::Found {
+                            by: LookupMethod::DriverUrl,
+                            driver: Box::new(now),
+                        },
                     };
                 }
                 _ => {}
@@ -241,7 +288,12 @@ struct CacheState {
 
 impl<D: PodDirectory> CachedDirectory<D> {
     pub fn new(inner: D, ttl: Duration, budget: u32) -> Self {
-        CachedDirectory { inner, ttl, budget, state: Mutex::new(CacheState::default()) }
+        CachedDirectory {
+            inner,
+            ttl,
+            budget,
+            state: Mutex::new(CacheState::default()),
+        }
     }
 
     /// Lookups that reached the inner directory so far.
@@ -302,7 +354,9 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
         let key = format!("get {namespace}/{name}");
         let v = self
-            .through(key, || async { self.inner.get(namespace, name).await.map(|p| p.into_iter().collect()) })
+            .through(key, || async {
+                self.inner.get(namespace, name).await.map(|p| p.into_iter().collect())
+            })
             .await?;
         Ok(v.into_iter().next())
     }
@@ -336,14 +390,22 @@ mod tests {
     }
 
     fn owned(mut exec: PodInfo, driver: &str, uid: &str) -> PodInfo {
-        exec.owner_refs.push(OwnerRef { kind: "Pod".into(), name: driver.into(), uid: uid.into(), controller: true });
+        exec.owner_refs.push(OwnerRef {
+            kind: "Pod".into(),
+            name: driver.into(),
+            uid: uid.into(),
+            controller: true,
+        });
         exec
     }
 
     #[test]
     fn driver_url_hosts() {
         let cases = [
-            ("spark://CoarseGrainedScheduler@etl-1a2b-driver-svc.spark.svc:7078", Some("etl-1a2b-driver-svc.spark.svc")),
+            (
+                "spark://CoarseGrainedScheduler@etl-1a2b-driver-svc.spark.svc:7078",
+                Some("etl-1a2b-driver-svc.spark.svc"),
+            ),
             ("spark://CoarseGrainedScheduler@10.4.2.17:7078", Some("10.4.2.17")),
             ("spark://CoarseGrainedScheduler@[fd00::17]:7078", Some("fd00::17")),
             ("spark://CoarseGrainedScheduler@:7078", None),
@@ -364,17 +426,36 @@ mod tests {
         let dir = ListDirectory::new(vec![driver.clone(), client_driver.clone()]);
 
         let found = block_on(resolve_driver(&dir, &owned(exec.clone(), "etl-driver", "d1")));
-        assert!(matches!(found, DriverLookup::Found { by: LookupMethod::OwnerReference, ref driver } if driver.uid == "d1"));
+        assert!(
+            matches!(found, DriverLookup::Found { by: LookupMethod::OwnerReference, ref driver } if driver.uid == "d1")
+        );
 
         let dir2 = ListDirectory::new(vec![recreated]);
         let replaced = block_on(resolve_driver(&dir2, &owned(exec.clone(), "etl-driver", "d1")));
-        assert!(matches!(replaced, DriverLookup::Replaced { ref expected_uid, ref found } if expected_uid == "d1" && found.uid == "d2"));
+        assert!(
+            matches!(replaced, DriverLookup::Replaced { ref expected_uid, ref found } if expected_uid == "d1" && found.uid == "d2")
+        );
 
-        let gone = block_on(resolve_driver(&ListDirectory::default(), &owned(exec.clone(), "etl-driver", "d1")));
-        assert_eq!(gone, DriverLookup::Gone { by: LookupMethod::OwnerReference, expected: "spark/etl-driver (uid d1)".into() });
+        let gone = block_on(resolve_driver(
+            &ListDirectory::default(),
+            &owned(exec.clone(), "etl-driver", "d1"),
+        ));
+        assert_eq!(
+            gone,
+            DriverLookup::Gone {
+                by: LookupMethod::OwnerReference,
+                expected: "spark/etl-driver (uid d1)".into()
+            }
+        );
 
         let by_labels = block_on(resolve_driver(&dir, &exec));
-        assert!(matches!(by_labels, DriverLookup::Found { by: LookupMethod::Labels, .. }));
+        assert!(matches!(
+            by_labels,
+            DriverLookup::Found {
+                by: LookupMethod::Labels,
+                ..
+            }
+        ));
 
         // Client mode: no owner, no driver labels; the URL's IP is a notebook pod.
         let mut client_exec = pod("spark", "nb-exec-1", "e2", "executor", "spark-client-42", "Running");
@@ -382,16 +463,34 @@ mod tests {
         let by_ip = block_on(resolve_driver(&dir, &client_exec));
         assert!(matches!(by_ip, DriverLookup::Found { by: LookupMethod::DriverUrl, ref driver } if driver.uid == "n1"));
         client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@192.168.7.7:7078".into());
-        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::External { .. }));
+        assert!(matches!(
+            block_on(resolve_driver(&dir, &client_exec)),
+            DriverLookup::External { .. }
+        ));
         client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078".into());
-        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::Found { by: LookupMethod::DriverUrl, .. }));
+        assert!(matches!(
+            block_on(resolve_driver(&dir, &client_exec)),
+            DriverLookup::Found {
+                by: LookupMethod::DriverUrl,
+                ..
+            }
+        ));
         client_exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@old-driver-svc.spark.svc:7078".into());
         assert_eq!(
             block_on(resolve_driver(&dir, &client_exec)),
-            DriverLookup::Gone { by: LookupMethod::DriverUrl, expected: "spark/old-driver".into() }
+            DriverLookup::Gone {
+                by: LookupMethod::DriverUrl,
+                expected: "spark/old-driver".into()
+            }
         );
         client_exec.spark_driver_url = None;
-        assert!(matches!(block_on(resolve_driver(&dir, &client_exec)), DriverLookup::Gone { by: LookupMethod::Labels, .. }));
+        assert!(matches!(
+            block_on(resolve_driver(&dir, &client_exec)),
+            DriverLookup::Gone {
+                by: LookupMethod::Labels,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -407,7 +506,10 @@ mod tests {
         assert!(matches!(lookups["e2"], DriverLookup::Found { .. }));
         let without = ListDirectory::default();
         let (mut lookups, _) = block_on(resolve_all(&without, std::slice::from_ref(&exec)));
-        assert!(matches!(lookups["e2"], DriverLookup::External { .. }), "alone it looks external");
+        assert!(
+            matches!(lookups["e2"], DriverLookup::External { .. }),
+            "alone it looks external"
+        );
         block_on(memory.recall(&without, &mut lookups));
         assert!(
             matches!(&lookups["e2"], DriverLookup::Gone { by: LookupMethod::DriverUrl, expected } if expected.starts_with("jupyter/notebook-0 (uid n1)")),
@@ -428,7 +530,10 @@ mod tests {
         let dir = ListDirectory::new(vec![here.clone(), elsewhere, other]);
         let (_, apps) = block_on(resolve_all(&dir, &[here]));
         assert_eq!(apps.len(), 1);
-        assert_eq!(apps["app1"].iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(), ["d1", "d2"]);
+        assert_eq!(
+            apps["app1"].iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(),
+            ["d1", "d2"]
+        );
     }
 
     /// Counts the lookups that reach it.
@@ -453,17 +558,35 @@ mod tests {
         let mut pods = vec![];
         let mut drivers = vec![];
         for app in 0..20 {
-            let d = pod("spark", &format!("app{app}-driver"), &format!("d{app}"), "driver", &format!("app{app}"), "Running");
+            let d = pod(
+                "spark",
+                &format!("app{app}-driver"),
+                &format!("d{app}"),
+                "driver",
+                &format!("app{app}"),
+                "Running",
+            );
             drivers.push(d);
             for e in 0..10 {
                 pods.push(owned(
-                    pod("spark", &format!("app{app}-exec-{e}"), &format!("e{app}-{e}"), "executor", &format!("app{app}"), "Running"),
+                    pod(
+                        "spark",
+                        &format!("app{app}-exec-{e}"),
+                        &format!("e{app}-{e}"),
+                        "executor",
+                        &format!("app{app}"),
+                        "Running",
+                    ),
                     &format!("app{app}-driver"),
                     &format!("d{app}"),
                 ));
             }
         }
-        let cached = CachedDirectory::new(Counting(ListDirectory::new(drivers), 0.into()), Duration::from_secs(60), 1000);
+        let cached = CachedDirectory::new(
+            Counting(ListDirectory::new(drivers), 0.into()),
+            Duration::from_secs(60),
+            1000,
+        );
         let (lookups, _) = block_on(resolve_all(&cached, &pods));
         assert_eq!(lookups.len(), 200);
         assert!(lookups.values().all(|l| matches!(l, DriverLookup::Found { .. })));
@@ -477,11 +600,25 @@ mod tests {
     fn the_budget_caps_lookups_and_defers_the_rest() {
         let mut pods = vec![];
         for app in 0..5 {
-            pods.push(owned(pod("spark", &format!("e{app}"), &format!("e{app}"), "executor", "a", "Running"), &format!("d{app}"), "x"));
+            pods.push(owned(
+                pod(
+                    "spark",
+                    &format!("e{app}"),
+                    &format!("e{app}"),
+                    "executor",
+                    "a",
+                    "Running",
+                ),
+                &format!("d{app}"),
+                "x",
+            ));
         }
         let cached = CachedDirectory::new(ListDirectory::default(), Duration::from_secs(60), 3);
         let (lookups, _) = block_on(resolve_all(&cached, &pods));
-        let unknown = lookups.values().filter(|l| matches!(l, DriverLookup::Unknown { reason } if reason.starts_with("rate limited"))).count();
+        let unknown = lookups
+            .values()
+            .filter(|l| matches!(l, DriverLookup::Unknown { reason } if reason.starts_with("rate limited")))
+            .count();
         assert_eq!(unknown, 2);
         assert_eq!(cached.lookups(), 3);
     }

@@ -181,8 +181,20 @@ fn an_empty_host_scans_clean() {
     // No --pods, no --offline: the API was tried, could not be used, and the report says so.
     assert_eq!(v["sources"]["pods"], "cgroups");
     let note = v["notes"][0].as_str().unwrap();
-    assert!(note.starts_with("Kubernetes API not used (") && note.ends_with("): liveness from cgroups"), "{note}");
-    let (_, out, _) = run(&["scan", "--host-root", dir.path().to_str().unwrap(), "--node", "n1", "--offline", "--format", "json"]);
+    assert!(
+        note.starts_with("Kubernetes API not used (") && note.ends_with("): liveness from cgroups"),
+        "{note}"
+    );
+    let (_, out, _) = run(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--node",
+        "n1",
+        "--offline",
+        "--format",
+        "json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["notes"], serde_json::json!([]));
 }

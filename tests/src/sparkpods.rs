@@ -135,7 +135,11 @@ impl SparkApp {
         if self.version == SparkVersion::V4_0 {
             env.push(json!({"name": "SPARK_DRIVER_POD_IP", "value": driver_host}));
         }
-        let container = if self.version == SparkVersion::V2_4 { "executor" } else { "spark-kubernetes-executor" };
+        let container = if self.version == SparkVersion::V2_4 {
+            "executor"
+        } else {
+            "spark-kubernetes-executor"
+        };
         pod(meta, node, container, Value::Array(env), self.version, "Never", "")
     }
 }
@@ -178,7 +182,9 @@ fn meta_uid(meta: &Value) -> String {
 /// Now plus `offset_seconds`, RFC 3339.
 pub fn now_rfc3339(offset_seconds: i64) -> String {
     let t = jiff::Timestamp::now().as_second() + offset_seconds;
-    jiff::Timestamp::from_second(t).map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default()
+    jiff::Timestamp::from_second(t)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
 }
 
 /// Marks a pod finished: phase, terminated container state with `exit_code`, finished
@@ -195,7 +201,15 @@ pub fn finish(pod: &mut Value, phase: &str, exit_code: i32, ago_seconds: i64) {
 }
 
 /// A pod the kubelet rejected at admission (`OutOfcpu` and the like), bound by `scheduler`.
-pub fn rejected_pod(namespace: &str, name: &str, uid: &str, node: &str, scheduler: &str, reason: &str, message: &str) -> Value {
+pub fn rejected_pod(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+    scheduler: &str,
+    reason: &str,
+    message: &str,
+) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": now_rfc3339(-30)},

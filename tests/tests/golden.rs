@@ -80,7 +80,14 @@ fn without_a_pod_list_liveness_comes_from_cgroups() {
     )
     .write(dir.path())
     .unwrap();
-    let run = nodemedic(&["scan", "--host-root", dir.path().to_str().unwrap(), "--offline", "--format", "json"]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--offline",
+        "--format",
+        "json",
+    ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     let report = normalize_report(&run.stdout);
     assert_eq!(report["sources"]["pods"], "cgroups");

@@ -37,7 +37,9 @@ fn measure(dir: &Path) -> (u64, Option<i64>, bool) {
             if seen > MAX_ENTRIES {
                 return (bytes, newest, true);
             }
-            let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
             newest = newest.max(Some(meta.mtime()));
             if meta.file_type().is_dir() {
                 stack.push(e.path());
@@ -64,7 +66,10 @@ fn scan_root(host: &HostPaths, root: &Path, pod_uid: Option<&str>, out: &mut Vec
     for dir in found {
         let (bytes, newest_mtime, truncated) = measure(&dir);
         if truncated {
-            notes.push(format!("{}: more than {MAX_ENTRIES} entries, size counted up to there", host.display(&dir)));
+            notes.push(format!(
+                "{}: more than {MAX_ENTRIES} entries, size counted up to there",
+                host.display(&dir)
+            ));
         }
         out.push(LocalDir {
             path: host.display(&dir),
@@ -88,18 +93,29 @@ pub fn read_local_dirs(
     let mut out = Vec::new();
     let pods = std::fs::read_dir(&pods_dir);
     if pods.is_err() && roots.is_empty() {
-        return Observed::Missing { path: host.display(&pods_dir) };
+        return Observed::Missing {
+            path: host.display(&pods_dir),
+        };
     }
     if let Ok(pods) = pods {
-        let mut uids: Vec<_> = pods.flatten().filter_map(|e| e.file_name().to_str().map(str::to_string)).collect();
+        let mut uids: Vec<_> = pods
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect();
         uids.sort();
         for uid in uids {
             let empty_dirs = pods_dir.join(&uid).join("volumes/kubernetes.io~empty-dir");
-            let Ok(vols) = std::fs::read_dir(&empty_dirs) else { continue };
+            let Ok(vols) = std::fs::read_dir(&empty_dirs) else {
+                continue;
+            };
             let mut vols: Vec<_> = vols
                 .flatten()
                 .filter(|v| v.file_type().is_ok_and(|t| t.is_dir()))
-                .filter(|v| v.file_name().to_str().is_some_and(|n| n.starts_with("spark-local-dir-")))
+                .filter(|v| {
+                    v.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with("spark-local-dir-"))
+                })
                 .map(|v| v.path())
                 .collect();
             vols.sort();
@@ -149,15 +165,31 @@ mod tests {
 
         let host = HostPaths::new(root, None);
         let mut notes = vec![];
-        let Observed::Ok(dirs) = read_local_dirs(&host, &host.kubelet_dir(None), &["/mnt/spark".into(), "/mnt/link".into(), "/mnt/none".into()], &mut notes) else {
+        let Observed::Ok(dirs) = read_local_dirs(
+            &host,
+            &host.kubelet_dir(None),
+            &["/mnt/spark".into(), "/mnt/link".into(), "/mnt/none".into()],
+            &mut notes,
+        ) else {
             panic!()
         };
-        let got: Vec<(&str, Option<&str>, u64)> = dirs.iter().map(|d| (d.path.as_str(), d.pod_uid.as_deref(), d.bytes)).collect();
+        let got: Vec<(&str, Option<&str>, u64)> = dirs
+            .iter()
+            .map(|d| (d.path.as_str(), d.pod_uid.as_deref(), d.bytes))
+            .collect();
         assert_eq!(
             got,
             [
-                ("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-aa", Some("u1"), 1000),
-                ("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1/spark-bb", Some("u1"), 5),
+                (
+                    "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-aa",
+                    Some("u1"),
+                    1000
+                ),
+                (
+                    "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1/spark-bb",
+                    Some("u1"),
+                    5
+                ),
                 ("/mnt/spark/blockmgr-cc", None, 3),
             ]
         );
@@ -170,6 +202,9 @@ mod tests {
     fn no_kubelet_pods_dir_and_no_roots_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         let host = HostPaths::new(dir.path(), None);
-        assert!(matches!(read_local_dirs(&host, &host.kubelet_dir(None), &[], &mut vec![]), Observed::Missing { .. }));
+        assert!(matches!(
+            read_local_dirs(&host, &host.kubelet_dir(None), &[], &mut vec![]),
+            Observed::Missing { .. }
+        ));
     }
 }

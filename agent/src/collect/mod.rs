@@ -109,7 +109,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
 
     let t = Instant::now();
     let local_dirs = if opts.skip_local_dirs {
-        Observed::NotApplicable { reason: "not measured this cycle".into() }
+        Observed::NotApplicable {
+            reason: "not measured this cycle".into(),
+        }
     } else {
         localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes)
     };
@@ -128,7 +130,11 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
         .clone()
         .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
     let file_source = given.as_ref().map_or(PodSource::File, |(_, s)| s.clone());
-    let cluster_pods = if opts.pods_file.is_some() { pods.clone().unwrap_or_default() } else { Vec::new() };
+    let cluster_pods = if opts.pods_file.is_some() {
+        pods.clone().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let (pod_source, pods) = match pods {
         Some(all) => {
             let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) = all
@@ -207,7 +213,9 @@ fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -
 /// The node's name as far as the host alone tells: the kubelet's `--hostname-override`, else
 /// `/etc/hostname`.
 pub fn host_node_name(host: &HostPaths) -> String {
-    kubelet::read_kubelet(host).hostname_override.unwrap_or_else(|| infer_node_name(host, None, None))
+    kubelet::read_kubelet(host)
+        .hostname_override
+        .unwrap_or_else(|| infer_node_name(host, None, None))
 }
 
 /// The node's name when nobody said it: the node most pods of this host's pod cgroups are

@@ -256,7 +256,10 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
         kind: Some(kind),
         cpu_request_millis: request,
         cpu_limit_millis: limit,
-        container_id: status.and_then(|s| s.container_id.as_deref()).filter(|id| !id.is_empty()).map(strip_scheme),
+        container_id: status
+            .and_then(|s| s.container_id.as_deref())
+            .filter(|id| !id.is_empty())
+            .map(strip_scheme),
         state: state_name.map(str::to_string),
         exit_code: state.and_then(|st| st.terminated.as_ref()).and_then(|t| t.exit_code),
     }
@@ -354,12 +357,20 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .owner_references
             .iter()
             .flatten()
-            .map(|o| OwnerRef { kind: o.kind.clone(), name: o.name.clone(), uid: o.uid.clone(), controller: o.controller == Some(true) })
+            .map(|o| OwnerRef {
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+                controller: o.controller == Some(true),
+            })
             .collect(),
         scheduler_name: spec.and_then(|s| s.scheduler_name.clone()),
         scheduled_at: status
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status.as_deref() == Some("True")))
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status.as_deref() == Some("True"))
+            })
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.as_second()),
         deleting: meta.deletion_timestamp.is_some(),
@@ -373,7 +384,10 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .map(|vols| {
                 vols.iter()
                     .filter(|v| v.name.starts_with("spark-local-dir-"))
-                    .map(|v| LocalDirVolume { name: v.name.clone(), host_path: v.host_path.as_ref().map(|h| h.path.clone()) })
+                    .map(|v| LocalDirVolume {
+                        name: v.name.clone(),
+                        host_path: v.host_path.as_ref().map(|h| h.path.clone()),
+                    })
                     .collect()
             })
             .unwrap_or_default(),
@@ -433,8 +447,23 @@ mod tests {
         assert_eq!(p.owner_refs[0].name, "etl-driver");
         assert_eq!(p.scheduler_name.as_deref(), Some("volcano"));
         assert_eq!(p.scheduled_at, Some(1_795_168_801));
-        assert_eq!(p.spark_driver_url.as_deref(), Some("spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078"));
-        assert_eq!(p.local_dir_volumes, vec![LocalDirVolume { name: "spark-local-dir-1".into(), host_path: None }, LocalDirVolume { name: "spark-local-dir-2".into(), host_path: Some("/mnt/disk1/spark".into()) }]);
+        assert_eq!(
+            p.spark_driver_url.as_deref(),
+            Some("spark://CoarseGrainedScheduler@etl-driver-svc.spark.svc:7078")
+        );
+        assert_eq!(
+            p.local_dir_volumes,
+            vec![
+                LocalDirVolume {
+                    name: "spark-local-dir-1".into(),
+                    host_path: None
+                },
+                LocalDirVolume {
+                    name: "spark-local-dir-2".into(),
+                    host_path: Some("/mnt/disk1/spark".into())
+                }
+            ]
+        );
         assert_eq!(p.pod_ip.as_deref(), Some("10.4.2.17"));
         assert!(!p.deleting);
     }

@@ -1,0 +1,275 @@
+//! An in-process Kubernetes API server double for end-to-end tests.
+//!
+//! [`ApiServer::start`] listens on `127.0.0.1` twice, plain HTTP and HTTPS (a CA and serving
+//! certificate made at start), and speaks the API server's JSON wire format closely enough
+//! for kube-rs clients, watchers and reflectors, `kubectl`-style raw requests, and the real
+//! `nodemedic` daemon: lists with selectors and pagination, watches with resource versions,
+//! bookmarks and 410 Gone, strategic merge patches, delete preconditions, dry-run creates,
+//! `metav1.Status` errors, discovery, `/version`, health and `/metrics`.
+//!
+//! The pieces:
+//! - [`Store`] ([`store`]): the objects, one global resource version, the change history.
+//! - [`Faults`] ([`faults`]): down, latency, error answers, cut and expired watches.
+//! - `http`: routing and handlers; `watch`: watch streams; `resources`: the served types;
+//!   `selectors`, `patch`: the pure parts; `tls`: certificates; `discovery`: the documents.
+//!
+//! Everything the server runs is a task on the runtime that started it; dropping the
+//! [`ApiServer`] stops them all and closes every connection.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use nodemedic_tests::apiserver::ApiServer;
+//! let api = ApiServer::start().await?;
+//! api.store().create(serde_json::json!({
+//!     "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}
+//! }));
+//! let dir = tempfile::tempdir()?;
+//! api.write_kubeconfig(&dir.path().join("kubeconfig"), true)?;
+//! // ... run the client under test against it, then:
+//! assert!(api.requests().iter().any(|r| r.verb == "list" && r.resource == "pods"));
+//! # Ok(()) }
+//! ```
+
+mod discovery;
+mod faults;
+mod http;
+mod patch;
+mod resources;
+mod selectors;
+mod status;
+mod store;
+mod tls;
+mod util;
+mod watch;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+
+pub use discovery::GIT_VERSION;
+pub use faults::Faults;
+pub use http::RequestRecord;
+pub use selectors::{FieldRequirement, FieldSelector, LabelSelector};
+pub use store::Store;
+
+use http::Shared;
+
+/// The bearer token written into kubeconfigs by [`ApiServer::write_kubeconfig`]. Any token
+/// is accepted; this one just makes it easy to check that a client sent it.
+pub const TEST_TOKEN: &str = "nodemedic-test-token";
+
+/// The default period of watch bookmarks.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A running API server double. See the module documentation.
+#[derive(Debug)]
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    http_addr: SocketAddr,
+    https_addr: SocketAddr,
+    ca_pem: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Starts the double on `127.0.0.1` with ephemeral ports, one plain HTTP and one HTTPS
+    /// listener, serving the same store. Its tasks run on the current tokio runtime.
+    pub async fn start() -> io::Result<ApiServer> {
+        let http_listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let https_listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let http_addr = http_listener.local_addr()?;
+        let https_addr = https_listener.local_addr()?;
+        let tls = tls::generate()?;
+        let shared = Arc::new(Shared {
+            store: Store::new(),
+            faults: Faults::new(),
+            requests: Mutex::new(Vec::new()),
+            bookmark_interval_ms: AtomicU64::new(DEFAULT_BOOKMARK_INTERVAL.as_millis() as u64),
+            server_address: https_addr.to_string(),
+        });
+        let acceptor = TlsAcceptor::from(tls.server_config.clone());
+        let tasks = vec![
+            tokio::spawn(accept_loop(http_listener, shared.clone(), None)),
+            tokio::spawn(accept_loop(https_listener, shared.clone(), Some(acceptor))),
+            tokio::spawn(watch_cutter(shared.faults.clone())),
+        ];
+        Ok(ApiServer {
+            shared,
+            http_addr,
+            https_addr,
+            ca_pem: tls.ca_pem,
+            tasks,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// `https://127.0.0.1:PORT`
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.https_addr)
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn https_addr(&self) -> SocketAddr {
+        self.https_addr
+    }
+
+    /// The PEM of the CA that signed the serving certificate (whose SANs include IP
+    /// `127.0.0.1` and DNS `localhost`).
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// Writes a kubeconfig with one cluster (this server over HTTPS with its CA, or over plain
+    /// HTTP), one user with the bearer token [`TEST_TOKEN`], and a current context using them
+    /// with namespace `default`.
+    pub fn write_kubeconfig(&self, path: &Path, https: bool) -> io::Result<()> {
+        let cluster = if https {
+            format!(
+                "    server: {}\n    certificate-authority-data: {}\n",
+                self.https_url(),
+                util::base64_std(self.ca_pem.as_bytes())
+            )
+        } else {
+            format!("    server: {}\n", self.http_url())
+        };
+        let text = format!(
+            "apiVersion: v1\n\
+             kind: Config\n\
+             clusters:\n\
+             - name: nodemedic-test\n  cluster:\n{cluster}\
+             users:\n\
+             - name: nodemedic-test\n  user:\n    token: {TEST_TOKEN}\n\
+             contexts:\n\
+             - name: nodemedic-test\n  context:\n    cluster: nodemedic-test\n    user: nodemedic-test\n    namespace: default\n\
+             current-context: nodemedic-test\n\
+             preferences: {{}}\n"
+        );
+        std::fs::write(path, text)
+    }
+
+    /// The objects.
+    pub fn store(&self) -> Store {
+        self.shared.store.clone()
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> Faults {
+        self.shared.faults.clone()
+    }
+
+    /// Every request seen so far, in arrival order of their answers.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// How often watches that allow bookmarks get one (default
+    /// [`DEFAULT_BOOKMARK_INTERVAL`]; the real API server sends about one a minute). Applies
+    /// to watches opened afterwards.
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        self.shared
+            .bookmark_interval_ms
+            .store(every.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // Aborting an accept loop drops its JoinSet, which aborts every connection task and
+        // with it every open watch.
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Accepts connections until aborted; each is served on its own task in `conns`.
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if shared.faults.is_down() {
+                        // Down: accept, then close without a byte.
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(serve_connection(stream, shared.clone(), tls.clone()));
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
+    let builder = hyper::server::conn::http1::Builder::new();
+    match tls {
+        None => {
+            let svc = service_fn(move |req| http::handle(shared.clone(), req, "http"));
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+        }
+        Some(acceptor) => {
+            let Ok(tls_stream) = acceptor.accept(stream).await else {
+                return;
+            };
+            if shared.faults.is_down() {
+                return;
+            }
+            let svc = service_fn(move |req| http::handle(shared.clone(), req, "https"));
+            let _ = builder.serve_connection(TokioIo::new(tls_stream), svc).await;
+        }
+    }
+}
+
+/// Cuts the open watches periodically while [`Faults::drop_watches_every`] says so.
+async fn watch_cutter(faults: Faults) {
+    let mut period = faults.drop_period();
+    loop {
+        let current = *period.borrow_and_update();
+        match current {
+            None => {
+                if period.changed().await.is_err() {
+                    return;
+                }
+            }
+            Some(every) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => faults.drop_watches_now(),
+                    changed = period.changed() => if changed.is_err() { return },
+                }
+            }
+        }
+    }
+}

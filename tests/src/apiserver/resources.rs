@@ -1,0 +1,541 @@
+//! The resource types the double serves, and what is particular to each: where it lives in
+//! the URL space, its kind, whether it is namespaced, which field selectors it supports, its
+//! defaults and validation on create, and how the two Event APIs share one storage.
+//!
+//! Objects are stored in the shape of their *storage* type. Core `v1` Events and
+//! `events.k8s.io/v1` Events are the same objects in a real cluster; here they are stored in
+//! the core shape and renamed field by field on the way in and out of the `events.k8s.io` API
+//! (`regarding` is `involvedObject`, `note` is `message`, ...), as the API server's conversion
+//! does.
+
+use serde_json::{Map, Value, json};
+
+use super::status::ApiError;
+
+/// One REST resource (group, version, plural) and its behaviour.
+#[derive(Debug)]
+pub struct ResourceType {
+    /// API group; empty for the core group (`/api/v1`).
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    /// Objects of types with the same storage are the same objects.
+    pub storage: &'static str,
+    /// Has a `/status` subresource: the main resource ignores status changes and the
+    /// subresource changes only status.
+    pub status_subresource: bool,
+    pub short_names: &'static [&'static str],
+    /// Field selector labels beyond `metadata.name` (and `metadata.namespace` when namespaced).
+    pub field_labels: &'static [&'static str],
+    /// DELETE answers with the deleted object (pods) instead of a `Status`.
+    pub delete_returns_object: bool,
+}
+
+const POD_FIELDS: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingComponent",
+    "reportingController",
+    "source",
+    "type",
+];
+
+/// Everything the double serves.
+pub static RESOURCES: &[ResourceType] = &[
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        storage: "pods",
+        status_subresource: true,
+        short_names: &["po"],
+        field_labels: POD_FIELDS,
+        delete_returns_object: true,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        storage: "nodes",
+        status_subresource: true,
+        short_names: &["no"],
+        field_labels: &["spec.unschedulable"],
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        storage: "namespaces",
+        status_subresource: true,
+        short_names: &["ns"],
+        field_labels: &["status.phase"],
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        storage: "events",
+        status_subresource: false,
+        short_names: &["ev"],
+        field_labels: EVENT_FIELDS,
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        storage: "events",
+        status_subresource: false,
+        short_names: &["ev"],
+        field_labels: EVENT_FIELDS,
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "mutatingwebhookconfigurations",
+        singular: "mutatingwebhookconfiguration",
+        kind: "MutatingWebhookConfiguration",
+        namespaced: false,
+        storage: "mutatingwebhookconfigurations",
+        status_subresource: false,
+        short_names: &[],
+        field_labels: &[],
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "validatingwebhookconfigurations",
+        singular: "validatingwebhookconfiguration",
+        kind: "ValidatingWebhookConfiguration",
+        namespaced: false,
+        storage: "validatingwebhookconfigurations",
+        status_subresource: false,
+        short_names: &[],
+        field_labels: &[],
+        delete_returns_object: false,
+    },
+];
+
+/// Core Event field names and their `events.k8s.io/v1` names.
+const EVENT_RENAMES: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+/// Renames top-level keys in place, keeping their positions.
+fn rename_keys(obj: &mut Value, from_to: impl Fn(&str) -> Option<&'static str>) {
+    if let Value::Object(m) = obj {
+        let old = std::mem::take(m);
+        for (k, v) in old {
+            match from_to(&k) {
+                Some(new) => m.insert(new.to_string(), v),
+                None => m.insert(k, v),
+            };
+        }
+    }
+}
+
+/// The type serving `plural` in `group`/`version`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The type of an object with this `apiVersion` and `kind`.
+pub fn find_by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
+    RESOURCES
+        .iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+/// A type named as `kubectl` would: plural, singular, short name or kind, optionally
+/// qualified by group (`events.events.k8s.io`). Unqualified names prefer the core group.
+pub fn resolve(name: &str) -> Option<&'static ResourceType> {
+    let matches_name =
+        |r: &ResourceType, n: &str| r.plural == n || r.singular == n || r.kind == n || r.short_names.contains(&n);
+    RESOURCES.iter().find(|r| matches_name(r, name)).or_else(|| {
+        RESOURCES.iter().find(|r| {
+            !r.group.is_empty()
+                && name
+                    .strip_suffix(r.group)
+                    .and_then(|n| n.strip_suffix('.'))
+                    .is_some_and(|n| matches_name(r, n))
+        })
+    })
+}
+
+/// The type objects of `storage` are stored as.
+pub fn storage_type(storage: &str) -> &'static ResourceType {
+    RESOURCES.iter().find(|r| r.storage == storage).unwrap_or(&RESOURCES[0])
+}
+
+impl ResourceType {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods`, or `events.events.k8s.io` for a named group (as in error messages).
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    fn is_events_v1(&self) -> bool {
+        self.group == "events.k8s.io"
+    }
+
+    /// Converts an object in this type's shape to the storage shape.
+    pub fn to_storage(&self, mut obj: Value) -> Value {
+        if self.is_events_v1() {
+            rename_keys(&mut obj, |k| {
+                EVENT_RENAMES.iter().find(|(_, ext)| *ext == k).map(|(core, _)| *core)
+            });
+        }
+        let st = storage_type(self.storage);
+        if let Value::Object(m) = &mut obj {
+            set_type_meta(m, &st.api_version(), st.kind);
+        }
+        obj
+    }
+
+    /// Converts a stored object to this type's shape, `apiVersion` and `kind` first.
+    pub fn present(&self, stored: &Value) -> Value {
+        let mut obj = stored.clone();
+        if self.is_events_v1() {
+            rename_keys(&mut obj, |k| {
+                EVENT_RENAMES.iter().find(|(core, _)| *core == k).map(|(_, ext)| *ext)
+            });
+        }
+        if let Value::Object(m) = &mut obj {
+            set_type_meta(m, &self.api_version(), self.kind);
+        }
+        obj
+    }
+
+    /// Whether `field` can be used in a field selector on this type.
+    pub fn supports_field(&self, field: &str) -> bool {
+        field == "metadata.name"
+            || (self.namespaced && field == "metadata.namespace")
+            || self.field_labels.contains(&field)
+    }
+
+    /// The value a field selector compares for `field` of a stored object: missing fields
+    /// are `""`, booleans `"true"`/`"false"`.
+    pub fn field_value(&self, stored: &Value, field: &str) -> String {
+        let field = match field {
+            f if f.starts_with("regarding.") => f.replacen("regarding.", "involvedObject.", 1),
+            "reportingController" => "reportingComponent".to_string(),
+            "source" => "source.component".to_string(),
+            f => f.to_string(),
+        };
+        let ptr = format!("/{}", field.replace('.', "/"));
+        match stored.pointer(&ptr) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Bool(b)) => b.to_string(),
+            Some(Value::Number(n)) => n.to_string(),
+            None | Some(Value::Null) if field == "spec.hostNetwork" || field == "spec.unschedulable" => "false".into(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Puts `apiVersion` and `kind` first, as the API server serialises them.
+fn set_type_meta(m: &mut Map<String, Value>, api_version: &str, kind: &str) {
+    let rest = std::mem::take(m);
+    m.insert("kind".into(), kind.into());
+    m.insert("apiVersion".into(), api_version.into());
+    for (k, v) in rest {
+        if k != "kind" && k != "apiVersion" {
+            m.insert(k, v);
+        }
+    }
+}
+
+/// Parses a resource quantity (`500m`, `2`, `1Gi`, `1e3`) to a number for comparisons.
+fn parse_quantity(q: &str) -> Option<f64> {
+    let q = q.trim();
+    const SUFFIXES: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, mult) in SUFFIXES {
+        if let Some(num) = q.strip_suffix(suffix) {
+            return num.parse::<f64>().ok().map(|n| n * mult);
+        }
+    }
+    q.parse::<f64>().ok()
+}
+
+fn quantity(v: Option<&Value>) -> Option<f64> {
+    match v? {
+        Value::String(s) => parse_quantity(s),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}
+
+/// The pod's QoS class as the API server computes it on create (`qos.GetPodQOS`, cpu and
+/// memory only): BestEffort without any requests or limits, Guaranteed when every container
+/// has cpu and memory limits equal to its requests (missing requests default to limits),
+/// Burstable otherwise.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let mut containers: Vec<&Value> = Vec::new();
+    for field in ["containers", "initContainers"] {
+        if let Some(list) = pod.pointer(&format!("/spec/{field}")).and_then(Value::as_array) {
+            containers.extend(list);
+        }
+    }
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in containers {
+        let requests = c.pointer("/resources/requests");
+        let limits = c.pointer("/resources/limits");
+        for res in ["cpu", "memory"] {
+            let req = quantity(requests.and_then(|r| r.get(res)));
+            let lim = quantity(limits.and_then(|l| l.get(res)));
+            if req.is_some_and(|q| q > 0.0) || lim.is_some_and(|q| q > 0.0) {
+                any = true;
+            }
+            match (req, lim) {
+                (_, None) => guaranteed = false,
+                (Some(r), Some(l)) if (r - l).abs() > f64::EPSILON * l.abs().max(1.0) => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
+    if m.get(key).is_none_or(Value::is_null) {
+        m.insert(key.to_string(), v);
+    }
+}
+
+/// Fills what the API server fills on create. For pods created through the API the status is
+/// reset to `{phase: Pending, qosClass}` (the pod strategy's `PrepareForCreate`); for objects
+/// a test inserts directly (`from_api == false`) a given status is kept and only missing
+/// fields are filled.
+pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool) {
+    if rt.storage != "pods" {
+        if rt.storage == "namespaces" {
+            let status = obj
+                .as_object_mut()
+                .map(|m| m.entry("status").or_insert_with(|| json!({})));
+            if let Some(Value::Object(s)) = status {
+                set_default(s, "phase", "Active".into());
+            }
+        }
+        return;
+    }
+    if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+        set_default(spec, "restartPolicy", "Always".into());
+        set_default(spec, "schedulerName", "default-scheduler".into());
+        set_default(spec, "dnsPolicy", "ClusterFirst".into());
+        set_default(spec, "terminationGracePeriodSeconds", 30.into());
+        set_default(spec, "securityContext", json!({}));
+    }
+    let qos = qos_class(obj);
+    let Some(m) = obj.as_object_mut() else { return };
+    if from_api {
+        m.insert("status".into(), json!({ "phase": "Pending", "qosClass": qos }));
+    } else {
+        let status = m.entry("status").or_insert_with(|| json!({}));
+        if let Value::Object(s) = status {
+            set_default(s, "phase", "Pending".into());
+            set_default(s, "qosClass", qos.into());
+        }
+    }
+}
+
+/// The type-specific checks of create and update that tests are likely to trip over.
+pub fn validate(rt: &ResourceType, obj: &Value, name: &str) -> Result<(), ApiError> {
+    if rt.storage == "pods" {
+        let containers = obj.pointer("/spec/containers").and_then(Value::as_array);
+        if containers.is_none_or(|c| c.is_empty()) {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                &[("spec.containers", "FieldValueRequired", "Required value".into())],
+            ));
+        }
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            if c.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(ApiError::invalid(
+                    rt,
+                    name,
+                    &[(
+                        &format!("spec.containers[{i}].name"),
+                        "FieldValueRequired",
+                        "Required value".into(),
+                    )],
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_names() {
+        assert_eq!(resolve("pods").unwrap().kind, "Pod");
+        assert_eq!(resolve("po").unwrap().plural, "pods");
+        assert_eq!(resolve("Node").unwrap().plural, "nodes");
+        assert_eq!(resolve("events").unwrap().group, "");
+        assert_eq!(resolve("events.events.k8s.io").unwrap().group, "events.k8s.io");
+        assert_eq!(
+            resolve("mutatingwebhookconfigurations.admissionregistration.k8s.io")
+                .unwrap()
+                .kind,
+            "MutatingWebhookConfiguration"
+        );
+        assert!(resolve("deployments").is_none());
+        assert_eq!(
+            find_by_kind("events.k8s.io/v1", "Event").unwrap().group,
+            "events.k8s.io"
+        );
+    }
+
+    #[test]
+    fn events_convert_both_ways() {
+        let v1 = resolve("events.events.k8s.io").unwrap();
+        let external = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "n1.1", "namespace": "default"},
+            "regarding": {"kind": "Node", "name": "n1"}, "note": "hello", "reportingController": "nodemedic",
+            "reason": "StaleCPUAssignment"});
+        let stored = v1.to_storage(external.clone());
+        assert_eq!(stored["apiVersion"], "v1");
+        assert_eq!(stored["involvedObject"]["name"], "n1");
+        assert_eq!(stored["message"], "hello");
+        assert_eq!(stored["reportingComponent"], "nodemedic");
+        assert!(stored.get("regarding").is_none());
+        assert_eq!(v1.present(&stored), external);
+        assert_eq!(v1.field_value(&stored, "regarding.name"), "n1");
+        assert_eq!(v1.field_value(&stored, "involvedObject.kind"), "Node");
+        assert_eq!(v1.field_value(&stored, "reportingController"), "nodemedic");
+    }
+
+    #[test]
+    fn pod_field_values() {
+        let pods = resolve("pods").unwrap();
+        let p = json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}, "status": {}});
+        assert_eq!(pods.field_value(&p, "spec.nodeName"), "n1");
+        assert_eq!(pods.field_value(&p, "status.phase"), "");
+        assert_eq!(pods.field_value(&p, "spec.hostNetwork"), "false");
+        assert!(pods.supports_field("metadata.namespace"));
+        assert!(!pods.supports_field("spec.foo"));
+        assert!(!resolve("nodes").unwrap().supports_field("metadata.namespace"));
+    }
+
+    #[test]
+    fn qos_classes() {
+        let g =
+            json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}});
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let g2 = json!({"spec": {"containers": [{"name": "a", "resources": {
+            "requests": {"cpu": "2000m", "memory": "1024Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]}});
+        assert_eq!(qos_class(&g2), "Guaranteed");
+        let b = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}});
+        assert_eq!(qos_class(&b), "Burstable");
+        let be = json!({"spec": {"containers": [{"name": "a"}]}});
+        assert_eq!(qos_class(&be), "BestEffort");
+    }
+
+    #[test]
+    fn pod_defaults() {
+        let pods = resolve("pods").unwrap();
+        let mut p = json!({"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Running"}});
+        apply_create_defaults(pods, &mut p, false);
+        assert_eq!(p["status"]["phase"], "Running");
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        assert_eq!(p["spec"]["schedulerName"], "default-scheduler");
+        apply_create_defaults(pods, &mut p, true);
+        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+    }
+}

@@ -1,0 +1,254 @@
+//! The daemon at steady state: `nodemedic run` with default settings on a generated 250-pod
+//! node (256 CPUs, 750 containers, 2,000 processes), against the in-repo API server double
+//! holding the same pods and their 25 drivers on another node.
+//!
+//! ```text
+//! cargo build --release -p nodemedic -p nodemedic-tests
+//! target/release/daemon-bench [MINUTES] [PODS]
+//! ```
+//!
+//! After one minute of warm-up it samples the daemon every 5 s: resident memory (`VmRSS`),
+//! CPU time (`utime + stime`), and every request the API server saw; then scrapes `/metrics`
+//! 20 times for latency and size.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nodemedic_tests::apiserver::ApiServer;
+use serde_json::json;
+
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = text.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    Some(ticks / hz)
+}
+
+fn scrape(addr: &str) -> Option<(Duration, usize)> {
+    let start = Instant::now();
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let elapsed = start.elapsed();
+    let text = String::from_utf8_lossy(&out);
+    let body = text.split_once("\r\n\r\n")?.1.len();
+    Some((elapsed, body))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let minutes: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(4.0);
+    let pods: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(250);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("daemon-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(bench(minutes, pods)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("daemon-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
+    let api = ApiServer::start().await.map_err(|e| e.to_string())?;
+    let store = api.store();
+    let node = nodemedic_tests::scenarios::big_node(pods, 5);
+    store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}));
+    // The node's pods, as the API has them, and the drivers they are owned by, elsewhere.
+    let list = node.pods_json();
+    let mut drivers = std::collections::BTreeSet::new();
+    for item in list["items"].as_array().cloned().unwrap_or_default() {
+        if let Some(owner) = item["metadata"]["ownerReferences"][0].as_object() {
+            drivers.insert((
+                item["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+                owner["name"].as_str().unwrap_or("").to_string(),
+                owner["uid"].as_str().unwrap_or("").to_string(),
+                item["metadata"]["labels"]["spark-app-selector"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            ));
+        }
+        store.create(item);
+    }
+    for (ns, name, uid, app) in &drivers {
+        store.create(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "uid": uid, "labels": {"spark-role": "driver", "spark-app-selector": app}},
+            "spec": {"nodeName": "worker-2", "containers": [{"name": "spark-kubernetes-driver", "image": "apache/spark:3.5.1"}]},
+            "status": {"phase": "Running", "podIP": "10.9.0.1"}}));
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path().join("host");
+    node.write(&root).map_err(|e| e.to_string())?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    let bin = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("nodemedic");
+    let mut child = Command::new(&bin)
+        .args([
+            "run",
+            "--host-root",
+            &root.to_string_lossy(),
+            "--node",
+            &node.name,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("NODEMEDIC_LOG", "warn")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let pid = child.id();
+    // Logs are at warn level, so the listen address comes from the daemon's own sockets.
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let log = Arc::new(Mutex::new(String::new()));
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut l) = log.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+    }
+    let addr = find_listen_port(pid)
+        .await
+        .ok_or("could not find the daemon's listen port")?;
+    println!(
+        "daemon pid {pid}, metrics at {addr}, {pods} pods, {} drivers elsewhere, {minutes} min",
+        drivers.len()
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    api.clear_requests();
+    let start = Instant::now();
+    let cpu0 = cpu_seconds(pid).ok_or("daemon exited during warm-up")?;
+    let mut rss = vec![];
+    let window = Duration::from_secs_f64(minutes * 60.0);
+    while start.elapsed() < window {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        rss.push(status_kib(pid, "VmRSS:").ok_or("daemon exited")? as f64 / 1024.0);
+    }
+    let cpu1 = cpu_seconds(pid).ok_or("daemon exited")?;
+    let elapsed_min = start.elapsed().as_secs_f64() / 60.0;
+    let requests = api.requests();
+    let watches = requests.iter().filter(|r| r.is_watch).count();
+    let others = requests.len() - watches;
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in &requests {
+        *by.entry(format!(
+            "{} {}",
+            if r.is_watch { "watch" } else { r.verb.as_str() },
+            r.resource
+        ))
+        .or_default() += 1;
+    }
+    let mut lat = vec![];
+    let mut size = 0;
+    for _ in 0..20 {
+        if let Some((d, s)) = scrape(&addr) {
+            lat.push(d.as_secs_f64() * 1000.0);
+            size = s;
+        }
+    }
+    let hwm = status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    let _ = child.kill();
+    let _ = child.wait();
+    let max_rss = rss.iter().copied().fold(0.0, f64::max);
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!(
+        "| steady RSS, median (max) of {} samples | {:.1} MiB ({:.1} MiB) |",
+        rss.len(),
+        median(rss.clone()),
+        max_rss
+    );
+    println!("| peak RSS (VmHWM, whole run) | {hwm:.1} MiB |");
+    println!(
+        "| CPU | {:.3} s per minute = {:.2}% of one core |",
+        (cpu1 - cpu0) / elapsed_min,
+        (cpu1 - cpu0) / (elapsed_min * 60.0) * 100.0
+    );
+    println!(
+        "| API requests other than watches | {others} in {elapsed_min:.1} min = {:.2} per minute |",
+        others as f64 / elapsed_min
+    );
+    println!("| watch requests (long-lived; reconnects every ~5 min by timeout) | {watches} |");
+    println!(
+        "| /metrics scrape, median (max) of {} | {:.2} ms ({:.2} ms), {size} bytes |",
+        lat.len(),
+        median(lat.clone()),
+        lat.iter().copied().fold(0.0, f64::max)
+    );
+    println!("requests by verb and resource: {by:?}");
+    Ok(())
+}
+
+/// The TCP port the daemon listens on, from /proc/net/tcp and its socket inodes.
+async fn find_listen_port(pid: u32) -> Option<String> {
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|l| {
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')
+                    .map(str::to_string)
+            })
+            .collect();
+        let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        for line in tcp.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // state 0A = LISTEN
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
+                return Some(format!("127.0.0.1:{port}"));
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,1540 @@
+//! The API server double over real HTTP and HTTPS: with a plain hyper client for the wire
+//! format, and with kube-rs (client, watcher, reflector, event recorder) to prove that the
+//! daemon's client library works against it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use nodemedic_tests::apiserver::{ApiServer, GIT_VERSION, TEST_TOKEN};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A minimal client: one connection per request, HTTP/1.1, optionally TLS with the
+/// double's CA (verifying the DNS name `localhost`).
+struct Client {
+    addr: SocketAddr,
+    tls: Option<TlsConnector>,
+}
+
+/// A whole answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+/// What reading the next watch event gave.
+#[derive(Debug)]
+enum Next {
+    Event(Value),
+    /// The body ended cleanly.
+    End,
+    /// The connection broke mid-body.
+    Broken,
+    Timeout,
+}
+
+struct Watch {
+    body: Incoming,
+    buf: Vec<u8>,
+}
+
+impl Watch {
+    async fn next(&mut self, within: Duration) -> Next {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Next::Event(serde_json::from_slice(&line).expect("watch line is JSON"));
+            }
+            match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Err(_) => return Next::Timeout,
+                Ok(None) => return Next::End,
+                Ok(Some(Err(_))) => return Next::Broken,
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next event, which must come within five seconds.
+    async fn event(&mut self) -> Value {
+        match self.next(Duration::from_secs(5)).await {
+            Next::Event(e) => e,
+            other => panic!("expected a watch event, got {other:?}"),
+        }
+    }
+
+    /// The next event that is not a bookmark.
+    async fn change(&mut self) -> Value {
+        loop {
+            let e = self.event().await;
+            if e["type"] != "BOOKMARK" {
+                return e;
+            }
+        }
+    }
+}
+
+impl Client {
+    fn http(api: &ApiServer) -> Client {
+        Client {
+            addr: api.http_addr(),
+            tls: None,
+        }
+    }
+
+    fn https(api: &ApiServer) -> Client {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(api.ca_pem().as_bytes()).unwrap())
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Client {
+            addr: api.https_addr(),
+            tls: Some(TlsConnector::from(Arc::new(config))),
+        }
+    }
+
+    async fn send(&self, req: Request<Full<Bytes>>) -> Result<http::Response<Incoming>, BoxError> {
+        let tcp = TcpStream::connect(self.addr).await?;
+        match &self.tls {
+            None => {
+                let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+                tokio::spawn(conn);
+                Ok(sender.send_request(req).await?)
+            }
+            Some(connector) => {
+                let stream = connector.connect(ServerName::try_from("localhost")?, tcp).await?;
+                let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(conn);
+                Ok(sender.send_request(req).await?)
+            }
+        }
+    }
+
+    fn request(method: &str, path: &str, content_type: Option<&str>, body: Option<&Value>) -> Request<Full<Bytes>> {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "127.0.0.1")
+            .header("authorization", format!("Bearer {TEST_TOKEN}"))
+            .header("user-agent", "apiserver-test");
+        if let Some(ct) = content_type {
+            b = b.header("content-type", ct);
+        }
+        let bytes = body.map(|v| Bytes::from(v.to_string())).unwrap_or_default();
+        b.body(Full::new(bytes)).unwrap()
+    }
+
+    async fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Reply, BoxError> {
+        let resp = self.send(Self::request(method, path, content_type, body)).await?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        Ok(Reply {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+        })
+    }
+
+    async fn call(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&Value>) -> Reply {
+        self.try_call(method, path, content_type, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, None, None).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.call("POST", path, Some("application/json"), Some(body)).await
+    }
+
+    async fn patch(&self, path: &str, content_type: &str, body: &Value) -> Reply {
+        self.call("PATCH", path, Some(content_type), Some(body)).await
+    }
+
+    async fn delete(&self, path: &str, body: Option<&Value>) -> Reply {
+        self.call("DELETE", path, Some("application/json"), body).await
+    }
+
+    async fn watch(&self, path: &str) -> Watch {
+        let resp = self
+            .send(Self::request("GET", path, None, None))
+            .await
+            .unwrap_or_else(|e| panic!("watch {path}: {e}"));
+        assert_eq!(resp.status(), 200, "watch {path}");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        assert_eq!(resp.headers()["transfer-encoding"], "chunked");
+        Watch {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        }
+    }
+}
+
+fn pod(ns: &str, name: &str, node: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox"}]}
+    })
+}
+
+fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"conditions": [
+            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        ]}
+    })
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn rv_of(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn version_health_discovery_and_metrics() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let v = c.get("/version").await.json();
+    assert_eq!(v["gitVersion"], GIT_VERSION);
+    assert_eq!(v["major"], "1");
+    for path in ["/readyz", "/livez", "/healthz"] {
+        let r = c.get(path).await;
+        assert_eq!((r.status, r.text.as_str()), (200, "ok"), "{path}");
+    }
+    assert!(c.get("/readyz?verbose").await.text.ends_with("readyz check passed\n"));
+    assert_eq!(c.get("/api").await.json()["versions"], json!(["v1"]));
+    let core = c.get("/api/v1").await.json();
+    assert_eq!(core["kind"], "APIResourceList");
+    let pods = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods")
+        .unwrap();
+    assert_eq!(pods["namespaced"], true);
+    let groups = c.get("/apis").await.json();
+    let group_names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(group_names, ["events.k8s.io", "admissionregistration.k8s.io"]);
+    assert_eq!(
+        c.get("/apis/events.k8s.io/v1").await.json()["resources"][0]["name"],
+        "events"
+    );
+
+    api.store()
+        .set_metrics_text("# TYPE apiserver_request_total counter\napiserver_request_total 3\n");
+    let m = c.get("/metrics").await;
+    assert_eq!(m.status, 200);
+    assert!(
+        m.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    assert!(m.text.contains("apiserver_request_total 3"));
+
+    let missing = c.get("/apis/apps/v1/deployments").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["reason"], "NotFound");
+    assert_eq!(missing.json()["kind"], "Status");
+
+    let seen = api.requests();
+    assert!(seen.iter().all(|r| r.bearer_token.as_deref() == Some(TEST_TOKEN)));
+    assert!(
+        seen.iter()
+            .any(|r| r.path == "/version" && r.status == 200 && r.scheme == "http")
+    );
+    api.clear_requests();
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test]
+async fn list_with_selectors_and_pagination() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    for (ns, name, node, role) in [
+        ("spark", "driver", "n1", "driver"),
+        ("spark", "exec-1", "n1", "executor"),
+        ("spark", "exec-2", "n2", "executor"),
+        ("spark", "exec-3", "n1", "executor"),
+        ("other", "web", "n1", ""),
+    ] {
+        let labels = if role.is_empty() {
+            json!({"app": "web"})
+        } else {
+            json!({"spark-role": role, "spark-app-selector": "spark-123"})
+        };
+        store.create(pod(ns, name, node, labels));
+    }
+    store.modify("pods", Some("spark"), "exec-3", |p| {
+        p["status"]["phase"] = "Failed".into()
+    });
+    let c = Client::http(&api);
+
+    let all = c.get("/api/v1/pods").await.json();
+    assert_eq!(all["kind"], "PodList");
+    assert_eq!(all["apiVersion"], "v1");
+    assert_eq!(all["metadata"]["resourceVersion"], store.resource_version());
+    assert_eq!(
+        names(&all),
+        ["web", "driver", "exec-1", "exec-2", "exec-3"],
+        "sorted by namespace/name"
+    );
+    assert!(
+        all["items"][0].get("kind").is_none(),
+        "list items carry no kind, as from a real API server"
+    );
+
+    let q = |s: &str| {
+        s.replace(' ', "%20")
+            .replace('=', "%3D")
+            .replace(',', "%2C")
+            .replace('!', "%21")
+    };
+    let list = |sel: String| {
+        let c = &c;
+        async move { c.get(&sel).await }
+    };
+    let sel = |ls: &str| format!("/api/v1/namespaces/spark/pods?labelSelector={}", q(ls));
+    assert_eq!(
+        names(&list(sel("spark-role=executor")).await.json()),
+        ["exec-1", "exec-2", "exec-3"]
+    );
+    assert_eq!(names(&list(sel("spark-role==driver")).await.json()), ["driver"]);
+    assert_eq!(names(&list(sel("spark-role!=executor")).await.json()), ["driver"]);
+    assert_eq!(
+        names(
+            &list(sel("spark-role in (driver,executor),spark-app-selector"))
+                .await
+                .json()
+        )
+        .len(),
+        4
+    );
+    assert_eq!(
+        names(&list(sel("spark-role notin (executor)")).await.json()),
+        ["driver"]
+    );
+    assert!(names(&list(sel("!spark-role")).await.json()).is_empty());
+    assert_eq!(
+        names(
+            &c.get(&format!("/api/v1/pods?labelSelector={}", q("!spark-role")))
+                .await
+                .json()
+        ),
+        ["web"]
+    );
+
+    let fsel = |fs: &str| format!("/api/v1/pods?fieldSelector={}", q(fs));
+    assert_eq!(
+        names(&list(fsel("spec.nodeName=n1")).await.json()),
+        ["web", "driver", "exec-1", "exec-3"]
+    );
+    assert_eq!(
+        names(&list(fsel("spec.nodeName==n1,status.phase!=Failed")).await.json()),
+        ["web", "driver", "exec-1"]
+    );
+    assert_eq!(names(&list(fsel("metadata.namespace=other")).await.json()), ["web"]);
+    assert_eq!(
+        names(
+            &c.get(&format!(
+                "{}&labelSelector=spark-role%3Dexecutor",
+                fsel("spec.nodeName=n1")
+            ))
+            .await
+            .json()
+        ),
+        ["exec-1", "exec-3"]
+    );
+
+    let bad = c.get(&sel("spark-role in (x")).await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["reason"], "BadRequest");
+    let unsupported = c.get(&fsel("spec.foo=x")).await;
+    assert_eq!(unsupported.status, 400);
+    assert_eq!(unsupported.json()["message"], "field label not supported: spec.foo");
+
+    // Pagination: pages of two, consistent with the first page's resource version even when
+    // objects change in between.
+    let first = c.get("/api/v1/pods?limit=2").await.json();
+    assert_eq!(names(&first), ["web", "driver"]);
+    assert_eq!(first["metadata"]["remainingItemCount"], 3);
+    let list_rv = first["metadata"]["resourceVersion"].clone();
+    store.delete("pods", Some("spark"), "exec-2");
+    store.create(pod("spark", "exec-0", "n1", json!({})));
+    let mut seen = names(&first);
+    let mut token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    loop {
+        let page = c.get(&format!("/api/v1/pods?limit=2&continue={token}")).await.json();
+        assert_eq!(page["metadata"]["resourceVersion"], list_rv);
+        seen.extend(names(&page));
+        match page["metadata"]["continue"].as_str() {
+            Some(t) => token = t.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["web", "driver", "exec-1", "exec-2", "exec-3"]);
+    // With a selector the page is filled from matching objects only.
+    let sel_page = c.get(&format!("{}&limit=1", sel("spark-role=executor"))).await.json();
+    assert_eq!(names(&sel_page), ["exec-1"]);
+    assert!(sel_page["metadata"]["continue"].is_string());
+    assert!(sel_page["metadata"].get("remainingItemCount").is_none());
+    assert_eq!(c.get("/api/v1/pods?continue=garbage").await.status, 400);
+
+    // Exact reads of an old version, and versions from the future.
+    let exact = c
+        .get(&format!(
+            "/api/v1/pods?resourceVersion={}&resourceVersionMatch=Exact",
+            list_rv.as_str().unwrap()
+        ))
+        .await
+        .json();
+    assert_eq!(names(&exact).len(), 5);
+    assert!(names(&exact).contains(&"exec-2".to_string()));
+    let future = c
+        .get("/api/v1/pods?resourceVersion=999999&resourceVersionMatch=NotOlderThan")
+        .await;
+    assert_eq!(future.status, 504);
+    assert_eq!(c.get("/api/v1/pods?resourceVersionMatch=Exact").await.status, 400);
+    assert_eq!(c.get("/api/v1/pods?resourceVersion=0").await.status, 200);
+}
+
+#[tokio::test]
+async fn watch_replays_history_then_streams_live_changes() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    let p1 = store.create(pod("ns", "p1", "n1", json!({"app": "a"})));
+    let from = rv_of(&p1);
+    store.create(pod("ns", "p2", "n2", json!({"app": "a"})));
+    store.modify("pods", Some("ns"), "p1", |p| p["metadata"]["labels"]["x"] = "y".into());
+    store.delete("pods", Some("ns"), "p2");
+    let c = Client::http(&api);
+
+    let mut w = c
+        .watch(&format!("/api/v1/namespaces/ns/pods?watch=true&resourceVersion={from}"))
+        .await;
+    let types: Vec<(String, String)> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let e = w.event().await;
+            v.push((
+                e["type"].as_str().unwrap().to_string(),
+                e["object"]["metadata"]["name"].as_str().unwrap().to_string(),
+            ));
+            assert_eq!(e["object"]["kind"], "Pod", "watch objects carry kind");
+        }
+        v
+    };
+    assert_eq!(
+        types,
+        [("ADDED", "p2"), ("MODIFIED", "p1"), ("DELETED", "p2")].map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    store.create(pod("ns", "p3", "n1", json!({})));
+    store.create(pod("elsewhere", "p4", "n1", json!({})));
+    let live = w.event().await;
+    assert_eq!(
+        (live["type"].as_str(), live["object"]["metadata"]["name"].as_str()),
+        (Some("ADDED"), Some("p3"))
+    );
+    assert!(
+        matches!(w.next(Duration::from_millis(300)).await, Next::Timeout),
+        "other namespaces are not seen"
+    );
+
+    // Without a resource version the watch starts with the current objects; the field
+    // selector turns objects that stop matching into DELETED and ones that start into ADDED.
+    let mut w = c.watch("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dn1").await;
+    let mut initial = Vec::new();
+    for _ in 0..3 {
+        let e = w.event().await;
+        assert_eq!(e["type"], "ADDED");
+        initial.push(e["object"]["metadata"]["name"].as_str().unwrap().to_string());
+    }
+    assert_eq!(initial, ["p4", "p1", "p3"]);
+    store.modify("pods", Some("ns"), "p3", |p| p["spec"]["nodeName"] = "n2".into());
+    let gone = w.event().await;
+    assert_eq!(
+        (gone["type"].as_str(), gone["object"]["metadata"]["name"].as_str()),
+        (Some("DELETED"), Some("p3"))
+    );
+    store.modify("pods", Some("ns"), "p3", |p| p["spec"]["nodeName"] = "n1".into());
+    assert_eq!(w.event().await["type"], "ADDED");
+
+    // A single object is watched through its collection with a name selector.
+    let mut one = c.watch("/api/v1/namespaces/ns/pods/p1?watch=true").await;
+    assert_eq!(one.event().await["object"]["metadata"]["name"], "p1");
+}
+
+#[tokio::test]
+async fn watch_from_a_compacted_version_is_gone() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    let p = store.create(pod("ns", "p", "n1", json!({})));
+    let old = rv_of(&p);
+    store.modify("pods", Some("ns"), "p", |p| p["metadata"]["labels"]["a"] = "b".into());
+    store.compact();
+    let c = Client::http(&api);
+    let mut w = c.watch(&format!("/api/v1/pods?watch=true&resourceVersion={old}")).await;
+    let e = w.event().await;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["kind"], "Status");
+    assert_eq!(e["object"]["apiVersion"], "v1");
+    assert_eq!(e["object"]["status"], "Failure");
+    assert_eq!(e["object"]["reason"], "Expired");
+    assert_eq!(e["object"]["code"], 410);
+    assert!(
+        e["object"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("too old resource version: {old} ("))
+    );
+    assert!(matches!(w.next(Duration::from_secs(5)).await, Next::End));
+
+    // The current version is still fine, and so are later ones.
+    let now = store.resource_version();
+    let mut w = c.watch(&format!("/api/v1/pods?watch=true&resourceVersion={now}")).await;
+    store.delete("pods", Some("ns"), "p");
+    assert_eq!(w.event().await["type"], "DELETED");
+    let exact = c
+        .get(&format!(
+            "/api/v1/pods?resourceVersion={old}&resourceVersionMatch=Exact"
+        ))
+        .await;
+    assert_eq!(exact.status, 410);
+    assert_eq!(exact.json()["reason"], "Expired");
+
+    // gone_on_every_watch makes every watch expire, whatever it asks for.
+    api.faults().gone_on_every_watch(true);
+    let mut w = c.watch("/api/v1/pods?watch=true").await;
+    assert_eq!(w.event().await["object"]["code"], 410);
+    assert!(matches!(w.next(Duration::from_secs(5)).await, Next::End));
+    api.faults().gone_on_every_watch(false);
+}
+
+#[tokio::test]
+async fn bookmarks_and_timeout() {
+    let api = ApiServer::start().await.unwrap();
+    api.set_bookmark_interval(Duration::from_millis(100));
+    let store = api.store();
+    store.create(node("n1"));
+    let rv = store.resource_version();
+    let c = Client::http(&api);
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/nodes?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=2"
+        ))
+        .await;
+    let started = Instant::now();
+    let b = w.event().await;
+    assert_eq!(b["type"], "BOOKMARK");
+    assert_eq!(b["object"]["kind"], "Node");
+    assert_eq!(b["object"]["metadata"]["resourceVersion"], rv);
+    store.create(node("n2"));
+    let added = w.change().await;
+    assert_eq!(added["object"]["metadata"]["name"], "n2");
+    let b2 = w.event().await;
+    assert_eq!(b2["type"], "BOOKMARK");
+    assert_eq!(b2["object"]["metadata"]["resourceVersion"], store.resource_version());
+    // timeoutSeconds=2 ends the stream cleanly.
+    let end = loop {
+        match w.next(Duration::from_secs(10)).await {
+            Next::Event(_) => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(end, Next::End), "{end:?}");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+
+    // Streaming lists: initial objects, then a bookmark marking their end.
+    let mut w = c
+        .watch("/api/v1/nodes?watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=")
+        .await;
+    assert_eq!(w.event().await["type"], "ADDED");
+    assert_eq!(w.event().await["type"], "ADDED");
+    let end = w.event().await;
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+}
+
+#[tokio::test]
+async fn dry_run_create_is_not_stored() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let mut body = pod("spark", "", "", json!({"spark-role": "driver"}));
+    body["metadata"]["generateName"] = "nodemedic-probe-".into();
+    body["metadata"].as_object_mut().unwrap().remove("name");
+    body["status"] = json!({"phase": "Running"});
+    let r = c.post("/api/v1/namespaces/spark/pods?dryRun=All", &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let obj = r.json();
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("nodemedic-probe-") && name.len() == "nodemedic-probe-".len() + 5,
+        "{name}"
+    );
+    assert!(obj["metadata"]["uid"].is_string());
+    assert!(obj["metadata"].get("resourceVersion").is_none());
+    assert_eq!(obj["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+    assert_eq!(obj["spec"]["schedulerName"], "default-scheduler");
+    assert!(api.store().list("pods").is_empty());
+    assert!(
+        c.get("/api/v1/pods").await.json()["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // A real create stores; creating it again conflicts.
+    let real = pod("spark", "d1", "", json!({}));
+    let created = c.post("/api/v1/namespaces/spark/pods", &real).await;
+    assert_eq!(created.status, 201);
+    let again = c.post("/api/v1/namespaces/spark/pods", &real).await;
+    assert_eq!(again.status, 409);
+    assert_eq!(again.json()["reason"], "AlreadyExists");
+    assert_eq!(again.json()["message"], "pods \"d1\" already exists");
+    let invalid = c
+        .post(
+            "/api/v1/namespaces/spark/pods",
+            &json!({"metadata": {"name": "x"}, "spec": {}}),
+        )
+        .await;
+    assert_eq!(invalid.status, 422);
+    assert_eq!(invalid.json()["reason"], "Invalid");
+    let wrong_ns = c.post("/api/v1/namespaces/other/pods", &real).await;
+    assert_eq!(wrong_ns.status, 400);
+    let not_json = c
+        .call("POST", "/api/v1/namespaces/spark/pods", Some("application/json"), None)
+        .await;
+    assert_eq!(not_json.status, 400);
+
+    // A webhook with side effects makes dry-run pod creates fail, as upstream.
+    api.store().create(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "injector"},
+        "webhooks": [{"name": "inject.example.com", "sideEffects": "Unknown", "timeoutSeconds": 30,
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}]
+    }));
+    let refused = c.post("/api/v1/namespaces/spark/pods?dryRun=All", &body).await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("inject.example.com")
+    );
+    let hooks = c
+        .get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
+        .await
+        .json();
+    assert_eq!(hooks["kind"], "MutatingWebhookConfigurationList");
+    assert_eq!(hooks["items"][0]["webhooks"][0]["timeoutSeconds"], 30);
+    let vh = c
+        .get("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations")
+        .await
+        .json();
+    assert_eq!(vh["kind"], "ValidatingWebhookConfigurationList");
+}
+
+#[tokio::test]
+async fn node_status_strategic_merge_over_https() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    let before = store.create(node("n1"));
+    let c = Client::https(&api);
+    let patch = json!({"status": {"conditions": [
+        {"type": "CPUManagerStateStale", "status": "True", "reason": "StaleEntries", "message": "2 stale entries"},
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "still ready"}
+    ]}});
+    let r = c
+        .patch(
+            "/api/v1/nodes/n1/status",
+            "application/strategic-merge-patch+json",
+            &patch,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let conds = r.json()["status"]["conditions"].clone();
+    let types: Vec<&str> = conds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["MemoryPressure", "Ready", "CPUManagerStateStale"]);
+    assert_eq!(conds[1]["message"], "still ready");
+    assert!(rv_of(&r.json()) > rv_of(&before));
+    assert_eq!(store.get("nodes", None, "n1").unwrap()["status"]["conditions"], conds);
+
+    // The same patch again changes nothing and is not written.
+    let again = c
+        .patch(
+            "/api/v1/nodes/n1/status",
+            "application/strategic-merge-patch+json",
+            &patch,
+        )
+        .await
+        .json();
+    assert_eq!(rv_of(&again), rv_of(&r.json()));
+
+    // The main resource ignores status; the status subresource ignores spec.
+    let main = c
+        .patch(
+            "/api/v1/nodes/n1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"nodemedic": "on"}}, "status": {"conditions": []}}),
+        )
+        .await
+        .json();
+    assert_eq!(main["metadata"]["labels"]["nodemedic"], "on");
+    assert_eq!(main["status"]["conditions"], conds);
+    let status_only = c
+        .patch(
+            "/api/v1/nodes/n1/status",
+            "application/merge-patch+json",
+            &json!({"spec": {"unschedulable": true}}),
+        )
+        .await
+        .json();
+    assert!(status_only["spec"].get("unschedulable").is_none());
+
+    // JSON patch, stale resource versions, bad patches.
+    let jp = c
+        .patch(
+            "/api/v1/nodes/n1",
+            "application/json-patch+json",
+            &json!([{"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}}]),
+        )
+        .await;
+    assert_eq!(jp.json()["metadata"]["annotations"]["a"], "1");
+    let stale = c
+        .patch(
+            "/api/v1/nodes/n1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"resourceVersion": "1", "labels": {"x": "y"}}}),
+        )
+        .await;
+    assert_eq!(stale.status, 409);
+    assert_eq!(stale.json()["reason"], "Conflict");
+    let failed_test = c
+        .patch(
+            "/api/v1/nodes/n1",
+            "application/json-patch+json",
+            &json!([{"op": "test", "path": "/spec/x", "value": 1}]),
+        )
+        .await;
+    assert_eq!(failed_test.status, 422);
+    let no_key = c
+        .patch(
+            "/api/v1/nodes/n1/status",
+            "application/strategic-merge-patch+json",
+            &json!({"status": {"conditions": [{"status": "True"}]}}),
+        )
+        .await;
+    assert_eq!(no_key.status, 400);
+    let apply = c
+        .patch("/api/v1/nodes/n1", "application/apply-patch+yaml", &json!({}))
+        .await;
+    assert_eq!(apply.status, 415);
+    let missing = c
+        .patch("/api/v1/nodes/nope/status", "application/merge-patch+json", &json!({}))
+        .await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["message"], "nodes \"nope\" not found");
+
+    // A pod's containers merge by name.
+    store.create(pod("ns", "p", "n1", json!({})));
+    let merged = c
+        .patch(
+            "/api/v1/namespaces/ns/pods/p",
+            "application/strategic-merge-patch+json",
+            &json!({"spec": {"containers": [{"name": "side", "image": "envoy"}]}}),
+        )
+        .await
+        .json();
+    assert_eq!(merged["spec"]["containers"].as_array().unwrap().len(), 2);
+    assert!(api.requests().iter().all(|r| r.scheme == "https"));
+}
+
+#[tokio::test]
+async fn delete_honours_uid_preconditions() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    let p = store.create(pod("spark", "exec-1", "n1", json!({})));
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let c = Client::http(&api);
+    let path = "/api/v1/namespaces/spark/pods/exec-1";
+
+    let wrong = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-the-uid"}});
+    let r = c.delete(path, Some(&wrong)).await;
+    assert_eq!(r.status, 409);
+    let s = r.json();
+    assert_eq!(s["reason"], "Conflict");
+    assert_eq!(
+        s["message"],
+        format!(
+            "Operation cannot be fulfilled on pods \"exec-1\": Precondition failed: UID in precondition: not-the-uid, UID in object meta: {uid}"
+        )
+    );
+    assert!(store.get("pods", Some("spark"), "exec-1").is_some(), "the pod survives");
+
+    let stale_rv = json!({"preconditions": {"uid": uid, "resourceVersion": "1"}});
+    assert_eq!(c.delete(path, Some(&stale_rv)).await.status, 409);
+    let dry = c
+        .delete(
+            &format!("{path}?dryRun=All"),
+            Some(&json!({"preconditions": {"uid": uid}})),
+        )
+        .await;
+    assert_eq!(dry.status, 200);
+    assert!(store.get("pods", Some("spark"), "exec-1").is_some());
+
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/pods?watch=true&resourceVersion={}",
+            store.resource_version()
+        ))
+        .await;
+    let ok = c.delete(path, Some(&json!({"preconditions": {"uid": uid}}))).await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.json()["kind"], "Pod", "pods answer a delete with the object");
+    assert!(store.get("pods", Some("spark"), "exec-1").is_none());
+    let e = w.event().await;
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["metadata"]["uid"], uid.as_str());
+
+    let missing = c.delete(path, None).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["details"], json!({"name": "exec-1", "kind": "pods"}));
+
+    // Other kinds answer with a success Status.
+    store.create(node("n9"));
+    let s = c.delete("/api/v1/nodes/n9", None).await.json();
+    assert_eq!(
+        (s["kind"].as_str(), s["status"].as_str()),
+        (Some("Status"), Some("Success"))
+    );
+
+    // Graceful deletion: a bound pod is only marked until deleted with grace 0.
+    store.set_graceful_pod_deletion(true);
+    store.create(pod("spark", "exec-2", "n1", json!({})));
+    let marked = c.delete("/api/v1/namespaces/spark/pods/exec-2", None).await.json();
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert!(store.get("pods", Some("spark"), "exec-2").is_some());
+    c.delete("/api/v1/namespaces/spark/pods/exec-2?gracePeriodSeconds=0", None)
+        .await;
+    assert!(store.get("pods", Some("spark"), "exec-2").is_none());
+}
+
+#[tokio::test]
+async fn latency_injection_delays_matching_requests() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let delay = Duration::from_millis(300);
+    api.faults().set_latency("list", "pods", delay);
+    let t = Instant::now();
+    assert_eq!(c.get("/api/v1/pods").await.status, 200);
+    assert!(t.elapsed() >= delay, "{:?}", t.elapsed());
+    let rec = api.requests().pop().unwrap();
+    assert!(rec.elapsed >= delay);
+    assert_eq!((rec.verb.as_str(), rec.resource.as_str()), ("list", "pods"));
+
+    // Creates, dry-run ones included, for the slow-admission probe.
+    api.faults().set_latency("create", "pods", delay);
+    let body = pod("ns", "probe", "", json!({}));
+    let t = Instant::now();
+    assert_eq!(c.post("/api/v1/namespaces/ns/pods?dryRun=All", &body).await.status, 201);
+    assert!(t.elapsed() >= delay);
+
+    // Watches get their response head late.
+    api.faults().set_latency("watch", "*", delay);
+    let t = Instant::now();
+    let _w = c.watch("/api/v1/nodes?watch=true").await;
+    assert!(t.elapsed() >= delay);
+
+    api.faults().clear();
+    let t = Instant::now();
+    c.get("/api/v1/pods").await;
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn injected_failures_carry_status_bodies() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    api.faults().fail("list", "pods", 429, Some(2), Some(3));
+    for _ in 0..2 {
+        let r = c.get("/api/v1/pods").await;
+        assert_eq!(r.status, 429);
+        assert_eq!(r.headers["retry-after"], "3");
+        let s = r.json();
+        assert_eq!(s["kind"], "Status");
+        assert_eq!(s["reason"], "TooManyRequests");
+        assert_eq!(s["details"]["retryAfterSeconds"], 3);
+        assert_eq!(s["code"], 429);
+    }
+    assert_eq!(
+        c.get("/api/v1/pods").await.status,
+        200,
+        "after `times` answers it heals"
+    );
+
+    api.faults().fail("*", "events", 500, None, None);
+    let r = c
+        .post("/apis/events.k8s.io/v1/namespaces/default/events", &json!({}))
+        .await;
+    assert_eq!((r.status, r.json()["reason"].as_str()), (500, Some("InternalError")));
+    assert_eq!(c.get("/api/v1/namespaces/default/events").await.status, 500);
+    api.faults().fail("get", "/version", 503, None, None);
+    assert_eq!(c.get("/version").await.json()["reason"], "ServiceUnavailable");
+    api.faults().fail("list", "nodes", 403, None, None);
+    let forbidden = c.get("/api/v1/nodes").await.json();
+    assert_eq!(forbidden["reason"], "Forbidden");
+    assert!(
+        forbidden["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot list resource \"nodes\"")
+    );
+    api.faults().clear();
+    assert_eq!(c.get("/version").await.status, 200);
+    assert_eq!(c.get("/api/v1/namespaces/default/events").await.status, 200);
+}
+
+#[tokio::test]
+async fn down_server_refuses_then_recovers() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(node("n1"));
+    let plain = Client::http(&api);
+    let tls = Client::https(&api);
+    let mut w = plain.watch("/api/v1/nodes?watch=true").await;
+    assert_eq!(w.event().await["type"], "ADDED");
+
+    api.faults().set_down(true);
+    assert!(
+        matches!(w.next(Duration::from_secs(5)).await, Next::Broken),
+        "open watches are cut"
+    );
+    assert!(plain.try_call("GET", "/api/v1/nodes", None, None).await.is_err());
+    assert!(tls.try_call("GET", "/api/v1/nodes", None, None).await.is_err());
+
+    api.faults().set_down(false);
+    assert_eq!(plain.get("/api/v1/nodes").await.status, 200);
+    assert_eq!(tls.get("/api/v1/nodes").await.status, 200);
+}
+
+#[tokio::test]
+async fn drop_watches_every_cuts_streams() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let mut w = c.watch("/api/v1/pods?watch=true").await;
+    api.faults().drop_watches_every(Some(Duration::from_millis(200)));
+    let t = Instant::now();
+    assert!(matches!(w.next(Duration::from_secs(5)).await, Next::Broken));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // A new watch is cut again on the next tick.
+    let mut w2 = c.watch("/api/v1/pods?watch=true").await;
+    assert!(matches!(w2.next(Duration::from_secs(5)).await, Next::Broken));
+    api.faults().drop_watches_every(None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut w3 = c.watch("/api/v1/pods?watch=true&timeoutSeconds=1").await;
+    assert!(matches!(w3.next(Duration::from_secs(5)).await, Next::End));
+}
+
+#[tokio::test]
+async fn both_event_apis_share_objects() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let ev = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "n1.17a8", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "nodemedic", "reportingInstance": "n1",
+        "action": "Scan", "reason": "StaleCPUAssignment", "type": "Warning",
+        "note": "CPUs 2-3 are held for a pod that is gone",
+        "regarding": {"kind": "Node", "name": "n1", "apiVersion": "v1"}
+    });
+    let r = c.post("/apis/events.k8s.io/v1/namespaces/default/events", &ev).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["note"], ev["note"]);
+    let core = c
+        .get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3Dn1")
+        .await
+        .json();
+    assert_eq!(core["kind"], "EventList");
+    assert_eq!(core["items"][0]["message"], ev["note"]);
+    assert_eq!(core["items"][0]["involvedObject"]["name"], "n1");
+    assert_eq!(core["items"][0]["reportingComponent"], "nodemedic");
+    let series = c
+        .patch(
+            "/apis/events.k8s.io/v1/namespaces/default/events/n1.17a8",
+            "application/merge-patch+json",
+            &json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}}),
+        )
+        .await
+        .json();
+    assert_eq!(series["series"]["count"], 2);
+    assert_eq!(
+        api.store().get("events", Some("default"), "n1.17a8").unwrap()["series"]["count"],
+        2
+    );
+    let v1 = c
+        .get("/apis/events.k8s.io/v1/events?fieldSelector=regarding.name%3Dn1")
+        .await
+        .json();
+    assert_eq!(v1["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(v1["items"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn bad_requests_get_status_answers() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(node("n1"));
+    let c = Client::http(&api);
+    let json_ct = Some("application/json");
+    let merge = Some("application/merge-patch+json");
+    let big = "x".repeat(4 * 1024 * 1024);
+    // method, path, content type, body, expected status
+    type Case<'a> = (&'a str, String, Option<&'a str>, Option<String>, u16);
+    let cases: Vec<Case> = vec![
+        ("GET", "/api/v1/pods?limit=abc".into(), None, None, 400),
+        ("GET", "/api/v1/pods?limit=-1".into(), None, None, 400),
+        ("GET", "/api/v1/pods?watch=maybe".into(), None, None, 400),
+        (
+            "GET",
+            "/api/v1/pods?watch=true&resourceVersion=abc".into(),
+            None,
+            None,
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/pods?watch=true&sendInitialEvents=true".into(),
+            None,
+            None,
+            422,
+        ),
+        ("GET", "/api/v1/pods?labelSelector=%ff%fe".into(), None, None, 400),
+        (
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName".into(),
+            None,
+            None,
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/pods?continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MX0".into(),
+            None,
+            None,
+            400,
+        ),
+        ("GET", "/api/v1/pods?resourceVersion=abc".into(), None, None, 400),
+        (
+            "GET",
+            "/api/v1/pods?resourceVersion=1000&resourceVersionMatch=Sometimes".into(),
+            None,
+            None,
+            400,
+        ),
+        ("GET", "/api/v1/pods/x".into(), None, None, 404),
+        ("GET", "/api/v1/namespaces/ns/pods/x".into(), None, None, 404),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some("[1,2]".into()),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some("{not json".into()),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            Some("application/yaml"),
+            Some("a: b".into()),
+            415,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some(r#"{"kind":"Node"}"#.into()),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some(r#"{"metadata":"x"}"#.into()),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some(r#"{"metadata":{"name":"Bad_Name"},"spec":{"containers":[{"name":"a"}]}}"#.into()),
+            422,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods".into(),
+            json_ct,
+            Some(format!("\"{big}\"")),
+            413,
+        ),
+        ("POST", "/api/v1/pods".into(), json_ct, Some("{}".into()), 405),
+        ("POST", "/version".into(), json_ct, Some("{}".into()), 405),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/pods".into(),
+            merge,
+            Some("{}".into()),
+            405,
+        ),
+        ("PATCH", "/api/v1/nodes/n1".into(), merge, Some("[1]".into()), 400),
+        ("PATCH", "/api/v1/nodes/n1".into(), merge, Some("{".into()), 400),
+        (
+            "PATCH",
+            "/api/v1/nodes/n1".into(),
+            Some("application/json-patch+json"),
+            Some("{}".into()),
+            400,
+        ),
+        ("PATCH", "/api/v1/nodes/n1".into(), None, Some("{}".into()), 415),
+        (
+            "PATCH",
+            "/api/v1/nodes/n1".into(),
+            merge,
+            Some(r#"{"metadata":{"name":"n2"}}"#.into()),
+            400,
+        ),
+        (
+            "PATCH",
+            "/api/v1/nodes/n1".into(),
+            merge,
+            Some(r#"{"metadata":{"uid":"other"}}"#.into()),
+            409,
+        ),
+        (
+            "PATCH",
+            "/api/v1/nodes/n1".into(),
+            merge,
+            Some(r#"{"kind":"Pod"}"#.into()),
+            400,
+        ),
+        (
+            "PUT",
+            "/api/v1/nodes/n1".into(),
+            json_ct,
+            Some(r#"{"metadata":{"name":"n2"}}"#.into()),
+            400,
+        ),
+        (
+            "PUT",
+            "/api/v1/nodes/n9".into(),
+            json_ct,
+            Some(r#"{"metadata":{"name":"n9"}}"#.into()),
+            404,
+        ),
+        ("DELETE", "/api/v1/nodes/n1".into(), json_ct, Some("nope".into()), 400),
+        ("DELETE", "/api/v1/nodes/n1?dryRun=Maybe".into(), None, None, 400),
+        (
+            "DELETE",
+            "/api/v1/nodes/n1?gracePeriodSeconds=soon".into(),
+            None,
+            None,
+            400,
+        ),
+    ];
+    for (method, path, ct, body, want) in cases {
+        let resp = c
+            .send({
+                let mut b = Request::builder()
+                    .method(method)
+                    .uri(path.as_str())
+                    .header("host", "127.0.0.1");
+                if let Some(ct) = ct {
+                    b = b.header("content-type", ct);
+                }
+                b.body(Full::new(Bytes::from(body.unwrap_or_default()))).unwrap()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.into_body().collect().await.unwrap().to_bytes();
+        let s: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        assert_eq!(status, want, "{method} {path}: {s}");
+        assert_eq!(
+            (s["kind"].as_str(), s["status"].as_str()),
+            (Some("Status"), Some("Failure")),
+            "{method} {path}"
+        );
+        assert_eq!(s["code"], want, "{method} {path}");
+    }
+    assert!(api.store().get("nodes", None, "n1").is_some());
+    assert_eq!(c.get("/version").await.status, 200, "still serving");
+}
+
+mod kube_compat {
+    //! The same double through kube-rs, over HTTPS with a kubeconfig, as the daemon uses it.
+
+    use super::*;
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kube::{Client, Config, Discovery, ResourceExt};
+
+    async fn client(api: &ApiServer, dir: &std::path::Path) -> Client {
+        let path = dir.join("kubeconfig");
+        api.write_kubeconfig(&path, true).unwrap();
+        let kc = Kubeconfig::read_from(&path).unwrap();
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(config.cluster_url.to_string(), format!("{}/", api.https_url()));
+        Client::try_from(config).unwrap()
+    }
+
+    /// What the watcher task reported, in order.
+    struct Seen {
+        rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+        seen: Vec<String>,
+    }
+
+    impl Seen {
+        /// Waits (up to 15 s) until one of `any` is reported.
+        async fn expect(&mut self, any: &[&str]) {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            loop {
+                let got = tokio::time::timeout_at(deadline, self.rx.recv())
+                    .await
+                    .unwrap_or_else(|_| panic!("waiting for {any:?}, saw {:?}", self.seen))
+                    .expect("watcher task ended");
+                self.seen.push(got.clone());
+                if any.contains(&got.as_str()) {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn typed_pod(ns: &str, name: &str, node: &str, labels: Value) -> Pod {
+        serde_json::from_value(pod(ns, name, node, labels)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn api_verbs_through_kube() {
+        let api = ApiServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&api, dir.path()).await;
+        assert_eq!(client.apiserver_version().await.unwrap().git_version, GIT_VERSION);
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+        let created = pods
+            .create(
+                &PostParams::default(),
+                &typed_pod("spark", "driver", "n1", json!({"spark-role": "driver"})),
+            )
+            .await
+            .unwrap();
+        let uid = created.uid().unwrap();
+        pods.create(
+            &PostParams::default(),
+            &typed_pod("spark", "exec-1", "n1", json!({"spark-role": "executor"})),
+        )
+        .await
+        .unwrap();
+        let dry = pods
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &typed_pod("spark", "probe", "n1", json!({})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(dry.name_any(), "probe");
+        assert!(pods.get_opt("probe").await.unwrap().is_none());
+
+        let executors = pods
+            .list(&ListParams::default().labels("spark-role=executor"))
+            .await
+            .unwrap();
+        assert_eq!(executors.items.len(), 1);
+        assert!(executors.metadata.resource_version.is_some());
+        let on_n1 = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().fields("spec.nodeName=n1").limit(1))
+            .await
+            .unwrap();
+        assert_eq!(on_n1.items.len(), 1);
+        assert!(on_n1.metadata.continue_.is_some());
+        let got = pods.get("driver").await.unwrap();
+        assert_eq!(got.spec.unwrap().scheduler_name.as_deref(), Some("default-scheduler"));
+        assert_eq!(got.status.unwrap().phase.as_deref(), Some("Pending"));
+
+        let patched = pods
+            .patch(
+                "driver",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"metadata": {"labels": {"nodemedic": "seen"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.labels()["nodemedic"], "seen");
+        let merged = pods
+            .patch(
+                "driver",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"a": "b"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(merged.annotations()["a"], "b");
+        let err = pods.get("nope").await.unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 404 && s.reason == "NotFound"),
+            "{err:?}"
+        );
+
+        let wrong = DeleteParams::default().preconditions(Preconditions {
+            uid: Some("00000000-0000-4000-8000-000000000000".into()),
+            resource_version: None,
+        });
+        let err = pods.delete("driver", &wrong).await.unwrap_err();
+        match err {
+            kube::Error::Api(s) => {
+                assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+                assert!(
+                    s.message.contains("Precondition failed: UID in precondition"),
+                    "{}",
+                    s.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let right = DeleteParams::default().preconditions(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        });
+        let deleted = pods.delete("driver", &right).await.unwrap();
+        assert_eq!(deleted.left().unwrap().uid().as_deref(), Some(uid.as_str()));
+        assert!(pods.get_opt("driver").await.unwrap().is_none());
+
+        let nodes: Api<Node> = Api::all(client.clone());
+        api.store().create(node("n1"));
+        let status = nodes
+            .patch_status(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [{"type": "SlowPodAdmission", "status": "False"}]}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status.status.unwrap().conditions.unwrap().len(), 3);
+        assert!(nodes.delete("n1", &DeleteParams::default()).await.unwrap().is_right());
+
+        // Discovery, legacy and aggregated.
+        let discovery = Discovery::new(client.clone()).run().await.unwrap();
+        assert!(discovery.has_group("events.k8s.io"));
+        let aggregated = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+        assert!(aggregated.has_group("admissionregistration.k8s.io"));
+
+        // The event recorder creates events.k8s.io/v1 Events, then patches their series.
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "nodemedic".into(),
+                instance: Some("n1".into()),
+            },
+        );
+        let reference = ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            api_version: Some("v1".into()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "StaleCPUAssignment".into(),
+            note: Some("CPUs 2-3 are held for a pod that is gone".into()),
+            action: "Scan".into(),
+            secondary: None,
+        };
+        recorder.publish(&event, &reference).await.unwrap();
+        recorder.publish(&event, &reference).await.unwrap();
+        let events: Api<EventV1> = Api::namespaced(client.clone(), "default");
+        let listed = events.list(&ListParams::default()).await.unwrap();
+        assert_eq!(listed.items.len(), 1);
+        assert_eq!(listed.items[0].series.as_ref().map(|s| s.count), Some(2));
+        let core = api.store().list("events");
+        assert_eq!(core[0]["involvedObject"]["name"], "n1");
+
+        let reqs = api.requests();
+        assert!(reqs.iter().all(|r| r.bearer_token.as_deref() == Some(TEST_TOKEN)));
+        assert!(reqs.iter().any(|r| r.verb == "create" && r.group == "events.k8s.io"));
+        assert!(reqs.iter().any(|r| r.verb == "patch" && r.group == "events.k8s.io"));
+    }
+
+    #[tokio::test]
+    async fn watcher_and_reflector_with_node_field_selector() {
+        let api = ApiServer::start().await.unwrap();
+        api.set_bookmark_interval(Duration::from_millis(200));
+        let store = api.store();
+        store.create(pod("spark", "a", "n1", json!({})));
+        store.create(pod("spark", "b", "n2", json!({})));
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&api, dir.path()).await;
+
+        let (reader, writer) = reflector::store::<Pod>();
+        let cfg = watcher::Config::default().fields("spec.nodeName=n1").timeout(30);
+        let stream = reflector(writer, watcher(Api::<Pod>::all(client.clone()), cfg).default_backoff());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                let text = match item {
+                    Ok(watcher::Event::Apply(p)) => format!("apply {}", p.name_any()),
+                    Ok(watcher::Event::Delete(p)) => format!("delete {}", p.name_any()),
+                    Ok(watcher::Event::InitApply(p)) => format!("init {}", p.name_any()),
+                    Ok(watcher::Event::Init) => "init-start".to_string(),
+                    Ok(watcher::Event::InitDone) => "init-done".to_string(),
+                    Err(e) => format!("error {e}"),
+                };
+                if tx.send(text).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut events = Seen { rx, seen: Vec::new() };
+        events.expect(&["init a"]).await;
+        events.expect(&["init-done"]).await;
+        assert_eq!(reader.state().len(), 1);
+
+        store.create(pod("spark", "c", "n1", json!({})));
+        store.create(pod("spark", "d", "n2", json!({})));
+        events.expect(&["apply c"]).await;
+        store.modify("pods", Some("spark"), "a", |p| p["spec"]["nodeName"] = "n2".into());
+        events.expect(&["delete a"]).await;
+        store.delete("pods", Some("spark"), "c");
+        events.expect(&["delete c"]).await;
+        assert!(
+            !events.seen.iter().any(|s| s.ends_with(" b") || s.ends_with(" d")),
+            "{:?}",
+            events.seen
+        );
+
+        // Expire the watch: the watcher gets a 410, relists and carries on.
+        let lists_before = api.requests().iter().filter(|r| r.verb == "list").count();
+        api.faults().gone_on_every_watch(true);
+        api.faults().drop_watches_now();
+        events.expect(&["init-start"]).await;
+        api.faults().gone_on_every_watch(false);
+        store.create(pod("spark", "e", "n1", json!({})));
+        events.expect(&["apply e", "init e"]).await;
+        let reqs = api.requests();
+        assert!(reqs.iter().filter(|r| r.verb == "list").count() > lists_before);
+        let watches: Vec<_> = reqs.iter().filter(|r| r.is_watch).collect();
+        assert!(
+            watches
+                .iter()
+                .all(|w| w.query_param("fieldSelector").as_deref() == Some("spec.nodeName=n1"))
+        );
+        assert!(
+            watches
+                .iter()
+                .all(|w| w.query_param("allowWatchBookmarks").as_deref() == Some("true"))
+        );
+        assert!(
+            watches
+                .iter()
+                .all(|w| w.query_param("timeoutSeconds").as_deref() == Some("30"))
+        );
+        let lists: Vec<_> = reqs.iter().filter(|r| r.verb == "list").collect();
+        assert!(lists.iter().all(|l| l.query_param("limit").as_deref() == Some("500")));
+        let names: Vec<String> = reader.state().iter().map(|p| p.name_any()).collect();
+        assert!(
+            names.contains(&"e".to_string()) && !names.contains(&"a".to_string()),
+            "{names:?}"
+        );
+
+        // The watch survives an API server outage.
+        api.faults().set_down(true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        api.faults().set_down(false);
+        store.create(pod("spark", "f", "n1", json!({})));
+        events.expect(&["apply f", "init f"]).await;
+        task.abort();
+        let _ = task.await;
+    }
+}
