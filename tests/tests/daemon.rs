@@ -243,6 +243,14 @@ async fn client_mode_executor_whose_driver_is_deleted_is_orphaned_everywhere() {
     .await;
     // The kubelet's own condition is untouched by the strategic merge.
     assert_eq!(node_condition(&api, "Ready").unwrap()["status"], "True");
+    // Cleaning up the executor clears the finding, the metric and the condition.
+    store.delete("pods", Some("analytics"), &format!("{}-exec-1", app.prefix));
+    wait_for("the condition to clear", Duration::from_secs(30), &agent, || {
+        node_condition(&api, "SparkExecutorOrphans").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    assert_eq!(agent.metric("nodemedic_orphaned_executors"), Some(0.0));
+    assert_eq!(node_condition(&api, "SparkExecutorOrphans").unwrap()["reason"], "NoSparkExecutorOrphans");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
