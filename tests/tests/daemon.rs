@@ -250,7 +250,10 @@ async fn client_mode_executor_whose_driver_is_deleted_is_orphaned_everywhere() {
     })
     .await;
     assert_eq!(agent.metric("nodemedic_orphaned_executors"), Some(0.0));
-    assert_eq!(node_condition(&api, "SparkExecutorOrphans").unwrap()["reason"], "NoSparkExecutorOrphans");
+    assert_eq!(
+        node_condition(&api, "SparkExecutorOrphans").unwrap()["reason"],
+        "NoSparkExecutorOrphans"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

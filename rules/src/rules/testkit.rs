@@ -67,6 +67,20 @@ pub fn pod_cgroup(uid: &str, leaves: Vec<ContainerCgroup>) -> PodCgroup {
     }
 }
 
+/// One core per CPU, all on socket 0.
+fn flat_topology(online: &CpuSet) -> CpuTopology {
+    CpuTopology::new(
+        online
+            .iter()
+            .map(|c| CpuInfo {
+                cpu: c,
+                core: c,
+                socket: 0,
+            })
+            .collect(),
+    )
+}
+
 impl SnapshotBuilder {
     /// A static-policy node whose online CPUs are the default set plus every entry, one
     /// core per CPU on one socket, no reserved CPUs, pods judged from cgroups (none).
@@ -94,16 +108,7 @@ impl SnapshotBuilder {
             .assignments
             .iter()
             .fold(state.default_cpus.clone(), |acc, a| acc.union(&a.cpus));
-        let topo = CpuTopology::new(
-            online
-                .iter()
-                .map(|c| CpuInfo {
-                    cpu: c,
-                    core: c,
-                    socket: 0,
-                })
-                .collect(),
-        );
+        let topo = flat_topology(&online);
         let content = crate::Checkpoint::parse(state.to_checkpoint_json().as_bytes());
         let mut snap = NodeSnapshot::empty("node-a", 1_700_000_000);
         snap.checkpoint = Observed::Ok(CheckpointFile {
@@ -154,16 +159,7 @@ impl SnapshotBuilder {
     }
 
     pub fn with_online(mut self, online: &str) -> Self {
-        self.snap.cpus = Observed::Ok(CpuTopology::new(
-            cpus(online)
-                .iter()
-                .map(|c| CpuInfo {
-                    cpu: c,
-                    core: c,
-                    socket: 0,
-                })
-                .collect(),
-        ));
+        self.snap.cpus = Observed::Ok(flat_topology(&cpus(online)));
         self
     }
 
