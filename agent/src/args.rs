@@ -32,51 +32,57 @@ pub enum Command {
 pub struct RunArgs {
     #[command(flatten)]
     pub host: HostArgs,
-    /// This node's name (the DaemonSet sets NODE_NAME from the downward API).
+    /// This node's name (the DaemonSet sets NODE_NAME from the downward API). Required to run.
     #[arg(long, env = "NODE_NAME")]
-    pub node: String,
+    pub node: Option<String>,
     /// This agent's pod name, used as the Events' reporting instance.
     #[arg(long, env = "POD_NAME", default_value = "nodemedic")]
     pub pod_name: String,
+    /// The configuration file (YAML; see docs/configuration.md). Flags override its keys. Reloaded on SIGHUP.
+    #[arg(long, env = "NODEMEDIC_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Check the configuration (file and flags) and exit: 0 when valid, 2 with the bad key named.
+    #[arg(long, default_value_t = false)]
+    pub check_config: bool,
     /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Address of the /metrics, /healthz and /readyz endpoint.
-    #[arg(long, default_value = "0.0.0.0:9904", env = "NODEMEDIC_LISTEN")]
-    pub listen: String,
-    /// Seconds between host scans (pod changes also trigger one).
-    #[arg(long, default_value_t = 30.0, env = "NODEMEDIC_SCAN_INTERVAL_SECONDS")]
-    pub scan_interval_seconds: f64,
-    /// Seconds between walks of the Spark local dirs (they can be large).
-    #[arg(long, default_value_t = 600.0, env = "NODEMEDIC_LOCAL_DIR_INTERVAL_SECONDS")]
-    pub local_dir_interval_seconds: f64,
+    /// Address of the /metrics, /healthz and /readyz endpoint [default: 0.0.0.0:9904].
+    #[arg(long, env = "NODEMEDIC_LISTEN")]
+    pub listen: Option<String>,
+    /// Seconds between host scans; pod changes also trigger one [default: 30].
+    #[arg(long, env = "NODEMEDIC_SCAN_INTERVAL_SECONDS")]
+    pub scan_interval_seconds: Option<f64>,
+    /// Seconds between walks of the Spark local dirs, which can be large [default: 600].
+    #[arg(long, env = "NODEMEDIC_LOCAL_DIR_INTERVAL_SECONDS")]
+    pub local_dir_interval_seconds: Option<f64>,
     /// hostPath directories (host paths) where Spark local dirs live (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,
-    /// Seconds a driver lookup is remembered.
-    #[arg(long, default_value_t = 300.0, env = "NODEMEDIC_DRIVER_CACHE_TTL_SECONDS")]
-    pub driver_cache_ttl_seconds: f64,
-    /// At most this many driver lookups reach the API server per cache TTL.
-    #[arg(long, default_value_t = 100, env = "NODEMEDIC_DRIVER_LOOKUP_BUDGET")]
-    pub driver_lookup_budget: u32,
-    /// Seconds between updates of a lasting finding's Event series.
-    #[arg(long, default_value_t = 600.0, env = "NODEMEDIC_EVENT_SERIES_INTERVAL_SECONDS")]
-    pub event_series_interval_seconds: f64,
-    /// Seconds between node condition heartbeats when nothing changes.
-    #[arg(long, default_value_t = 300.0, env = "NODEMEDIC_CONDITION_HEARTBEAT_SECONDS")]
-    pub condition_heartbeat_seconds: f64,
-    /// Timeout of each API request, in seconds.
-    #[arg(long, default_value_t = 10.0, env = "NODEMEDIC_REQUEST_TIMEOUT_SECONDS")]
-    pub request_timeout_seconds: f64,
+    /// Seconds a driver lookup is remembered [default: 300].
+    #[arg(long, env = "NODEMEDIC_DRIVER_CACHE_TTL_SECONDS")]
+    pub driver_cache_ttl_seconds: Option<f64>,
+    /// At most this many driver lookups reach the API server per cache TTL [default: 100].
+    #[arg(long, env = "NODEMEDIC_DRIVER_LOOKUP_BUDGET")]
+    pub driver_lookup_budget: Option<u32>,
+    /// Seconds between updates of a lasting finding's Event series [default: 600].
+    #[arg(long, env = "NODEMEDIC_EVENT_SERIES_INTERVAL_SECONDS")]
+    pub event_series_interval_seconds: Option<f64>,
+    /// Seconds between node condition heartbeats when nothing changes [default: 300].
+    #[arg(long, env = "NODEMEDIC_CONDITION_HEARTBEAT_SECONDS")]
+    pub condition_heartbeat_seconds: Option<f64>,
+    /// Timeout of each API request, in seconds [default: 10].
+    #[arg(long, env = "NODEMEDIC_REQUEST_TIMEOUT_SECONDS")]
+    pub request_timeout_seconds: Option<f64>,
     /// Rule ids to skip (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_DISABLE_RULES")]
     pub disable_rule: Vec<String>,
     /// A rule setting, KEY=VALUE (repeat), e.g. orphan_grace_seconds=300; see docs/README.md#settings.
     #[arg(long = "rule-setting", value_name = "KEY=VALUE")]
     pub rule_setting: Vec<String>,
-    /// Log format.
-    #[arg(long, value_enum, default_value = "text", env = "NODEMEDIC_LOG_FORMAT")]
-    pub log_format: Format,
+    /// Log format [default: text].
+    #[arg(long, value_enum, env = "NODEMEDIC_LOG_FORMAT")]
+    pub log_format: Option<Format>,
 }
 
 /// Output format.

@@ -3,7 +3,6 @@
 
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use nodemedic_rules::checkpoint::Verification;
@@ -86,10 +85,13 @@ fn setting_value(text: &str) -> serde_json::Value {
     serde_json::json!(text)
 }
 
-/// Settings from `--rule-setting KEY=VALUE` pairs and `--disable-rule` ids; an unknown key or
-/// a bad value is an error naming it.
-pub fn settings_from(pairs: &[String], disabled: Vec<String>) -> Result<Settings, String> {
-    let mut obj = serde_json::Map::new();
+/// `base` with `--rule-setting KEY=VALUE` pairs applied over it and `--disable-rule` ids
+/// added; an unknown key, a bad value or an unknown rule id is an error naming it.
+pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) -> Result<Settings, String> {
+    let mut obj = match serde_json::to_value(&base) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
     for pair in pairs {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(format!("--rule-setting {pair:?}: expected KEY=VALUE"));
@@ -106,39 +108,44 @@ pub fn settings_from(pairs: &[String], disabled: Vec<String>) -> Result<Settings
         }
         settings.disabled_rules.insert(id);
     }
+    settings.validate()?;
     Ok(settings)
 }
 
 /// `nodemedic run`.
 fn run(args: crate::args::RunArgs) -> Result<u8, String> {
+    let file = crate::config::load(args.config.as_ref())?;
+    let effective = crate::config::effective(&args, &file)?;
+    if args.check_config {
+        let shown = args
+            .config
+            .as_ref()
+            .map_or("(no file: defaults and flags)".to_string(), |p| p.display().to_string());
+        print(&format!("{shown}: valid\n"));
+        return Ok(EXIT_OK);
+    }
+    let Some(node) = args.node.clone() else {
+        return Err("--node (or NODE_NAME) is required to run".into());
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("NODEMEDIC_LOG").unwrap_or_else(|_| "info".into());
     use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let _ = match args.log_format {
+    let _ = match effective.log_format {
         Format::Json => builder.json().try_init(),
         Format::Text => builder.try_init(),
     };
-    // Fractions of a second are allowed (tests run fast cycles); never below 50 ms.
-    let secs = |s: f64| Duration::from_secs_f64(if s.is_finite() { s.max(0.05) } else { 0.05 });
     let cfg = crate::daemon::DaemonConfig {
-        host_root: args.host.host_root,
-        kubelet_dir: args.host.kubelet_dir,
-        node: args.node,
-        instance: args.pod_name,
-        kubeconfig: args.kubeconfig,
-        listen: args.listen,
-        scan_interval: secs(args.scan_interval_seconds),
-        local_dir_interval: secs(args.local_dir_interval_seconds),
-        local_dir_roots: args.local_dir_root,
-        driver_cache_ttl: secs(args.driver_cache_ttl_seconds),
-        driver_lookup_budget: args.driver_lookup_budget,
-        event_series_interval: secs(args.event_series_interval_seconds),
-        condition_heartbeat: secs(args.condition_heartbeat_seconds),
-        request_timeout: secs(args.request_timeout_seconds),
-        settings: settings_from(&args.rule_setting, args.disable_rule)?,
+        host_root: args.host.host_root.clone(),
+        kubelet_dir: args.host.kubelet_dir.clone(),
+        node,
+        instance: args.pod_name.clone(),
+        kubeconfig: args.kubeconfig.clone(),
+        config_file: args.config.clone(),
+        args,
+        effective,
     };
     if !cfg.host_root.is_dir() {
         return Err(format!(
@@ -169,13 +176,16 @@ fn scan_api(
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let timeout = Duration::from_secs(5);
+        let timeout = std::time::Duration::from_secs(5);
         let client = crate::kube_api::client(kubeconfig, timeout).await?;
         let pods = crate::kube_api::node_pods(&client, node).await?;
         let directory = crate::kube_api::ApiDirectory::new(client);
-        let lookups = tokio::time::timeout(Duration::from_secs(20), crate::spark::resolve_all(&directory, &pods))
-            .await
-            .map_err(|_| "driver lookups took over 20 s".to_string())?;
+        let lookups = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            crate::spark::resolve_all(&directory, &pods),
+        )
+        .await
+        .map_err(|_| "driver lookups took over 20 s".to_string())?;
         Ok((pods, lookups))
     })
 }
@@ -222,7 +232,7 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
     }
-    let settings = settings_from(&args.rule_setting, args.disable_rule)?;
+    let settings = settings_from(Settings::default(), &args.rule_setting, args.disable_rule)?;
     let findings = rules::evaluate(&snapshot, &settings);
     let report = Report::new(&snapshot, findings);
     match args.format.format {
@@ -353,6 +363,7 @@ mod tests {
     #[test]
     fn rule_settings() {
         let s = settings_from(
+            Settings::default(),
             &[
                 "reconcile_grace_seconds=2.5".into(),
                 "rejection_window_seconds=60".into(),
@@ -364,22 +375,22 @@ mod tests {
         assert_eq!(s.rejection_window_seconds, 60);
         assert!(!s.enabled("cpuset-drift"));
         assert!(
-            settings_from(&["nope=1".into()], vec![])
+            settings_from(Settings::default(), &["nope=1".into()], vec![])
                 .unwrap_err()
                 .contains("unknown field `nope`")
         );
         assert!(
-            settings_from(&["rejection_window_seconds=soon".into()], vec![])
+            settings_from(Settings::default(), &["rejection_window_seconds=soon".into()], vec![])
                 .unwrap_err()
                 .contains("invalid type: string \"soon\"")
         );
         assert!(
-            settings_from(&["novalue".into()], vec![])
+            settings_from(Settings::default(), &["novalue".into()], vec![])
                 .unwrap_err()
                 .contains("expected KEY=VALUE")
         );
         assert!(
-            settings_from(&[], vec!["no-such-rule".into()])
+            settings_from(Settings::default(), &[], vec!["no-such-rule".into()])
                 .unwrap_err()
                 .contains("unknown rule id")
         );

@@ -106,6 +106,11 @@ impl NodeConditions {
         }
     }
 
+    /// Changes the heartbeat.
+    pub fn set_heartbeat(&mut self, every: Duration) {
+        self.heartbeat = every;
+    }
+
     /// Patches the node's status when a condition changed or the heartbeat is due; returns
     /// whether it patched.
     pub async fn sync(&mut self, findings: &[Finding]) -> Result<bool, String> {

@@ -24,8 +24,8 @@ use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
+use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{Observed, PodSource};
-use nodemedic_rules::{Settings, rules};
 use tokio::sync::Notify;
 
 use crate::collect::{
@@ -33,6 +33,7 @@ use crate::collect::{
     pods::{PodObject, pod_info},
 };
 use crate::conditions::NodeConditions;
+use crate::config::Effective;
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
@@ -41,7 +42,7 @@ use crate::serve::{self, Health};
 use crate::spark::{self, CachedDirectory};
 
 /// Everything the daemon is configured with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DaemonConfig {
     pub host_root: PathBuf,
     pub kubelet_dir: Option<PathBuf>,
@@ -49,27 +50,22 @@ pub struct DaemonConfig {
     /// This agent's name in Events (`reportingInstance`): its pod name.
     pub instance: String,
     pub kubeconfig: Option<PathBuf>,
-    pub listen: String,
-    pub scan_interval: Duration,
-    pub local_dir_interval: Duration,
-    pub local_dir_roots: Vec<String>,
-    pub driver_cache_ttl: Duration,
-    pub driver_lookup_budget: u32,
-    pub event_series_interval: Duration,
-    pub condition_heartbeat: Duration,
-    pub request_timeout: Duration,
-    pub settings: Settings,
+    /// The configuration file, re-read on SIGHUP.
+    pub config_file: Option<PathBuf>,
+    /// The command line, which keeps winning over the file after a reload.
+    pub args: crate::args::RunArgs,
+    pub effective: Effective,
 }
 
 /// Runs until SIGTERM/SIGINT. Errors only when it cannot start (no API configuration, the
 /// listen address is taken).
 pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
-    let client = kube_api::client(cfg.kubeconfig.as_deref(), cfg.request_timeout).await?;
+    let client = kube_api::client(cfg.kubeconfig.as_deref(), cfg.effective.request_timeout).await?;
     let metrics = Metrics::new().map_err(|e| format!("metrics: {e}"))?;
     let health = Arc::new(Health::default());
-    let listener = tokio::net::TcpListener::bind(&cfg.listen)
+    let listener = tokio::net::TcpListener::bind(&cfg.effective.listen)
         .await
-        .map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
+        .map_err(|e| format!("listen on {}: {e}", cfg.effective.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
@@ -115,11 +111,17 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
         host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
         directory: CachedDirectory::new(
             ApiDirectory::new(client.clone()),
-            cfg.driver_cache_ttl,
-            cfg.driver_lookup_budget,
+            cfg.effective.driver_cache_ttl,
+            cfg.effective.driver_lookup_budget,
         ),
-        events: EventRecorder::new(client.clone(), &cfg.node, &cfg.instance, cfg.event_series_interval),
-        conditions: NodeConditions::new(client, &cfg.node, cfg.condition_heartbeat),
+        events: EventRecorder::new(
+            client.clone(),
+            &cfg.node,
+            &cfg.instance,
+            cfg.effective.event_series_interval,
+        ),
+        conditions: NodeConditions::new(client.clone(), &cfg.node, cfg.effective.condition_heartbeat),
+        client,
         last_local_dirs: None,
         driver_memory: spark::DriverMemory::default(),
         store,
@@ -136,16 +138,25 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     {
         tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
     }
-    let mut tick = tokio::time::interval(daemon.cfg.scan_interval);
+    let mut tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("SIGTERM handler: {e}"))?;
+    let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| format!("signal handler: {e}"));
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
+    daemon.metrics.config_last_reload_successful.set(1);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = wake.notified() => {
                 // Let a burst of pod changes settle into one cycle.
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            _ = sighup.recv() => {
+                if daemon.reload() {
+                    tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                continue;
             }
             _ = sigterm.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
@@ -158,6 +169,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
 struct Daemon {
     cfg: DaemonConfig,
+    client: kube::Client,
     host: HostPaths,
     store: Store<PodObject>,
     directory: CachedDirectory<ApiDirectory>,
@@ -170,6 +182,50 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// Re-reads the configuration file (SIGHUP). A bad file changes nothing; a good one takes
+    /// effect at once, except the listen address, the request timeout and the node, which need
+    /// a restart. Returns whether the scan interval changed.
+    fn reload(&mut self) -> bool {
+        let result = crate::config::load(self.cfg.config_file.as_ref())
+            .and_then(|file| crate::config::effective(&self.cfg.args, &file));
+        let new = match result {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::error!(error = %e, "configuration reload failed; keeping the configuration in force");
+                self.metrics.config_last_reload_successful.set(0);
+                return false;
+            }
+        };
+        let old = std::mem::replace(&mut self.cfg.effective, new);
+        let new = &self.cfg.effective;
+        if old.listen != new.listen || old.request_timeout != new.request_timeout {
+            tracing::warn!("listen and request_timeout_seconds changes take effect at the next restart");
+        }
+        if old.driver_cache_ttl != new.driver_cache_ttl || old.driver_lookup_budget != new.driver_lookup_budget {
+            self.directory = CachedDirectory::new(
+                ApiDirectory::new(self.client.clone()),
+                new.driver_cache_ttl,
+                new.driver_lookup_budget,
+            );
+        }
+        self.events.set_series_interval(new.event_series_interval);
+        self.conditions.set_heartbeat(new.condition_heartbeat);
+        if old.local_dir_roots != new.local_dir_roots {
+            self.last_local_dirs = None;
+        }
+        self.metrics.config_last_reload_successful.set(1);
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            self.metrics
+                .config_last_reload_success_timestamp_seconds
+                .set(now.as_secs_f64());
+        }
+        tracing::info!(
+            scan_interval_seconds = new.scan_interval.as_secs_f64(),
+            "configuration reloaded"
+        );
+        old.scan_interval != new.scan_interval
+    }
+
     async fn cycle(&mut self) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
@@ -180,12 +236,12 @@ impl Daemon {
         let local_due = self
             .last_local_dirs
             .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.cfg.local_dir_interval);
+            .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
         let opts = ScanOptions {
             node: Some(self.cfg.node.clone()),
             pods_file: None,
             pods,
-            local_dir_roots: self.cfg.local_dir_roots.clone(),
+            local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
             skip_local_dirs: !local_due,
         };
         let host = self.host.clone();
@@ -212,9 +268,9 @@ impl Daemon {
             snapshot.drivers = drivers;
             snapshot.app_drivers = app_drivers;
         }
-        let findings = rules::evaluate(&snapshot, &self.cfg.settings);
+        let findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
         self.metrics
-            .observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.settings);
+            .observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.effective.settings);
         self.health.scanned.store(true, Ordering::Relaxed);
 
         let stats = self.events.record(&findings).await;

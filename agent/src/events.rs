@@ -121,6 +121,11 @@ impl EventRecorder {
         }
     }
 
+    /// Changes how often a lasting finding's series is updated.
+    pub fn set_series_interval(&mut self, every: Duration) {
+        self.series_interval = every;
+    }
+
     /// Open series (findings currently reported).
     pub fn open_series(&self) -> usize {
         self.series.len()

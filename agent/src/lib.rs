@@ -21,6 +21,7 @@ pub mod args;
 pub mod cli;
 pub mod collect;
 pub mod conditions;
+pub mod config;
 pub mod daemon;
 pub mod events;
 pub mod host;

@@ -29,6 +29,8 @@ pub struct Metrics {
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
+    pub config_last_reload_successful: IntGauge,
+    pub config_last_reload_success_timestamp_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -109,6 +111,14 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            config_last_reload_successful: IntGauge::with_opts(opts(
+                "config_last_reload_successful",
+                "1 when the configuration in force was read without error at start or at the last SIGHUP.",
+            ))?,
+            config_last_reload_success_timestamp_seconds: Gauge::with_opts(opts(
+                "config_last_reload_success_timestamp_seconds",
+                "When the configuration was last reloaded successfully (SIGHUP), unix seconds; 0 before any reload.",
+            ))?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -125,9 +135,25 @@ impl Metrics {
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
         m.registry.register(Box::new(m.admission_rejections_total.clone()))?;
+        m.registry.register(Box::new(m.config_last_reload_successful.clone()))?;
+        m.registry
+            .register(Box::new(m.config_last_reload_success_timestamp_seconds.clone()))?;
+        // The process's own RSS, CPU seconds and open fds (process_* families).
+        m.registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         // Every rule and severity present from the start, so absent means "not scraped".
+        for reason in [
+            "OutOfcpu",
+            "OutOfmemory",
+            "OutOfpods",
+            "OutOfephemeral-storage",
+            "UnexpectedAdmissionError",
+        ] {
+            m.admission_rejections_total.with_label_values(&[reason]);
+        }
         for rule in rules::ALL {
+            m.events_emitted_total.with_label_values(&[rule.event_reason]);
             m.rule_firing.with_label_values(&[rule.id]).set(0);
             for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
                 m.findings.with_label_values(&[rule.id, sev.as_str()]).set(0);

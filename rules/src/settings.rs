@@ -1,14 +1,18 @@
 //! Rule settings: which rules run and their thresholds. Defaults are what a node wants
 //! without any configuration; the daemon's configuration file fills this in.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::finding::Severity;
 
 /// Settings shared by all rules.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "snake_case")]
 pub struct Settings {
     /// Rule ids that do not run.
     pub disabled_rules: BTreeSet<String>,
+    /// Severity of every finding of a rule, replacing the rule's own (rule id -> severity).
+    pub severity_overrides: BTreeMap<String, Severity>,
     /// How long the kubelet may take to reconcile, in seconds: a shared-pool cpuset may lag
     /// the checkpoint this long, and an entry of a pod that finished (or was admitted) this
     /// recently is not called stale yet. `None`: the kubelet's `cpuManagerReconcilePeriod`
@@ -37,6 +41,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             disabled_rules: BTreeSet::new(),
+            severity_overrides: BTreeMap::new(),
             reconcile_grace_seconds: None,
             rejection_window_seconds: 3600,
             orphan_grace_seconds: 600,
@@ -47,6 +52,36 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Checks what serde cannot: rule ids exist, numbers are in range. The error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        for id in self.disabled_rules.iter().chain(self.severity_overrides.keys()) {
+            if crate::rules::by_id(id).is_none() {
+                return Err(format!("unknown rule id {id:?} (see `nodemedic rules`)"));
+            }
+        }
+        if let Some(g) = self.reconcile_grace_seconds {
+            if !g.is_finite() || g < 0.0 {
+                return Err(format!(
+                    "reconcile_grace_seconds: {g} is not a non-negative number of seconds"
+                ));
+            }
+        }
+        for (key, v) in [
+            ("rejection_window_seconds", self.rejection_window_seconds),
+            ("orphan_grace_seconds", self.orphan_grace_seconds),
+            (
+                "scheduler_conflict_window_seconds",
+                self.scheduler_conflict_window_seconds,
+            ),
+            ("local_dir_min_age_seconds", self.local_dir_min_age_seconds),
+        ] {
+            if v < 0 {
+                return Err(format!("{key}: {v} is negative"));
+            }
+        }
+        Ok(())
+    }
+
     /// The reconcile grace in force for `snapshot`.
     pub fn reconcile_grace(&self, snapshot: &crate::NodeSnapshot) -> f64 {
         self.reconcile_grace_seconds

@@ -5,6 +5,7 @@
 //! The binary is the one cargo built for this profile (`target/<profile>/nodemedic`, next
 //! to the test executable's `deps/` directory), or `$NODEMEDIC_BIN`.
 
+pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
 pub mod hosttree;

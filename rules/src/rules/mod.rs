@@ -169,7 +169,15 @@ pub fn evaluate(snapshot: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let mut findings: Vec<Finding> = ALL
         .iter()
         .filter(|r| settings.enabled(r.id))
-        .flat_map(|r| (r.check)(snapshot, settings))
+        .flat_map(|r| {
+            let mut found = (r.check)(snapshot, settings);
+            if let Some(severity) = settings.severity_overrides.get(r.id) {
+                for f in &mut found {
+                    f.severity = *severity;
+                }
+            }
+            found
+        })
         .collect();
     findings.sort_by_key(Finding::sort_key);
     findings
@@ -215,6 +223,33 @@ mod tests {
             assert!(r.event_reason.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
             assert_eq!(by_id(r.id).map(|x| x.id), Some(r.id));
         }
+    }
+
+    #[test]
+    fn severity_overrides_apply_and_settings_validate() {
+        let snap = testkit::SnapshotBuilder::static_node("0-1", &[("dead-pod", "app", "2-3")])
+            .with_pod_list(&[])
+            .build();
+        let mut settings = Settings::default();
+        settings
+            .severity_overrides
+            .insert("stale-cpu-assignment".into(), Severity::Info);
+        let f = evaluate(&snap, &settings);
+        assert!(
+            f.iter()
+                .filter(|f| f.rule == "stale-cpu-assignment")
+                .all(|f| f.severity == Severity::Info)
+        );
+        assert_eq!(settings.validate(), Ok(()));
+        settings
+            .severity_overrides
+            .insert("no-such-rule".into(), Severity::Info);
+        assert!(settings.validate().unwrap_err().contains("\"no-such-rule\""));
+        let negative = Settings {
+            orphan_grace_seconds: -1,
+            ..Default::default()
+        };
+        assert_eq!(negative.validate(), Err("orphan_grace_seconds: -1 is negative".into()));
     }
 
     #[test]

@@ -1,0 +1,183 @@
+//! A running `nodemedic run` daemon for end-to-end tests: started against the API server
+//! double over HTTPS, its log captured, its endpoints scraped, and stopped (SIGTERM, then
+//! SIGKILL) when dropped, pass or fail.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::apiserver::ApiServer;
+use crate::hosttree::Node;
+use crate::nodemedic_bin;
+
+/// The node the agent runs for.
+pub const NODE: &str = "worker-7";
+
+/// A running daemon.
+#[derive(Debug)]
+pub struct Agent {
+    child: Child,
+    pub addr: String,
+    log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal to the daemon.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    /// Starts `nodemedic run` on a host tree with `node`'s files against `api`.
+    pub fn start(api: &ApiServer, host: Option<&Node>, extra: &[&str]) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("host");
+        std::fs::create_dir_all(&root).unwrap();
+        if let Some(node) = host {
+            node.write(&root).unwrap();
+        }
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, true).unwrap();
+        let mut args: Vec<String> = [
+            "run",
+            "--host-root",
+            root.to_str().unwrap(),
+            "--node",
+            NODE,
+            "--pod-name",
+            "nodemedic-test",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Fast defaults for tests, unless the test sets its own.
+        for (flag, value) in [
+            ("--scan-interval-seconds", "0.3"),
+            ("--driver-cache-ttl-seconds", "0.5"),
+            ("--request-timeout-seconds", "3"),
+        ] {
+            if !extra.contains(&flag) {
+                args.extend([flag.to_string(), value.to_string()]);
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = Command::new(nodemedic_bin())
+            .args(&args)
+            .env("NODEMEDIC_LOG", "info,kube=warn")
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("NODE_NAME")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = loop {
+            let text = log.lock().unwrap().clone();
+            if let Some(i) = text.find("listen=") {
+                let rest = &text[i + 7..];
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("nodemedic run exited with {status}:\n{text}");
+            }
+            assert!(Instant::now() < deadline, "no listen address logged:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Agent {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let Ok(mut s) = TcpStream::connect(&self.addr) else {
+            return (0, String::new());
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (code, body)
+    }
+
+    /// The value of one metric sample, e.g. `nodemedic_rule_firing{rule="duplicate-driver"}`.
+    pub fn metric(&self, sample: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn scans(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(" scan ") || l.ends_with(" scan"))
+            .count()
+    }
+}
+
+/// Polls `check` until it holds or `timeout` passes (then panics with the agent's log).
+pub async fn wait_for(what: &str, timeout: Duration, agent: &Agent, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}\n--- agent log\n{}", agent.log());
+}

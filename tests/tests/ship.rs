@@ -1,0 +1,216 @@
+//! What a platform team installs and relies on: the HTTP endpoint (`/metrics` checked by
+//! promtool and against docs/metrics.md, `/healthz`, `/readyz`), the configuration file
+//! (checked against docs/configuration.md, reloaded on SIGHUP, a bad one kept out).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nodemedic_tests::agent::{Agent, NODE, wait_for};
+use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
+use serde_json::json;
+
+fn repo(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+fn stale_host() -> Node {
+    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
+}
+
+async fn started(api: &ApiServer, extra: &[&str]) -> Agent {
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    let agent = Agent::start(api, Some(&stale_host()), extra);
+    wait_for("readyz", Duration::from_secs(60), &agent, || {
+        agent.get("/readyz").0 == 200
+    })
+    .await;
+    agent
+}
+
+/// `(name, type)` of every family in an exposition text.
+fn families(text: &str) -> BTreeSet<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' ').map(|(n, t)| (n.to_string(), t.trim().to_string())))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_metrics_pass_promtool_and_match_the_docs() {
+    let api = ApiServer::start().await.unwrap();
+    let agent = started(&api, &[]).await;
+    assert_eq!(agent.get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(agent.get("/readyz"), (200, "ok\n".to_string()));
+    assert_eq!(agent.get("/nope").0, 404);
+    let (code, body) = agent.get("/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"} 1"),
+        "{body}"
+    );
+
+    // promtool, as Prometheus' own linter, on the real output.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package `prometheus`; .ci/run installs it)");
+    std::io::Write::write_all(promtool.stdin.as_mut().unwrap(), body.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // docs/metrics.md lists exactly the families served, with their types.
+    let docs = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();
+    let documented: BTreeSet<(String, String)> = docs
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name.to_string(), cells.get(2)?.to_string()))
+        })
+        .collect();
+    assert_eq!(documented, families(&body), "docs/metrics.md and /metrics differ");
+}
+
+fn write_config(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_good_configuration_and_keeps_out_a_bad_one() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    write_config(&config, "scan_interval_seconds: 0.2\n");
+    let agent = started(
+        &api,
+        &["--config", config.to_str().unwrap(), "--scan-interval-seconds", "0.2"],
+    )
+    .await;
+    let stale = "nodemedic_rule_firing{rule=\"stale-cpu-assignment\"}";
+    wait_for("the stale finding", Duration::from_secs(30), &agent, || {
+        agent.metric(stale) == Some(1.0)
+    })
+    .await;
+    assert_eq!(agent.metric("nodemedic_config_last_reload_successful"), Some(1.0));
+    assert_eq!(
+        agent.metric("nodemedic_config_last_reload_success_timestamp_seconds"),
+        Some(0.0)
+    );
+
+    // A good file: the rule is switched off at once.
+    write_config(
+        &config,
+        "scan_interval_seconds: 0.2\nrules:\n  disabled_rules: [stale-cpu-assignment]\n",
+    );
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the rule to be disabled", Duration::from_secs(30), &agent, || {
+        agent.metric(stale) == Some(0.0)
+    })
+    .await;
+    assert!(
+        agent
+            .metric("nodemedic_config_last_reload_success_timestamp_seconds")
+            .unwrap()
+            > 0.0
+    );
+    assert!(agent.log().contains("configuration reloaded"));
+
+    // A bad file: nothing changes, and the metric and the log say why.
+    write_config(
+        &config,
+        "scan_interval_seconds: 0.2\nrules:\n  disabled_rules: []\n  orphan_grace: 3\n",
+    );
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_for("the failed reload", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_config_last_reload_successful") == Some(0.0)
+    })
+    .await;
+    let scans = agent.scans();
+    wait_for("more scans", Duration::from_secs(30), &agent, || {
+        agent.scans() >= scans + 5
+    })
+    .await;
+    assert_eq!(
+        agent.metric(stale),
+        Some(0.0),
+        "the old configuration (rule disabled) stays in force"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("configuration reload failed") && log.contains("orphan_grace"),
+        "{log}"
+    );
+    let mut agent = agent;
+    assert!(agent.alive());
+}
+
+#[test]
+fn check_config_and_the_configuration_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &good,
+        "scan_interval_seconds: 15\nrules:\n  orphan_grace_seconds: 120\n",
+    )
+    .unwrap();
+    std::fs::write(&bad, "scan_interval_seconds: 15\nrules:\n  orphan_grace_secs: 120\n").unwrap();
+    let run = nodemedic_tests::nodemedic(&["run", "--check-config", "--config", good.to_str().unwrap()]);
+    assert_eq!(
+        (run.code, run.stdout.trim_end()),
+        (0, format!("{}: valid", good.display()).as_str()),
+        "{}",
+        run.stderr
+    );
+    let run = nodemedic_tests::nodemedic(&["run", "--check-config", "--config", bad.to_str().unwrap()]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("orphan_grace_secs") && run.stderr.starts_with(&format!("nodemedic: {}", bad.display())),
+        "{}",
+        run.stderr
+    );
+    let run = nodemedic_tests::nodemedic(&["run", "--check-config", "--scan-interval-seconds", "0"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .contains("--scan-interval-seconds: 0 is not a positive number of seconds"),
+        "{}",
+        run.stderr
+    );
+
+    // The documented file is valid and its tables name exactly the keys the code knows.
+    let docs = std::fs::read_to_string(repo("docs/configuration.md")).unwrap();
+    let yaml = docs
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    nodemedic::config::parse(yaml).unwrap_or_else(|e| panic!("docs/configuration.md example: {e}"));
+    let documented: BTreeSet<String> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next().map(str::to_string))
+        .collect();
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    if let serde_json::Value::Object(m) = serde_json::to_value(nodemedic::config::FileConfig::default()).unwrap() {
+        known.extend(m.keys().cloned());
+    }
+    if let serde_json::Value::Object(m) = serde_json::to_value(nodemedic_rules::Settings::default()).unwrap() {
+        known.extend(m.keys().cloned());
+    }
+    assert_eq!(
+        documented, known,
+        "docs/configuration.md tables and the code's keys differ"
+    );
+}
