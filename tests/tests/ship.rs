@@ -214,3 +214,33 @@ fn check_config_and_the_configuration_reference() {
         "docs/configuration.md tables and the code's keys differ"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_cannot_hold_the_endpoint() {
+    use std::io::Read;
+    let api = ApiServer::start().await.unwrap();
+    let agent = started(&api, &[]).await;
+    // Ten clients connect and never send a request (or send half a header).
+    let mut idle: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| std::net::TcpStream::connect(&agent.addr).unwrap())
+        .collect();
+    std::io::Write::write_all(&mut idle[0], b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    // Others are served meanwhile.
+    let started_at = std::time::Instant::now();
+    assert_eq!(agent.get("/healthz").0, 200);
+    assert!(
+        started_at.elapsed() < Duration::from_secs(2),
+        "served while slow clients hang"
+    );
+    // The server closes the idle connections once the header timeout (5 s) passes.
+    for conn in &mut idle {
+        conn.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut buf = Vec::new();
+        let t = std::time::Instant::now();
+        let _ = conn.read_to_end(&mut buf);
+        assert!(
+            t.elapsed() < Duration::from_secs(14),
+            "an idle connection was held open"
+        );
+    }
+}
