@@ -333,6 +333,78 @@ impl PodSource {
     }
 }
 
+/// One timed request to the API server, like `curl -w`: seconds from the start of the
+/// request until each phase ended.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ProbeSample {
+    /// `get` (`/version`), `list` (this node's pods, `limit=1`) or `create_dry_run` (a minimal
+    /// pod created with `dryRun=All`, through the whole admission chain).
+    pub probe: String,
+    /// When it started, unix seconds.
+    pub at: i64,
+    /// A 2xx answer arrived.
+    pub ok: bool,
+    /// The HTTP status, when an answer arrived.
+    pub status: Option<u16>,
+    /// Why it failed (connection refused, timeout, TLS, HTTP status with the Status message).
+    pub error: Option<String>,
+    pub dns_seconds: f64,
+    pub connect_seconds: f64,
+    /// TLS handshake done (equal to `connect_seconds` over plain HTTP).
+    pub tls_seconds: f64,
+    pub first_byte_seconds: f64,
+    pub total_seconds: f64,
+}
+
+/// An admission webhook that can apply to pod creation, as configured.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct WebhookInfo {
+    /// The Mutating/ValidatingWebhookConfiguration's name.
+    pub configuration: String,
+    /// The webhook's name (as in `apiserver_admission_webhook_admission_duration_seconds{name}`).
+    pub name: String,
+    /// `mutating` or `validating`.
+    pub kind: String,
+    /// `timeoutSeconds` (10 when unset, in admissionregistration/v1).
+    pub timeout_seconds: i32,
+    /// `Fail` or `Ignore`.
+    pub failure_policy: String,
+    /// `None`, `NoneOnDryRun`, `Some` or `Unknown`.
+    pub side_effects: String,
+    /// Whether it matches a pod CREATE of the probe pod (in the agent's namespace, with the
+    /// probe's labels).
+    pub matches_probe: bool,
+    /// The namespaces of Spark pods on this node whose pod CREATEs it matches.
+    pub matches_namespaces: Vec<String>,
+    /// Mean admission latency between the last two readings of the API server's metrics,
+    /// seconds (`None`: not readable, or no call in between).
+    pub mean_latency_seconds: Option<f64>,
+}
+
+/// What the agent measured of the API server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiObservation {
+    /// Recent probe samples, oldest first (the daemon keeps a window; `probe api` its rounds).
+    pub samples: Vec<ProbeSample>,
+    /// When probing started, unix seconds.
+    pub probing_since: i64,
+    /// The last successful probe of any kind, unix seconds.
+    pub last_success_at: Option<i64>,
+    /// The webhooks that apply to pod creation (`Missing` when they could not be listed).
+    pub webhooks: Observed<Vec<WebhookInfo>>,
+}
+
+/// A Spark driver's configuration as the node sees it (its `spark.properties` from the
+/// config-map volume under the kubelet's pod directory).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SparkConf {
+    /// The `spark-version` label, when set (3.3+).
+    pub version: Option<String>,
+    pub properties: BTreeMap<String, String>,
+    /// The driver container's literal `KUBERNETES_REQUEST_TIMEOUT` env (Spark 2.4), in ms.
+    pub kubernetes_request_timeout_env: Option<String>,
+}
+
 /// Everything the rules look at.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSnapshot {
@@ -360,6 +432,10 @@ pub struct NodeSnapshot {
     /// Spark scratch directories on the node (kubelet emptyDir volumes named
     /// `spark-local-dir-*`, and the configured hostPath roots).
     pub local_dirs: Observed<Vec<LocalDir>>,
+    /// The API server as this node sees it (`NotApplicable` offline).
+    pub api: Observed<ApiObservation>,
+    /// Spark configurations of the driver pods on this node, by pod UID.
+    pub spark_confs: BTreeMap<String, SparkConf>,
 }
 
 impl NodeSnapshot {
@@ -382,6 +458,8 @@ impl NodeSnapshot {
             drivers: BTreeMap::new(),
             app_drivers: BTreeMap::new(),
             local_dirs: missing("/var/lib/kubelet/pods"),
+            api: Observed::NotApplicable { reason: "not probed".into() },
+            spark_confs: BTreeMap::new(),
         }
     }
 
