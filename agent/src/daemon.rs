@@ -70,8 +70,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
 
-    // One watch: the pods bound to this node.
-    let pods: Api<PodObject> = Api::all(client.clone());
+    // One watch: the pods bound to this node (its own client, without a read timeout).
+    let watch_client = kube_api::watch_client(cfg.kubeconfig.as_deref(), cfg.effective.request_timeout).await?;
+    let pods: Api<PodObject> = Api::all(watch_client);
     let (store, writer) = reflector::store::<PodObject>();
     let wake = Arc::new(Notify::new());
     let watch_config = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node));

@@ -43,20 +43,33 @@ impl kube::Resource for PodObject {
     }
 }
 
-/// Builds a client: from `kubeconfig` when given, else in-cluster or `$KUBECONFIG`
-/// (`Config::infer`). Every request has `timeout` to read and to connect.
-pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
-    let mut config = match kubeconfig {
+/// The client configuration: from `kubeconfig` when given, else in-cluster or `$KUBECONFIG`
+/// (`Config::infer`).
+pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, String> {
+    match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(|e| format!("{}: {e}", path.display()))
         }
-        None => Config::infer()
-            .await
-            .map_err(|e| format!("no Kubernetes configuration: {e}"))?,
-    };
+        None => Config::infer().await.map_err(|e| format!("no Kubernetes configuration: {e}")),
+    }
+}
+
+/// A client for watches: a connect timeout, but no read timeout, since a quiet watch may
+/// send nothing for minutes (the watcher has its own idle timeout past the server's).
+pub async fn watch_client(kubeconfig: Option<&Path>, connect_timeout: Duration) -> Result<Client, String> {
+    let mut config = config(kubeconfig).await?;
+    config.connect_timeout = Some(connect_timeout);
+    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// Builds a client for requests: every request has `timeout` to connect, write and read,
+/// counted from when it is sent (not from when its pooled connection went idle).
+pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
+    let mut config = config(kubeconfig).await?;
+    config.reset_reader_on_write = true;
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
