@@ -26,6 +26,12 @@ pub enum Command {
     Rules(FormatArg),
     /// Run as the DaemonSet's daemon: watch this node's pods, scan periodically, export metrics, Events and node conditions.
     Run(RunArgs),
+    /// Ask a running daemon to re-read its configuration file (sends it SIGHUP; in the agent's container it is PID 1).
+    Reload {
+        /// The daemon's process id.
+        #[arg(long, default_value_t = 1)]
+        pid: i32,
+    },
 }
 
 #[derive(Debug, Args)]

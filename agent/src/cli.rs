@@ -36,6 +36,7 @@ pub fn main() -> ExitCode {
         Command::Checkpoint { action } => checkpoint(action),
         Command::Rules(f) => Ok(list_rules(f.format)),
         Command::Run(args) => run(args),
+        Command::Reload { pid } => reload(pid),
     };
     if std::env::var_os("NODEMEDIC_REPORT_PEAK_RSS").is_some() {
         report_peak_rss();
@@ -110,6 +111,25 @@ pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) ->
     }
     settings.validate()?;
     Ok(settings)
+}
+
+/// `nodemedic reload`: SIGHUP to the daemon, after checking it is one.
+fn reload(pid: i32) -> Result<u8, String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|e| format!("process {pid}: {e}"))?;
+    let args = crate::collect::procfs::parse_cmdline(&cmdline);
+    let is_daemon = args.first().is_some_and(|a| a.ends_with("nodemedic")) && args.get(1).is_some_and(|a| a == "run");
+    if !is_daemon {
+        return Err(format!(
+            "process {pid} is not `nodemedic run` ({}); pass --pid",
+            args.join(" ")
+        ));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP)
+        .map_err(|e| format!("SIGHUP to process {pid}: {e}"))?;
+    print(&format!(
+        "sent SIGHUP to nodemedic run (pid {pid}); its log and nodemedic_config_last_reload_successful say whether the new configuration took\n"
+    ));
+    Ok(EXIT_OK)
 }
 
 /// `nodemedic run`.

@@ -53,7 +53,9 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, String> {
                 .await
                 .map_err(|e| format!("{}: {e}", path.display()))
         }
-        None => Config::infer().await.map_err(|e| format!("no Kubernetes configuration: {e}")),
+        None => Config::infer()
+            .await
+            .map_err(|e| format!("no Kubernetes configuration: {e}")),
     }
 }
 

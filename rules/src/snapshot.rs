@@ -458,7 +458,9 @@ impl NodeSnapshot {
             drivers: BTreeMap::new(),
             app_drivers: BTreeMap::new(),
             local_dirs: missing("/var/lib/kubelet/pods"),
-            api: Observed::NotApplicable { reason: "not probed".into() },
+            api: Observed::NotApplicable {
+                reason: "not probed".into(),
+            },
             spark_confs: BTreeMap::new(),
         }
     }

@@ -132,7 +132,21 @@ async fn sighup_applies_a_good_configuration_and_keeps_out_a_bad_one() {
         &config,
         "scan_interval_seconds: 0.2\nrules:\n  disabled_rules: []\n  orphan_grace: 3\n",
     );
-    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    // This time through `nodemedic reload`, as an operator would (kubectl exec).
+    let pid = agent.pid().to_string();
+    let run = nodemedic_tests::nodemedic(&["reload", "--pid", &pid]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with(&format!("sent SIGHUP to nodemedic run (pid {pid})"))
+    );
+    let not_daemon = nodemedic_tests::nodemedic(&["reload", "--pid", &std::process::id().to_string()]);
+    assert_eq!(not_daemon.code, 2);
+    assert!(
+        not_daemon.stderr.contains("is not `nodemedic run`"),
+        "{}",
+        not_daemon.stderr
+    );
     wait_for("the failed reload", Duration::from_secs(30), &agent, || {
         agent.metric("nodemedic_config_last_reload_successful") == Some(0.0)
     })

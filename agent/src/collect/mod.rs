@@ -178,7 +178,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
             drivers: Default::default(),
             app_drivers: Default::default(),
             local_dirs,
-            api: Observed::NotApplicable { reason: "not probed".into() },
+            api: Observed::NotApplicable {
+                reason: "not probed".into(),
+            },
             spark_confs: Default::default(),
         },
         timings,
