@@ -26,12 +26,44 @@ pub enum Command {
     Rules(FormatArg),
     /// Run as the DaemonSet's daemon: watch this node's pods, scan periodically, export metrics, Events and node conditions.
     Run(RunArgs),
+    /// Time requests to the API server like `curl -w` (DNS, connect, TLS, first byte, total).
+    Probe {
+        #[command(subcommand)]
+        target: ProbeTarget,
+    },
     /// Ask a running daemon to re-read its configuration file (sends it SIGHUP; in the agent's container it is PID 1).
     Reload {
         /// The daemon's process id.
         #[arg(long, default_value_t = 1)]
         pid: i32,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProbeTarget {
+    /// Probe the API server: a GET of /version, a LIST of this node's pods (limit=1), and a dry-run CREATE of a minimal pod through the whole admission chain.
+    Api(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Rounds of the three probes.
+    #[arg(long, default_value_t = 5)]
+    pub count: u32,
+    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace of the dry-run pod (the agent's own); default: the configuration's namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The node whose pods the LIST probe asks for; default: the host's name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+    /// Seconds each request may take before it counts as failed.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_seconds: f64,
+    #[command(flatten)]
+    pub format: FormatArg,
 }
 
 #[derive(Debug, Args)]

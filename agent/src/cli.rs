@@ -37,6 +37,9 @@ pub fn main() -> ExitCode {
         Command::Rules(f) => Ok(list_rules(f.format)),
         Command::Run(args) => run(args),
         Command::Reload { pid } => reload(pid),
+        Command::Probe {
+            target: crate::args::ProbeTarget::Api(args),
+        } => probe_api(args),
     };
     if std::env::var_os("NODEMEDIC_REPORT_PEAK_RSS").is_some() {
         report_peak_rss();
@@ -111,6 +114,90 @@ pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) ->
     }
     settings.validate()?;
     Ok(settings)
+}
+
+/// `nodemedic probe api`.
+fn probe_api(args: crate::args::ProbeArgs) -> Result<u8, String> {
+    use crate::probe::{Probe, Target, summary};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (server, samples) = runtime.block_on(async {
+        let config = crate::kube_api::config(args.kubeconfig.as_deref()).await?;
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let node = args
+            .node
+            .clone()
+            .unwrap_or_else(|| collect::host_node_name(&HostPaths::new("/", None)));
+        let target = Target::from_config(&config, &namespace, &node)?;
+        let timeout = std::time::Duration::from_secs_f64(args.timeout_seconds.max(0.1));
+        let mut samples = vec![];
+        for _ in 0..args.count.max(1) {
+            for p in Probe::ALL {
+                samples.push(target.probe(p, timeout).await);
+            }
+        }
+        Ok::<_, String>((config.cluster_url.to_string(), samples))
+    })?;
+    let mut summaries = serde_json::Map::new();
+    for p in Probe::ALL {
+        let mine: Vec<&nodemedic_rules::snapshot::ProbeSample> =
+            samples.iter().filter(|s| s.probe == p.name()).collect();
+        let ok: Vec<f64> = mine.iter().filter(|s| s.ok).map(|s| s.total_seconds).collect();
+        let mut entry = json!({"ok": ok.len(), "failed": mine.len() - ok.len()});
+        if let Some((min, median, p99, max)) = summary(&ok) {
+            entry["total_seconds"] = json!({"min": min, "median": median, "p99": p99, "max": max});
+        }
+        summaries.insert(p.name().into(), entry);
+    }
+    let failed = samples.iter().any(|s| !s.ok);
+    match args.format.format {
+        Format::Json => {
+            let out = json!({"server": server, "samples": samples, "summary": summaries});
+            print(&(serde_json::to_string_pretty(&out).unwrap_or_default() + "\n"));
+        }
+        Format::Text => {
+            let ms = |s: f64| format!("{:>9.1}", s * 1000.0);
+            let mut text = format!("probing {server}\n");
+            text.push_str(&format!(
+                "{:<15} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}  (ms from the start of each request)\n",
+                "probe", "status", "dns", "connect", "tls", "1st byte", "total"
+            ));
+            for s in &samples {
+                text.push_str(&format!(
+                    "{:<15} {:>6} {} {} {} {} {}{}\n",
+                    s.probe,
+                    s.status.map_or("-".to_string(), |c| c.to_string()),
+                    ms(s.dns_seconds),
+                    ms(s.connect_seconds),
+                    ms(s.tls_seconds),
+                    ms(s.first_byte_seconds),
+                    ms(s.total_seconds),
+                    s.error.as_ref().map_or(String::new(), |e| format!("  {e}"))
+                ));
+            }
+            text.push_str("\nsummary of successful requests (total ms): min / median / p99 / max\n");
+            for (name, entry) in &summaries {
+                let t = &entry["total_seconds"];
+                let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{:.1}", v * 1000.0));
+                text.push_str(&format!(
+                    "  {name:<15} {} / {} / {} / {}   ({} ok, {} failed)\n",
+                    f("min"),
+                    f("median"),
+                    f("p99"),
+                    f("max"),
+                    entry["ok"],
+                    entry["failed"]
+                ));
+            }
+            print(&text);
+        }
+    }
+    Ok(if failed { EXIT_FINDINGS } else { EXIT_OK })
 }
 
 /// `nodemedic reload`: SIGHUP to the daemon, after checking it is one.

@@ -27,6 +27,7 @@ pub mod events;
 pub mod host;
 pub mod kube_api;
 pub mod metrics;
+pub mod probe;
 pub mod report;
 pub mod serve;
 pub mod spark;

@@ -1,0 +1,393 @@
+//! API server probes, timed like `curl -w`: for each request, when DNS resolution, the TCP
+//! connection, the TLS handshake, the first byte of the answer and the whole answer were done,
+//! in seconds from its start. Each probe opens a fresh connection so that every phase is
+//! measured, the way a new client (spark-submit) meets the API server.
+//!
+//! The probes: `get` (`/version`), `list` (this node's pods, `limit=1`), and `create_dry_run`
+//! (a minimal pod created with `dryRun=All`, which runs the whole admission chain, webhooks
+//! included, and stores nothing).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use nodemedic_rules::snapshot::ProbeSample;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// Which probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Get,
+    List,
+    CreateDryRun,
+}
+
+impl Probe {
+    /// Every probe, in the order they run.
+    pub const ALL: [Probe; 3] = [Probe::Get, Probe::List, Probe::CreateDryRun];
+
+    /// The metric label and report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Get => "get",
+            Probe::List => "list",
+            Probe::CreateDryRun => "create_dry_run",
+        }
+    }
+}
+
+/// Where and how to reach the API server, from the client configuration.
+#[derive(Clone)]
+pub struct Target {
+    host: String,
+    port: u16,
+    /// `None`: plain HTTP.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// The base path of the server URL (usually empty).
+    base: String,
+    token: Option<String>,
+    /// The namespace the dry-run pod is created in (the agent's own).
+    pub namespace: String,
+    /// This node, for the pod list.
+    pub node: String,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+fn pem_or_der_certs(der: &[Vec<u8>]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    der.iter()
+        .map(|d| rustls::pki_types::CertificateDer::from(d.clone()))
+        .collect()
+}
+
+impl Target {
+    /// The target of a kube client configuration: its server, CA and bearer token. Client
+    /// certificates are used when the configuration has them as data.
+    pub fn from_config(config: &kube::Config, namespace: &str, node: &str) -> Result<Target, String> {
+        use secrecy::ExposeSecret as _;
+        let uri = &config.cluster_url;
+        let https = uri.scheme_str() == Some("https");
+        let host = uri
+            .host()
+            .ok_or_else(|| format!("server URL {uri} has no host"))?
+            .trim_matches(['[', ']'])
+            .to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let token = match (&config.auth_info.token, &config.auth_info.token_file) {
+            (Some(t), _) => Some(t.expose_secret().to_string()),
+            (None, Some(file)) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| format!("token file {file}: {e}"))?
+                    .trim()
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        let tls = if https {
+            let mut roots = rustls::RootCertStore::empty();
+            let ca: Vec<Vec<u8>> = match (&config.root_cert_file, &config.root_cert) {
+                (Some(path), _) => {
+                    let pem = std::fs::read(path).map_err(|e| format!("CA file {}: {e}", path.display()))?;
+                    pem_blocks(&pem)
+                }
+                (None, Some(der)) => der.clone(),
+                (None, None) => vec![],
+            };
+            for cert in pem_or_der_certs(&ca) {
+                roots.add(cert).map_err(|e| format!("CA certificate: {e}"))?;
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS: {e}"))?
+                .with_root_certificates(roots);
+            let cfg = match (
+                &config.auth_info.client_certificate_data,
+                &config.auth_info.client_key_data,
+            ) {
+                (Some(cert), Some(key)) => {
+                    let cert = decode_b64_pem(cert)?;
+                    let key = decode_b64_pem(key.expose_secret())?;
+                    let certs = pem_or_der_certs(&pem_blocks(&cert));
+                    let key = pem_private_key(&key).ok_or("client key: no PEM private key")?;
+                    builder
+                        .with_client_auth_cert(certs, key)
+                        .map_err(|e| format!("client certificate: {e}"))?
+                }
+                _ => builder.with_no_client_auth(),
+            };
+            Some(Arc::new(cfg))
+        } else {
+            None
+        };
+        Ok(Target {
+            host,
+            port,
+            tls,
+            base: uri.path().trim_end_matches('/').to_string(),
+            token,
+            namespace: namespace.to_string(),
+            node: node.to_string(),
+        })
+    }
+
+    fn request(&self, probe: Probe) -> (http::Method, String, Option<Vec<u8>>) {
+        match probe {
+            Probe::Get => (http::Method::GET, format!("{}/version", self.base), None),
+            Probe::List => (
+                http::Method::GET,
+                format!(
+                    "{}/api/v1/pods?fieldSelector=spec.nodeName%3D{}&limit=1",
+                    self.base, self.node
+                ),
+                None,
+            ),
+            Probe::CreateDryRun => {
+                let pod = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {
+                        "generateName": "nodemedic-probe-",
+                        "namespace": self.namespace,
+                        "labels": {"app.kubernetes.io/name": "nodemedic-probe", "nodemedic.io/probe": "true"},
+                    },
+                    "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]},
+                });
+                (
+                    http::Method::POST,
+                    format!("{}/api/v1/namespaces/{}/pods?dryRun=All", self.base, self.namespace),
+                    Some(pod.to_string().into_bytes()),
+                )
+            }
+        }
+    }
+
+    /// Runs one probe with an overall `timeout`; never fails, the sample says what happened.
+    pub async fn probe(&self, probe: Probe, timeout: Duration) -> ProbeSample {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut sample = ProbeSample {
+            probe: probe.name().into(),
+            at,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let result = tokio::time::timeout(timeout, self.run(probe, start, &mut sample)).await;
+        sample.total_seconds = start.elapsed().as_secs_f64();
+        match result {
+            Err(_) => sample.error = Some(format!("no complete answer within {:.0} s", timeout.as_secs_f64())),
+            Ok(Err(e)) => sample.error = Some(e),
+            Ok(Ok(())) => {}
+        }
+        // Phases not reached stay at 0; make the breakdown monotonic for readers.
+        sample.ok = sample.error.is_none() && sample.status.is_some_and(|s| (200..300).contains(&s));
+        sample
+    }
+
+    async fn run(&self, probe: Probe, start: Instant, s: &mut ProbeSample) -> Result<(), String> {
+        let addrs: Vec<std::net::SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![std::net::SocketAddr::new(ip, self.port)],
+            Err(_) => tokio::net::lookup_host((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| format!("DNS lookup of {}: {e}", self.host))?
+                .collect(),
+        };
+        s.dns_seconds = start.elapsed().as_secs_f64();
+        let addr = *addrs
+            .first()
+            .ok_or_else(|| format!("DNS lookup of {}: no address", self.host))?;
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect to {addr}: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        s.connect_seconds = start.elapsed().as_secs_f64();
+        match &self.tls {
+            None => {
+                s.tls_seconds = s.connect_seconds;
+                self.exchange(probe, tcp, start, s).await
+            }
+            Some(cfg) => {
+                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| format!("server name {}: {e}", self.host))?;
+                let tls = tokio_rustls::TlsConnector::from(cfg.clone())
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+                s.tls_seconds = start.elapsed().as_secs_f64();
+                self.exchange(probe, tls, start, s).await
+            }
+        }
+    }
+
+    async fn exchange<IO>(&self, probe: Probe, io: IO, start: Instant, s: &mut ProbeSample) -> Result<(), String>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| format!("HTTP: {e}"))?;
+        let driver = tokio::spawn(conn);
+        let (method, path, body) = self.request(probe);
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(&path)
+            .header(http::header::HOST, format!("{}:{}", self.host, self.port))
+            .header(
+                http::header::USER_AGENT,
+                concat!("nodemedic/", env!("CARGO_PKG_VERSION"), " probe"),
+            )
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| format!("request: {e}"))?;
+        let resp = sender.send_request(req).await.map_err(|e| format!("HTTP: {e}"))?;
+        s.first_byte_seconds = start.elapsed().as_secs_f64();
+        let status = resp.status().as_u16();
+        s.status = Some(status);
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        driver.abort();
+        if !(200..300).contains(&status) {
+            let message = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned());
+            return Err(format!("HTTP {status}: {message}"));
+        }
+        Ok(())
+    }
+}
+
+/// The PEM blocks of `bytes` as DER, or `bytes` itself when it is not PEM.
+fn pem_blocks(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let text = String::from_utf8_lossy(bytes);
+    if !text.contains("-----BEGIN") {
+        return vec![bytes.to_vec()];
+    }
+    let mut out = vec![];
+    let mut inside = false;
+    let mut b64 = String::new();
+    for line in text.lines() {
+        if line.starts_with("-----BEGIN CERTIFICATE") {
+            inside = true;
+            b64.clear();
+        } else if line.starts_with("-----END CERTIFICATE") {
+            inside = false;
+            if let Some(der) = base64_decode(&b64) {
+                out.push(der);
+            }
+        } else if inside {
+            b64.push_str(line.trim());
+        }
+    }
+    out
+}
+
+fn pem_private_key(pem: &[u8]) -> Option<rustls::pki_types::PrivateKeyDer<'static>> {
+    let text = String::from_utf8_lossy(pem);
+    let begin = text.find("-----BEGIN ")?;
+    let kind_end = text[begin + 11..].find("-----")? + begin + 11;
+    let kind = &text[begin + 11..kind_end];
+    let body_start = kind_end + 5;
+    let end = text[body_start..].find("-----END")? + body_start;
+    let der = base64_decode(&text[body_start..end].split_whitespace().collect::<String>())?;
+    match kind {
+        "PRIVATE KEY" => Some(rustls::pki_types::PrivateKeyDer::Pkcs8(der.into())),
+        "RSA PRIVATE KEY" => Some(rustls::pki_types::PrivateKeyDer::Pkcs1(der.into())),
+        "EC PRIVATE KEY" => Some(rustls::pki_types::PrivateKeyDer::Sec1(der.into())),
+        _ => None,
+    }
+}
+
+/// kubeconfig `*-data` fields are base64 of PEM.
+fn decode_b64_pem(data: &str) -> Result<Vec<u8>, String> {
+    base64_decode(&data.split_whitespace().collect::<String>())
+        .ok_or_else(|| "invalid base64 in kubeconfig".to_string())
+}
+
+/// Standard base64 (with or without padding).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut buf = 0u32;
+    let mut bits = 0;
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            b'=' => break,
+            b'\n' | b'\r' | b' ' => continue,
+            _ => return None,
+        };
+        buf = (buf << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buf >> bits) as u8);
+            buf &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// min, median, p99, max of `values` (p99 by nearest rank).
+pub fn summary(values: &[f64]) -> Option<(f64, f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some((v[0], rank(0.5), rank(0.99), v[v.len() - 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_and_pem() {
+        assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
+        assert_eq!(base64_decode("aGVsbG8"), Some(b"hello".to_vec()));
+        assert_eq!(base64_decode("a*"), None);
+        let pem = b"-----BEGIN CERTIFICATE-----\naGVs\nbG8=\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_blocks(pem), vec![b"hello".to_vec()]);
+        assert_eq!(pem_blocks(b"\x30\x82"), vec![b"\x30\x82".to_vec()]);
+        let key = b"-----BEGIN PRIVATE KEY-----\naGVsbG8=\n-----END PRIVATE KEY-----\n";
+        assert!(matches!(
+            pem_private_key(key),
+            Some(rustls::pki_types::PrivateKeyDer::Pkcs8(_))
+        ));
+    }
+
+    #[test]
+    fn summaries() {
+        assert_eq!(summary(&[]), None);
+        assert_eq!(summary(&[3.0, 1.0, 2.0]), Some((1.0, 2.0, 3.0, 3.0)));
+        let many: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(summary(&many), Some((1.0, 50.0, 99.0, 100.0)));
+    }
+}
