@@ -112,6 +112,12 @@ pub struct RunArgs {
     /// Timeout of each API request, in seconds [default: 10].
     #[arg(long, env = "NODEMEDIC_REQUEST_TIMEOUT_SECONDS")]
     pub request_timeout_seconds: Option<f64>,
+    /// Seconds between rounds of API server probes, with ±10% jitter [default: 60].
+    #[arg(long, env = "NODEMEDIC_PROBE_INTERVAL_SECONDS")]
+    pub probe_interval_seconds: Option<f64>,
+    /// Seconds a probe may take before it counts as failed [default: 60].
+    #[arg(long, env = "NODEMEDIC_PROBE_TIMEOUT_SECONDS")]
+    pub probe_timeout_seconds: Option<f64>,
     /// Rule ids to skip (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_DISABLE_RULES")]
     pub disable_rule: Vec<String>,

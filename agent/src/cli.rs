@@ -271,6 +271,7 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
 type Lookups = (
     std::collections::BTreeMap<String, nodemedic_rules::snapshot::DriverLookup>,
     std::collections::BTreeMap<String, Vec<nodemedic_rules::snapshot::PodInfo>>,
+    Option<nodemedic_rules::snapshot::ApiObservation>,
 );
 
 /// This node's pods and their Spark drivers from the API, within a few seconds or not at all.
@@ -286,14 +287,32 @@ fn scan_api(
         let timeout = std::time::Duration::from_secs(5);
         let client = crate::kube_api::client(kubeconfig, timeout).await?;
         let pods = crate::kube_api::node_pods(&client, node).await?;
-        let directory = crate::kube_api::ApiDirectory::new(client);
-        let lookups = tokio::time::timeout(
+        let directory = crate::kube_api::ApiDirectory::new(client.clone());
+        let (drivers, app_drivers) = tokio::time::timeout(
             std::time::Duration::from_secs(20),
             crate::spark::resolve_all(&directory, &pods),
         )
         .await
         .map_err(|_| "driver lookups took over 20 s".to_string())?;
-        Ok((pods, lookups))
+        // One round of probes, with the API server's metrics read before and after it so that
+        // each webhook's latency during the round's dry-run create is known.
+        let config = crate::kube_api::config(kubeconfig).await?;
+        let api = match crate::probe::Target::from_config(&config, &config.default_namespace, node) {
+            Ok(target) => {
+                let mut monitor = crate::apimon::ApiMonitor::new(target, client, std::time::Duration::from_secs(60));
+                let metrics = crate::metrics::Metrics::new().map_err(|e| e.to_string())?;
+                monitor.prime().await;
+                monitor.round(&metrics).await;
+                let spark_pods: Vec<(String, std::collections::BTreeMap<String, String>)> = pods
+                    .iter()
+                    .filter(|p| p.spark_role().is_some())
+                    .map(|p| (p.namespace.clone(), p.labels.clone()))
+                    .collect();
+                Some(monitor.observe(&spark_pods).await)
+            }
+            Err(_) => None,
+        };
+        Ok((pods, (drivers, app_drivers, api)))
     })
 }
 
@@ -335,9 +354,12 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
         let (drivers, app_drivers) = futures::executor::block_on(crate::spark::resolve_all(&directory, &snapshot.pods));
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
-    } else if let Some((_, (_, (drivers, app_drivers)))) = api {
+    } else if let Some((_, (_, (drivers, app_drivers, observation)))) = api {
         snapshot.drivers = drivers;
         snapshot.app_drivers = app_drivers;
+        if let Some(o) = observation {
+            snapshot.api = nodemedic_rules::snapshot::Observed::Ok(o);
+        }
     }
     let settings = settings_from(Settings::default(), &args.rule_setting, args.disable_rule)?;
     let findings = rules::evaluate(&snapshot, &settings);

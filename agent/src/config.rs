@@ -29,6 +29,8 @@ pub struct FileConfig {
     pub event_series_interval_seconds: Option<f64>,
     pub condition_heartbeat_seconds: Option<f64>,
     pub request_timeout_seconds: Option<f64>,
+    pub probe_interval_seconds: Option<f64>,
+    pub probe_timeout_seconds: Option<f64>,
     pub log_format: Option<String>,
     pub rules: Option<Settings>,
 }
@@ -59,6 +61,8 @@ pub fn parse(text: &str) -> Result<FileConfig, String> {
     positive("event_series_interval_seconds", cfg.event_series_interval_seconds)?;
     positive("condition_heartbeat_seconds", cfg.condition_heartbeat_seconds)?;
     positive("request_timeout_seconds", cfg.request_timeout_seconds)?;
+    positive("probe_interval_seconds", cfg.probe_interval_seconds)?;
+    positive("probe_timeout_seconds", cfg.probe_timeout_seconds)?;
     if let Some(listen) = &cfg.listen {
         listen
             .parse::<std::net::SocketAddr>()
@@ -92,6 +96,8 @@ pub struct Effective {
     pub event_series_interval: Duration,
     pub condition_heartbeat: Duration,
     pub request_timeout: Duration,
+    pub probe_interval: Duration,
+    pub probe_timeout: Duration,
     pub log_format: Format,
     pub settings: Settings,
 }
@@ -111,6 +117,8 @@ pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String>
         ("--event-series-interval-seconds", args.event_series_interval_seconds),
         ("--condition-heartbeat-seconds", args.condition_heartbeat_seconds),
         ("--request-timeout-seconds", args.request_timeout_seconds),
+        ("--probe-interval-seconds", args.probe_interval_seconds),
+        ("--probe-timeout-seconds", args.probe_timeout_seconds),
     ] {
         if let Some(s) = v {
             if !(s.is_finite() && s > 0.0) {
@@ -169,6 +177,16 @@ pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String>
             args.request_timeout_seconds
                 .or(file.request_timeout_seconds)
                 .unwrap_or(10.0),
+        ),
+        probe_interval: secs(
+            args.probe_interval_seconds
+                .or(file.probe_interval_seconds)
+                .unwrap_or(60.0),
+        ),
+        probe_timeout: secs(
+            args.probe_timeout_seconds
+                .or(file.probe_timeout_seconds)
+                .unwrap_or(60.0),
         ),
         log_format,
         settings,

@@ -108,7 +108,42 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
         });
     }
 
+    // The API server as this node sees it: probes in their own task, never in the scan's way.
+    let api_observation = Arc::new(std::sync::Mutex::new(None));
+    match kube_api::config(cfg.kubeconfig.as_deref())
+        .await
+        .and_then(|c| crate::probe::Target::from_config(&c, &c.default_namespace, &cfg.node))
+    {
+        Ok(target) => {
+            let monitor = crate::apimon::ApiMonitor::new(target, client.clone(), cfg.effective.probe_timeout);
+            let reader = store.clone();
+            let spark_pods = move || {
+                reader
+                    .state()
+                    .iter()
+                    .filter_map(|p| {
+                        let labels = p.metadata.labels.clone()?;
+                        let namespace = p.metadata.namespace.clone()?;
+                        labels
+                            .contains_key("spark-role")
+                            .then(|| (namespace, labels.into_iter().collect()))
+                    })
+                    .collect::<Vec<_>>()
+            };
+            tokio::spawn(crate::apimon::run(
+                monitor,
+                cfg.effective.probe_interval,
+                metrics.clone(),
+                spark_pods,
+                api_observation.clone(),
+            ));
+        }
+        Err(e) => tracing::warn!(error = %e, "API probes disabled"),
+    }
+
     let mut daemon = Daemon {
+        logged: Default::default(),
+        api_observation,
         host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
         directory: CachedDirectory::new(
             ApiDirectory::new(client.clone()),
@@ -169,6 +204,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 }
 
 struct Daemon {
+    /// Findings already logged (by key), so a lasting one is logged once.
+    logged: std::collections::HashSet<String>,
+    api_observation: Arc<std::sync::Mutex<Option<nodemedic_rules::snapshot::ApiObservation>>>,
     cfg: DaemonConfig,
     client: kube::Client,
     host: HostPaths,
@@ -263,6 +301,12 @@ impl Daemon {
         } else if let Some((_, dirs)) = &self.last_local_dirs {
             snapshot.local_dirs = dirs.clone();
         }
+        snapshot.api = match self.api_observation.lock().ok().and_then(|o| o.clone()) {
+            Some(o) => Observed::Ok(o),
+            None => Observed::NotApplicable {
+                reason: "no probe round has completed yet".into(),
+            },
+        };
         if snapshot.pod_source == PodSource::Api {
             let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
             self.driver_memory.recall(&self.directory, &mut drivers).await;
@@ -297,8 +341,22 @@ impl Daemon {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "scan"
         );
-        for f in &findings {
-            tracing::debug!(rule = %f.rule, severity = f.severity.as_str(), subject = %f.subject.display(), summary = %f.summary, "finding");
+        // New findings go to the log with their evidence: the node's own record, which holds
+        // even when the API server (and so Events) cannot be reached.
+        let keys: std::collections::HashSet<String> = findings.iter().map(crate::events::finding_key).collect();
+        for f in findings
+            .iter()
+            .filter(|f| !self.logged.contains(&crate::events::finding_key(f)))
+        {
+            tracing::warn!(
+                rule = %f.rule,
+                severity = f.severity.as_str(),
+                subject = %f.subject.display(),
+                evidence = %serde_json::Value::Object(f.evidence.clone()),
+                "new finding: {}",
+                f.summary
+            );
         }
+        self.logged = keys;
     }
 }

@@ -17,6 +17,7 @@
 //! - [`report`]: the JSON report contract and the text report.
 //! - [`args`] and [`cli`]: the command line and exit codes.
 
+pub mod apimon;
 pub mod args;
 pub mod cli;
 pub mod collect;

@@ -8,7 +8,10 @@ use nodemedic_rules::Settings;
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules::{self, stale_cpu_assignment};
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
-use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
 
 use crate::collect::Timings;
 
@@ -30,6 +33,8 @@ pub struct Metrics {
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
     pub config_last_reload_successful: IntGauge,
+    pub api_request_duration_seconds: HistogramVec,
+    pub api_up: IntGauge,
     pub config_last_reload_success_timestamp_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
@@ -119,6 +124,15 @@ impl Metrics {
                 "config_last_reload_success_timestamp_seconds",
                 "When the configuration was last reloaded successfully (SIGHUP), unix seconds; 0 before any reload.",
             ))?,
+            api_request_duration_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "nodemedic_api_request_duration_seconds",
+                    "Duration of the agent's API server probes (get: /version, list: this node's pods, create_dry_run: a dryRun=All pod create through the admission chain), seconds, failures included.",
+                )
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0]),
+                &["probe"],
+            )?,
+            api_up: IntGauge::with_opts(opts("api_up", "1 when a probe of the last round reached the API server and got a successful answer."))?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -136,6 +150,11 @@ impl Metrics {
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
         m.registry.register(Box::new(m.admission_rejections_total.clone()))?;
         m.registry.register(Box::new(m.config_last_reload_successful.clone()))?;
+        m.registry.register(Box::new(m.api_request_duration_seconds.clone()))?;
+        m.registry.register(Box::new(m.api_up.clone()))?;
+        for probe in ["get", "list", "create_dry_run"] {
+            m.api_request_duration_seconds.with_label_values(&[probe]);
+        }
         m.registry
             .register(Box::new(m.config_last_reload_success_timestamp_seconds.clone()))?;
         // The process's own RSS, CPU seconds and open fds (process_* families).

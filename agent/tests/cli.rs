@@ -120,7 +120,11 @@ fn rules_catalogue() {
             "admission-rejection",
             "scheduler-conflict",
             "duplicate-driver",
-            "orphaned-local-dir"
+            "orphaned-local-dir",
+            "slow-api",
+            "slow-pod-admission",
+            "apiserver-unreachable",
+            "webhook-blocks-dry-run"
         ]
     );
     assert_eq!(v[2]["docs"], "docs/rules/stale-cpu-assignment.md");

@@ -13,10 +13,14 @@
 //! - [`snapshot`]: what the agent saw on the node.
 //! - [`finding`]: what a rule reports.
 //! - [`rules`]: the rule catalogue, one module per rule id.
+//! - [`admission`]: which admission webhooks apply to a pod CREATE (admissionregistration/v1).
+//! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
 
+pub mod admission;
 pub mod checkpoint;
 pub mod cpuset;
 pub mod finding;
+pub mod promtext;
 pub mod quantity;
 pub mod rules;
 pub mod settings;

@@ -35,6 +35,21 @@ pub struct Settings {
     /// modified for this long, in seconds (its newest mtime), so that a directory of a pod
     /// that is starting or just stopped is left to Spark and the kubelet.
     pub local_dir_min_age_seconds: i64,
+    /// `slow-api`, `slow-pod-admission` and `webhook-blocks-dry-run` judge the API probe samples
+    /// taken this recently, in seconds (by each sample's start time).
+    pub api_latency_window_seconds: i64,
+    /// `slow-api` warns when the median latency of a read probe (`get`, `list`) is at least
+    /// this, in seconds.
+    pub slow_api_warning_seconds: f64,
+    /// `slow-api` is critical when that median is at least this, in seconds.
+    pub slow_api_critical_seconds: f64,
+    /// The Spark client's request timeout assumed by `slow-pod-admission` when no driver on the
+    /// node says otherwise, in seconds: Spark 3.x's `spark.kubernetes.submission.requestTimeout`
+    /// and `spark.kubernetes.driver.requestTimeout` default to 10000 ms, as does fabric8's
+    /// `KUBERNETES_REQUEST_TIMEOUT` under Spark 2.4.
+    pub spark_client_timeout_seconds: f64,
+    /// `apiserver-unreachable` fires when no API probe succeeded for this long, in seconds.
+    pub apiserver_unreachable_seconds: i64,
 }
 
 impl Default for Settings {
@@ -47,6 +62,11 @@ impl Default for Settings {
             orphan_grace_seconds: 600,
             scheduler_conflict_window_seconds: 3600,
             local_dir_min_age_seconds: 3600,
+            api_latency_window_seconds: 300,
+            slow_api_warning_seconds: 1.0,
+            slow_api_critical_seconds: 5.0,
+            spark_client_timeout_seconds: 10.0,
+            apiserver_unreachable_seconds: 120,
         }
     }
 }
@@ -74,10 +94,32 @@ impl Settings {
                 self.scheduler_conflict_window_seconds,
             ),
             ("local_dir_min_age_seconds", self.local_dir_min_age_seconds),
+            ("apiserver_unreachable_seconds", self.apiserver_unreachable_seconds),
         ] {
             if v < 0 {
                 return Err(format!("{key}: {v} is negative"));
             }
+        }
+        if self.api_latency_window_seconds <= 0 {
+            return Err(format!(
+                "api_latency_window_seconds: {} is not a positive number of seconds",
+                self.api_latency_window_seconds
+            ));
+        }
+        for (key, v) in [
+            ("slow_api_warning_seconds", self.slow_api_warning_seconds),
+            ("slow_api_critical_seconds", self.slow_api_critical_seconds),
+            ("spark_client_timeout_seconds", self.spark_client_timeout_seconds),
+        ] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(format!("{key}: {v} is not a positive number of seconds"));
+            }
+        }
+        if self.slow_api_critical_seconds < self.slow_api_warning_seconds {
+            return Err(format!(
+                "slow_api_critical_seconds: {} is below slow_api_warning_seconds ({})",
+                self.slow_api_critical_seconds, self.slow_api_warning_seconds
+            ));
         }
         Ok(())
     }
@@ -91,5 +133,40 @@ impl Settings {
     /// Whether rule `id` runs.
     pub fn enabled(&self, id: &str) -> bool {
         !self.disabled_rules.contains(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_settings_are_checked() {
+        let bad = |f: fn(&mut Settings)| {
+            let mut s = Settings::default();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        assert_eq!(Settings::default().validate(), Ok(()));
+        assert_eq!(
+            bad(|s| s.slow_api_warning_seconds = 0.0),
+            "slow_api_warning_seconds: 0 is not a positive number of seconds"
+        );
+        assert_eq!(
+            bad(|s| s.spark_client_timeout_seconds = f64::NAN),
+            "spark_client_timeout_seconds: NaN is not a positive number of seconds"
+        );
+        assert_eq!(
+            bad(|s| s.slow_api_critical_seconds = 0.5),
+            "slow_api_critical_seconds: 0.5 is below slow_api_warning_seconds (1)"
+        );
+        assert_eq!(
+            bad(|s| s.apiserver_unreachable_seconds = -5),
+            "apiserver_unreachable_seconds: -5 is negative"
+        );
+        assert_eq!(
+            bad(|s| s.api_latency_window_seconds = 0),
+            "api_latency_window_seconds: 0 is not a positive number of seconds"
+        );
     }
 }

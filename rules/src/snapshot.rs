@@ -227,6 +227,9 @@ pub struct PodInfo {
     pub deleting: bool,
     /// The literal `SPARK_DRIVER_URL` env value of its first container (executors).
     pub spark_driver_url: Option<String>,
+    /// The literal `KUBERNETES_REQUEST_TIMEOUT` env value of its first container (the fabric8
+    /// client's timeout, in ms; only Spark 2.4 honours it).
+    pub kubernetes_request_timeout_env: Option<String>,
     /// Volumes named `spark-local-dir-N`.
     pub local_dir_volumes: Vec<LocalDirVolume>,
     /// `status.podIP`.

@@ -94,3 +94,234 @@ async fn probe_api_says_what_failed() {
             .all(|s| !s["ok"].as_bool().unwrap())
     );
 }
+
+use nodemedic_tests::agent::{Agent, NODE, wait_for};
+use nodemedic_tests::hosttree::{Layout, Node, Runtime};
+use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
+use serde_json::json;
+
+const SLOW: &str = "inject.sidecars.example.com";
+const FAST: &str = "labels.policy.example.com";
+
+fn webhooks(side_effects: &str) -> Value {
+    let rule = json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}]);
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "platform-webhooks"},
+        "webhooks": [
+            {"name": SLOW, "admissionReviewVersions": ["v1"], "sideEffects": side_effects, "timeoutSeconds": 30, "failurePolicy": "Fail",
+             "clientConfig": {"service": {"namespace": "sidecars", "name": "injector", "path": "/mutate"}}, "rules": rule},
+            {"name": FAST, "admissionReviewVersions": ["v1"], "sideEffects": "None", "timeoutSeconds": 5, "failurePolicy": "Ignore",
+             "clientConfig": {"service": {"namespace": "policy", "name": "labels", "path": "/mutate"}}, "rules": rule},
+        ]
+    })
+}
+
+/// The API server's own webhook metrics, growing while the test runs: the slow webhook takes
+/// about 11.8 s a call, the fast one 20 ms.
+fn bump_webhook_metrics(api: &ApiServer) -> tokio::task::JoinHandle<()> {
+    let store = api.store();
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        loop {
+            n += 1;
+            let line = |name: &str, per: f64| {
+                format!(
+                    "apiserver_admission_webhook_admission_duration_seconds_sum{{name=\"{name}\",operation=\"CREATE\",rejected=\"false\",type=\"admit\"}} {}\n\
+                     apiserver_admission_webhook_admission_duration_seconds_count{{name=\"{name}\",operation=\"CREATE\",rejected=\"false\",type=\"admit\"}} {n}\n",
+                    per * n as f64
+                )
+            };
+            store.set_metrics_text(format!(
+                "# HELP apiserver_admission_webhook_admission_duration_seconds [STABLE] Admission webhook latency\n\
+                 # TYPE apiserver_admission_webhook_admission_duration_seconds histogram\n{}{}",
+                line(SLOW, 11.8),
+                line(FAST, 0.02)
+            ));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// A node with a Spark 3.5 driver whose spark.properties keep the 10 s client timeouts.
+fn spark_node(api: &ApiServer, dir: &std::path::Path) -> String {
+    let app = SparkApp::new(SparkVersion::V3_5, "etl", "nightly");
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    api.store().create(app.driver("drv-uid-1", NODE, "10.42.7.2"));
+    let root = dir.join("host");
+    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+        .write(&root)
+        .unwrap();
+    let conf = root.join("var/lib/kubelet/pods/drv-uid-1/volumes/kubernetes.io~configmap/spark-conf-volume-driver");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(
+        conf.join("spark.properties"),
+        "spark.app.name=nightly\nspark.kubernetes.submission.requestTimeout=10000\nspark.kubernetes.driver.requestTimeout=10000\n",
+    )
+    .unwrap();
+    root.to_str().unwrap().to_string()
+}
+
+fn scan_findings(api: &ApiServer, root: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc, true).unwrap();
+    let run = nodemedic_tests::nodemedic(&[
+        "scan",
+        "--host-root",
+        root,
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+        "--node",
+        NODE,
+        "--format",
+        "json",
+    ]);
+    let report: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    assert_eq!(report["sources"]["pods"], "api", "{report:#}");
+    report["findings"].as_array().unwrap().clone()
+}
+
+fn of_rule<'a>(findings: &'a [Value], rule: &str) -> Vec<&'a Value> {
+    findings.iter().filter(|f| f["rule"] == rule).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_12_second_webhook_is_named_with_the_spark_keys_to_raise() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(webhooks("None"));
+    let _bumper = bump_webhook_metrics(&api);
+    api.faults().set_latency("create", "pods", Duration::from_secs(12));
+    let dir = tempfile::tempdir().unwrap();
+    let root = spark_node(&api, dir.path());
+    let findings = tokio::task::spawn_blocking({
+        let api_root = root.clone();
+        let api = std::sync::Arc::new(api);
+        move || (scan_findings(&api, &api_root), api)
+    })
+    .await
+    .unwrap();
+    let (findings, _api) = findings;
+    let slow = of_rule(&findings, "slow-pod-admission");
+    assert_eq!(slow.len(), 1, "{findings:#?}");
+    let f = slow[0];
+    assert_eq!(f["severity"], "critical");
+    let e = &f["evidence"];
+    assert!(e["median_seconds"].as_f64().unwrap() >= 12.0, "{e:#}");
+    assert_eq!(e["spark_timeout_seconds"], 10.0);
+    assert_eq!(e["slowest_webhook"]["name"], SLOW, "{e:#}");
+    let names: Vec<&str> = e["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&SLOW) && names.contains(&FAST), "{names:?}");
+    let remedy = f["remedy"].as_str().unwrap();
+    assert!(
+        remedy.contains("spark.kubernetes.submission.requestTimeout")
+            && remedy.contains("spark.kubernetes.driver.requestTimeout"),
+        "{remedy}"
+    );
+    assert!(f["summary"].as_str().unwrap().contains(SLOW), "{}", f["summary"]);
+    assert!(of_rule(&findings, "webhook-blocks-dry-run").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2_second_admission_is_fine_at_default_settings() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(webhooks("None"));
+    api.faults().set_latency("create", "pods", Duration::from_secs(2));
+    let dir = tempfile::tempdir().unwrap();
+    let root = spark_node(&api, dir.path());
+    let api = std::sync::Arc::new(api);
+    let findings = tokio::task::spawn_blocking({
+        let api = api.clone();
+        move || scan_findings(&api, &root)
+    })
+    .await
+    .unwrap();
+    assert!(of_rule(&findings, "slow-pod-admission").is_empty(), "{findings:#?}");
+    assert!(of_rule(&findings, "slow-api").is_empty(), "{findings:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_with_unknown_side_effects_is_its_own_finding_not_a_latency_alarm() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(webhooks("Unknown"));
+    let dir = tempfile::tempdir().unwrap();
+    let root = spark_node(&api, dir.path());
+    let api = std::sync::Arc::new(api);
+    let findings = tokio::task::spawn_blocking({
+        let api = api.clone();
+        move || scan_findings(&api, &root)
+    })
+    .await
+    .unwrap();
+    let blocked = of_rule(&findings, "webhook-blocks-dry-run");
+    assert_eq!(blocked.len(), 1, "{findings:#?}");
+    assert!(
+        blocked[0]["summary"].as_str().unwrap().contains(SLOW),
+        "{:#}",
+        blocked[0]
+    );
+    assert!(of_rule(&findings, "slow-pod-admission").is_empty(), "{findings:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_down_is_apiserver_unreachable_listing_the_local_drivers() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = SparkApp::new(SparkVersion::V3_5, "etl", "hourly");
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    api.store().create(app.driver("drv-uid-9", NODE, "10.42.7.9"));
+    let _ = dir;
+    let agent = Agent::start(
+        &api,
+        None,
+        &[
+            "--probe-interval-seconds",
+            "0.5",
+            "--probe-timeout-seconds",
+            "1",
+            "--rule-setting",
+            "apiserver_unreachable_seconds=3",
+        ],
+    );
+    wait_for("readyz", Duration::from_secs(60), &agent, || {
+        agent.get("/readyz").0 == 200
+    })
+    .await;
+    wait_for("api_up", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_api_up") == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        agent.metric("nodemedic_rule_firing{rule=\"apiserver-unreachable\"}"),
+        Some(0.0)
+    );
+    api.faults().set_down(true);
+    wait_for("apiserver-unreachable", Duration::from_secs(60), &agent, || {
+        agent.metric("nodemedic_rule_firing{rule=\"apiserver-unreachable\"}") == Some(1.0)
+    })
+    .await;
+    assert_eq!(agent.metric("nodemedic_api_up"), Some(0.0));
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("new finding") && l.contains("apiserver-unreachable"))
+        .expect("logged with evidence");
+    assert!(
+        line.contains(&format!("{}-driver", app.prefix)),
+        "the local driver is listed: {line}"
+    );
+    // Back: the finding clears.
+    api.faults().set_down(false);
+    wait_for("recovery", Duration::from_secs(60), &agent, || {
+        agent.metric("nodemedic_rule_firing{rule=\"apiserver-unreachable\"}") == Some(0.0)
+    })
+    .await;
+}

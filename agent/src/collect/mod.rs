@@ -12,6 +12,7 @@ pub mod localdirs;
 pub mod pods;
 pub mod procfs;
 pub mod read;
+pub mod sparkconf;
 pub mod sysfs;
 
 use std::path::PathBuf;
@@ -161,6 +162,19 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
         None => (PodSource::Cgroups, Vec::new()),
     };
 
+    // The Spark configuration of the drivers on this node (their spark.properties).
+    let spark_confs = pods
+        .iter()
+        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .filter_map(|p| {
+            let mut conf = sparkconf::read_spark_conf(host, &kubelet_dir, p).unwrap_or_default();
+            conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
+            conf.version = conf.version.or_else(|| p.label("spark-version").map(str::to_string));
+            (!conf.properties.is_empty() || conf.kubernetes_request_timeout_env.is_some())
+                .then(|| (p.uid.clone(), conf))
+        })
+        .collect();
+
     Ok(Collected {
         snapshot: NodeSnapshot {
             node,
@@ -181,7 +195,7 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
             api: Observed::NotApplicable {
                 reason: "not probed".into(),
             },
-            spark_confs: Default::default(),
+            spark_confs,
         },
         timings,
         cluster_pods,

@@ -297,6 +297,19 @@ fn compute_qos(containers: &[&Container]) -> &'static str {
     }
 }
 
+/// The literal value of env var `name` in the pod's first container.
+fn first_env(spec: Option<&PodSpec>, name: &str) -> Option<String> {
+    spec?
+        .containers
+        .first()?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .clone()
+}
+
 /// Our view of a pod; `None` without a UID.
 pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
     let meta = &pod.metadata;
@@ -379,6 +392,8 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .and_then(|c| c.env.as_ref())
             .and_then(|env| env.iter().find(|e| e.name == "SPARK_DRIVER_URL"))
             .and_then(|e| e.value.clone()),
+        kubernetes_request_timeout_env: first_env(spec, "KUBERNETES_REQUEST_TIMEOUT"),
+
         local_dir_volumes: spec
             .and_then(|s| s.volumes.as_ref())
             .map(|vols| {

@@ -3,6 +3,7 @@
 //! [`evaluate`] runs every enabled rule and returns the findings in a stable order.
 
 pub mod admission_rejection;
+pub mod apiserver_unreachable;
 pub mod checkpoint_invalid_state;
 pub mod checkpoint_unreadable;
 pub mod cpuset_drift;
@@ -13,7 +14,10 @@ pub mod executor_without_owner;
 pub mod orphaned_executor;
 pub mod orphaned_local_dir;
 pub mod scheduler_conflict;
+pub mod slow_api;
+pub mod slow_pod_admission;
 pub mod stale_cpu_assignment;
+pub mod webhook_blocks_dry_run;
 
 use crate::finding::{Finding, Severity};
 use crate::settings::Settings;
@@ -156,6 +160,42 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "blockmgr/spark dirs idle for the minimum age whose pod has finished or is gone, or under a hostPath root no running pod could have written them for (info when they hold no bytes)",
         event_reason: "OrphanedLocalDir",
         check: orphaned_local_dir::check,
+    },
+    RuleInfo {
+        id: slow_api::ID,
+        title: "Reading from the API server is slow from this node",
+        severity: Severity::Warning,
+        looks_at: "API probes (get, list)",
+        fires_when: "the median time of a read probe in the window is at or above slow_api_warning_seconds (critical at slow_api_critical_seconds); the slowest request's phases say whether DNS, connect, TLS or the API server's answer is slow",
+        event_reason: "SlowAPI",
+        check: slow_api::check,
+    },
+    RuleInfo {
+        id: slow_pod_admission::ID,
+        title: "Creating a pod nears or passes the Spark client timeout",
+        severity: Severity::Critical,
+        looks_at: "dry-run pod creates, webhook configurations, API server metrics, Spark driver configurations",
+        fires_when: "the median dry-run pod create in the window takes half the Spark client timeout or more (warning; also when the slowest passes it) or the whole timeout (critical); names the webhooks that match pod CREATE and the slowest one when measurable",
+        event_reason: "SlowPodAdmission",
+        check: slow_pod_admission::check,
+    },
+    RuleInfo {
+        id: apiserver_unreachable::ID,
+        title: "This node cannot reach the API server",
+        severity: Severity::Critical,
+        looks_at: "API probes, driver pods",
+        fires_when: "no API probe succeeded for apiserver_unreachable_seconds; lists the Spark drivers on this node that may end up running twice",
+        event_reason: "APIServerUnreachable",
+        check: apiserver_unreachable::check,
+    },
+    RuleInfo {
+        id: webhook_blocks_dry_run::ID,
+        title: "An admission webhook makes dry-run pod creates fail",
+        severity: Severity::Warning,
+        looks_at: "dry-run pod creates, webhook configurations",
+        fires_when: "dry-run pod creates fail with 400 `admission webhook \"<name>\" does not support dry run`, or a webhook matching the probe pod has sideEffects Unknown or Some: pod admission latency cannot be measured",
+        event_reason: "WebhookBlocksDryRun",
+        check: webhook_blocks_dry_run::check,
     },
 ];
 

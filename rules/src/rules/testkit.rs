@@ -343,3 +343,115 @@ impl SnapshotBuilder {
         self
     }
 }
+
+// API probes, admission webhooks and Spark driver configurations, for the API rules' tests.
+
+/// A successful probe sample started `ago` seconds before [`NOW`] that took `total` seconds,
+/// nearly all of it waiting for the first byte (a reused connection: no DNS, 1 ms connect,
+/// 5 ms TLS).
+pub fn probe_ok(probe: &str, ago: i64, total: f64) -> ProbeSample {
+    ProbeSample {
+        probe: probe.into(),
+        at: NOW - ago,
+        ok: true,
+        status: Some(if probe == "create_dry_run" { 201 } else { 200 }),
+        error: None,
+        dns_seconds: 0.0,
+        connect_seconds: 0.001_f64.min(total),
+        tls_seconds: 0.005_f64.min(total),
+        first_byte_seconds: (total - 0.001).max(0.0),
+        total_seconds: total,
+    }
+}
+
+/// A failed probe sample started `ago` seconds before [`NOW`]: HTTP `status` (or none: no
+/// answer), the error text, `total` seconds spent.
+pub fn probe_failed(probe: &str, ago: i64, status: Option<u16>, error: &str, total: f64) -> ProbeSample {
+    ProbeSample {
+        probe: probe.into(),
+        at: NOW - ago,
+        ok: false,
+        status,
+        error: Some(error.into()),
+        total_seconds: total,
+        ..Default::default()
+    }
+}
+
+/// A probe sample with explicit phase end times (seconds from its start, like `curl -w`).
+pub fn probe_phases(
+    probe: &str,
+    ago: i64,
+    dns: f64,
+    connect: f64,
+    tls: f64,
+    first_byte: f64,
+    total: f64,
+) -> ProbeSample {
+    ProbeSample {
+        dns_seconds: dns,
+        connect_seconds: connect,
+        tls_seconds: tls,
+        first_byte_seconds: first_byte,
+        ..probe_ok(probe, ago, total)
+    }
+}
+
+/// A mutating webhook `name` of configuration `configuration` that matches the probe pod, with
+/// the v1 defaults (10 s, `Fail`) and `sideEffects: None`.
+pub fn webhook(configuration: &str, name: &str) -> WebhookInfo {
+    WebhookInfo {
+        configuration: configuration.into(),
+        name: name.into(),
+        kind: "mutating".into(),
+        timeout_seconds: 10,
+        failure_policy: "Fail".into(),
+        side_effects: "None".into(),
+        matches_probe: true,
+        matches_namespaces: vec![],
+        mean_latency_seconds: None,
+    }
+}
+
+/// The configuration of a Spark driver: `version` (`spark-version`), properties `(key, value)`.
+pub fn spark_conf(version: Option<&str>, properties: &[(&str, &str)]) -> SparkConf {
+    SparkConf {
+        version: version.map(str::to_string),
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        kubernetes_request_timeout_env: None,
+    }
+}
+
+impl SnapshotBuilder {
+    /// The API as probed: `samples`, probing for the last hour, the last success the newest
+    /// successful sample's start, webhooks listed (none).
+    pub fn with_api(mut self, samples: Vec<ProbeSample>) -> Self {
+        let last_success_at = samples.iter().filter(|s| s.ok).map(|s| s.at).max();
+        self.snap.api = Observed::Ok(ApiObservation {
+            samples,
+            probing_since: NOW - 3600,
+            last_success_at,
+            webhooks: Observed::Ok(vec![]),
+        });
+        self
+    }
+
+    /// Changes the API observation (after [`Self::with_api`]).
+    pub fn api(mut self, f: impl FnOnce(&mut ApiObservation)) -> Self {
+        if let Observed::Ok(api) = &mut self.snap.api {
+            f(api);
+        }
+        self
+    }
+
+    /// The webhooks that apply to pod creation (after [`Self::with_api`]).
+    pub fn with_webhooks(self, webhooks: Vec<WebhookInfo>) -> Self {
+        self.api(|a| a.webhooks = Observed::Ok(webhooks))
+    }
+
+    /// The Spark configuration of driver pod `uid`.
+    pub fn with_spark_conf(mut self, uid: &str, conf: SparkConf) -> Self {
+        self.snap.spark_confs.insert(uid.into(), conf);
+        self
+    }
+}

@@ -1,0 +1,516 @@
+//! Spark driver configurations as the node sees them (SPARK.md, "Timeouts").
+//!
+//! spark-submit puts the driver's resolved configuration into a ConfigMap, under the key
+//! `spark.properties`, and mounts it into the driver at `/opt/spark/conf`. The volume is named
+//! `spark-conf-volume-driver` since Spark 3.1 (`Constants.SPARK_CONF_VOLUME_DRIVER`) and
+//! `spark-conf-volume` in 2.4 and 3.0 (`Constants.SPARK_CONF_VOLUME`). On the node the kubelet
+//! keeps a ConfigMap volume at
+//! `<kubelet dir>/pods/<pod uid>/volumes/kubernetes.io~configmap/<volume>/`, each key a relative
+//! symlink into `..data/`, which itself links to a timestamped directory the kubelet swaps on
+//! updates. [`read_spark_conf`] reads `spark.properties` through those links, refusing a file
+//! that resolves outside its volume, and [`parse_spark_properties`] reads the Java properties
+//! format Spark writes it in (`java.util.Properties.store`).
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use nodemedic_rules::snapshot::{PodInfo, SparkConf};
+
+use crate::collect::read::{ReadError, read_text};
+use crate::host::HostPaths;
+
+/// The driver's Spark conf volume: Spark 3.1 and later, then Spark 2.4 and 3.0.
+pub const CONF_VOLUMES: [&str; 2] = ["spark-conf-volume-driver", "spark-conf-volume"];
+
+/// The key (and file) holding the driver's configuration.
+pub const PROPERTIES_FILE: &str = "spark.properties";
+
+/// The largest `spark.properties` read, bytes.
+pub const PROPERTIES_LIMIT: u64 = 1 << 20;
+
+/// Why a driver's `spark.properties` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SparkConfError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{path}: resolves to {target}, outside its volume")]
+    OutsideVolume { path: String, target: String },
+}
+
+/// Java's properties whitespace (`' '`, `'\t'`, `'\f'`).
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\x0c')
+}
+
+/// Splits `text` into logical lines as `java.util.Properties.load` does: blank lines and
+/// comment lines (`#` or `!` first) are dropped, leading whitespace is skipped, and a line
+/// ending in an odd number of backslashes continues on the next one (that backslash, the line
+/// end and the next line's leading whitespace removed). Escapes other than line continuations
+/// are left in place.
+fn logical_lines(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut skip_blanks = true;
+    let mut new_line = true;
+    let mut comment = false;
+    let mut continuation_begins = false;
+    let mut preceding_backslash = false;
+    let mut skip_lf = false;
+    for c in text.chars() {
+        if skip_lf {
+            skip_lf = false;
+            if c == '\n' {
+                continue;
+            }
+        }
+        if skip_blanks {
+            if is_blank(c) || (!continuation_begins && (c == '\r' || c == '\n')) {
+                continue;
+            }
+            skip_blanks = false;
+            continuation_begins = false;
+        }
+        if new_line {
+            new_line = false;
+            if c == '#' || c == '!' {
+                comment = true;
+                continue;
+            }
+        }
+        if c != '\n' && c != '\r' {
+            if !comment {
+                line.push(c);
+                preceding_backslash = c == '\\' && !preceding_backslash;
+            }
+            continue;
+        }
+        // A line ends.
+        if comment || line.is_empty() {
+            comment = false;
+            new_line = true;
+            skip_blanks = true;
+            line.clear();
+            preceding_backslash = false;
+        } else if preceding_backslash {
+            line.pop();
+            preceding_backslash = false;
+            skip_blanks = true;
+            continuation_begins = true;
+            skip_lf = c == '\r';
+        } else {
+            lines.push(std::mem::take(&mut line));
+            new_line = true;
+            skip_blanks = true;
+        }
+    }
+    if !comment && !line.is_empty() {
+        if preceding_backslash {
+            line.pop();
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// Resolves the escapes of a key or value: `\t`, `\n`, `\r`, `\f`, `\uXXXX` (UTF-16, surrogate
+/// pairs joined; a lone surrogate becomes U+FFFD), and `\c` for any other `c`. A malformed
+/// `\u` escape (Java refuses the whole file) keeps the `u` and what follows.
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut units: Vec<u16> = Vec::new();
+    let flush = |units: &mut Vec<u16>, out: &mut String| {
+        out.extend(char::decode_utf16(units.drain(..)).map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)));
+    };
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            flush(&mut units, &mut out);
+            out.push(c);
+            continue;
+        }
+        let Some(e) = chars.next() else { break };
+        if e == 'u' {
+            let hex: String = chars.clone().take(4).collect();
+            // Exactly four hex digits (from_str_radix alone would take a sign).
+            let unit = if hex.len() == 4 && hex.chars().all(|h| h.is_ascii_hexdigit()) {
+                u16::from_str_radix(&hex, 16).ok()
+            } else {
+                None
+            };
+            if let Some(unit) = unit {
+                units.push(unit);
+                chars.nth(3);
+                continue;
+            }
+        }
+        flush(&mut units, &mut out);
+        out.push(match e {
+            't' => '\t',
+            'n' => '\n',
+            'r' => '\r',
+            'f' => '\x0c',
+            other => other,
+        });
+    }
+    flush(&mut units, &mut out);
+    out
+}
+
+/// Splits a logical line into its raw key and value: the key ends at the first unescaped `=`,
+/// `:` or whitespace; then whitespace, at most one `=` or `:`, and whitespace are skipped.
+fn split_key_value(line: &str) -> (&str, &str) {
+    let mut preceding_backslash = false;
+    let mut key_end = line.len();
+    let mut value_start = line.len();
+    let mut separator = false;
+    for (i, c) in line.char_indices() {
+        if !preceding_backslash && (c == '=' || c == ':' || is_blank(c)) {
+            key_end = i;
+            value_start = i + c.len_utf8();
+            separator = c == '=' || c == ':';
+            break;
+        }
+        preceding_backslash = c == '\\' && !preceding_backslash;
+    }
+    let rest = &line[value_start..];
+    let mut skip = 0;
+    for c in rest.chars() {
+        if is_blank(c) {
+            skip += c.len_utf8();
+        } else if !separator && (c == '=' || c == ':') {
+            separator = true;
+            skip += 1;
+        } else {
+            break;
+        }
+    }
+    (&line[..key_end], &rest[skip..])
+}
+
+/// Parses a Java properties file (`key=value`, `key: value`, `key value`; `#` and `!`
+/// comments; escapes, line continuations and `\uXXXX`), the format of Spark's
+/// `spark.properties`. A key given twice keeps its last value. Never fails: what Java would
+/// refuse (a malformed `\u` escape) is read as literally as possible.
+pub fn parse_spark_properties(text: &str) -> BTreeMap<String, String> {
+    logical_lines(text)
+        .iter()
+        .map(|line| {
+            let (key, value) = split_key_value(line);
+            (unescape(key), unescape(value))
+        })
+        .collect()
+}
+
+/// Whether `s` is a single safe path component (a pod UID from the API).
+fn is_component(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
+}
+
+/// Finds and reads the `spark.properties` of driver `pod` from its Spark conf volume:
+/// `Ok(Some((host path, text)))`, `Ok(None)` when the pod has no such volume on this node.
+pub fn find_spark_properties(
+    host: &HostPaths,
+    kubelet_dir: &Path,
+    pod: &PodInfo,
+) -> Result<Option<(String, String)>, SparkConfError> {
+    if !is_component(&pod.uid) {
+        return Ok(None);
+    }
+    let volumes = kubelet_dir
+        .join("pods")
+        .join(&pod.uid)
+        .join("volumes/kubernetes.io~configmap");
+    for volume in CONF_VOLUMES {
+        let dir = volumes.join(volume);
+        let file = dir.join(PROPERTIES_FILE);
+        let shown = host.display(&file);
+        let io = |path: &str, source: std::io::Error| {
+            SparkConfError::Read(ReadError::Io {
+                path: path.to_string(),
+                source,
+            })
+        };
+        // The key is a symlink to `..data/spark.properties`; follow it, but stay in the volume.
+        let target = match std::fs::canonicalize(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&shown, e)),
+        };
+        let root = std::fs::canonicalize(&dir).map_err(|e| io(&host.display(&dir), e))?;
+        if !target.starts_with(&root) {
+            return Err(SparkConfError::OutsideVolume {
+                path: shown,
+                target: target.display().to_string(),
+            });
+        }
+        // The kubelet may swap `..data` meanwhile: a vanished target is "not there this time".
+        if let Some(text) = read_text(&target, &shown, PROPERTIES_LIMIT)? {
+            return Ok(Some((shown, text)));
+        }
+    }
+    Ok(None)
+}
+
+/// The Spark configuration of driver `pod` from its conf volume on this node, with the
+/// version from its `spark-version` label (Spark 3.3+). `None` when the pod has no readable
+/// `spark.properties` here (use [`find_spark_properties`] for the reason). The driver's
+/// `KUBERNETES_REQUEST_TIMEOUT` environment variable is not in the pod list's [`PodInfo`]
+/// and is left for the caller to fill.
+pub fn read_spark_conf(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> Option<SparkConf> {
+    let (_, text) = find_spark_properties(host, kubelet_dir, pod).ok()??;
+    Some(SparkConf {
+        version: pod.label("spark-version").map(str::to_string),
+        properties: parse_spark_properties(&text),
+        kubernetes_request_timeout_env: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
+
+    fn props(text: &str) -> Vec<(String, String)> {
+        parse_spark_properties(text).into_iter().collect()
+    }
+
+    fn pair(k: &str, v: &str) -> (String, String) {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn what_spark_writes() {
+        let text = "#Java properties built from Kubernetes config map with name: spark-drv-6b1dcd956d6c0338-conf-map\n\
+                    #Thu Nov 21 10:00:00 UTC 2024\n\
+                    spark.kubernetes.driver.requestTimeout=30000\n\
+                    spark.master=k8s\\://https\\://10.96.0.1\\:443\n\
+                    spark.app.name=etl\\ hourly\n\
+                    spark.driver.extraJavaOptions=-Dfoo\\=bar -Dpath\\=C\\:\\\\tmp\n\
+                    spark.kubernetes.submission.requestTimeout=60000\n";
+        assert_eq!(
+            props(text),
+            [
+                pair("spark.app.name", "etl hourly"),
+                pair("spark.driver.extraJavaOptions", "-Dfoo=bar -Dpath=C:\\tmp"),
+                pair("spark.kubernetes.driver.requestTimeout", "30000"),
+                pair("spark.kubernetes.submission.requestTimeout", "60000"),
+                pair("spark.master", "k8s://https://10.96.0.1:443"),
+            ]
+        );
+    }
+
+    #[test]
+    fn separators_comments_and_whitespace() {
+        let text = "a=1\n\
+                    b: 2\n\
+                    c 3\n\
+                    d = 4\n\
+                    e\t:\t5\n\
+                    f:=6\n\
+                    g==7\n\
+                    \x20  ! bang comment\n\
+                    \t# hash comment\n\
+                    \n   \n\
+                    \x20  h = indented\n\
+                    i=\n\
+                    j\n\
+                    k\\ with\\ spaces\\=and\\:colons = v\n\
+                    l = trailing  \n\
+                    a=last wins\n";
+        assert_eq!(
+            props(text),
+            [
+                pair("a", "last wins"),
+                pair("b", "2"),
+                pair("c", "3"),
+                pair("d", "4"),
+                pair("e", "5"),
+                pair("f", "=6"),
+                pair("g", "=7"),
+                pair("h", "indented"),
+                pair("i", ""),
+                pair("j", ""),
+                pair("k with spaces=and:colons", "v"),
+                pair("l", "trailing  "),
+            ]
+        );
+    }
+
+    #[test]
+    fn continuations_and_line_ends() {
+        let text = "list = a,\\\n      b,\\\r\n\t c\n\
+                    even=ends in a backslash\\\\\n\
+                    next=1\n\
+                    # a comment does not continue \\\n\
+                    after=comment\n\
+                    cont=x\\\n# not a comment here\n\
+                    blank=y\\\n\nz=after blank\r\
+                    cr=only\r\n\
+                    eof=z\\";
+        assert_eq!(
+            props(text),
+            [
+                pair("after", "comment"),
+                pair("blank", "y"),
+                pair("cont", "x# not a comment here"),
+                pair("cr", "only"),
+                pair("eof", "z"),
+                pair("even", "ends in a backslash\\"),
+                pair("list", "a,b,c"),
+                pair("next", "1"),
+                pair("z", "after blank"),
+            ]
+        );
+    }
+
+    #[test]
+    fn escapes_and_unicode() {
+        let text = "u=caf\\u00e9 \\uD83D\\uDE00 \\u20ac\n\
+                    lone=\\uD83Dx\n\
+                    bad=\\u12G4 and \\u12\n\
+                    ctl=tab\\there\\nline\\rcr\\fff\\q\n\
+                    raw=ünïcode as is\n";
+        assert_eq!(
+            props(text),
+            [
+                pair("bad", "u12G4 and u12"),
+                pair("ctl", "tab\there\nline\rcr\x0cffq"),
+                pair("lone", "\u{fffd}x"),
+                pair("raw", "ünïcode as is"),
+                pair("u", "café 😀 €"),
+            ]
+        );
+        assert!(props("").is_empty());
+        assert!(props("\\").is_empty() || props("\\") == [pair("", "")]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(text in "\\PC*") {
+            let _ = parse_spark_properties(&text);
+        }
+
+        #[test]
+        fn never_panics_on_escape_heavy_text(text in "[a-z=: \\\\u0-9A-F#!\t\r\n]{0,60}") {
+            let _ = parse_spark_properties(&text);
+        }
+    }
+
+    /// A ConfigMap volume laid out as the kubelet's atomic writer does.
+    fn configmap_volume(root: &Path, uid: &str, volume: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = root.join(format!(
+            "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~configmap/{volume}"
+        ));
+        let stamp = "..2024_11_21_10_00_00.123456789";
+        std::fs::create_dir_all(dir.join(stamp)).unwrap();
+        symlink(stamp, dir.join("..data")).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.join(stamp).join(name), content).unwrap();
+            symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+        }
+        dir
+    }
+
+    fn driver(uid: &str, version: Option<&str>) -> PodInfo {
+        let mut p = PodInfo {
+            uid: uid.into(),
+            namespace: "spark-jobs".into(),
+            name: "etl-driver".into(),
+            ..Default::default()
+        };
+        p.labels.insert("spark-role".into(), "driver".into());
+        if let Some(v) = version {
+            p.labels.insert("spark-version".into(), v.into());
+        }
+        p
+    }
+
+    #[test]
+    fn reads_the_driver_conf_volume_through_the_kubelets_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        configmap_volume(
+            root,
+            "u31",
+            "spark-conf-volume-driver",
+            &[
+                ("spark.properties", "#x\nspark.kubernetes.driver.requestTimeout=30000\n"),
+                ("log4j2.properties", "rootLogger.level=info\n"),
+            ],
+        );
+        configmap_volume(
+            root,
+            "u24",
+            "spark-conf-volume",
+            &[("spark.properties", "spark.kubernetes.namespace=old\n")],
+        );
+        configmap_volume(root, "other", "app-config", &[("spark.properties", "x=1\n")]);
+        let host = HostPaths::new(root, None);
+        let kubelet = host.kubelet_dir(None);
+
+        let conf = read_spark_conf(&host, &kubelet, &driver("u31", Some("3.5.1"))).unwrap();
+        assert_eq!(conf.version.as_deref(), Some("3.5.1"));
+        assert_eq!(
+            conf.properties
+                .get("spark.kubernetes.driver.requestTimeout")
+                .map(String::as_str),
+            Some("30000")
+        );
+        assert_eq!(conf.kubernetes_request_timeout_env, None);
+        let (shown, _) = find_spark_properties(&host, &kubelet, &driver("u31", None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            shown,
+            "/var/lib/kubelet/pods/u31/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties"
+        );
+
+        let old = read_spark_conf(&host, &kubelet, &driver("u24", None)).unwrap();
+        assert_eq!(old.version, None);
+        assert_eq!(
+            old.properties.get("spark.kubernetes.namespace").map(String::as_str),
+            Some("old")
+        );
+
+        assert!(
+            read_spark_conf(&host, &kubelet, &driver("other", None)).is_none(),
+            "not a Spark conf volume"
+        );
+        assert!(read_spark_conf(&host, &kubelet, &driver("absent", None)).is_none());
+        assert!(read_spark_conf(&host, &kubelet, &driver("..", None)).is_none());
+        assert!(read_spark_conf(&host, &kubelet, &driver("../u31", None)).is_none());
+    }
+
+    #[test]
+    fn refuses_links_out_of_the_volume_and_large_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/secret"), "password=hunter2\n").unwrap();
+        let vol = configmap_volume(root, "evil", "spark-conf-volume-driver", &[]);
+        symlink("../../../../../../../../etc/secret", vol.join("spark.properties")).unwrap();
+        let big = "x=".to_string() + &"y".repeat(PROPERTIES_LIMIT as usize);
+        configmap_volume(root, "big", "spark-conf-volume-driver", &[("spark.properties", &big)]);
+        let host = HostPaths::new(root, None);
+        let kubelet = host.kubelet_dir(None);
+
+        let err = find_spark_properties(&host, &kubelet, &driver("evil", None)).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "/var/lib/kubelet/pods/evil/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties: resolves to "
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().ends_with("/etc/secret, outside its volume"), "{err}");
+        assert!(read_spark_conf(&host, &kubelet, &driver("evil", None)).is_none());
+
+        let err = find_spark_properties(&host, &kubelet, &driver("big", None)).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("larger than the 1048576-byte limit for this file"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! `apiserver-unreachable`: this node has not reached the API server for a while.
+//!
+//! No probe of any kind (`get`, `list`, `create_dry_run`) succeeded for at least
+//! `apiserver_unreachable_seconds`, counted from the last success, or from when probing started
+//! if none ever did. The evidence gives the last error of each probe and where it stopped (DNS,
+//! connect, TLS, waiting for the answer, or an HTTP error status), and the Spark drivers on this
+//! node: if the node is cut off, the control plane marks it NotReady, deletes its pods after
+//! their toleration, and whatever runs a driver as a Job recreates it elsewhere while the old one
+//! keeps running here (SPARK.md, "Node partitions and duplicate drivers").
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{NodeSnapshot, PodSource, ProbeSample};
+
+use super::slow_api::{api, sample_json};
+
+pub const ID: &str = "apiserver-unreachable";
+
+/// How to time the API server by hand from the node, like the probes do.
+const CURL_TIMING: &str = "curl -sk -o /dev/null -w 'dns %{time_namelookup} connect %{time_connect} \
+     tls %{time_appconnect} first byte %{time_starttransfer} total %{time_total}\\n' \
+     https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version";
+
+/// Where a failed probe stopped: `dns`, `connect`, `tls`, `answer` (connected, no answer) or
+/// `http` (the API server answered with an error status).
+pub(crate) fn failure_stage(s: &ProbeSample) -> &'static str {
+    let e = s.error.as_deref().unwrap_or("").to_ascii_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| e.contains(w));
+    if s.status.is_some() {
+        "http" // whatever the message says, it came from the API server
+    } else if any(&["dns", "resolve", "lookup", "name or service not known", "no such host"]) {
+        "dns"
+    } else if any(&["refused", "unreachable", "no route"]) {
+        "connect"
+    } else if any(&["tls", "certificate", "handshake", "x509"]) {
+        "tls"
+    } else if s.tls_seconds > 0.0 {
+        "answer"
+    } else if s.connect_seconds > 0.0 {
+        "tls"
+    } else {
+        "connect"
+    }
+}
+
+/// What to check for a failure at `stage`.
+fn stage_advice(stage: &str, status: Option<u16>) -> String {
+    match stage {
+        "dns" => "the API server's name does not resolve from this node: check the node's resolver \
+             (/etc/resolv.conf, systemd-resolved, the upstream DNS servers)"
+            .to_string(),
+        "tls" => "the TLS handshake with the API server fails: check the node's clock (`timedatectl`), the \
+             certificates, and any proxy in between"
+            .to_string(),
+        "answer" => "connections open but no answer comes: the API server is overloaded or stuck, or the path \
+             drops larger packets (MTU)"
+            .to_string(),
+        "http" => format!(
+            "the API server answers, but with errors{}: it is reachable and unhealthy (`kubectl get --raw \
+             '/readyz?verbose'` from elsewhere; etcd)",
+            status.map_or(String::new(), |s| format!(" (HTTP {s})"))
+        ),
+        _ => "TCP connections to the API server fail: check routes, firewalls and security groups between this \
+             node and the API server or its load balancer, and whether anything listens there (a refused \
+             connection: the API server is down or its load balancer has no healthy backend)"
+            .to_string(),
+    }
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(api) = api(snap) else { return vec![] };
+    let since = api.last_success_at.unwrap_or(api.probing_since);
+    let without = snap.taken_at.saturating_sub(since);
+    if without < settings.apiserver_unreachable_seconds {
+        return vec![];
+    }
+
+    // The newest failure of each probe since the last success.
+    let failures: Vec<&ProbeSample> = api.samples.iter().filter(|s| !s.ok && s.at >= since).collect();
+    let mut last: BTreeMap<&str, &ProbeSample> = BTreeMap::new();
+    for s in &failures {
+        let newer = last.get(s.probe.as_str()).is_none_or(|l| s.at >= l.at);
+        if newer {
+            last.insert(s.probe.as_str(), s);
+        }
+    }
+    let newest = last.values().copied().max_by_key(|s| s.at);
+    let last_errors: Vec<Value> = last
+        .values()
+        .map(|s| {
+            let mut v = sample_json(s);
+            if let Some(map) = v.as_object_mut() {
+                map.insert("failed_at".into(), failure_stage(s).into());
+            }
+            v
+        })
+        .collect();
+
+    let drivers: Vec<Value> = snap
+        .pods
+        .iter()
+        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .map(|p| json!({"pod": p.display(), "uid": p.uid, "app_id": p.spark_app()}))
+        .collect();
+    let drivers_known = snap.pod_source != PodSource::Cgroups;
+
+    let last_success = match api.last_success_at {
+        Some(_) => format!("last success {without} s ago"),
+        None => format!("no success since probing started {without} s ago"),
+    };
+    let error = newest.map_or(String::new(), |s| {
+        format!(
+            ": {} failed at {} ({})",
+            s.probe,
+            failure_stage(s),
+            s.error.as_deref().unwrap_or("no error text")
+        )
+    });
+    let at_risk = match drivers.len() {
+        0 => String::new(),
+        n => format!("; {n} Spark driver(s) here may be running twice if this node is cut off"),
+    };
+    let mut remedy = vec![
+        format!(
+            "Check this node's path to the API server where the probes stop: {}",
+            newest.map_or_else(
+                || stage_advice("connect", None),
+                |s| stage_advice(failure_stage(s), s.status)
+            )
+        ),
+        format!("From the node, `{CURL_TIMING}` shows which phase fails (DNS, connect, TLS, first byte)"),
+    ];
+    if !drivers.is_empty() {
+        remedy.push(
+            "The Spark drivers on this node may end up running twice: once the node is NotReady, its pods are \
+             deleted after their toleration (300 s by default) and a driver run by a Job is recreated elsewhere \
+             while this one keeps running. If the node stays cut off, stop them here (self-fencing, as medik8s \
+             self-node-remediation does), and give drivers a ReadWriteOnce volume so a second one cannot start"
+                .to_string(),
+        );
+    }
+
+    let mut finding = Finding::new(
+        ID,
+        Severity::Critical,
+        Subject::node(&snap.node),
+        format!(
+            "{} has not reached the API server for {without} s ({last_success}){error}{at_risk}",
+            snap.node
+        ),
+        remedy.join(". "),
+    )
+    .with("seconds_without_success", without)
+    .with("threshold_seconds", settings.apiserver_unreachable_seconds)
+    .with("last_success_at", api.last_success_at)
+    .with("probing_since", api.probing_since)
+    .with("failed_probes", failures.len())
+    .with("failed_at", newest.map(failure_stage))
+    .with("last_errors", last_errors);
+    if drivers_known {
+        finding = finding.with("drivers_at_risk", drivers);
+    }
+    vec![finding]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{NOW, SnapshotBuilder, probe_failed, probe_ok, spark_driver, spark_executor};
+    use crate::snapshot::Observed;
+
+    fn refused(probe: &str, ago: i64) -> ProbeSample {
+        probe_failed(probe, ago, None, "connect: connection refused", 0.002)
+    }
+
+    #[test]
+    fn fires_after_the_threshold_since_the_last_success() {
+        let s = Settings::default();
+        let node = |samples| {
+            SnapshotBuilder::spark_node(&[
+                spark_driver("d1", "spark-a", "etl", "Running"),
+                spark_driver("d2", "spark-b", "old", "Failed"),
+                spark_executor("e1", "spark-a", "etl", 1, "Running"),
+            ])
+            .with_api(samples)
+            .build()
+        };
+        assert!(check(&node(vec![probe_ok("get", 100, 0.01), refused("get", 30)]), &s).is_empty());
+        let snap = node(vec![
+            probe_ok("get", 300, 0.01),
+            refused("get", 200),
+            refused("get", 20),
+            probe_failed("list", 25, None, "operation timed out", 10.0),
+        ]);
+        let f = check(&snap, &s);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["seconds_without_success"], 300);
+        assert_eq!(f[0].evidence["last_success_at"], NOW - 300);
+        assert_eq!(f[0].evidence["failed_probes"], 3);
+        assert_eq!(f[0].evidence["failed_at"], "connect");
+        assert_eq!(
+            f[0].evidence["last_errors"].as_array().unwrap().len(),
+            2,
+            "one per probe"
+        );
+        assert_eq!(f[0].evidence["last_errors"][0]["probe"], "get");
+        assert_eq!(f[0].evidence["last_errors"][0]["at"], NOW - 20);
+        assert_eq!(
+            f[0].evidence["drivers_at_risk"],
+            json!([{"pod": "spark-jobs/etl-driver", "uid": "d1", "app_id": "spark-a"}])
+        );
+        assert!(f[0].summary.starts_with("node-a has not reached the API server for 300 s (last success 300 s ago): get failed at connect (connect: connection refused); 1 Spark driver(s) here may be running twice"), "{}", f[0].summary);
+        assert!(f[0].remedy.contains("self-fencing"), "{}", f[0].remedy);
+        assert!(f[0].remedy.contains("%{time_starttransfer}"), "{}", f[0].remedy);
+    }
+
+    #[test]
+    fn never_succeeded_counts_from_probing_start() {
+        let s = Settings::default();
+        let snap = SnapshotBuilder::spark_node(&[])
+            .with_api(vec![refused("get", 10)])
+            .api(|a| a.probing_since = NOW - 119)
+            .build();
+        assert!(check(&snap, &s).is_empty());
+        let snap = SnapshotBuilder::spark_node(&[])
+            .with_api(vec![refused("get", 10)])
+            .api(|a| a.probing_since = NOW - 120)
+            .build();
+        let f = check(&snap, &s);
+        assert!(
+            f[0].summary.contains("no success since probing started 120 s ago"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].evidence.get("last_success_at").is_none());
+        assert_eq!(f[0].evidence["drivers_at_risk"], json!([]));
+        assert!(!f[0].remedy.contains("self-fencing"));
+        let mut cgroups_only = snap.clone();
+        cgroups_only.pod_source = PodSource::Cgroups;
+        assert!(
+            check(&cgroups_only, &s)[0].evidence.get("drivers_at_risk").is_none(),
+            "unknown, not none"
+        );
+        let mut offline = snap;
+        offline.api = Observed::NotApplicable {
+            reason: "offline".into(),
+        };
+        assert!(check(&offline, &s).is_empty());
+    }
+
+    #[test]
+    fn failure_stages() {
+        let with = |status, error: &str, connect, tls| ProbeSample {
+            connect_seconds: connect,
+            tls_seconds: tls,
+            ..probe_failed("get", 0, status, error, 10.0)
+        };
+        let cases = [
+            (
+                with(None, "dns error: failed to lookup address information", 0.0, 0.0),
+                "dns",
+            ),
+            (
+                with(
+                    None,
+                    "error trying to connect: Connection refused (os error 111)",
+                    0.0,
+                    0.0,
+                ),
+                "connect",
+            ),
+            (with(None, "invalid peer certificate: Expired", 0.01, 0.0), "tls"),
+            (with(None, "timeout", 0.01, 0.0), "tls"),
+            (with(None, "timeout", 0.01, 0.02), "answer"),
+            (with(None, "timeout", 0.0, 0.0), "connect"),
+            (with(Some(503), "HTTP 503: Service Unavailable", 0.01, 0.02), "http"),
+            (
+                with(Some(500), "HTTP 500: dial tcp: lookup etcd: no such host", 0.01, 0.02),
+                "http",
+            ),
+            (
+                with(
+                    None,
+                    "DNS lookup of api.example.com: failed to lookup address information",
+                    0.0,
+                    0.0,
+                ),
+                "dns",
+            ),
+            (
+                with(
+                    None,
+                    "TLS handshake with 10.96.0.1:443: invalid peer certificate",
+                    0.01,
+                    0.0,
+                ),
+                "tls",
+            ),
+            (with(None, "no complete answer within 10 s", 0.01, 0.02), "answer"),
+        ];
+        for (sample, want) in cases {
+            assert_eq!(failure_stage(&sample), want, "{:?}", sample.error);
+        }
+        assert!(stage_advice("http", Some(503)).contains("(HTTP 503)"));
+    }
+}

@@ -1,0 +1,422 @@
+//! `slow-api`: reading from the API server is slow from this node.
+//!
+//! The agent times two read probes like `curl -w` does (DNS, connect, TLS, first byte, total):
+//! `get` (`/version`) and `list` (this node's pods, `limit=1`). This rule takes the successful
+//! read samples of the last `api_latency_window_seconds`, and fires on the probe whose median
+//! total time is at or above `slow_api_warning_seconds` (critical at
+//! `slow_api_critical_seconds`). The phases of the slowest sample say where the time goes: time
+//! to first byte is the API server being slow to answer; DNS, connect and TLS point at the
+//! node's path to it.
+//!
+//! The helpers here (window, median, phases) are shared with the other API rules.
+
+use serde_json::{Value, json};
+
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{ApiObservation, NodeSnapshot, Observed, ProbeSample};
+
+pub const ID: &str = "slow-api";
+
+/// The read probes.
+pub const READ_PROBES: [&str; 2] = ["get", "list"];
+
+/// Seconds rounded to the millisecond, for evidence.
+pub(crate) fn ms(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+/// The samples taken within the window before the snapshot (or after it: `probe api` takes the
+/// snapshot's time first).
+pub(crate) fn recent<'a>(
+    api: &'a ApiObservation,
+    snap: &NodeSnapshot,
+    settings: &Settings,
+) -> impl Iterator<Item = &'a ProbeSample> {
+    let since = snap.taken_at.saturating_sub(settings.api_latency_window_seconds);
+    api.samples.iter().filter(move |s| s.at >= since)
+}
+
+/// The API observation, when the API was probed.
+pub(crate) fn api(snap: &NodeSnapshot) -> Option<&ApiObservation> {
+    match &snap.api {
+        Observed::Ok(api) => Some(api),
+        _ => None,
+    }
+}
+
+/// Median, minimum and maximum of the finite values (`None` when there are none).
+pub(crate) fn stats(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((median, v[0], v[n - 1]))
+}
+
+/// A phase of a request, in the order they happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Dns,
+    Connect,
+    Tls,
+    FirstByte,
+    Transfer,
+}
+
+impl Phase {
+    /// The evidence word.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Phase::Dns => "dns",
+            Phase::Connect => "connect",
+            Phase::Tls => "tls",
+            Phase::FirstByte => "first_byte",
+            Phase::Transfer => "transfer",
+        }
+    }
+
+    /// What it means when most of the time goes here.
+    pub(crate) fn diagnosis(self) -> &'static str {
+        match self {
+            Phase::Dns => "DNS lookup: the node is slow to resolve the API server's name",
+            Phase::Connect => "TCP connect: the network path to the API server (or its load balancer) is slow",
+            Phase::Tls => {
+                "TLS handshake: the API server or its load balancer is slow to handshake (overloaded), or the path loses packets"
+            }
+            Phase::FirstByte => "time to first byte: the API server is slow to answer, not the network",
+            Phase::Transfer => {
+                "transfer: the answer is slow to arrive after its first byte (a large answer or a slow path)"
+            }
+        }
+    }
+}
+
+/// How long each phase of `s` took, seconds, from its cumulative end times. A phase that did not
+/// happen (a reused connection, a name that is an IP) takes 0. For a sample that got no answer,
+/// the time after the last phase it reached goes to the phase it was stuck in (connect, TLS, or
+/// waiting for the first byte), not to the transfer.
+pub(crate) fn phase_durations(s: &ProbeSample) -> [(Phase, f64); 5] {
+    let pos = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let total = pos(s.total_seconds);
+    // The end of each phase; one not reached ends where the one before did.
+    let dns = pos(s.dns_seconds).min(total);
+    let connect = pos(s.connect_seconds).clamp(dns, total);
+    let tls = pos(s.tls_seconds).clamp(connect, total);
+    let first_byte = pos(s.first_byte_seconds).clamp(tls, total);
+    let mut d = [dns, connect - dns, tls - connect, first_byte - tls, total - first_byte];
+    if !s.ok && s.first_byte_seconds <= 0.0 {
+        let stuck = if s.tls_seconds > 0.0 {
+            3
+        } else if s.connect_seconds > 0.0 {
+            2
+        } else {
+            1
+        };
+        d[stuck] += d[4];
+        d[4] = 0.0;
+    }
+    [
+        (Phase::Dns, d[0]),
+        (Phase::Connect, d[1]),
+        (Phase::Tls, d[2]),
+        (Phase::FirstByte, d[3]),
+        (Phase::Transfer, d[4]),
+    ]
+}
+
+/// The phase that took longest in `s`, and how long.
+pub(crate) fn dominant_phase(s: &ProbeSample) -> (Phase, f64) {
+    phase_durations(s)
+        .into_iter()
+        .fold((Phase::FirstByte, -1.0), |best, p| if p.1 > best.1 { p } else { best })
+}
+
+/// A sample's timing as evidence: the cumulative end times as `curl -w` reports them.
+pub(crate) fn sample_json(s: &ProbeSample) -> Value {
+    let mut v = json!({
+        "probe": s.probe,
+        "at": s.at,
+        "dns_seconds": ms(s.dns_seconds),
+        "connect_seconds": ms(s.connect_seconds),
+        "tls_seconds": ms(s.tls_seconds),
+        "first_byte_seconds": ms(s.first_byte_seconds),
+        "total_seconds": ms(s.total_seconds),
+    });
+    if let (Some(map), Some(status)) = (v.as_object_mut(), s.status) {
+        map.insert("status".into(), status.into());
+    }
+    if let (Some(map), Some(error)) = (v.as_object_mut(), &s.error) {
+        map.insert("error".into(), error.clone().into());
+    }
+    v
+}
+
+/// What to check, by where the time goes.
+fn remedy(phase: Phase) -> String {
+    match phase {
+        Phase::FirstByte => "The API server itself is slow to answer: check its request latency by verb and resource \
+             (apiserver_request_duration_seconds), API Priority and Fairness queueing \
+             (apiserver_flowcontrol_request_wait_duration_seconds), etcd latency (etcd_request_duration_seconds), \
+             clients that list large collections without a limit, and `kubectl get --raw '/readyz?verbose'`. \
+             If only this node sees it (compare nodemedic_api_request_duration_seconds across nodes), check this \
+             node's path to the API server instead"
+            .to_string(),
+        Phase::Dns => "Resolving the API server's name is slow on this node: check the node's resolver \
+             (/etc/resolv.conf, systemd-resolved, the upstream DNS servers), or address the API server by IP"
+            .to_string(),
+        Phase::Connect | Phase::Tls => "Connecting to the API server is slow from this node: check the path \
+             (packet loss with `mtr`, a full conntrack table with `conntrack -S`, MTU), the API server's load \
+             balancer, and the API server's CPU (TLS handshakes are CPU-bound)"
+            .to_string(),
+        Phase::Transfer => "Answers arrive slowly after their first byte: check this node's bandwidth and packet \
+             loss to the API server (`mtr`), and the size of what is read"
+            .to_string(),
+    }
+}
+
+/// One read probe's successful samples in the window.
+struct ProbeStats<'a> {
+    probe: &'static str,
+    median: f64,
+    min: f64,
+    max: f64,
+    count: usize,
+    slowest: &'a ProbeSample,
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(api) = api(snap) else { return vec![] };
+    let reads: Vec<&ProbeSample> = recent(api, snap, settings)
+        .filter(|s| READ_PROBES.contains(&s.probe.as_str()))
+        .collect();
+    let failed = reads.iter().filter(|s| !s.ok).count();
+
+    let per_probe: Vec<ProbeStats> = READ_PROBES
+        .iter()
+        .filter_map(|probe| {
+            let ok: Vec<&ProbeSample> = reads
+                .iter()
+                .copied()
+                .filter(|s| s.ok && s.probe == *probe && s.total_seconds.is_finite())
+                .collect();
+            let (median, min, max) = stats(ok.iter().map(|s| s.total_seconds))?;
+            let slowest = ok
+                .iter()
+                .copied()
+                .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))?;
+            Some(ProbeStats {
+                probe,
+                median,
+                min,
+                max,
+                count: ok.len(),
+                slowest,
+            })
+        })
+        .collect();
+    let Some(&ProbeStats {
+        probe,
+        median,
+        min,
+        max,
+        count,
+        slowest,
+    }) = per_probe.iter().max_by(|a, b| a.median.total_cmp(&b.median))
+    else {
+        return vec![];
+    };
+    let (severity, threshold) = if median >= settings.slow_api_critical_seconds {
+        (Severity::Critical, settings.slow_api_critical_seconds)
+    } else if median >= settings.slow_api_warning_seconds {
+        (Severity::Warning, settings.slow_api_warning_seconds)
+    } else {
+        return vec![];
+    };
+    let (phase, phase_seconds) = dominant_phase(slowest);
+    let probes: serde_json::Map<String, Value> = per_probe
+        .iter()
+        .map(|p| {
+            (
+                p.probe.to_string(),
+                json!({"median_seconds": ms(p.median), "max_seconds": ms(p.max), "samples": p.count}),
+            )
+        })
+        .collect();
+    vec![
+        Finding::new(
+            ID,
+            severity,
+            Subject::node(&snap.node),
+            format!(
+                "API {probe} requests from {} take {:.2} s (median of {count}), at or above the {} s {} threshold; \
+                 most of the slowest one ({:.2} s) is {}",
+                snap.node,
+                median,
+                threshold,
+                severity.as_str(),
+                max,
+                phase.diagnosis()
+            ),
+            remedy(phase),
+        )
+        .with("probe", probe)
+        .with("median_seconds", ms(median))
+        .with("min_seconds", ms(min))
+        .with("max_seconds", ms(max))
+        .with("samples", count)
+        .with("failed_samples", failed)
+        .with("threshold_seconds", threshold)
+        .with("window_seconds", settings.api_latency_window_seconds)
+        .with("slowest_sample", sample_json(slowest))
+        .with("dominant_phase", phase.as_str())
+        .with("dominant_phase_seconds", ms(phase_seconds))
+        .with("diagnosis", phase.diagnosis())
+        .with("probes", probes),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{SnapshotBuilder, probe_failed, probe_ok, probe_phases};
+
+    fn run(samples: Vec<ProbeSample>) -> Vec<Finding> {
+        check(
+            &SnapshotBuilder::spark_node(&[]).with_api(samples).build(),
+            &Settings::default(),
+        )
+    }
+
+    #[test]
+    fn median_and_thresholds() {
+        assert!(run(vec![probe_ok("get", 30, 0.02), probe_ok("list", 30, 0.9)]).is_empty());
+        // One slow outlier does not move the median.
+        assert!(
+            run(vec![
+                probe_ok("get", 90, 0.02),
+                probe_ok("get", 60, 9.0),
+                probe_ok("get", 30, 0.03)
+            ])
+            .is_empty()
+        );
+        let f = run(vec![
+            probe_ok("get", 90, 0.02),
+            probe_ok("list", 90, 1.2),
+            probe_ok("list", 60, 1.5),
+            probe_ok("list", 30, 0.4),
+        ]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].evidence["probe"], "list");
+        assert_eq!(f[0].evidence["median_seconds"], 1.2);
+        assert_eq!(f[0].evidence["min_seconds"], 0.4);
+        assert_eq!(f[0].evidence["max_seconds"], 1.5);
+        assert_eq!(f[0].evidence["samples"], 3);
+        assert_eq!(f[0].evidence["probes"]["get"]["median_seconds"], 0.02);
+        assert_eq!(f[0].evidence["dominant_phase"], "first_byte");
+        assert!(
+            f[0].summary
+                .contains("the API server is slow to answer, not the network"),
+            "{}",
+            f[0].summary
+        );
+
+        let f = run(vec![probe_ok("get", 60, 6.0), probe_ok("get", 30, 4.0)]);
+        assert_eq!(
+            f[0].severity,
+            Severity::Critical,
+            "median 5.0 is at the critical threshold"
+        );
+        assert_eq!(f[0].evidence["threshold_seconds"], 5.0);
+    }
+
+    #[test]
+    fn only_successful_reads_in_the_window_count() {
+        assert!(
+            run(vec![
+                probe_failed("get", 30, None, "timeout", 10.0),
+                probe_ok("create_dry_run", 30, 30.0),
+                probe_ok("get", 3600, 8.0),
+                probe_ok("get", 20, 0.05),
+            ])
+            .is_empty()
+        );
+        assert!(
+            run(vec![probe_failed(
+                "list",
+                30,
+                Some(503),
+                "503 Service Unavailable",
+                2.0
+            )])
+            .is_empty()
+        );
+        let mut offline = SnapshotBuilder::spark_node(&[]).build();
+        assert!(check(&offline, &Settings::default()).is_empty());
+        offline.api = Observed::Error {
+            reason: "no credentials".into(),
+        };
+        assert!(check(&offline, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn phases_name_the_slow_part() {
+        let cases = [
+            (probe_phases("get", 30, 2.5, 2.51, 2.52, 2.6, 2.61), "dns"),
+            (probe_phases("get", 30, 0.0, 2.0, 2.1, 2.2, 2.2), "connect"),
+            (probe_phases("get", 30, 0.0, 0.01, 2.0, 2.1, 2.1), "tls"),
+            (probe_phases("get", 30, 0.0, 0.01, 0.02, 2.0, 2.01), "first_byte"),
+            (probe_phases("get", 30, 0.0, 0.01, 0.02, 0.03, 2.0), "transfer"),
+        ];
+        for (sample, want) in cases {
+            let f = run(vec![sample]);
+            assert_eq!(f[0].evidence["dominant_phase"], want);
+            assert_eq!(
+                f[0].evidence["slowest_sample"]["total_seconds"],
+                f[0].evidence["max_seconds"]
+            );
+        }
+        // A sample that got no answer: the time goes to what it was waiting for.
+        let waited = probe_failed("create_dry_run", 0, None, "timeout", 10.0);
+        let connected = ProbeSample {
+            connect_seconds: 0.01,
+            tls_seconds: 0.02,
+            ..waited.clone()
+        };
+        assert_eq!(dominant_phase(&connected).0, Phase::FirstByte);
+        assert_eq!(dominant_phase(&waited).0, Phase::Connect);
+        let resolved = ProbeSample {
+            dns_seconds: 0.0001,
+            ..waited.clone()
+        };
+        assert_eq!(
+            dominant_phase(&resolved).0,
+            Phase::Connect,
+            "the probe sets dns even for an IP"
+        );
+        let handshaking = ProbeSample {
+            dns_seconds: 0.0001,
+            connect_seconds: 0.002,
+            ..waited.clone()
+        };
+        assert_eq!(dominant_phase(&handshaking).0, Phase::Tls);
+        let total: f64 = phase_durations(&connected).iter().map(|p| p.1).sum();
+        assert!((total - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stats_of_odd_and_even_counts() {
+        assert_eq!(stats([3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(stats([4.0, 1.0, 2.0, 3.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(stats([f64::NAN]), None);
+        assert_eq!(stats([]), None);
+    }
+}

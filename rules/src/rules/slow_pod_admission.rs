@@ -1,0 +1,612 @@
+//! `slow-pod-admission`: creating a pod takes long enough to trip Spark's Kubernetes client.
+//!
+//! The agent times a dry-run pod create (`create_dry_run`: `dryRun=All` runs the whole
+//! admission chain, webhooks included, and skips only the write). Spark's client gives up on a
+//! request after `spark.kubernetes.submission.requestTimeout` (spark-submit creating the driver)
+//! or `spark.kubernetes.driver.requestTimeout` (the driver creating executors), 10000 ms by
+//! default since Spark 3.0; Spark 2.4 uses fabric8's `KUBERNETES_REQUEST_TIMEOUT` (also 10 s).
+//! See SPARK.md, "Timeouts".
+//!
+//! The rule compares the median create time of the window (and its maximum) with that timeout:
+//! warning from half of it, critical at or above it. Creates that timed out count with the time
+//! they waited (a lower bound); creates refused because a webhook does not support dry run are
+//! left to `webhook-blocks-dry-run`. The timeout is the smallest one the drivers on this node
+//! set, else `spark_client_timeout_seconds`. The finding names the webhooks that match pod
+//! CREATE, the slowest by the API server's own metrics, and the Spark keys to raise.
+
+use serde_json::{Value, json};
+
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{NodeSnapshot, Observed, PodInfo, ProbeSample, WebhookInfo};
+
+use super::slow_api::{api, dominant_phase, ms, recent, sample_json, stats};
+
+pub const ID: &str = "slow-pod-admission";
+
+/// The dry-run create probe.
+pub const DRY_RUN_PROBE: &str = "create_dry_run";
+
+/// Spark 3.0+'s timeout of spark-submit's requests (creating the driver), milliseconds.
+pub const SUBMISSION_TIMEOUT_KEY: &str = "spark.kubernetes.submission.requestTimeout";
+/// Spark 3.0+'s timeout of the driver's requests (creating executors), milliseconds.
+pub const DRIVER_TIMEOUT_KEY: &str = "spark.kubernetes.driver.requestTimeout";
+/// fabric8's request timeout from the environment, milliseconds; only Spark 2.4 honours it.
+pub const FABRIC8_TIMEOUT_ENV: &str = "KUBERNETES_REQUEST_TIMEOUT";
+
+/// Whether a probe failed because a matching webhook does not support dry run (the API
+/// server's `admission webhook "<name>" does not support dry run`, HTTP 400).
+pub fn is_dry_run_unsupported(s: &ProbeSample) -> bool {
+    !s.ok
+        && s.status == Some(400)
+        && s.error
+            .as_deref()
+            .is_some_and(|e| e.contains("does not support dry run"))
+}
+
+/// Whether a probe failed by running out of time, on the client (the probe's own `no complete
+/// answer within N s`) or in the API server (a webhook call that timed out: `context deadline
+/// exceeded`, `Client.Timeout`, HTTP 504): its `total_seconds` is a lower bound of the latency.
+pub fn timed_out(s: &ProbeSample) -> bool {
+    if s.ok {
+        return false;
+    }
+    let e = s.error.as_deref().unwrap_or("").to_ascii_lowercase();
+    s.status == Some(504)
+        || ["no complete answer within", "timeout", "timed out", "deadline exceeded"]
+            .iter()
+            .any(|w| e.contains(w))
+}
+
+/// Where the Spark client timeout in force came from.
+#[derive(Debug, Clone, PartialEq)]
+struct ClientTimeout {
+    seconds: f64,
+    /// For people: `spark.kubernetes.driver.requestTimeout=5000 (ms) of driver ns/name`.
+    source: String,
+    /// The driver (`ns/name`) and the key or variable, when a driver set it.
+    driver: Option<String>,
+    key: Option<&'static str>,
+}
+
+fn positive_ms(v: &str) -> Option<u64> {
+    // Spark's intConf trims; 0 means "no timeout" to fabric8, so it never is the smallest.
+    v.trim().parse::<u64>().ok().filter(|ms| *ms > 0)
+}
+
+fn is_spark2(version: Option<&str>) -> bool {
+    version.is_some_and(|v| v.starts_with("2."))
+}
+
+/// The driver of `uid` as people name it, and whether it still runs (unknown pods count).
+fn driver_name(snap: &NodeSnapshot, uid: &str) -> (String, bool) {
+    match snap.pod(uid) {
+        Some(p) => (p.display(), !p.is_terminal()),
+        None => (format!("pod {uid}"), true),
+    }
+}
+
+fn client_timeout(snap: &NodeSnapshot, settings: &Settings) -> ClientTimeout {
+    let mut best = ClientTimeout {
+        seconds: settings.spark_client_timeout_seconds,
+        source: "no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms".to_string(),
+        driver: None,
+        key: None,
+    };
+    let mut found: Option<(u64, String, &'static str, String)> = None;
+    for (uid, conf) in &snap.spark_confs {
+        let (driver, alive) = driver_name(snap, uid);
+        if !alive {
+            continue;
+        }
+        let version = conf.version.as_deref();
+        let candidates: Vec<(&'static str, Option<&String>)> = if is_spark2(version) {
+            vec![(FABRIC8_TIMEOUT_ENV, conf.kubernetes_request_timeout_env.as_ref())]
+        } else {
+            vec![
+                (SUBMISSION_TIMEOUT_KEY, conf.properties.get(SUBMISSION_TIMEOUT_KEY)),
+                (DRIVER_TIMEOUT_KEY, conf.properties.get(DRIVER_TIMEOUT_KEY)),
+            ]
+        };
+        for (key, value) in candidates {
+            let Some(ms) = value.and_then(|v| positive_ms(v)) else {
+                continue;
+            };
+            if found.as_ref().is_none_or(|(best_ms, ..)| ms < *best_ms) {
+                let spark = version.map_or(String::new(), |v| format!(", Spark {v}"));
+                found = Some((ms, driver.clone(), key, spark));
+            }
+        }
+    }
+    if let Some((ms, driver, key, spark)) = found {
+        best = ClientTimeout {
+            seconds: ms as f64 / 1000.0,
+            source: format!("{key}={ms} (ms) of driver {driver}{spark}"),
+            driver: Some(driver),
+            key: Some(key),
+        };
+    }
+    best
+}
+
+/// The Spark client timeout in force on this node, seconds, and where it came from: the smallest
+/// request timeout the live drivers here set (`spark.kubernetes.submission.requestTimeout` or
+/// `spark.kubernetes.driver.requestTimeout` on Spark 3.0+, `KUBERNETES_REQUEST_TIMEOUT` on
+/// Spark 2.4; milliseconds), else `spark_client_timeout_seconds`.
+pub fn spark_client_timeout(snap: &NodeSnapshot, settings: &Settings) -> (f64, String) {
+    let t = client_timeout(snap, settings);
+    (t.seconds, t.source)
+}
+
+/// The running drivers on this node: (`ns/name`, `spark-version`).
+fn local_drivers(snap: &NodeSnapshot) -> Vec<(String, Option<String>)> {
+    let mut out: Vec<(String, Option<String>)> = snap
+        .pods
+        .iter()
+        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .map(|p: &PodInfo| (p.display(), p.label("spark-version").map(str::to_string)))
+        .collect();
+    for (uid, conf) in &snap.spark_confs {
+        let (name, alive) = driver_name(snap, uid);
+        if alive && !out.iter().any(|(n, _)| *n == name) {
+            out.push((name, conf.version.clone()));
+        }
+    }
+    out
+}
+
+fn configuration_kind(w: &WebhookInfo) -> &'static str {
+    if w.kind == "validating" {
+        "ValidatingWebhookConfiguration"
+    } else {
+        "MutatingWebhookConfiguration"
+    }
+}
+
+/// A webhook as evidence.
+pub(crate) fn webhook_json(w: &WebhookInfo) -> Value {
+    let mut v = json!({
+        "name": w.name,
+        "configuration": w.configuration,
+        "kind": w.kind,
+        "timeout_seconds": w.timeout_seconds,
+        "failure_policy": w.failure_policy,
+        "side_effects": w.side_effects,
+        "matches_probe": w.matches_probe,
+    });
+    if let Some(map) = v.as_object_mut() {
+        if !w.matches_namespaces.is_empty() {
+            map.insert("namespaces".into(), json!(w.matches_namespaces));
+        }
+        if let Some(mean) = w.mean_latency_seconds {
+            map.insert("mean_latency_seconds".into(), ms(mean).into());
+        }
+    }
+    v
+}
+
+/// How long the matching webhooks may hold a create at most: mutating webhooks run one after
+/// another, validating ones in parallel, each up to its `timeoutSeconds`.
+fn worst_case_seconds(webhooks: &[&WebhookInfo]) -> i64 {
+    let mutating: i64 = webhooks
+        .iter()
+        .filter(|w| w.kind != "validating")
+        .map(|w| i64::from(w.timeout_seconds))
+        .sum();
+    let validating = webhooks
+        .iter()
+        .filter(|w| w.kind == "validating")
+        .map(|w| i64::from(w.timeout_seconds))
+        .max()
+        .unwrap_or(0);
+    mutating + validating
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(api) = api(snap) else { return vec![] };
+    let creates: Vec<&ProbeSample> = recent(api, snap, settings)
+        .filter(|s| s.probe == DRY_RUN_PROBE && (s.ok || timed_out(s)) && !is_dry_run_unsupported(s))
+        .filter(|s| s.total_seconds.is_finite())
+        .collect();
+    let Some((median, min, max)) = stats(creates.iter().map(|s| s.total_seconds)) else {
+        return vec![];
+    };
+    let Some(slowest) = creates
+        .iter()
+        .copied()
+        .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))
+    else {
+        return vec![];
+    };
+    let timeout = client_timeout(snap, settings);
+    let t = timeout.seconds;
+    let (severity, how) = if median >= t {
+        (Severity::Critical, "at or above".to_string())
+    } else if median >= t / 2.0 {
+        (Severity::Warning, "at least half of".to_string())
+    } else if max >= t {
+        (
+            Severity::Warning,
+            format!("below, but the slowest ({max:.1} s) passed,"),
+        )
+    } else {
+        return vec![];
+    };
+    let timed_out_count = creates.iter().filter(|s| !s.ok).count();
+
+    // The webhooks that apply to pod creation here, slowest first.
+    let (mut webhooks, webhooks_status): (Vec<&WebhookInfo>, Option<String>) = match &api.webhooks {
+        Observed::Ok(list) => (
+            list.iter()
+                .filter(|w| w.matches_probe || !w.matches_namespaces.is_empty())
+                .collect(),
+            None,
+        ),
+        other => (vec![], Some(other.status())),
+    };
+    webhooks.sort_by(|a, b| {
+        let key = |w: &WebhookInfo| w.mean_latency_seconds.filter(|m| m.is_finite()).unwrap_or(-1.0);
+        key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name))
+    });
+    let slowest_webhook = webhooks
+        .first()
+        .copied()
+        .filter(|w| w.mean_latency_seconds.is_some_and(f64::is_finite));
+
+    // Twice the slowest create, whole seconds, in milliseconds.
+    let suggested_ms = ((2.0 * max).ceil().max(1.0) as u64) * 1000;
+    let drivers = local_drivers(snap);
+    let spark2: Vec<&str> = drivers
+        .iter()
+        .filter(|(_, v)| is_spark2(v.as_deref()))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let unknown_version = drivers.iter().any(|(_, v)| v.is_none());
+
+    let mut remedy = vec![format!(
+        "Raise Spark's client timeouts above the pod creation time, e.g. to {suggested_ms} ms (twice the slowest \
+         create measured): --conf {SUBMISSION_TIMEOUT_KEY}={suggested_ms} --conf {DRIVER_TIMEOUT_KEY}={suggested_ms} \
+         (Spark 3.0 and later; {FABRIC8_TIMEOUT_ENV} does nothing there, since Spark overrides fabric8's timeouts \
+         with these keys)"
+    )];
+    if !spark2.is_empty() {
+        remedy.push(format!(
+            "for the Spark 2.4 driver(s) {}: {FABRIC8_TIMEOUT_ENV}={suggested_ms} in spark-submit's environment and \
+             --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}",
+            spark2.join(", ")
+        ));
+    } else if unknown_version {
+        remedy.push(format!(
+            "on Spark 2.4 (drivers without a spark-version label may be 2.4): {FABRIC8_TIMEOUT_ENV}={suggested_ms} in \
+             spark-submit's environment and --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}"
+        ));
+    }
+    remedy.push(match (slowest_webhook, webhooks.is_empty(), &webhooks_status) {
+        (Some(w), _, _) => format!(
+            "Then fix or time-box the slowest webhook, {} ({} {}, {:.1} s mean, timeoutSeconds {}, failurePolicy {}): \
+             give its backend what it needs, or lower its timeoutSeconds below Spark's timeout and, if pods may be \
+             created without it, set failurePolicy: Ignore (kubectl edit {} {})",
+            w.name,
+            configuration_kind(w),
+            w.configuration,
+            w.mean_latency_seconds.unwrap_or_default(),
+            w.timeout_seconds,
+            w.failure_policy,
+            configuration_kind(w).to_ascii_lowercase(),
+            w.configuration
+        ),
+        (None, false, _) => format!(
+            "Then find the slow one among the webhooks that match pod CREATE ({}): nodemedic could not read their \
+             latencies (it needs get on the nonResourceURL /metrics); `kubectl get --raw /metrics | grep \
+             apiserver_admission_webhook_admission_duration_seconds_sum` shows them. Fix or time-box it \
+             (timeoutSeconds, failurePolicy: Ignore if acceptable)",
+            webhooks.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        (None, true, Some(_)) => "Then find the slow admission webhook: `kubectl get \
+             mutatingwebhookconfigurations,validatingwebhookconfigurations` and `kubectl get --raw /metrics | grep \
+             apiserver_admission_webhook_admission_duration_seconds_sum`; fix or time-box it (timeoutSeconds, \
+             failurePolicy: Ignore if acceptable)"
+            .to_string(),
+        (None, true, None) => "No admission webhook matches pod creation, so the time is the API server's own \
+             (etcd, built-in admission, API Priority and Fairness): see \
+             apiserver_request_duration_seconds{verb=\"POST\",resource=\"pods\"} on the API server"
+            .to_string(),
+    });
+    remedy.push(
+        "A create that times out on the client may still create the pod on the server: spark-submit can report a \
+         failure while its driver starts, and a driver can end up with more executors than it asked for"
+            .to_string(),
+    );
+
+    let (phase, _) = dominant_phase(slowest);
+    let webhook_note = slowest_webhook.map_or(String::new(), |w| {
+        format!(
+            "; slowest matching webhook: {} ({:.1} s mean)",
+            w.name,
+            w.mean_latency_seconds.unwrap_or_default()
+        )
+    });
+    let summary = format!(
+        "Creating a pod takes {median:.1} s (median of {} dry-run creates, slowest {max:.1} s), {how} the Spark client \
+         timeout of {t} s ({}){webhook_note}",
+        creates.len(),
+        timeout.source
+    );
+    let mut finding = Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.join(". "))
+        .with("probe", DRY_RUN_PROBE)
+        .with("median_seconds", ms(median))
+        .with("min_seconds", ms(min))
+        .with("max_seconds", ms(max))
+        .with("samples", creates.len())
+        .with("timed_out_samples", timed_out_count)
+        .with("spark_timeout_seconds", t)
+        .with("spark_timeout_source", timeout.source.clone())
+        .with("spark_timeout_driver", timeout.driver.clone())
+        .with("spark_timeout_key", timeout.key)
+        .with("warning_from_seconds", t / 2.0)
+        .with("suggested_timeout_ms", suggested_ms)
+        .with("slowest_sample", sample_json(slowest))
+        .with("dominant_phase", phase.as_str())
+        .with("webhooks", webhooks.iter().map(|w| webhook_json(w)).collect::<Vec<_>>())
+        .with("webhooks_worst_case_seconds", worst_case_seconds(&webhooks))
+        .with("webhooks_source", webhooks_status)
+        .with("slowest_webhook", slowest_webhook.map(webhook_json));
+    if !spark2.is_empty() {
+        finding = finding.with("spark_2_drivers", spark2);
+    }
+    vec![finding]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{NOW, SnapshotBuilder, probe_failed, probe_ok, spark_conf, spark_driver, webhook};
+
+    fn node(samples: Vec<ProbeSample>) -> SnapshotBuilder {
+        SnapshotBuilder::spark_node(&[]).with_api(samples)
+    }
+
+    fn creates(totals: &[f64]) -> Vec<ProbeSample> {
+        totals
+            .iter()
+            .enumerate()
+            .map(|(i, t)| probe_ok(DRY_RUN_PROBE, 30 * (i as i64 + 1), *t))
+            .collect()
+    }
+
+    #[test]
+    fn thresholds_against_the_default_timeout() {
+        let s = Settings::default();
+        assert!(check(&node(creates(&[0.2, 0.3, 4.9])).build(), &s).is_empty());
+        let f = check(&node(creates(&[5.0, 6.0, 0.3])).build(), &s);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(
+            f[0].summary
+                .contains("at least half of the Spark client timeout of 10 s"),
+            "{}",
+            f[0].summary
+        );
+        let f = check(&node(creates(&[12.0, 30.0, 10.0])).build(), &s);
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["median_seconds"], 12.0);
+        assert_eq!(f[0].evidence["suggested_timeout_ms"], 60000);
+        assert!(f[0].evidence.get("spark_timeout_key").is_none());
+        assert!(
+            f[0].summary.contains(
+                "timeout of 10 s (no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms)"
+            ),
+            "{}",
+            f[0].summary
+        );
+        // One create past the timeout, the rest fast.
+        let f = check(&node(creates(&[0.2, 0.3, 11.0])).build(), &s);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(f[0].summary.contains("the slowest (11.0 s) passed"), "{}", f[0].summary);
+        // Read probes do not count, and nothing without creates.
+        assert!(check(&node(vec![probe_ok("get", 30, 20.0)]).build(), &s).is_empty());
+        assert!(check(&SnapshotBuilder::spark_node(&[]).build(), &s).is_empty());
+    }
+
+    #[test]
+    fn timed_out_creates_count_and_dry_run_refusals_do_not() {
+        let s = Settings::default();
+        let refused = |ago| {
+            probe_failed(
+                DRY_RUN_PROBE,
+                ago,
+                Some(400),
+                "400 Bad Request: admission webhook \"audit.example.com\" does not support dry run",
+                0.05,
+            )
+        };
+        assert!(check(&node(vec![refused(30), refused(60)]).build(), &s).is_empty());
+        let f = check(
+            &node(vec![
+                probe_failed(DRY_RUN_PROBE, 30, None, "no complete answer within 10 s", 10.0),
+                probe_failed(
+                    DRY_RUN_PROBE,
+                    60,
+                    Some(500),
+                    "500 Internal Server Error: Internal error occurred: failed calling webhook \"slow.example.com\": failed to call webhook: Post \"https://slow.webhooks.svc:443/mutate?timeout=30s\": context deadline exceeded",
+                    30.0,
+                ),
+                probe_failed(DRY_RUN_PROBE, 90, None, "connection refused", 0.001),
+                refused(120),
+            ])
+            .build(),
+            &s,
+        );
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(
+            f[0].evidence["samples"], 2,
+            "refused and connection errors are not latencies"
+        );
+        assert_eq!(f[0].evidence["timed_out_samples"], 2);
+        assert_eq!(f[0].evidence["median_seconds"], 20.0);
+        assert_eq!(
+            f[0].evidence["dominant_phase"], "connect",
+            "no phase ended: never connected"
+        );
+    }
+
+    #[test]
+    fn timeout_from_the_drivers_here() {
+        let d1 = spark_driver("d1", "spark-a", "etl", "Running");
+        let d2 = spark_driver("d2", "spark-b", "ml", "Running");
+        let done = spark_driver("d3", "spark-c", "old", "Succeeded");
+        let base = || SnapshotBuilder::spark_node(&[d1.clone(), d2.clone(), done.clone()]).with_api(creates(&[3.0]));
+        let s = Settings::default();
+        let snap = base()
+            .with_spark_conf(
+                "d1",
+                spark_conf(
+                    Some("3.5.1"),
+                    &[(SUBMISSION_TIMEOUT_KEY, "60000"), (DRIVER_TIMEOUT_KEY, " 5000 ")],
+                ),
+            )
+            .with_spark_conf("d2", spark_conf(Some("3.4.0"), &[(DRIVER_TIMEOUT_KEY, "8000")]))
+            .with_spark_conf("d3", spark_conf(Some("3.4.0"), &[(DRIVER_TIMEOUT_KEY, "1000")]))
+            .build();
+        assert_eq!(
+            spark_client_timeout(&snap, &s),
+            (
+                5.0,
+                "spark.kubernetes.driver.requestTimeout=5000 (ms) of driver spark-jobs/etl-driver, Spark 3.5.1"
+                    .to_string()
+            ),
+            "the smallest of the live drivers; the finished one does not count"
+        );
+        let f = check(&snap, &s);
+        assert_eq!(f[0].severity, Severity::Warning, "3 s is more than half of 5 s");
+        assert_eq!(f[0].evidence["spark_timeout_driver"], "spark-jobs/etl-driver");
+        assert_eq!(f[0].evidence["spark_timeout_key"], DRIVER_TIMEOUT_KEY);
+
+        // Spark 2.4 reads fabric8's environment variable and ignores the 3.x keys; 3.x ignores the
+        // variable; 0 and garbage are no timeout.
+        let mut old = spark_conf(Some("2.4.8"), &[(DRIVER_TIMEOUT_KEY, "1000")]);
+        old.kubernetes_request_timeout_env = Some("4000".into());
+        let mut new = spark_conf(
+            Some("3.5.1"),
+            &[(SUBMISSION_TIMEOUT_KEY, "0"), (DRIVER_TIMEOUT_KEY, "soon")],
+        );
+        new.kubernetes_request_timeout_env = Some("1000".into());
+        let mut d1_old = d1.clone();
+        d1_old.labels.insert("spark-version".into(), "2.4.8".into());
+        let snap = SnapshotBuilder::spark_node(&[d1_old, d2.clone()])
+            .with_api(creates(&[3.0]))
+            .with_spark_conf("d1", old)
+            .with_spark_conf("d2", new)
+            .build();
+        let (secs, source) = spark_client_timeout(&snap, &s);
+        assert_eq!(secs, 4.0);
+        assert!(
+            source.starts_with("KUBERNETES_REQUEST_TIMEOUT=4000 (ms) of driver spark-jobs/etl-driver"),
+            "{source}"
+        );
+        let f = check(&snap, &s);
+        assert!(
+            f[0].remedy
+                .contains("for the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT=6000"),
+            "{}",
+            f[0].remedy
+        );
+        assert_eq!(f[0].evidence["spark_2_drivers"], json!(["spark-jobs/etl-driver"]));
+
+        // The setting is the fallback.
+        let s = Settings {
+            spark_client_timeout_seconds: 4.0,
+            ..Default::default()
+        };
+        assert_eq!(spark_client_timeout(&node(vec![]).build(), &s).0, 4.0);
+    }
+
+    #[test]
+    fn names_the_matching_webhooks_and_the_slowest() {
+        let mut slow = webhook("slow-injector", "inject.slow.example.com");
+        slow.mean_latency_seconds = Some(29.7);
+        slow.timeout_seconds = 30;
+        let mut policy = webhook("policy", "validate.policy.example.com");
+        policy.kind = "validating".into();
+        policy.mean_latency_seconds = Some(0.02);
+        let mut spark_only = webhook("spark-defaults", "defaults.spark.example.com");
+        spark_only.matches_probe = false;
+        spark_only.matches_namespaces = vec!["spark-jobs".into()];
+        let mut elsewhere = webhook("other", "other.example.com");
+        elsewhere.matches_probe = false;
+        let snap = node(creates(&[30.1, 29.9, 30.2]))
+            .with_webhooks(vec![policy, elsewhere, spark_only, slow])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].severity, Severity::Critical);
+        let names: Vec<&str> = f[0].evidence["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "inject.slow.example.com",
+                "validate.policy.example.com",
+                "defaults.spark.example.com"
+            ]
+        );
+        assert_eq!(f[0].evidence["slowest_webhook"]["name"], "inject.slow.example.com");
+        assert_eq!(f[0].evidence["slowest_webhook"]["mean_latency_seconds"], 29.7);
+        assert_eq!(f[0].evidence["webhooks"][2]["namespaces"], json!(["spark-jobs"]));
+        assert_eq!(
+            f[0].evidence["webhooks_worst_case_seconds"], 50,
+            "30 + 10 mutating in turn, then 10 validating"
+        );
+        assert!(
+            f[0].summary
+                .ends_with("slowest matching webhook: inject.slow.example.com (29.7 s mean)"),
+            "{}",
+            f[0].summary
+        );
+        for needle in [
+            "--conf spark.kubernetes.submission.requestTimeout=61000 --conf spark.kubernetes.driver.requestTimeout=61000",
+            "KUBERNETES_REQUEST_TIMEOUT does nothing there",
+            "the slowest webhook, inject.slow.example.com (MutatingWebhookConfiguration slow-injector, 29.7 s mean, timeoutSeconds 30, failurePolicy Fail)",
+            "kubectl edit mutatingwebhookconfiguration slow-injector",
+            "may still create the pod",
+        ] {
+            assert!(f[0].remedy.contains(needle), "{needle}: {}", f[0].remedy);
+        }
+    }
+
+    #[test]
+    fn without_latencies_or_webhooks() {
+        let snap = node(creates(&[8.0]))
+            .with_webhooks(vec![webhook("a", "a.example.com")])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert!(f[0].evidence.get("slowest_webhook").is_none());
+        assert!(
+            f[0].remedy
+                .contains("among the webhooks that match pod CREATE (a.example.com)"),
+            "{}",
+            f[0].remedy
+        );
+
+        let snap = node(creates(&[8.0])).build();
+        assert!(
+            check(&snap, &Settings::default())[0]
+                .remedy
+                .contains("No admission webhook matches pod creation")
+        );
+
+        let snap = node(creates(&[8.0]))
+            .api(|a| {
+                a.webhooks = Observed::Error {
+                    reason: "forbidden".into(),
+                }
+            })
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].evidence["webhooks_source"], "error: forbidden");
+        assert!(f[0].remedy.contains("kubectl get mutatingwebhookconfigurations"));
+        assert_eq!(NOW - 30, f[0].evidence["slowest_sample"]["at"].as_i64().unwrap());
+    }
+}
