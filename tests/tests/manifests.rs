@@ -1,8 +1,9 @@
 //! The deployment side (`daemonset/`): the kustomize base, the repair overlay and the
 //! apiserver-metrics component render and validate against the Kubernetes 1.33 schemas; the
-//! base is least-privilege; the repair overlay adds exactly what repairs need; the alert rules
-//! are generated from their source, pass promtool's checks and unit tests, and cover every
-//! rule; the kubectl plugin runs the right `kubectl` commands (against a fake `kubectl`).
+//! base is least-privilege (pod creates only in the agent's namespace, and only as dry runs);
+//! the repair overlay adds exactly what repairs need; the alert rules are generated from their
+//! source, pass promtool's checks and unit tests, and cover every rule; the kubectl plugin runs
+//! the right `kubectl` commands (against a fake `kubectl`).
 //!
 //! These tests need external tools: `kubectl` (with kustomize), `kubernetes-validate`,
 //! `promtool`, `shellcheck`, `hadolint`, and `python3` with PyYAML. `.ci/run` installs them; a
@@ -248,6 +249,10 @@ fn base_renders_and_validates() {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ConfigMap",
         "Service",
         "DaemonSet",
@@ -257,7 +262,16 @@ fn base_renders_and_validates() {
     assert_eq!(kinds, want);
     for d in &docs {
         assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/name"], "nodemedic", "{d}");
-        let cluster_scoped = ["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&d["kind"].as_str().unwrap());
+        // (kustomize gives the admission policy objects the base's namespace too, which the API
+        // server drops: they are cluster-scoped.)
+        let cluster_scoped = [
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+        .contains(&d["kind"].as_str().unwrap());
         if !cluster_scoped {
             assert_eq!(d["metadata"]["namespace"], "nodemedic", "{d}");
         }
@@ -312,8 +326,15 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
             "validatingwebhookconfigurations",
             "list",
         ),
+        // The namespaceSelectors of those webhooks, for the probe's and the Spark pods' namespaces.
+        grant("", "namespaces", "get"),
     ]
     .into()
+}
+
+/// The agent's Role in its own namespace: the API probe's dry-run pod create, nothing else.
+fn probe_role_grants() -> BTreeSet<(String, String, String)> {
+    [grant("", "pods", "create")].into()
 }
 
 fn assert_no_wildcards_or_secrets(docs: &[Value]) {
@@ -348,13 +369,60 @@ fn base_rbac_is_least_privilege() {
         .iter()
         .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
         .collect();
-    assert_eq!(roles.len(), 1, "the base has one ClusterRole");
+    assert_eq!(roles.len(), 2, "the base has one ClusterRole and one Role");
     assert_eq!(grants(by_kind(&docs, "ClusterRole", "nodemedic")), base_grants());
     let binding = by_kind(&docs, "ClusterRoleBinding", "nodemedic");
     assert_eq!(binding["roleRef"]["name"], "nodemedic");
     assert_eq!(
         binding["subjects"],
         json!([{"kind": "ServiceAccount", "name": "nodemedic", "namespace": "nodemedic"}])
+    );
+    // Pod create only in the agent's own namespace (a Role, never the ClusterRole) ...
+    let role = by_kind(&docs, "Role", "nodemedic-probe");
+    assert_eq!(role["metadata"]["namespace"], "nodemedic");
+    assert_eq!(grants(role), probe_role_grants());
+    let role_binding = by_kind(&docs, "RoleBinding", "nodemedic-probe");
+    assert_eq!(role_binding["metadata"]["namespace"], "nodemedic");
+    assert_eq!(
+        role_binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nodemedic-probe"})
+    );
+    assert_eq!(
+        role_binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "nodemedic", "namespace": "nodemedic"}])
+    );
+    // ... and only as a dry run: the admission policy refuses the agent's real pod creates.
+    let policy = by_kind(&docs, "ValidatingAdmissionPolicy", "nodemedic-probe-dry-run-only");
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}])
+    );
+    let conditions = spec["matchConditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1);
+    let condition = conditions[0]["expression"].as_str().unwrap();
+    assert!(
+        condition.contains("request.userInfo.username == 'system:serviceaccount:' + request.namespace + ':nodemedic'"),
+        "{condition}"
+    );
+    assert_eq!(
+        spec["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| &v["expression"])
+            .collect::<Vec<_>>(),
+        vec!["has(request.dryRun) && request.dryRun"]
+    );
+    let policy_binding = by_kind(
+        &docs,
+        "ValidatingAdmissionPolicyBinding",
+        "nodemedic-probe-dry-run-only",
+    );
+    assert_eq!(
+        policy_binding["spec"],
+        json!({"policyName": "nodemedic-probe-dry-run-only", "validationActions": ["Deny"]})
     );
     by_kind(&docs, "ServiceAccount", "nodemedic");
     let ds = by_kind(&docs, "DaemonSet", "nodemedic");
@@ -515,6 +583,8 @@ fn default_configuration_is_valid_and_complete() {
         "event_series_interval_seconds",
         "condition_heartbeat_seconds",
         "request_timeout_seconds",
+        "probe_interval_seconds",
+        "probe_timeout_seconds",
         "log_format",
         "rules",
     ]
@@ -529,6 +599,11 @@ fn default_configuration_is_valid_and_complete() {
         "orphan_grace_seconds",
         "scheduler_conflict_window_seconds",
         "local_dir_min_age_seconds",
+        "api_latency_window_seconds",
+        "slow_api_warning_seconds",
+        "slow_api_critical_seconds",
+        "spark_client_timeout_seconds",
+        "apiserver_unreachable_seconds",
     ]
     .into();
     assert_eq!(rule_keys, want);
@@ -1005,6 +1080,66 @@ fn plugin_repair_execs_nodemedic_repair_with_stdin() {
 }
 
 #[test]
+fn plugin_probe_execs_nodemedic_probe_api_in_the_nodes_agent() {
+    let fake = FakeKubectl::new();
+    // `api` may be given as in `nodemedic probe api`, or left out; both run the same.
+    for given in [
+        &["probe", "worker-3", "--count", "10", "--format", "json"][..],
+        &["probe", "worker-3", "api", "--count", "10", "--format", "json"],
+    ] {
+        let mut argv = vec!["--context", "prod"];
+        argv.extend_from_slice(given);
+        let (code, stdout, stderr, calls) =
+            fake.run(&argv, &[("FAKE_PODS", "pod/nodemedic-x7k2p\n"), ("FAKE_EXIT", "1")]);
+        // probe's exit status comes through (1: some requests failed).
+        assert_eq!(code, 1, "{given:?}: {stderr}");
+        assert_eq!(stdout, "fake exec\n");
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0], lookup("worker-3", &["--context", "prod"], "nodemedic"));
+        assert_eq!(
+            calls[1],
+            args(&[
+                "--context",
+                "prod",
+                "exec",
+                "-n",
+                "nodemedic",
+                "pod/nodemedic-x7k2p",
+                "-c",
+                "nodemedic",
+                "--",
+                "nodemedic",
+                "probe",
+                "api",
+                "--count",
+                "10",
+                "--format",
+                "json",
+            ]),
+            "{given:?}"
+        );
+    }
+    // No arguments after the node: the probe's defaults.
+    let (code, _, stderr, calls) = fake.run(&["probe", "worker-3"], &[("FAKE_PODS", "pod/nodemedic-x7k2p\n")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        calls[1],
+        args(&[
+            "exec",
+            "-n",
+            "nodemedic",
+            "pod/nodemedic-x7k2p",
+            "-c",
+            "nodemedic",
+            "--",
+            "nodemedic",
+            "probe",
+            "api"
+        ])
+    );
+}
+
+#[test]
 fn plugin_logs_runs_kubectl_logs_of_the_agent() {
     let fake = FakeKubectl::new();
     let (code, stdout, stderr, calls) = fake.run(
@@ -1035,6 +1170,7 @@ fn plugin_fails_clearly_without_an_agent_on_the_node() {
     for command in [
         &["scan", "worker-9"][..],
         &["repair", "worker-9", "cpu-state"],
+        &["probe", "worker-9"],
         &["logs", "worker-9"],
     ] {
         let (code, stdout, stderr, calls) = fake.run(command, &[("FAKE_PODS", "")]);
@@ -1096,6 +1232,7 @@ fn plugin_help_and_usage_errors() {
     for word in [
         "scan NODE",
         "repair NODE ACTION",
+        "probe NODE",
         "logs NODE",
         "status",
         "--context",
@@ -1110,6 +1247,7 @@ fn plugin_help_and_usage_errors() {
         &["frobnicate"],
         &["scan"],
         &["repair", "worker-1"],
+        &["probe"],
         &["--bogus", "status"],
         &["--context"],
     ] {
