@@ -71,6 +71,26 @@ fn rules(rules: Option<&Vec<adm::RuleWithOperations>>) -> Vec<RuleWithOperations
         .collect()
 }
 
+/// A `WebhookSpec` from a mutating or validating webhook: the two API types have the same
+/// fields under different names, hence a macro rather than a function.
+macro_rules! spec_of {
+    ($configuration:expr, $w:expr, $kind:expr) => {
+        WebhookSpec {
+            configuration: $configuration.clone(),
+            name: $w.name.clone(),
+            kind: $kind,
+            rules: rules($w.rules.as_ref()),
+            namespace_selector: selector($w.namespace_selector.as_ref()),
+            object_selector: selector($w.object_selector.as_ref()),
+            timeout_seconds: $w.timeout_seconds,
+            failure_policy: $w.failure_policy.clone(),
+            side_effects: Some($w.side_effects.clone()),
+            match_policy: $w.match_policy.clone(),
+            match_conditions: $w.match_conditions.iter().flatten().map(|m| m.name.clone()).collect(),
+        }
+    };
+}
+
 /// Our view of every webhook in the cluster's configurations.
 pub fn webhook_specs(
     mutating: &[adm::MutatingWebhookConfiguration],
@@ -79,39 +99,21 @@ pub fn webhook_specs(
     let mut out = vec![];
     for c in mutating {
         let configuration = c.metadata.name.clone().unwrap_or_default();
-        for w in c.webhooks.iter().flatten() {
-            out.push(WebhookSpec {
-                configuration: configuration.clone(),
-                name: w.name.clone(),
-                kind: WebhookKind::Mutating,
-                rules: rules(w.rules.as_ref()),
-                namespace_selector: selector(w.namespace_selector.as_ref()),
-                object_selector: selector(w.object_selector.as_ref()),
-                timeout_seconds: w.timeout_seconds,
-                failure_policy: w.failure_policy.clone(),
-                side_effects: Some(w.side_effects.clone()),
-                match_policy: w.match_policy.clone(),
-                match_conditions: w.match_conditions.iter().flatten().map(|m| m.name.clone()).collect(),
-            });
-        }
+        out.extend(
+            c.webhooks
+                .iter()
+                .flatten()
+                .map(|w| spec_of!(configuration, w, WebhookKind::Mutating)),
+        );
     }
     for c in validating {
         let configuration = c.metadata.name.clone().unwrap_or_default();
-        for w in c.webhooks.iter().flatten() {
-            out.push(WebhookSpec {
-                configuration: configuration.clone(),
-                name: w.name.clone(),
-                kind: WebhookKind::Validating,
-                rules: rules(w.rules.as_ref()),
-                namespace_selector: selector(w.namespace_selector.as_ref()),
-                object_selector: selector(w.object_selector.as_ref()),
-                timeout_seconds: w.timeout_seconds,
-                failure_policy: w.failure_policy.clone(),
-                side_effects: Some(w.side_effects.clone()),
-                match_policy: w.match_policy.clone(),
-                match_conditions: w.match_conditions.iter().flatten().map(|m| m.name.clone()).collect(),
-            });
-        }
+        out.extend(
+            c.webhooks
+                .iter()
+                .flatten()
+                .map(|w| spec_of!(configuration, w, WebhookKind::Validating)),
+        );
     }
     out
 }
