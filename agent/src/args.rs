@@ -26,6 +26,11 @@ pub enum Command {
     Rules(FormatArg),
     /// Run as the DaemonSet's daemon: watch this node's pods, scan periodically, export metrics, Events and node conditions.
     Run(RunArgs),
+    /// Repair what a scan found: a plan first, action only with --apply.
+    Repair {
+        #[command(subcommand)]
+        action: RepairAction,
+    },
     /// Time requests to the API server like `curl -w` (DNS, connect, TLS, first byte, total).
     Probe {
         #[command(subcommand)]
@@ -37,6 +42,18 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         pid: i32,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RepairAction {
+    /// Free the CPU manager checkpoint's stale entries and keep every live pod's pinning (the kubelet must be stopped, or --restart-kubelet).
+    CpuState(crate::repair::cpu_state::CpuStateArgs),
+    /// Delete orphaned Spark executors (driver gone, replaced or long finished), with their UID as a precondition.
+    Orphans(crate::repair::pods::OrphansArgs),
+    /// Delete pods the kubelet rejected at admission (OutOfcpu, ...), older than a threshold, with their UID as a precondition.
+    FailedPods(crate::repair::pods::FailedPodsArgs),
+    /// Remove orphaned Spark blockmgr-*/spark-* directories under the configured hostPath local-dir roots.
+    LocalDirs(crate::repair::local_dirs::LocalDirsArgs),
 }
 
 #[derive(Debug, Subcommand)]

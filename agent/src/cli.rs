@@ -37,6 +37,12 @@ pub fn main() -> ExitCode {
         Command::Rules(f) => Ok(list_rules(f.format)),
         Command::Run(args) => run(args),
         Command::Reload { pid } => reload(pid),
+        Command::Repair { action } => match action {
+            crate::args::RepairAction::CpuState(a) => crate::repair::cpu_state::run(a),
+            crate::args::RepairAction::Orphans(a) => crate::repair::pods::run_orphans(a),
+            crate::args::RepairAction::FailedPods(a) => crate::repair::pods::run_failed_pods(a),
+            crate::args::RepairAction::LocalDirs(a) => crate::repair::local_dirs::run_local_dirs(a),
+        },
         Command::Probe {
             target: crate::args::ProbeTarget::Api(args),
         } => probe_api(args),

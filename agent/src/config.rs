@@ -33,6 +33,54 @@ pub struct FileConfig {
     pub probe_timeout_seconds: Option<f64>,
     pub log_format: Option<String>,
     pub rules: Option<Settings>,
+    pub repair: Option<RepairConfig>,
+}
+
+/// `repair:`: automatic repair in the daemon, every switch off by default. cpu-state is never
+/// automatic.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepairConfig {
+    /// Delete orphaned executors that have finished (they only hold local data).
+    pub automatic_orphans: bool,
+    /// Delete pods the kubelet rejected at admission, once older than `failed_pods_older_than_seconds`.
+    pub automatic_failed_pods: bool,
+    /// Remove orphaned Spark scratch directories under `local_dir_roots`.
+    pub automatic_local_dirs: bool,
+    /// Also delete orphans that are still running.
+    pub include_running_orphans: bool,
+    /// At most this many automatic actions per hour (a sliding window).
+    pub max_actions_per_hour: u32,
+    /// Rejected pods younger than this are left alone, in seconds.
+    pub failed_pods_older_than_seconds: i64,
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        let p = crate::repair::pods::AutoRepairPolicy::default();
+        RepairConfig {
+            automatic_orphans: p.orphans,
+            automatic_failed_pods: p.failed_pods,
+            automatic_local_dirs: p.local_dirs,
+            include_running_orphans: p.include_running_orphans,
+            max_actions_per_hour: p.max_actions_per_hour,
+            failed_pods_older_than_seconds: p.failed_pods_older_than_seconds,
+        }
+    }
+}
+
+impl RepairConfig {
+    /// The daemon's policy.
+    pub fn policy(&self) -> crate::repair::pods::AutoRepairPolicy {
+        crate::repair::pods::AutoRepairPolicy {
+            orphans: self.automatic_orphans,
+            failed_pods: self.automatic_failed_pods,
+            local_dirs: self.automatic_local_dirs,
+            max_actions_per_hour: self.max_actions_per_hour,
+            include_running_orphans: self.include_running_orphans,
+            failed_pods_older_than_seconds: self.failed_pods_older_than_seconds,
+        }
+    }
 }
 
 /// Reads and checks a configuration file; errors name the file and the key.
@@ -78,6 +126,14 @@ pub fn parse(text: &str) -> Result<FileConfig, String> {
             return Err(format!("local_dir_roots: {root:?} is not an absolute host path"));
         }
     }
+    if let Some(r) = &cfg.repair {
+        if r.failed_pods_older_than_seconds < 0 {
+            return Err(format!(
+                "repair: failed_pods_older_than_seconds: {} is negative",
+                r.failed_pods_older_than_seconds
+            ));
+        }
+    }
     if let Some(rules) = &cfg.rules {
         rules.validate().map_err(|e| format!("rules: {e}"))?;
     }
@@ -100,6 +156,7 @@ pub struct Effective {
     pub probe_timeout: Duration,
     pub log_format: Format,
     pub settings: Settings,
+    pub repair: crate::repair::pods::AutoRepairPolicy,
 }
 
 /// Seconds as a duration; fractions allowed (tests run fast cycles), never below 50 ms.
@@ -190,6 +247,7 @@ pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String>
         ),
         log_format,
         settings,
+        repair: file.repair.clone().unwrap_or_default().policy(),
     })
 }
 
@@ -226,6 +284,9 @@ rules:
   orphan_grace_seconds: 300
   scheduler_conflict_window_seconds: 7200
   local_dir_min_age_seconds: 600
+repair:
+  automatic_orphans: true
+  max_actions_per_hour: 3
 "#;
 
     fn run_args(extra: &[&str]) -> RunArgs {
@@ -246,6 +307,8 @@ rules:
         assert_eq!(e.log_format, Format::Json);
         assert!(!e.settings.enabled("cpuset-drift"));
         assert_eq!(e.settings.orphan_grace_seconds, 300);
+        assert!(e.repair.orphans && !e.repair.failed_pods && !e.repair.local_dirs);
+        assert_eq!(e.repair.max_actions_per_hour, 3);
         let e = effective(
             &run_args(&[
                 "--scan-interval-seconds",
@@ -295,6 +358,14 @@ rules:
             ),
             ("driver_lookup_budget: lots", "driver_lookup_budget"),
             ("[1, 2", ""),
+            (
+                "repair:\n  automatic_everything: true",
+                "unknown field `automatic_everything`",
+            ),
+            (
+                "repair:\n  failed_pods_older_than_seconds: -5",
+                "repair: failed_pods_older_than_seconds: -5 is negative",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text);

@@ -142,6 +142,8 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
 
     let mut daemon = Daemon {
+        auto_repair: crate::repair::pods::AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
+        repair_audit: crate::repair::audit::Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
         logged: Default::default(),
         api_observation,
         host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
@@ -204,6 +206,8 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 }
 
 struct Daemon {
+    auto_repair: crate::repair::pods::AutoRepairState,
+    repair_audit: crate::repair::audit::Audit,
     /// Findings already logged (by key), so a lasting one is logged once.
     logged: std::collections::HashSet<String>,
     api_observation: Arc<std::sync::Mutex<Option<nodemedic_rules::snapshot::ApiObservation>>>,
@@ -329,6 +333,35 @@ impl Daemon {
                 false
             }
         };
+        // Automatic repair: off unless switched on, rate-limited, never cpu-state.
+        let policy = self.cfg.effective.repair.clone();
+        if policy.any() && snapshot.pod_source == PodSource::Api {
+            let records = crate::repair::pods::auto_repair(
+                &self.client,
+                &self.repair_audit,
+                &snapshot,
+                &self.cfg.effective.settings,
+                &policy,
+                &mut self.auto_repair,
+                Some(crate::repair::pods::LocalDirTarget {
+                    host: &self.host,
+                    roots: &self.cfg.effective.local_dir_roots,
+                }),
+            )
+            .await;
+            for rec in &records {
+                self.metrics
+                    .repair_actions_total
+                    .with_label_values(&rec.metric_labels())
+                    .inc();
+                if rec.event_recorded == Some(true) {
+                    self.metrics
+                        .events_emitted_total
+                        .with_label_values(&[rec.action.event_reason()])
+                        .inc();
+                }
+            }
+        }
         tracing::info!(
             pods = snapshot.pods.len(),
             pod_source = snapshot.pod_source.as_str(),

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub config_last_reload_successful: IntGauge,
     pub api_request_duration_seconds: HistogramVec,
     pub api_up: IntGauge,
+    pub repair_actions_total: IntCounterVec,
     pub config_last_reload_success_timestamp_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
@@ -133,6 +134,10 @@ impl Metrics {
                 &["probe"],
             )?,
             api_up: IntGauge::with_opts(opts("api_up", "1 when a probe of the last round reached the API server and got a successful answer."))?,
+            repair_actions_total: IntCounterVec::new(
+                opts("repair_actions_total", "Automatic repair actions of the daemon, by action (orphans, failed-pods, local-dirs) and result (applied, skipped, failed)."),
+                &["action", "result"],
+            )?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -152,6 +157,12 @@ impl Metrics {
         m.registry.register(Box::new(m.config_last_reload_successful.clone()))?;
         m.registry.register(Box::new(m.api_request_duration_seconds.clone()))?;
         m.registry.register(Box::new(m.api_up.clone()))?;
+        m.registry.register(Box::new(m.repair_actions_total.clone()))?;
+        for action in ["orphans", "failed-pods", "local-dirs"] {
+            for result in ["applied", "skipped", "failed"] {
+                m.repair_actions_total.with_label_values(&[action, result]);
+            }
+        }
         for probe in ["get", "list", "create_dry_run"] {
             m.api_request_duration_seconds.with_label_values(&[probe]);
         }

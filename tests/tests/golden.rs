@@ -129,7 +129,7 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     assert!(t.contains("[stale-cpu-assignment] pod "), "{t}");
     assert!(t.contains("      cpus: 3,7"), "{t}");
     assert!(
-        t.contains("    remedy: kubectl drain worker-3 --ignore-daemonsets"),
+        t.contains("    remedy: kubectl nodemedic repair worker-3 cpu-state (shows the plan)"),
         "{t}"
     );
     assert!(t.contains("    docs:   docs/rules/cpuset-drift.md"), "{t}");

@@ -573,40 +573,29 @@ fn default_configuration_is_valid_and_complete() {
     // Every key of the schema is written out (with its default), so the file documents them all.
     let cfg = yaml_file(&file);
     let keys: BTreeSet<&str> = cfg.as_object().unwrap().keys().map(String::as_str).collect();
-    let want: BTreeSet<&str> = [
-        "listen",
-        "scan_interval_seconds",
-        "local_dir_interval_seconds",
-        "local_dir_roots",
-        "driver_cache_ttl_seconds",
-        "driver_lookup_budget",
-        "event_series_interval_seconds",
-        "condition_heartbeat_seconds",
-        "request_timeout_seconds",
-        "probe_interval_seconds",
-        "probe_timeout_seconds",
-        "log_format",
-        "rules",
-    ]
-    .into();
+    // Every key the daemon knows, from its own types, so the default file cannot fall behind.
+    let code_keys = |v: serde_json::Value| -> BTreeSet<String> { v.as_object().unwrap().keys().cloned().collect() };
+    let want_owned = code_keys(serde_json::to_value(nodemedic::config::FileConfig::default()).unwrap());
+    let want: BTreeSet<&str> = want_owned.iter().map(String::as_str).collect();
     assert_eq!(keys, want);
     let rule_keys: BTreeSet<&str> = cfg["rules"].as_object().unwrap().keys().map(String::as_str).collect();
-    let want: BTreeSet<&str> = [
-        "disabled_rules",
-        "severity_overrides",
-        "reconcile_grace_seconds",
-        "rejection_window_seconds",
-        "orphan_grace_seconds",
-        "scheduler_conflict_window_seconds",
-        "local_dir_min_age_seconds",
-        "api_latency_window_seconds",
-        "slow_api_warning_seconds",
-        "slow_api_critical_seconds",
-        "spark_client_timeout_seconds",
-        "apiserver_unreachable_seconds",
-    ]
-    .into();
+    let want_owned = code_keys(serde_json::to_value(nodemedic_rules::Settings::default()).unwrap());
+    let want: BTreeSet<&str> = want_owned.iter().map(String::as_str).collect();
     assert_eq!(rule_keys, want);
+    let repair_keys: BTreeSet<String> = cfg["repair"].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(
+        repair_keys,
+        code_keys(serde_json::to_value(nodemedic::config::RepairConfig::default()).unwrap())
+    );
+    assert!(
+        cfg["repair"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("automatic_"))
+            .all(|(_, v)| v == false),
+        "automatic repair is off by default"
+    );
     assert_eq!(
         cfg["listen"], "0.0.0.0:9904",
         "the probes and the Service use port 9904"

@@ -200,7 +200,13 @@ impl Walk<'_> {
         for pid in pids {
             match read_process(self.host, pid) {
                 Ok(Some(p)) => out.push(p),
-                Ok(None) => {} // exited since it was listed
+                // Not under <root>/proc: it exited since the cgroup listed it, or the host
+                // root shows another pid namespace. The cgroup's word stands for liveness;
+                // only the affinity is unknown.
+                Ok(None) => out.push(ProcessInfo {
+                    pid,
+                    cpus_allowed: None,
+                }),
                 Err(e) => {
                     self.notes.push(e);
                     out.push(ProcessInfo {

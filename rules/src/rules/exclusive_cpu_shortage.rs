@@ -13,7 +13,7 @@ use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
 
 use super::stale_cpu_assignment::{stale_cpus, stale_entries_of};
-use super::{checkpoint_path, reset_checkpoint_remedy};
+use super::{checkpoint_path, repair_cpu_state_remedy};
 
 pub const ID: &str = "exclusive-cpu-shortage";
 
@@ -93,7 +93,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         Some(p) => format!(
             "stale entries hold CPUs {}; free them: {}",
             p.stale,
-            reset_checkpoint_remedy(&snap.node, &path)
+            repair_cpu_state_remedy(&snap.node)
         ),
     };
     let mut findings = Vec::new();

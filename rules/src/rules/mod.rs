@@ -236,6 +236,17 @@ pub(crate) fn reset_checkpoint_remedy(node: &str, checkpoint_path: &str) -> Stri
     )
 }
 
+/// The remedy for stale entries: `nodemedic repair cpu-state`, which frees only the stale
+/// entries and keeps every live pod's pinning (the kubelet is stopped and started around the
+/// write), instead of the drain-and-delete reset.
+pub(crate) fn repair_cpu_state_remedy(node: &str) -> String {
+    format!(
+        "kubectl nodemedic repair {node} cpu-state (shows the plan), then kubectl nodemedic repair {node} cpu-state \
+         --apply --restart-kubelet --yes (frees only the stale entries, keeps live pinning, backs the file up); \
+         on the node itself: nodemedic repair cpu-state --apply --restart-kubelet --yes"
+    )
+}
+
 /// The checkpoint's host path, or the default.
 pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {
     match &snapshot.checkpoint {

@@ -19,7 +19,7 @@ use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
-use super::{checkpoint_path, reset_checkpoint_remedy};
+use super::{checkpoint_path, repair_cpu_state_remedy};
 
 pub const ID: &str = "stale-cpu-assignment";
 
@@ -240,7 +240,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 Severity::Critical,
                 subject,
                 format!("CPUs {} are held for {whose}, which no longer runs on this node: {}", e.cpus, e.reason),
-                reset_checkpoint_remedy(&snap.node, &path),
+                repair_cpu_state_remedy(&snap.node),
             )
             .with("pod_uid", e.pod_uid.clone())
             .with("container", e.container.clone())

@@ -1,0 +1,398 @@
+//! Stopping and starting the kubelet for a repair, and knowing whether it runs.
+//!
+//! A running kubelet rewrites `cpu_manager_state` from memory, so the checkpoint may only be
+//! edited while it is stopped (KUBELET.md section 4). Whether it runs is read from the host's
+//! `/proc` under the host root ([`crate::collect::procfs::find_kubelet`]): a process whose
+//! command line is the kubelet's. A zombie has an empty command line and counts as gone.
+//!
+//! Stopping: `systemctl stop <unit>` in the host's namespaces. When the agent runs in a pod
+//! (the host root's pid 1 has another mount namespace than ours), the command is wrapped in
+//! `nsenter --target 1 --mount --uts --ipc --net --pid --`. When that fails (no systemd, or a
+//! container without the capabilities `nsenter` needs), the kubelet gets SIGTERM, but only if
+//! the pid read under the host root is the same process in our own pid namespace (same start
+//! time in both `/proc`s, which needs `hostPID` in a pod). Starting: `systemctl start <unit>`;
+//! when that fails, a supervisor (systemd's `Restart=always`) may still bring it back, so the
+//! caller waits for it either way.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::collect::procfs::{find_kubelet, parse_cmdline};
+use crate::host::HostPaths;
+
+/// How often a wait polls `/proc`.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A kubelet process seen under the host root.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KubeletProcess {
+    /// Its pid as the host root's `/proc` numbers it.
+    pub pid: u32,
+    /// Its command line.
+    pub args: Vec<String>,
+}
+
+/// Whether a kubelet runs on the host. `Err` when the host's `/proc` cannot be read, since
+/// then nobody can tell.
+pub fn running_kubelet(host: &HostPaths) -> Result<Option<KubeletProcess>, String> {
+    let proc = host.proc();
+    if let Err(e) = std::fs::read_dir(&proc) {
+        return Err(format!(
+            "{}: {e}: cannot tell whether the kubelet runs",
+            host.display(&proc)
+        ));
+    }
+    Ok(find_kubelet(host).map(|(pid, args)| KubeletProcess { pid, args }))
+}
+
+/// How the kubelet was stopped.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopMethod {
+    /// `systemctl stop` (the command line is in [`Stopped::command`]).
+    Systemctl,
+    /// SIGTERM to its pid, after `systemctl stop` failed.
+    Sigterm,
+}
+
+/// The outcome of [`KubeletControl::stop`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stopped {
+    pub method: StopMethod,
+    /// The systemctl command line that was run.
+    pub command: Vec<String>,
+    /// Why systemctl did not do it, when it did not.
+    pub systemctl_error: Option<String>,
+    /// Seconds from the stop request until no kubelet process was left.
+    pub seconds: f64,
+}
+
+/// The outcome of [`KubeletControl::start`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Started {
+    /// The systemctl command line that was run.
+    pub command: Vec<String>,
+    /// Why systemctl failed, when it did (the kubelet may still have been started by its
+    /// supervisor).
+    pub systemctl_error: Option<String>,
+    /// The kubelet process found running afterwards (`None`: none within the timeout).
+    pub process: Option<KubeletProcess>,
+    /// Seconds until it was seen running (or the timeout).
+    pub seconds: f64,
+}
+
+/// How to stop and start the host's kubelet.
+#[derive(Debug, Clone)]
+pub struct KubeletControl {
+    pub host: HostPaths,
+    /// The systemctl program (a path, or a name looked up on `PATH`).
+    pub systemctl: PathBuf,
+    /// The kubelet's systemd unit.
+    pub unit: String,
+    /// How long a stop or a start may take, each.
+    pub timeout: Duration,
+}
+
+impl KubeletControl {
+    /// The command line that runs `systemctl <verb> <unit>` in the host's namespaces.
+    pub fn command(&self, verb: &str) -> Vec<String> {
+        let mut cmd: Vec<String> = if needs_nsenter(&self.host) {
+            [
+                "nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+        } else {
+            vec![]
+        };
+        cmd.push(self.systemctl.display().to_string());
+        cmd.push(verb.to_string());
+        cmd.push(self.unit.clone());
+        cmd
+    }
+
+    /// Stops the kubelet `process` and waits until no kubelet runs.
+    pub fn stop(&self, process: &KubeletProcess) -> Result<Stopped, String> {
+        let start = Instant::now();
+        let command = self.command("stop");
+        let systemctl_error = match run_bounded(&command, self.timeout) {
+            Ok(()) => match self.wait_gone(self.timeout.saturating_sub(start.elapsed())) {
+                Ok(()) => {
+                    return Ok(Stopped {
+                        method: StopMethod::Systemctl,
+                        command,
+                        systemctl_error: None,
+                        seconds: start.elapsed().as_secs_f64(),
+                    });
+                }
+                Err(still) => format!("it succeeded, but {still}"),
+            },
+            Err(e) => e,
+        };
+        tracing::warn!(
+            command = command.join(" "),
+            error = systemctl_error.as_str(),
+            pid = process.pid,
+            "systemctl could not stop the kubelet: sending it SIGTERM"
+        );
+        sigterm(&self.host, process.pid)?;
+        let sent = Instant::now();
+        self.wait_gone(self.timeout).map_err(|still| {
+            format!(
+                "{} failed ({systemctl_error}) and after SIGTERM to pid {} {still}",
+                command.join(" "),
+                process.pid
+            )
+        })?;
+        tracing::info!(
+            pid = process.pid,
+            seconds = sent.elapsed().as_secs_f64(),
+            "the kubelet exited after SIGTERM"
+        );
+        Ok(Stopped {
+            method: StopMethod::Sigterm,
+            command,
+            systemctl_error: Some(systemctl_error),
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Starts the kubelet and waits (up to the timeout) until it runs.
+    pub fn start(&self) -> Started {
+        let start = Instant::now();
+        let command = self.command("start");
+        let systemctl_error = run_bounded(&command, self.timeout).err();
+        let process = self.wait_running(self.timeout.saturating_sub(start.elapsed()));
+        Started {
+            command,
+            systemctl_error,
+            process,
+            seconds: start.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Waits until no kubelet runs; `Err` says which one still does.
+    pub fn wait_gone(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match find_kubelet(&self.host) {
+                None => return Ok(()),
+                Some((pid, _)) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "a kubelet (pid {pid}) still runs after {:.1} s",
+                        timeout.as_secs_f64()
+                    ));
+                }
+                Some(_) => std::thread::sleep(POLL),
+            }
+        }
+    }
+
+    /// Waits until a kubelet runs.
+    pub fn wait_running(&self, timeout: Duration) -> Option<KubeletProcess> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((pid, args)) = find_kubelet(&self.host) {
+                return Some(KubeletProcess { pid, args });
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// Whether commands for the host must enter pid 1's namespaces: the host root's pid 1 is
+/// visible and lives in another mount namespace than this process (or we may not tell).
+pub fn needs_nsenter(host: &HostPaths) -> bool {
+    if host.root() == Path::new("/") {
+        return false;
+    }
+    let theirs = host.proc().join("1/ns/mnt");
+    if theirs.symlink_metadata().is_err() {
+        return false;
+    }
+    match (std::fs::read_link(&theirs), std::fs::read_link("/proc/self/ns/mnt")) {
+        (Ok(a), Ok(b)) => a != b,
+        _ => true,
+    }
+}
+
+/// Runs `argv` and waits at most `timeout`; `Err` with its status and stderr when it fails.
+fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), String> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err("empty command".into());
+    };
+    let shown = argv.join(" ");
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    // stderr is read on the side: a child it started in the background (a daemon) may keep
+    // the pipe open long after it exited.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut pipe) = child.stderr.take() {
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut text = String::new();
+            let _ = pipe.by_ref().take(4096).read_to_string(&mut text);
+            let _ = tx.send(text);
+        });
+    }
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{shown}: no answer within {:.0} s", timeout.as_secs_f64()));
+            }
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => return Err(format!("{shown}: {e}")),
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let stderr = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+    let stderr = stderr.trim();
+    Err(if stderr.is_empty() {
+        format!("{shown}: {status}")
+    } else {
+        format!("{shown}: {status}: {stderr}")
+    })
+}
+
+/// The start time (clock ticks since boot, field 22) of a `/proc/<pid>/stat` text.
+pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may itself hold spaces and ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// SIGTERM to `pid` of the host root's `/proc`, only if it is the same process in ours.
+fn sigterm(host: &HostPaths, pid: u32) -> Result<(), String> {
+    let theirs = host.proc().join(pid.to_string());
+    let ours = Path::new("/proc").join(pid.to_string());
+    let read = |dir: &Path| -> Option<(Option<u64>, Vec<String>)> {
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+        Some((parse_stat_start_time(&stat), parse_cmdline(&cmdline)))
+    };
+    match (read(&theirs), read(&ours)) {
+        (Some(a), Some(b)) if a == b && a.0.is_some() => {}
+        (None, _) => return Ok(()), // exited meanwhile
+        _ => {
+            return Err(format!(
+                "cannot send SIGTERM to the kubelet: pid {pid} under {} is not the same process in this \
+                 process's pid namespace (in a pod, the agent needs hostPID: true)",
+                host.display(&host.proc())
+            ));
+        }
+    }
+    let pid = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(format!("SIGTERM to the kubelet (pid {pid}): {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_start_time() {
+        let stat = "4242 (kube let) S 1 4242 4242 0 -1 4194560 1234 0 0 0 10 5 0 0 20 0 12 0 987654 1000000 500";
+        assert_eq!(parse_stat_start_time(stat), Some(987654));
+        assert_eq!(
+            parse_stat_start_time("1 (a)) b) S 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 77 1"),
+            Some(77)
+        );
+        assert_eq!(parse_stat_start_time("garbage"), None);
+        assert_eq!(parse_stat_start_time("1 (x) S 2"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(parse_stat_start_time(&own).is_some());
+    }
+
+    #[test]
+    fn nsenter_only_for_another_mount_namespace() {
+        assert!(!needs_nsenter(&HostPaths::new("/", None)));
+        let dir = tempfile::tempdir().unwrap();
+        // No pid 1 under the root: nothing to enter.
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        assert!(!needs_nsenter(&HostPaths::new(dir.path(), None)));
+        let ctl = KubeletControl {
+            host: HostPaths::new(dir.path(), None),
+            systemctl: "systemctl".into(),
+            unit: "kubelet".into(),
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(ctl.command("stop"), ["systemctl", "stop", "kubelet"]);
+        // Our own /proc under another root: nsenter unless pid 1 is known to share our mount
+        // namespace (reading its ns link needs ptrace access, which a sandbox may deny).
+        let same = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc", same.path().join("proc")).unwrap();
+        let ours = std::fs::read_link("/proc/self/ns/mnt").ok();
+        let shared = std::fs::read_link("/proc/1/ns/mnt")
+            .ok()
+            .is_some_and(|l| Some(l) == ours);
+        let ctl = KubeletControl {
+            host: HostPaths::new(same.path(), None),
+            ..ctl
+        };
+        assert_eq!(needs_nsenter(&ctl.host), !shared);
+        if !shared {
+            assert_eq!(
+                ctl.command("start"),
+                [
+                    "nsenter",
+                    "--target",
+                    "1",
+                    "--mount",
+                    "--uts",
+                    "--ipc",
+                    "--net",
+                    "--pid",
+                    "--",
+                    "systemctl",
+                    "start",
+                    "kubelet"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn commands_report_status_and_stderr() {
+        let argv = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert_eq!(run_bounded(&argv(&["true"]), Duration::from_secs(5)), Ok(()));
+        let e = run_bounded(&argv(&["sh", "-c", "echo nope >&2; exit 3"]), Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e, "sh -c echo nope >&2; exit 3: exit status: 3: nope");
+        let e = run_bounded(&argv(&["/nonexistent/systemctl", "stop"]), Duration::from_secs(5)).unwrap_err();
+        assert!(e.starts_with("/nonexistent/systemctl stop: "), "{e}");
+        let t = Instant::now();
+        let e = run_bounded(&argv(&["sleep", "5"]), Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("no answer within"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn unreadable_proc_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = running_kubelet(&HostPaths::new(dir.path(), None)).unwrap_err();
+        assert!(
+            e.contains("/proc") && e.contains("cannot tell whether the kubelet runs"),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        assert_eq!(running_kubelet(&HostPaths::new(dir.path(), None)), Ok(None));
+    }
+}

@@ -1,0 +1,103 @@
+//! The repairs through the real binary, on the bundled example node.
+
+use std::path::Path;
+
+use nodemedic_tests::nodemedic;
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("worker-stale");
+    std::fs::create_dir_all(&root).unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/worker-stale"),
+        &root,
+    );
+    let r = root.to_str().unwrap();
+    let pods = root.join("pods.json");
+    let p = pods.to_str().unwrap();
+    let checkpoint = root.join("var/lib/kubelet/cpu_manager_state");
+    let before = std::fs::read(&checkpoint).unwrap();
+
+    // Dry run: the plan, exit 1, nothing written.
+    let run = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("6,14") && run.stdout.contains('7'),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
+
+    // The example's kubelet "runs" (its /proc entry): applying without --restart-kubelet is refused.
+    let run = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p, "--apply", "--yes"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("kubelet"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
+
+    // With the kubelet stopped (its process gone from /proc), the repair applies.
+    std::fs::remove_dir_all(root.join("proc/1000")).unwrap();
+    let run = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p, "--apply", "--yes"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_ne!(std::fs::read(&checkpoint).unwrap(), before);
+    let backups: Vec<_> = std::fs::read_dir(checkpoint.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cpu_manager_state.nodemedic-backup-")
+        })
+        .collect();
+    assert_eq!(backups.len(), 1);
+    assert_eq!(
+        std::fs::read(backups[0].path()).unwrap(),
+        before,
+        "the backup is the original"
+    );
+    let verify = nodemedic(&["checkpoint", "verify", checkpoint.to_str().unwrap()]);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+    assert!(
+        verify.stdout.contains("layout V2 as CPUManagerCheckpoint"),
+        "{}",
+        verify.stdout
+    );
+
+    // The scan agrees: nothing stale, the state is valid; a second repair has nothing to do.
+    let scan = nodemedic(&["scan", "--host-root", r, "--pods", p, "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&scan.stdout).unwrap();
+    let rules: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(
+        !rules.contains(&"stale-cpu-assignment") && !rules.contains(&"checkpoint-invalid-state"),
+        "{rules:?}"
+    );
+    let again = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p, "--apply", "--yes"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
+    assert!(
+        again.stdout.to_lowercase().contains("nothing to do"),
+        "{}",
+        again.stdout
+    );
+}
