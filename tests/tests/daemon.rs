@@ -331,3 +331,57 @@ async fn spark_versions_and_the_operator_as_they_write_pods() {
     assert!(budget >= 4, "drivers are looked up by name: {budget}");
     let _ = Path::new(".");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_repair_deletes_rejected_pods_only_when_switched_on() {
+    for on in [false, true] {
+        let api = ApiServer::start().await.unwrap();
+        let store = api.store();
+        store.create(node_object());
+        for i in 0..3 {
+            store.create(rejected_pod(
+                "batch",
+                &format!("exec-{i}"),
+                &format!("rej-{i}"),
+                NODE,
+                "default-scheduler",
+                "OutOfcpu",
+                "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+            ));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("repair:\n  automatic_failed_pods: {on}\n  failed_pods_older_than_seconds: 0\n  max_actions_per_hour: 2\n"),
+        )
+        .unwrap();
+        let agent = Agent::start(&api, None, &["--config", config.to_str().unwrap()]);
+        wait_for("readyz", Duration::from_secs(60), &agent, || {
+            agent.get("/readyz").0 == 200
+        })
+        .await;
+        let applied = "nodemedic_repair_actions_total{action=\"failed-pods\",result=\"applied\"}";
+        if on {
+            wait_for("two deletions", Duration::from_secs(60), &agent, || {
+                agent.metric(applied) == Some(2.0)
+            })
+            .await;
+            // The budget of 2 per hour holds: the third pod stays.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(agent.metric(applied), Some(2.0));
+            assert_eq!(store.list("pods").len(), 1);
+            let deletes: Vec<_> = api.requests().into_iter().filter(|r| r.method == "DELETE").collect();
+            assert_eq!(deletes.len(), 2);
+            assert!(deletes.iter().all(|r| r.body.contains("\"uid\"")), "UID preconditions");
+            wait_for("the repair events", Duration::from_secs(30), &agent, || {
+                events_with_reason(&api, "RejectedPodDeleted").len() == 2
+            })
+            .await;
+        } else {
+            wait_for("scans", Duration::from_secs(60), &agent, || agent.scans() >= 5).await;
+            assert_eq!(agent.metric(applied), Some(0.0));
+            assert_eq!(store.list("pods").len(), 3, "off by default: nothing deleted");
+        }
+    }
+}
