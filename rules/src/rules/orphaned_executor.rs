@@ -308,10 +308,13 @@ pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Ve
 }
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    orphaned_executors(snap, settings).iter().map(|o| finding(o)).collect()
+    orphaned_executors(snap, settings)
+        .iter()
+        .map(|o| finding(&snap.node, o))
+        .collect()
 }
 
-fn finding(o: &Orphan<'_>) -> Finding {
+fn finding(node: &str, o: &Orphan<'_>) -> Finding {
     let exec = o.executor;
     let container = spark_container(exec);
     let running = !exec.is_terminal();
@@ -350,21 +353,29 @@ fn finding(o: &Orphan<'_>) -> Finding {
         o.reason
     );
 
-    let mut remedy = kubectl_delete(exec);
+    // `repair orphans` leaves orphans that have not finished unless told otherwise.
+    let include = if running { " --include-running" } else { "" };
+    let mut remedy = format!(
+        "kubectl nodemedic repair {node} orphans{include} (shows the plan), then kubectl nodemedic repair {node} \
+         orphans{include} --apply --yes (deletes each orphan with its UID as a precondition; needs the repair overlay)"
+    );
+    if !running && o.local.held() {
+        remedy.push_str("; deleting the pod object also removes its emptyDir local dirs");
+    }
+    remedy.push_str(&format!(
+        "; or by hand, first check it is still the same pod (UID {}): kubectl get pod -n {} {} -o \
+         jsonpath='{{.metadata.uid}}', then {}",
+        exec.uid,
+        exec.namespace,
+        exec.name,
+        kubectl_delete(exec)
+    ));
     if let Some(app) = app.filter(|_| matches!(o.state, DriverState::Gone | DriverState::Finished)) {
         remedy.push_str(&format!(
             " (or every executor of the application at once: kubectl delete pod -n {} -l spark-app-selector={app},spark-role=executor)",
             exec.namespace
         ));
     }
-    if !running && o.local.held() {
-        remedy.push_str("; deleting the pod object also removes its emptyDir local dirs");
-    }
-    remedy.push_str(&format!(
-        "; first check it is still the same pod (UID {}): kubectl get pod -n {} {} -o jsonpath='{{.metadata.uid}}'. \
-         `nodemedic repair orphans`, which deletes with the UID as a precondition, is planned but not available yet",
-        exec.uid, exec.namespace, exec.name
-    ));
 
     let found = o.found;
     Finding::new(ID, severity, Subject::pod(exec), summary, remedy)
@@ -548,15 +559,21 @@ mod tests {
         assert!(f.evidence.get("driver").is_none());
         assert!(f.evidence.get("local_dir_bytes").is_none(), "dirs not measured");
         assert!(
-            f.remedy.starts_with("kubectl delete pod -n spark-jobs etl-exec-3 "),
+            f.remedy.starts_with(
+                "kubectl nodemedic repair node-a orphans --include-running (shows the plan), then \
+                 kubectl nodemedic repair node-a orphans --include-running --apply --yes (deletes each orphan with \
+                 its UID as a precondition; needs the repair overlay); or by hand, first check it is still the same \
+                 pod (UID e1): kubectl get pod -n spark-jobs etl-exec-3 -o jsonpath='{.metadata.uid}', then \
+                 kubectl delete pod -n spark-jobs etl-exec-3 (or every executor"
+            ),
             "{}",
             f.remedy
         );
         assert!(
             f.remedy
-                .contains(&format!("-l spark-app-selector={APP},spark-role=executor"))
+                .ends_with(&format!("-l spark-app-selector={APP},spark-role=executor)"))
         );
-        assert!(f.remedy.contains("planned but not available yet"));
+        assert!(!f.remedy.contains("planned"));
     }
 
     #[test]
@@ -609,6 +626,13 @@ mod tests {
         assert_eq!(f[0].evidence["executor_exit_code"], 1);
         assert!(f[0].summary.contains("keeps 3.0 GiB of local data"), "{}", f[0].summary);
         assert!(f[0].remedy.contains("removes its emptyDir local dirs"));
+        assert!(
+            f[0].remedy
+                .starts_with("kubectl nodemedic repair node-a orphans (shows the plan), then"),
+            "a finished orphan needs no --include-running: {}",
+            f[0].remedy
+        );
+        assert!(!f[0].remedy.contains("--include-running"));
         let spark_stopped_cleanly = SnapshotBuilder::spark_node(&[spark_executor("e1", APP, "etl", 1, "Failed")])
             .with_driver("e1", lookup)
             .with_local_dirs(vec![])

@@ -29,7 +29,8 @@ use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{LocalDir, NodeSnapshot, Observed, PodInfo, PodSource};
 
-use super::orphaned_executor::{LISTED, human_bytes, kubectl_delete};
+use super::admission_rejection::rejected_reason;
+use super::orphaned_executor::{LISTED, human_bytes, kubectl_delete, orphaned_executors};
 
 pub const ID: &str = "orphaned-local-dir";
 
@@ -203,7 +204,17 @@ fn rm_command(dirs: &[&LocalDir]) -> String {
 }
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    orphaned_dirs(snap, settings)
+    let orphaned = orphaned_dirs(snap, settings);
+    // Executors `repair orphans` would delete (their emptyDir goes with the pod object).
+    let orphan_uids: Vec<&str> = if orphaned.iter().any(|o| o.pod.is_some()) {
+        orphaned_executors(snap, settings)
+            .iter()
+            .map(|o| o.executor.uid.as_str())
+            .collect()
+    } else {
+        vec![]
+    };
+    orphaned
         .into_iter()
         .map(|o| {
             let bytes = o.bytes();
@@ -212,22 +223,41 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             roots.sort_unstable();
             roots.dedup();
             let (subject, whose, action) = match (o.pod, o.pod_uid, o.host_root) {
-                (Some(p), _, _) => (
-                    Subject::pod(p),
-                    format!("of pod {}", p.display()),
-                    format!(
-                        "{} (deleting the pod object makes the kubelet remove its emptyDir volumes)",
-                        kubectl_delete(p)
-                    ),
-                ),
+                (Some(p), _, _) => {
+                    let repair = if orphan_uids.contains(&p.uid.as_str()) {
+                        Some("orphans")
+                    } else if rejected_reason(p).is_some() {
+                        Some("failed-pods")
+                    } else {
+                        None
+                    };
+                    let by_repair = repair.map_or(String::new(), |r| {
+                        format!(
+                            "kubectl nodemedic repair {node} {r} (shows the plan), then kubectl nodemedic repair \
+                             {node} {r} --apply --yes (deletes it with its UID as a precondition; needs the repair \
+                             overlay), or ",
+                            node = snap.node
+                        )
+                    });
+                    (
+                        Subject::pod(p),
+                        format!("of pod {}", p.display()),
+                        format!(
+                            "{by_repair}{} (deleting the pod object makes the kubelet remove its emptyDir volumes)",
+                            kubectl_delete(p)
+                        ),
+                    )
+                }
                 (None, Some(uid), _) if snap.pod_source == PodSource::Cgroups => (
                     Subject::pod_uid(uid),
                     format!("of pod {uid}"),
                     format!(
                         "find the pod first: kubectl get pods -A --field-selector spec.nodeName={} \
                          -o custom-columns=UID:.metadata.uid,NS:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase \
-                         | grep {uid}; if it has finished, kubectl delete pod -n NS NAME removes its emptyDir; if there \
-                         is none, on the node: {}",
+                         | grep {uid}; if it has finished, deleting it removes its emptyDir: kubectl delete pod -n NS \
+                         NAME, or kubectl nodemedic repair {} orphans (an orphaned executor) or failed-pods (a \
+                         rejected pod), which delete with the UID as a precondition; if there is none, on the node: {}",
+                        snap.node,
                         snap.node,
                         rm_command(&o.dirs)
                     ),
@@ -242,11 +272,25 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                         rm_command(&o.dirs)
                     ),
                 ),
-                (None, None, root) => (
-                    Subject::node(&snap.node),
-                    format!("under hostPath {}", root.unwrap_or("?")),
-                    format!("nothing cleans a hostPath; on the node: {}", rm_command(&o.dirs)),
-                ),
+                (None, None, root) => {
+                    let root = root.unwrap_or("?");
+                    let repair = format!(
+                        "kubectl nodemedic repair {} local-dirs --local-dir-root {}",
+                        snap.node,
+                        shell_quote(root)
+                    );
+                    (
+                        Subject::node(&snap.node),
+                        format!("under hostPath {root}"),
+                        format!(
+                            "nothing cleans a hostPath: {repair} (shows the plan), then {repair} --apply --yes (checks \
+                             each directory again and that no process uses it; needs the repair overlay, the root \
+                             mounted read-write and the capabilities in \
+                             docs/operations/runbooks/repair-local-dirs.md); or on the node: {}",
+                            rm_command(&o.dirs)
+                        ),
+                    )
+                }
             };
             let severity = if bytes == 0 { Severity::Info } else { Severity::Warning };
             Finding::new(
@@ -259,7 +303,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     human_bytes(bytes),
                     o.reason
                 ),
-                format!("{action}; `nodemedic repair local-dirs` is planned but not available yet"),
+                action,
             )
             .with("volume_type", if o.host_root.is_some() { "hostPath" } else { "emptyDir" })
             .with("pod_uid", o.pod_uid)
@@ -293,7 +337,7 @@ mod tests {
     use crate::rules::testkit::{
         NOW, SnapshotBuilder, empty_dir_scratch, host_path_scratch, leaf, pod_cgroup, spark_executor,
     };
-    use crate::snapshot::LocalDirVolume;
+    use crate::snapshot::{DriverLookup, LocalDirVolume, LookupMethod};
 
     const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
     const ROOT: &str = "/mnt/nvme0/spark";
@@ -356,7 +400,13 @@ mod tests {
         );
         assert!(
             f[0].remedy
-                .ends_with("`nodemedic repair local-dirs` is planned but not available yet")
+                .ends_with("(deleting the pod object makes the kubelet remove its emptyDir volumes)"),
+            "neither an orphaned executor nor a rejected pod: no repair named: {}",
+            f[0].remedy
+        );
+        assert!(
+            !f[0].remedy.contains("local-dirs"),
+            "local-dirs never touches an emptyDir"
         );
         assert_eq!(f[1].subject.uid.as_deref(), Some("gone"));
         assert!(f[1].remedy.contains(
@@ -389,6 +439,12 @@ mod tests {
         let f = check(&snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "cgroups");
         assert!(f[0].remedy.starts_with("find the pod first"));
+        assert!(
+            f[0].remedy
+                .contains("kubectl nodemedic repair node-a orphans (an orphaned executor) or failed-pods"),
+            "{}",
+            f[0].remedy
+        );
 
         let unreadable = SnapshotBuilder::spark_node(&[])
             .pod_source(PodSource::Cgroups)
@@ -452,9 +508,52 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(&[user]).with_local_dirs(dirs).build();
         let f = &check(&snap, &Settings::default())[0];
         assert_eq!(f.evidence["root_users"], serde_json::json!(["spark-jobs/etl-exec-1"]));
+        assert_eq!(
+            f.remedy,
+            "nothing cleans a hostPath: kubectl nodemedic repair node-a local-dirs --local-dir-root /mnt/nvme0/spark \
+             (shows the plan), then kubectl nodemedic repair node-a local-dirs --local-dir-root /mnt/nvme0/spark \
+             --apply --yes (checks each directory again and that no process uses it; needs the repair overlay, the \
+             root mounted read-write and the capabilities in docs/operations/runbooks/repair-local-dirs.md); or on \
+             the node: rm -rf /mnt/nvme0/spark/blockmgr-old"
+        );
+    }
+
+    #[test]
+    fn remedy_names_the_repair_that_deletes_the_pod() {
+        // An orphaned executor (its driver is gone): `repair orphans`.
+        let exec = spark_executor("e1", APP, "etl", 1, "Failed");
+        let snap = SnapshotBuilder::spark_node(&[exec])
+            .with_driver(
+                "e1",
+                DriverLookup::Gone {
+                    by: LookupMethod::Labels,
+                    expected: format!("a pod labelled spark-role=driver of {APP}"),
+                },
+            )
+            .with_local_dirs(vec![empty_dir_scratch("e1", GIB, Some(NOW - 7200))])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].remedy,
+            "kubectl nodemedic repair node-a orphans (shows the plan), then kubectl nodemedic repair node-a orphans \
+             --apply --yes (deletes it with its UID as a precondition; needs the repair overlay), or kubectl delete \
+             pod -n spark-jobs etl-exec-1 (deleting the pod object makes the kubelet remove its emptyDir volumes)"
+        );
+
+        // A pod the kubelet rejected: `repair failed-pods`.
+        let mut rejected = spark_executor("e2", APP, "etl", 2, "Failed");
+        rejected.reason = Some("OutOfcpu".into());
+        rejected.message = Some("Pod was rejected: Node didn't have enough resource: cpu".into());
+        let snap = SnapshotBuilder::spark_node(&[rejected])
+            .with_local_dirs(vec![empty_dir_scratch("e2", GIB, Some(NOW - 7200))])
+            .build();
+        let f = check(&snap, &Settings::default());
         assert!(
-            f.remedy
-                .starts_with("nothing cleans a hostPath; on the node: rm -rf /mnt/nvme0/spark/blockmgr-old;")
+            f[0].remedy
+                .starts_with("kubectl nodemedic repair node-a failed-pods (shows the plan), then"),
+            "{}",
+            f[0].remedy
         );
     }
 
