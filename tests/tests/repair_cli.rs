@@ -101,3 +101,54 @@ fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries
         again.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_cpu_state_repair_is_an_event_on_the_node() {
+    let api = nodemedic_tests::apiserver::ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("worker-stale");
+    std::fs::create_dir_all(&root).unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/worker-stale"),
+        &root,
+    );
+    std::fs::remove_dir_all(root.join("proc/1000")).unwrap(); // the kubelet is stopped
+    let kc = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kc, true).unwrap();
+    let (r, p, k) = (
+        root.to_str().unwrap().to_string(),
+        root.join("pods.json").to_str().unwrap().to_string(),
+        kc.to_str().unwrap().to_string(),
+    );
+    let run = tokio::task::spawn_blocking(move || {
+        nodemedic(&[
+            "repair",
+            "cpu-state",
+            "--host-root",
+            &r,
+            "--pods",
+            &p,
+            "--kubeconfig",
+            &k,
+            "--apply",
+            "--yes",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let events: Vec<serde_json::Value> = api
+        .store()
+        .list("events.events.k8s.io")
+        .into_iter()
+        .filter(|e| e["reason"] == "CPUManagerStateRepaired")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "Node");
+    assert_eq!(events[0]["regarding"]["name"], "worker-stale");
+    assert!(
+        events[0]["note"].as_str().unwrap().contains("stale entr"),
+        "{}",
+        events[0]["note"]
+    );
+}

@@ -30,6 +30,9 @@ pub enum RepairAction {
     FailedPods,
     /// `repair local-dirs`: an orphaned Spark scratch directory removed from a hostPath root.
     LocalDirs,
+    /// `repair cpu-state`: the CPU manager checkpoint rewritten without its stale entries
+    /// (never automatic).
+    CpuState,
 }
 
 impl RepairAction {
@@ -39,6 +42,7 @@ impl RepairAction {
             RepairAction::Orphans => "orphans",
             RepairAction::FailedPods => "failed-pods",
             RepairAction::LocalDirs => "local-dirs",
+            RepairAction::CpuState => "cpu-state",
         }
     }
 
@@ -48,6 +52,7 @@ impl RepairAction {
             RepairAction::Orphans => "OrphanedExecutorDeleted",
             RepairAction::FailedPods => "RejectedPodDeleted",
             RepairAction::LocalDirs => "OrphanedLocalDirRemoved",
+            RepairAction::CpuState => "CPUManagerStateRepaired",
         }
     }
 
@@ -56,6 +61,7 @@ impl RepairAction {
         match self {
             RepairAction::Orphans | RepairAction::FailedPods => "Delete",
             RepairAction::LocalDirs => "Remove",
+            RepairAction::CpuState => "Rewrite",
         }
     }
 }

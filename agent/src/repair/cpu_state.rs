@@ -1352,7 +1352,68 @@ pub fn terminal_confirm(plan: &Plan) -> Result<bool, String> {
 pub fn run(args: CpuStateArgs) -> Result<u8, String> {
     init_logging(args.format.format);
     let mut out = std::io::stdout();
-    run_with(&args, &mut out, &mut terminal_confirm).map(|o| o.code)
+    let outcome = run_with(&args, &mut out, &mut terminal_confirm)?;
+    if let Some(report) = &outcome.applied {
+        record_event(&args, report);
+    }
+    Ok(outcome.code)
+}
+
+/// Records a written checkpoint as an Event on the Node (`CPUManagerStateRepaired`) when the
+/// API can be reached within a few seconds; the log line is written either way.
+fn record_event(args: &CpuStateArgs, report: &ApplyReport) {
+    use crate::repair::audit::{ActionRecord, ActionResult, ActionTarget, Audit, RepairAction};
+    if !matches!(
+        report.outcome,
+        ApplyOutcome::Applied | ApplyOutcome::AppliedWithProblems
+    ) {
+        return;
+    }
+    let mut evidence = serde_json::Map::new();
+    evidence.insert("checkpoint".into(), serde_json::json!(report.checkpoint));
+    evidence.insert(
+        "removed".into(),
+        serde_json::to_value(&report.removed).unwrap_or_default(),
+    );
+    evidence.insert("cpus_returned".into(), serde_json::json!(report.cpus_returned));
+    evidence.insert("old_default".into(), serde_json::json!(report.old_default));
+    evidence.insert("new_default".into(), serde_json::json!(report.new_default));
+    evidence.insert(
+        "backup".into(),
+        serde_json::json!(report.backup.as_ref().map(|b| b.display().to_string())),
+    );
+    let mut rec = ActionRecord::new(
+        RepairAction::CpuState,
+        ActionResult::Applied,
+        ActionTarget {
+            kind: "Node".into(),
+            name: Some(report.node.clone()),
+            ..Default::default()
+        },
+        format!(
+            "rewrote {} without {} stale entr{}, CPUs {} back to the default set",
+            report.checkpoint,
+            report.removed.len(),
+            if report.removed.len() == 1 { "y" } else { "ies" },
+            report.cpus_returned
+        ),
+        "stale-cpu-assignment: CPUs held for containers that no longer run on this node".into(),
+        evidence,
+    );
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        return;
+    };
+    runtime.block_on(async {
+        let client = if args.offline {
+            None
+        } else {
+            crate::kube_api::client(args.kubeconfig.as_deref(), std::time::Duration::from_secs(5))
+                .await
+                .ok()
+        };
+        let audit = Audit::new(client, &report.node, "nodemedic-repair");
+        audit.record(&mut rec).await;
+    });
 }
 
 fn init_logging(format: Format) {
