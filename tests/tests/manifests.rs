@@ -629,9 +629,17 @@ fn repair_overlay_adds_only_what_repairs_need() {
                     let writable = m["name"] == "host-kubelet";
                     assert_eq!(m["readOnly"], !writable, "{m}");
                 }
-                // Undo exactly those two changes: what is left must be the base.
+                let sc = &container(r, "nodemedic")["securityContext"];
+                assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+                assert_eq!(sc["capabilities"]["add"], json!(["SYS_ADMIN", "SYS_PTRACE", "DAC_OVERRIDE"]));
+                assert_eq!(sc["privileged"], false);
+                assert_eq!(sc["allowPrivilegeEscalation"], false);
+                // Undo exactly those changes: what is left must be the base.
                 let mut undone = r.clone();
                 undone["spec"]["template"]["spec"]["hostPID"] = json!(false);
+                let usc = &mut undone["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+                usc["capabilities"].as_object_mut().unwrap().remove("add");
+                usc.as_object_mut().unwrap().remove("appArmorProfile");
                 let mounts = undone["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
                     .as_array_mut()
                     .unwrap();
