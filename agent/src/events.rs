@@ -38,6 +38,8 @@ pub fn finding_key(f: &Finding) -> String {
 
 #[derive(Debug)]
 struct Series {
+    /// The last scan that had the finding.
+    last_seen: Instant,
     namespace: String,
     name: String,
     reason: String,
@@ -137,7 +139,12 @@ impl EventRecorder {
         let mut stats = RecordStats::default();
         let now = Instant::now();
         let current: HashMap<String, &Finding> = findings.iter().map(|f| (finding_key(f), f)).collect();
-        self.series.retain(|k, _| current.contains_key(k));
+        // A finding missing from a few scans (a lookup that failed, a source briefly
+        // unreadable) keeps its series for one series interval: if it comes back, it is the
+        // same series, not a new Event.
+        let keep = self.series_interval;
+        self.series
+            .retain(|k, s| current.contains_key(k) || now.duration_since(s.last_seen) < keep);
         for (key, f) in current {
             let reason = rules::by_id(&f.rule)
                 .map_or("NodemedicFinding", |r| r.event_reason)
@@ -145,6 +152,7 @@ impl EventRecorder {
             match self.series.get_mut(&key) {
                 Some(s) => {
                     s.count += 1;
+                    s.last_seen = now;
                     if now.duration_since(s.last_sent) < self.series_interval {
                         continue;
                     }
@@ -203,6 +211,7 @@ impl EventRecorder {
                             self.series.insert(
                                 key,
                                 Series {
+                                    last_seen: now,
                                     namespace,
                                     name,
                                     reason,

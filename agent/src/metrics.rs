@@ -178,7 +178,9 @@ impl Metrics {
             "OutOfmemory",
             "OutOfpods",
             "OutOfephemeral-storage",
+            "OutOfExtendedResource",
             "UnexpectedAdmissionError",
+            "Other",
         ] {
             m.admission_rejections_total.with_label_values(&[reason]);
         }
@@ -250,7 +252,8 @@ impl Metrics {
             let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
             for r in rules::admission_rejection::rejections(snap) {
                 if seen.insert(r.pod.uid.clone()) {
-                    self.admission_rejections_total.with_label_values(&[r.reason]).inc();
+                    let reason = rules::admission_rejection::metric_reason(r.reason);
+                    self.admission_rejections_total.with_label_values(&[reason]).inc();
                 }
             }
             // Forget pods that are gone, so the set stays as small as the node.

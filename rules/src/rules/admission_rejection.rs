@@ -137,6 +137,19 @@ pub fn rejected_reason(pod: &PodInfo) -> Option<&str> {
     (is_rejection_reason(reason) || says_so).then_some(reason)
 }
 
+/// A bounded label value for a rejection reason (`nodemedic_admission_rejections_total`): the
+/// core `OutOf<resource>` reasons and the kubelet's own reasons as they are, any other
+/// `OutOf<extended resource>` as `OutOfExtendedResource`, anything else as `Other`. A pod's
+/// `status.reason` is free text its writer controls and must not become a label as is.
+pub fn metric_reason(reason: &str) -> &str {
+    match reason {
+        "OutOfcpu" | "OutOfmemory" | "OutOfpods" | "OutOfephemeral-storage" => reason,
+        r if r.starts_with("OutOf") => "OutOfExtendedResource",
+        r if KUBELET_REASONS.contains(&r) => r,
+        _ => "Other",
+    }
+}
+
 /// Every rejected pod on this node, whatever its age, in pod list order.
 pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
     snap.pods
@@ -294,6 +307,15 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn metric_reasons_are_bounded() {
+        assert_eq!(metric_reason("OutOfcpu"), "OutOfcpu");
+        assert_eq!(metric_reason("OutOfnvidia.com/gpu"), "OutOfExtendedResource");
+        assert_eq!(metric_reason("UnexpectedAdmissionError"), "UnexpectedAdmissionError");
+        assert_eq!(metric_reason("Qqre-anything-a-pod-writer-chose"), "Other");
+    }
+
     use super::*;
     use crate::rules::testkit::{NOW, SnapshotBuilder, spark_executor};
 

@@ -1,0 +1,583 @@
+//! Property tests of every parser that reads untrusted input: the kubelet checkpoint, cpusets,
+//! cgroup directory names and `cgroup.procs`, procfs files, the kubelet configuration, pod
+//! lists, `spark.properties`, the Prometheus text format and the daemon configuration.
+//!
+//! Each parser gets "never panics" on arbitrary and on mutated realistic input, and the
+//! stronger property it has where one exists (a writer round trip, a canonical form). Case
+//! counts are set per block so the whole file runs in well under a minute in a debug build;
+//! `PROPTEST_CASES` in the environment does not override them. Any crash found is kept below
+//! as a plain `#[test]` with the literal input.
+
+use std::collections::BTreeMap;
+
+use nodemedic::collect::cgroups::{LeafName, parse_cgroup_procs, parse_leaf_name, parse_pod_dir_name};
+use nodemedic::collect::kubelet::parse_kubelet_config;
+use nodemedic::collect::pods::parse_pods_json;
+use nodemedic::collect::procfs::{parse_cmdline, parse_status_cpus_allowed};
+use nodemedic::collect::sparkconf::parse_spark_properties;
+use nodemedic_rules::checkpoint::{Assignment, EntryKey};
+use nodemedic_rules::promtext;
+use nodemedic_rules::{Checkpoint, CpuSet, CpuState, Verification};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// Checkpoints as kubelets wrote them (KUBELET.md sections 1 and 2, the kubelet's own tests).
+const UPSTREAM_VECTORS: &[&str] = &[
+    r#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}"#,
+    r#"{"policyName":"none","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"1-3"}},"checksum":3610638499}"#,
+    r#"{"policyName":"static","defaultCPUSet":"7-9","entries":{"containerID1":"4-6","containerID2":"1-3"},"checksum":2026311253}"#,
+    r#"{"policyName":"none","defaultCPUSet":"1-3","entries":{"container1":"4-6","container2":"1-3"},"checksum":1535905563}"#,
+    r#"{"policyName":"static","defaultCPUSet":"1-2","entries":{"pod1":{"container1":"5-6","container2":"3-4"}},"podEntries":{"pod2":{"cpuSet":"7-9"}},"checksum":766259872}"#,
+    r#"{"policyName":"static","defaultCPUSet":"1-2","entries":{"pod1":{"container1":"5-6","container2":"3-4"}},"podEntries":{"pod2":{"cpuSet":"7-9"}},"checksum":2284712151}"#,
+    r#"{"policyName":"static","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"7-9"}},"checksum":1659543133}"#,
+    r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+    r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#,
+];
+
+/// Runs the whole reader on `bytes`; whatever it accepts, the writer must write a file that
+/// verifies and reads back to the same state.
+fn check_checkpoint(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let Ok(cp) = Checkpoint::parse(bytes) else {
+        return Ok(());
+    };
+    let _ = cp.layout();
+    let verification = cp.verify();
+    let _ = verification.accepted();
+    let _ = cp.effective();
+    let Ok(state) = cp.state() else {
+        return Ok(());
+    };
+    // Mixed V1 (container id) and V2 (pod/container) keys cannot come out of one file.
+    let json = state.to_checkpoint_json();
+    let again = Checkpoint::parse(json.as_bytes())
+        .map_err(|e| TestCaseError::fail(format!("the writer's output does not parse: {e}\n{json}")))?;
+    // A file no kubelet accepts (a bad checksum, or a layout no kubelet writes, like V1
+    // entries beside V3 podEntries) cannot be written back as one it accepts.
+    prop_assert!(
+        !verification.accepted() || again.verify().accepted(),
+        "the writer's output does not verify: {:?}\n{}",
+        again.verify(),
+        json
+    );
+    let back = again
+        .state()
+        .map_err(|e| TestCaseError::fail(format!("the writer's output has no state: {e}\n{json}")))?;
+    prop_assert_eq!(back, state, "round trip of {}", json);
+    Ok(())
+}
+
+/// Case-variants of the checkpoint's keys, so that the case-insensitive matching is exercised.
+fn arb_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        proptest::sample::select(vec![
+            "policyName",
+            "policyname",
+            "POLICYNAME",
+            "defaultCpuSet",
+            "defaultCPUSet",
+            "DefaultCpuset",
+            "entries",
+            "Entries",
+            "podEntries",
+            "podentries",
+            "checksum",
+            "Checksum",
+            "data",
+            "dataChecksum",
+            "cpuSet",
+        ])
+        .prop_map(str::to_string),
+        "[a-zA-Z0-9_-]{0,10}",
+    ]
+}
+
+/// Strings that are often cpusets, sometimes nearly.
+fn arb_cpuset_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        proptest::collection::btree_set(0u32..130, 0..8).prop_map(|s| CpuSet::from_ids(s).to_string()),
+        "[0-9,\\- \n]{0,12}",
+        Just("65536".to_string()),
+        Just("0-65535".to_string()),
+        Just("4294967296".to_string()),
+    ]
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<u64>().prop_map(|n| json!(n)),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_map(|n| json!(n)),
+        (0u64..5_000_000_000).prop_map(|n| json!(n)),
+        arb_cpuset_text().prop_map(Value::String),
+        "\\PC{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::vec((arb_key(), inner), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// A checkpoint-shaped object whose fields are sometimes of the wrong type.
+fn arb_checkpoint_value() -> impl Strategy<Value = Value> {
+    let uid = "[a-z0-9-]{1,12}";
+    let pod_map = proptest::collection::btree_map(
+        uid,
+        prop_oneof![
+            3 => proptest::collection::btree_map("[a-z0-9]{1,6}", arb_cpuset_text().prop_map(Value::String), 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            1 => arb_json(),
+        ],
+        0..4,
+    )
+    .prop_map(|m| Value::Object(m.into_iter().collect()));
+    let v1_map = proptest::collection::btree_map("[a-f0-9]{1,16}", arb_cpuset_text().prop_map(Value::String), 0..4)
+        .prop_map(|m| Value::Object(m.into_iter().collect()));
+    let pod_entries = proptest::collection::btree_map(
+        uid,
+        prop_oneof![arb_cpuset_text().prop_map(|c| json!({ "cpuSet": c })), arb_json(),],
+        0..3,
+    )
+    .prop_map(|m| Value::Object(m.into_iter().collect()));
+    (
+        proptest::option::of(prop_oneof![Just(json!("static")), Just(json!("none")), arb_json()]),
+        proptest::option::of(prop_oneof![arb_cpuset_text().prop_map(Value::String), arb_json()]),
+        proptest::option::of(prop_oneof![pod_map, v1_map, Just(Value::Null), arb_json()]),
+        proptest::option::of(prop_oneof![pod_entries, Just(Value::Null)]),
+        proptest::option::of(prop_oneof![(0u64..5_000_000_000).prop_map(|n| json!(n)), arb_json()]),
+        proptest::option::of(arb_json()),
+        any::<bool>(),
+    )
+        .prop_map(|(policy, default, entries, pod_entries, checksum, extra, v4)| {
+            let mut obj = serde_json::Map::new();
+            let mut put = |k: &str, v: Option<Value>| {
+                if let Some(v) = v {
+                    obj.insert(k.to_string(), v);
+                }
+            };
+            put("policyName", policy);
+            put("defaultCpuSet", default);
+            put("entries", entries);
+            put("podEntries", pod_entries);
+            put("checksum", checksum);
+            put("unknownField", extra);
+            let inner = Value::Object(obj);
+            if v4 {
+                // A V4 file: the checkpoint as a string in `data`, with its own checksum.
+                let data = inner.to_string();
+                json!({"data": data, "checksum": 0, "dataChecksum": nodemedic_rules::checkpoint::checksum::data_checksum(&data)})
+            } else {
+                inner
+            }
+        })
+}
+
+fn arb_state() -> impl Strategy<Value = CpuState> {
+    let uid = "[a-f0-9]{8}(-[a-f0-9]{4}){0,2}";
+    let name = "[a-z][a-z0-9-]{0,12}";
+    let cpus = proptest::collection::btree_set(0u32..512, 1..6).prop_map(CpuSet::from_ids);
+    (
+        proptest::sample::select(vec!["static", "none"]),
+        proptest::collection::btree_set(0u32..512, 0..20).prop_map(CpuSet::from_ids),
+        proptest::collection::btree_map((uid, name), cpus.clone(), 0..8),
+        proptest::collection::btree_map(uid, cpus, 0..3),
+    )
+        .prop_map(|(policy, default_cpus, entries, pods)| CpuState {
+            policy_name: policy.to_string(),
+            default_cpus,
+            assignments: entries
+                .into_iter()
+                .map(|((pod_uid, container), cpus)| Assignment {
+                    key: EntryKey::Container { pod_uid, container },
+                    cpus,
+                })
+                .collect(),
+            pod_assignments: pods.into_iter().collect(),
+        })
+}
+
+/// Java `Properties.store` escaping of a key or value (every space escaped, non-ASCII as
+/// `\uXXXX` UTF-16 units).
+fn java_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\x0c' => out.push_str("\\f"),
+            '=' | ':' | '#' | '!' | ' ' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (' '..='~').contains(&c) => out.push(c),
+            c => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A Prometheus label value, escaped.
+fn prom_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn checkpoint_reader_on_mutated_upstream_vectors(
+        base in proptest::sample::select(UPSTREAM_VECTORS.to_vec()),
+        edits in proptest::collection::vec((0usize..400, any::<u8>(), 0u8..3), 1..6),
+        cut in proptest::option::of(0usize..400),
+    ) {
+        let mut bytes = base.as_bytes().to_vec();
+        for (pos, byte, op) in edits {
+            let pos = pos % (bytes.len() + 1);
+            match op {
+                0 if pos < bytes.len() => bytes[pos] = byte,
+                1 => bytes.insert(pos, byte),
+                _ if pos < bytes.len() => { bytes.remove(pos); }
+                _ => {}
+            }
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut);
+        }
+        check_checkpoint(&bytes)?;
+    }
+
+    #[test]
+    fn checkpoint_reader_on_arbitrary_json(v in arb_json()) {
+        check_checkpoint(v.to_string().as_bytes())?;
+    }
+
+    #[test]
+    fn checkpoint_reader_on_checkpoint_shaped_json(v in arb_checkpoint_value()) {
+        check_checkpoint(v.to_string().as_bytes())?;
+        check_checkpoint(serde_json::to_string_pretty(&v).unwrap().as_bytes())?;
+    }
+
+    #[test]
+    fn checkpoint_writer_round_trips(state in arb_state()) {
+        let json = state.to_checkpoint_json();
+        let cp = Checkpoint::parse(json.as_bytes()).unwrap();
+        let want = if state.pod_assignments.is_empty() { "V2" } else { "V3" };
+        prop_assert_eq!(cp.verify(), Verification::Matched { layout: want, type_name: "CPUManagerCheckpoint", v4: false });
+        prop_assert_eq!(cp.state().unwrap(), state);
+        // The raw model round trips too.
+        prop_assert_eq!(Checkpoint::parse(cp.to_json().as_bytes()).unwrap(), cp);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 5000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cpuset_parser_never_panics_and_its_output_is_canonical(text in "[0-9,\\- \t\n]{0,24}|\\PC{0,12}") {
+        if let Ok(set) = CpuSet::parse(&text) {
+            let canonical = set.to_string();
+            prop_assert_eq!(CpuSet::parse(&canonical).unwrap(), set.clone());
+            // Canonical is a fixed point.
+            prop_assert_eq!(CpuSet::parse(&canonical).unwrap().to_string(), canonical.clone());
+            prop_assert!(set.iter().all(|id| id <= CpuSet::MAX_CPU));
+            prop_assert_eq!(set.len(), set.iter().count());
+        }
+    }
+
+    #[test]
+    fn cpuset_canonical_form_round_trips(ids in proptest::collection::btree_set(0u32..=CpuSet::MAX_CPU, 0..40)) {
+        let set = CpuSet::from_ids(ids.iter().copied());
+        let text = set.to_string();
+        prop_assert_eq!(CpuSet::parse(&text).unwrap(), set.clone());
+        prop_assert_eq!(set.iter().collect::<Vec<_>>(), ids.iter().copied().collect::<Vec<_>>());
+        // Canonical form: sorted tokens, runs of two or more as a-b, no blanks.
+        let mut prev: Option<u32> = None;
+        for token in text.split(',').filter(|t| !t.is_empty()) {
+            let (lo, hi) = match token.split_once('-') {
+                Some((a, b)) => (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()),
+                None => { let a = token.parse::<u32>().unwrap(); (a, a) }
+            };
+            prop_assert!(lo < hi || !token.contains('-'), "{}", text);
+            if let Some(p) = prev { prop_assert!(lo > p + 1, "adjacent runs not merged: {}", text); }
+            prev = Some(hi);
+        }
+        // Kernel-style input (blanks, newline, unsorted duplicates) reads to the same set.
+        let noisy: Vec<String> = ids.iter().rev().map(|i| i.to_string()).collect();
+        prop_assert_eq!(CpuSet::parse(&format!(" {}\n", noisy.join(","))).unwrap_or_default(), set);
+    }
+
+    #[test]
+    fn pod_dir_names(name in "\\PC{0,80}") {
+        if let Some(uid) = parse_pod_dir_name(&name) {
+            prop_assert!(!uid.is_empty() && uid.len() <= 64);
+            prop_assert!(uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        }
+    }
+
+    #[test]
+    fn pod_dir_names_of_both_drivers_give_the_uid(uid in "[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}",
+                                                   qos in proptest::sample::select(vec!["", "-burstable", "-besteffort"])) {
+        prop_assert_eq!(parse_pod_dir_name(&format!("pod{uid}")), Some(uid.clone()));
+        let systemd = format!("kubepods{qos}-pod{}.slice", uid.replace('-', "_"));
+        prop_assert_eq!(parse_pod_dir_name(&systemd), Some(uid));
+    }
+
+    #[test]
+    fn leaf_names(name in "\\PC{0,90}|(cri-containerd-|crio-|docker-|crio-conmon-)?[0-9a-fA-F]{0,70}(\\.scope)?") {
+        match parse_leaf_name(&name) {
+            LeafName::Container(_, id) => {
+                prop_assert!(!id.is_empty() && id.len() <= 64);
+                prop_assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+                prop_assert!(name.contains(&id));
+            }
+            LeafName::Conmon => prop_assert!(name.starts_with("crio-conmon-")),
+            LeafName::Other => {}
+        }
+    }
+
+    #[test]
+    fn container_leaf_names_give_the_id(id in "[0-9a-f]{64}", prefix in proptest::sample::select(vec!["cri-containerd-", "crio-", "docker-", ""]), scope in any::<bool>()) {
+        let name = if prefix.is_empty() { id.clone() } else { format!("{prefix}{id}{}", if scope { ".scope" } else { "" }) };
+        match parse_leaf_name(&name) {
+            LeafName::Container(_, got) => prop_assert_eq!(got, id),
+            other => prop_assert!(false, "{} read as {:?}", name, other),
+        }
+    }
+
+    #[test]
+    fn cgroup_procs(text in "[0-9 \n\t]{0,40}|\\PC{0,30}") {
+        if let Ok(pids) = parse_cgroup_procs(&text) {
+            prop_assert_eq!(pids.len(), text.split_whitespace().count());
+        }
+    }
+
+    #[test]
+    fn cgroup_procs_round_trip(pids in proptest::collection::vec(any::<u32>(), 0..50)) {
+        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        prop_assert_eq!(parse_cgroup_procs(&text).unwrap(), pids);
+    }
+
+    #[test]
+    fn status_cpus_allowed(text in "\\PC{0,60}", ids in proptest::collection::btree_set(0u32..1024, 0..20)) {
+        let _ = parse_status_cpus_allowed(&text);
+        let set = CpuSet::from_ids(ids);
+        let status = format!("Name:\tjava\nState:\tS (sleeping)\nCpus_allowed:\tff\nCpus_allowed_list:\t{set}\nMems_allowed_list:\t0\n{text}");
+        prop_assert_eq!(parse_status_cpus_allowed(&status).unwrap(), Some(set));
+    }
+
+    #[test]
+    fn cmdline_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let args = parse_cmdline(&bytes);
+        prop_assert!(args.iter().all(|a| !a.is_empty()));
+    }
+
+    #[test]
+    fn cmdline_join_round_trips(args in proptest::collection::vec("[^\u{0}]{1,20}", 0..10), trailing in any::<bool>()) {
+        let mut bytes = args.join("\0").into_bytes();
+        if trailing && !args.is_empty() {
+            bytes.push(0);
+        }
+        prop_assert_eq!(parse_cmdline(&bytes), args);
+    }
+
+    #[test]
+    fn spark_properties_never_panic(text in "\\PC{0,200}|[a-z.=:\\\\ \t\n\r!#u0-9]{0,80}") {
+        let _ = parse_spark_properties(&text);
+    }
+
+    #[test]
+    fn spark_properties_store_round_trips(props in proptest::collection::btree_map("\\PC{1,16}", "\\PC{0,24}", 0..8),
+                                          sep in proptest::sample::select(vec!["=", ": ", " ", " = ", "\t:"])) {
+        let mut text = String::from("#Spark configuration\n#Sat Nov 21 10:00:00 UTC 2026\n");
+        for (k, v) in &props {
+            text.push_str(&format!("{}{}{}\n", java_escape(k), sep, java_escape(v)));
+        }
+        prop_assert_eq!(parse_spark_properties(&text), props);
+    }
+
+    #[test]
+    fn prometheus_lines_never_panic(line in "\\PC{0,120}|[a-z_{}=\",\\\\ 0-9.eE+\\-#]{0,60}") {
+        let _ = promtext::parse_line(&line);
+    }
+
+    #[test]
+    fn prometheus_samples_round_trip(
+        name in "[a-zA-Z_:][a-zA-Z0-9_:]{0,30}",
+        labels in proptest::collection::btree_map("[a-zA-Z_][a-zA-Z0-9_]{0,12}", "\\PC{0,20}", 0..5),
+        value in any::<f64>(),
+        timestamp in proptest::option::of(any::<i64>()),
+        trailing_comma in any::<bool>(),
+    ) {
+        let mut line = name.clone();
+        if !labels.is_empty() {
+            let parts: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", prom_escape(v))).collect();
+            line.push('{');
+            line.push_str(&parts.join(","));
+            if trailing_comma { line.push(','); }
+            line.push('}');
+        }
+        let value_text = if value.is_nan() { "NaN".to_string() } else if value == f64::INFINITY { "+Inf".to_string() } else if value == f64::NEG_INFINITY { "-Inf".to_string() } else { format!("{value:?}") };
+        line.push(' ');
+        line.push_str(&value_text);
+        if let Some(ts) = timestamp { line.push_str(&format!(" {ts}")); }
+        let s = promtext::parse_line(&line).unwrap_or_else(|| panic!("not read: {line}"));
+        prop_assert_eq!(&s.name, &name);
+        prop_assert_eq!(&s.labels, &labels);
+        prop_assert!(s.value == value || (s.value.is_nan() && value.is_nan()), "{}: {}", line, s.value);
+    }
+}
+
+proptest! {
+    // YAML and JSON documents: slower per case.
+    #![proptest_config(ProptestConfig { cases: 600, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kubelet_config_never_panics(
+        yaml in proptest::option::of(prop_oneof![
+            "\\PC{0,120}",
+            "(cpuManagerPolicy|cpuManagerReconcilePeriod|reservedSystemCPUs|kubeReserved|systemReserved|cpuManagerPolicyOptions|topologyManagerPolicy|featureGates|kind|apiVersion): (static|none|10s|-1h|0-3|\"\"|\\[\\]|\\{\\}|\\{cpu: 2\\}|~|1e400|9999999999999999999999)\n{0,1}",
+        ]),
+        args in proptest::collection::vec(prop_oneof![
+            "\\PC{0,20}",
+            "--(cpu-manager-policy|cpu-manager-reconcile-period|reserved-cpus|kube-reserved|system-reserved|config|cpu-manager-policy-options)(=(static|none|[0-9smh.-]{0,6}|cpu=[0-9m]{0,5}|full-pcpus-only=true))?",
+        ], 0..6),
+    ) {
+        let _ = parse_kubelet_config(yaml.as_deref(), &args);
+    }
+
+    #[test]
+    fn kubelet_config_on_generated_documents(
+        fields in proptest::collection::btree_map(
+            proptest::sample::select(vec!["cpuManagerPolicy", "cpuManagerReconcilePeriod", "reservedSystemCPUs", "kubeReserved", "systemReserved", "cpuManagerPolicyOptions", "featureGates", "topologyManagerPolicy", "kind", "apiVersion"]),
+            arb_json(), 0..6),
+    ) {
+        let doc = Value::Object(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        // JSON is YAML.
+        let _ = parse_kubelet_config(Some(&doc.to_string()), &[]);
+    }
+
+    #[test]
+    fn daemon_config_never_panics(text in "\\PC{0,160}|([a-z_]{1,12}:( [a-z0-9.\\-]{0,8})?\n(  [a-z_]{1,24}: [a-z0-9.\\-\\[\\]]{0,8}\n){0,3}){0,3}") {
+        let _ = nodemedic::config::parse(&text);
+    }
+
+    #[test]
+    fn daemon_config_on_generated_documents(
+        sections in proptest::collection::btree_map(
+            proptest::sample::select(vec!["repair", "rules", "scan", "events", "conditions", "api", "listen", "metrics", "disable_rules", "rule_settings"]),
+            arb_json(), 0..5),
+    ) {
+        let doc = Value::Object(sections.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        let _ = nodemedic::config::parse(&doc.to_string());
+    }
+}
+
+fn arb_pod() -> impl Strategy<Value = Value> {
+    let container = (
+        "[a-z]{1,8}",
+        proptest::option::of(prop_oneof![
+            Just(json!("2")),
+            Just(json!("500m")),
+            Just(json!("1.5")),
+            Just(json!("-1")),
+            Just(json!("1e3")),
+            arb_json()
+        ]),
+    )
+        .prop_map(|(name, cpu)| {
+            let mut c = json!({"name": name});
+            if let Some(cpu) = cpu {
+                c["resources"] = json!({"requests": {"cpu": cpu.clone()}, "limits": {"cpu": cpu}});
+            }
+            c
+        });
+    (
+        "[a-z0-9-]{0,12}",
+        proptest::option::of("[a-z0-9-]{0,36}"),
+        proptest::collection::vec(container, 0..3),
+        proptest::option::of(proptest::sample::select(vec!["Running", "Pending", "Failed", "Succeeded", "Unknown", ""])),
+        proptest::option::of(arb_json()),
+        proptest::option::of(proptest::collection::btree_map(proptest::sample::select(vec!["spark-role", "spark-app-selector", "spark-exec-id", "spark-app-name"]), "[a-z0-9-]{0,10}", 0..4)),
+        proptest::option::of(arb_json()),
+    )
+        .prop_map(|(name, uid, containers, phase, junk, labels, owner)| {
+            let mut p = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": "n", "containers": containers}, "status": {}});
+            if let Some(uid) = uid { p["metadata"]["uid"] = json!(uid); }
+            if let Some(phase) = phase { p["status"]["phase"] = json!(phase); }
+            if let Some(labels) = labels { p["metadata"]["labels"] = json!(labels); }
+            if let Some(owner) = owner { p["metadata"]["ownerReferences"] = json!([owner]); }
+            if let Some(junk) = junk { p["status"]["containerStatuses"] = junk; }
+            p
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pods_json_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = parse_pods_json(&bytes);
+    }
+
+    #[test]
+    fn pods_json_never_panics_on_arbitrary_json(v in arb_json()) {
+        let _ = parse_pods_json(v.to_string().as_bytes());
+    }
+
+    #[test]
+    fn pods_json_lists(pods in proptest::collection::vec(arb_pod(), 0..5), kind in proptest::sample::select(vec!["List", "PodList"])) {
+        let list = json!({"apiVersion": "v1", "kind": kind, "items": pods});
+        let text = list.to_string();
+        let _ = parse_pods_json(text.as_bytes());
+        // Truncations of a valid list are errors, never panics.
+        for cut in [text.len() / 3, text.len() / 2, text.len().saturating_sub(1)] {
+            prop_assert!(parse_pods_json(&text.as_bytes()[..cut]).is_err());
+        }
+    }
+}
+
+// Regression inputs found while writing this file (kept as literal inputs).
+
+#[test]
+fn regression_examples_stay_fixed() {
+    // Edge inputs of the cpuset parser: above the cap, u32 overflow, reversed, blanks.
+    for t in [
+        "65536",
+        "0-65536",
+        "4294967296",
+        "99999999999999999999",
+        "3-1",
+        "1,,2",
+        " ",
+        "-",
+        "1-",
+        "-1",
+    ] {
+        let _ = CpuSet::parse(t);
+    }
+    assert_eq!(CpuSet::parse("0-65535").unwrap().len(), 65536);
+    // Empty and absurd checkpoints.
+    for t in [
+        "",
+        "null",
+        "[]",
+        "{}",
+        "{\"data\":\"{\\\"data\\\":\\\"\\\"}\"}",
+        "{\"entries\":{\"\":null}}",
+    ] {
+        check_checkpoint(t.as_bytes()).unwrap();
+    }
+    let mut m = BTreeMap::new();
+    m.insert("a b".to_string(), "".to_string());
+    assert_eq!(parse_spark_properties("a\\ b"), m);
+}
