@@ -130,7 +130,13 @@ pub struct ApiMonitor {
     namespaces: HashMap<String, (Instant, BTreeMap<String, String>)>,
     metrics_before: Option<BTreeMap<String, (f64, f64)>>,
     latency: BTreeMap<String, f64>,
+    /// The API server refused `/metrics` (no `apiserver-metrics` component): not asked again
+    /// before this, so a default install spends no request on it.
+    metrics_refused_until: Option<Instant>,
 }
+
+/// How long a refused `/metrics` read is not retried.
+const METRICS_REFUSED_BACKOFF: Duration = Duration::from_secs(1800);
 
 impl std::fmt::Debug for ApiMonitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,6 +166,7 @@ impl ApiMonitor {
             namespaces: HashMap::new(),
             metrics_before: None,
             latency: BTreeMap::new(),
+            metrics_refused_until: None,
         }
     }
 
@@ -208,6 +215,9 @@ impl ApiMonitor {
     }
 
     async fn read_apiserver_metrics(&mut self) {
+        if self.metrics_refused_until.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
         let req = match http::Request::get("/metrics").body(Vec::new()) {
             Ok(r) => r,
             Err(_) => return,
@@ -225,7 +235,12 @@ impl ApiMonitor {
             Err(e) => {
                 // Forbidden without the apiserver-metrics component: attribution by latency
                 // is then unavailable, which the webhook list says (no mean latency).
-                tracing::debug!(error = %e, "API server /metrics not readable");
+                if matches!(&e, kube::Error::Api(s) if s.code == 403 || s.code == 401) {
+                    self.metrics_refused_until = Some(Instant::now() + METRICS_REFUSED_BACKOFF);
+                    tracing::info!("API server /metrics refused: webhook latency attribution off for 30 minutes");
+                } else {
+                    tracing::debug!(error = %e, "API server /metrics not readable");
+                }
             }
         }
     }

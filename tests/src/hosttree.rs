@@ -69,6 +69,8 @@ pub struct Pod {
     pub in_pod_list: bool,
     /// Has a pod cgroup on the host.
     pub has_cgroup: bool,
+    /// Bound to another node (listed in pods.json with that `nodeName`, no cgroup here).
+    pub elsewhere: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,
     /// Spark fields for the JSON object.
@@ -136,6 +138,7 @@ impl Pod {
             entries: vec![],
             in_pod_list: true,
             has_cgroup: true,
+            elsewhere: None,
             reason: None,
             message: None,
             spark: None,
@@ -217,6 +220,13 @@ impl Pod {
     pub fn burstable(mut self) -> Self {
         self.qos = "Burstable";
         self.containers[0].cpu_millis = 500;
+        self
+    }
+
+    /// Running on another node: in the pod list, not on this host.
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.elsewhere = Some(node.to_string());
+        self.has_cgroup = false;
         self
     }
 
@@ -581,7 +591,7 @@ impl Node {
                     meta["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": driver, "uid": uid, "controller": true}]);
                 }
                 let mut spec = json!({
-                    "nodeName": self.name, "restartPolicy": if matches!(p.spark, Some(SparkRole::Executor{..})) {"Never"} else {"Always"},
+                    "nodeName": p.elsewhere.as_deref().unwrap_or(&self.name), "restartPolicy": if matches!(p.spark, Some(SparkRole::Executor{..})) {"Never"} else {"Always"},
                     "schedulerName": "default-scheduler", "serviceAccountName": "spark", "containers": containers,
                 });
                 if p.spark.is_some() {

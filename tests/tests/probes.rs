@@ -325,3 +325,21 @@ async fn the_server_down_is_apiserver_unreachable_listing_the_local_drivers() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_apiserver_metrics_is_not_asked_again_every_round() {
+    let api = ApiServer::start().await.unwrap();
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    // No apiserver-metrics component: the API server answers 403 Forbidden.
+    api.faults().fail("get", "/metrics", 403, None, None);
+    let agent = Agent::start(&api, None, &["--probe-interval-seconds", "0.3"]);
+    wait_for("readyz", Duration::from_secs(60), &agent, || {
+        agent.get("/readyz").0 == 200
+    })
+    .await;
+    let rounds = || api.requests().iter().filter(|r| r.path.ends_with("/version")).count();
+    wait_for("ten probe rounds", Duration::from_secs(60), &agent, || rounds() >= 10).await;
+    let metrics_reads = api.requests().iter().filter(|r| r.path == "/metrics").count();
+    assert_eq!(metrics_reads, 1, "one refused read, then none for 30 minutes");
+}
