@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs every nodemedic benchmark and keeps the output: release build, the criterion benches,
+# scan-bench, daemon-bench and compare-bench (nodemedic against node_exporter). Not part of CI:
+# it takes about 25 minutes with the defaults, and its numbers only mean something on a quiet
+# machine. The numbers in docs/performance.md come from it.
+#
+# Usage (from anywhere in the repository):
+#
+#   apt-get install -y prometheus-node-exporter    # once; compare-bench runs the binary itself
+#   tests/benches-run.sh [RESULTS_FILE]            # default: bench-results-<UTC time>.md
+#
+# Environment:
+#   RUNS=21             scan runs per size (scan-bench, compare-bench)
+#   DAEMON_MINUTES=12   daemon-bench's measured window (plus one minute of warm-up)
+#   COMPARE_MINUTES=5   compare-bench's measured window (plus one minute of warm-up)
+#   NODE_EXPORTER=...   node_exporter binary (default /usr/bin/prometheus-node-exporter)
+#   SKIP_CRITERION=1    skip the criterion benches
+#
+# The criterion benches are selected by name (`--bench checkpoint`, `--bench scan`): a plain
+# `cargo bench -p <crate> -- --noplot` would also run the crates' unit-test harnesses in bench
+# mode, which reject criterion's `--noplot`.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+results="${1:-bench-results-$(date -u +%Y%m%dT%H%M%SZ).md}"
+runs="${RUNS:-21}"
+daemon_minutes="${DAEMON_MINUTES:-12}"
+compare_minutes="${COMPARE_MINUTES:-5}"
+node_exporter="${NODE_EXPORTER:-/usr/bin/prometheus-node-exporter}"
+
+if [[ ! -x "$node_exporter" ]]; then
+    echo "benches-run: $node_exporter not found: apt-get install -y prometheus-node-exporter (or set NODE_EXPORTER)" >&2
+    exit 2
+fi
+export NODE_EXPORTER="$node_exporter"
+
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+bin="$target_dir/release"
+
+# Everything below goes to the terminal and to the results file.
+exec > >(tee "$results") 2>&1
+
+step() { printf '\n## %s\n\n' "$*"; }
+
+step "Machine"
+echo "date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+echo "cpus: $(nproc), memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+# shellcheck disable=SC1091
+echo "os: $(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
+echo "cgroup: $(stat -fc %T /sys/fs/cgroup)"
+echo "rustc: $(rustc --version)"
+echo "node_exporter: $("$node_exporter" --version 2>&1 | head -n1)"
+echo "load average at start: $(cat /proc/loadavg)"
+
+step "Build"
+cargo build --release -p nodemedic -p nodemedic-tests
+
+if [[ -z "${SKIP_CRITERION:-}" ]]; then
+    step "Criterion: nodemedic-rules"
+    cargo bench -p nodemedic-rules --bench checkpoint -- --noplot
+    step "Criterion: nodemedic-tests"
+    cargo bench -p nodemedic-tests --bench scan -- --noplot
+fi
+
+step "scan-bench $runs"
+"$bin/scan-bench" "$runs"
+
+step "daemon-bench $daemon_minutes 250"
+"$bin/daemon-bench" "$daemon_minutes" 250
+
+step "compare-bench $compare_minutes $runs"
+"$bin/compare-bench" "$compare_minutes" "$runs"
+
+step "Done"
+echo "load average at end: $(cat /proc/loadavg)"
+echo "results: $results"

@@ -1,0 +1,641 @@
+//! nodemedic side by side with the node agent every cluster already runs, Prometheus's
+//! `node_exporter`, in one run on one machine:
+//!
+//! 1. the offline `nodemedic scan` of generated nodes of 10, 110 and 250 pods (whole process:
+//!    wall time and the process's own `VmHWM`, median and min-max of RUNS runs);
+//! 2. the daemon (`nodemedic run`, default settings) on the 250-pod node against the in-repo
+//!    API server double, and `node_exporter` (default collectors, on 127.0.0.1) started at the
+//!    same moment, measured over the same window with the same sampling: `VmRSS` every 5 s,
+//!    CPU (`utime + stime` from `/proc/<pid>/stat`), 30 `/metrics` scrapes of each spread
+//!    evenly over the window (latency and size), and the API requests the double saw;
+//! 3. nodemedic's figures as ratios to node_exporter's.
+//!
+//! ```text
+//! apt-get install -y prometheus-node-exporter   # the binary only: the service need not run
+//! cargo build --release -p nodemedic -p nodemedic-tests
+//! target/release/compare-bench [MINUTES] [RUNS]     # defaults: 5 minutes, 21 runs
+//! ```
+//!
+//! `NODE_EXPORTER` names another node_exporter binary (default
+//! `/usr/bin/prometheus-node-exporter`, Debian's), `NODEMEDIC_BIN` another nodemedic.
+//! One minute of warm-up precedes the window. node_exporter does its work when scraped, so
+//! its CPU depends on the scrape interval: the CPU spent inside scrapes is measured apart and
+//! the table also gives both agents' CPU at a 30 s scrape interval.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use nodemedic_tests::apiserver::ApiServer;
+use serde_json::json;
+
+const PROBE_NAMESPACE: &str = "nodemedic";
+const SCRAPES: usize = 30;
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// One minute, or `COMPARE_BENCH_WARMUP_SECONDS` (for a quick check of the bench itself).
+fn warm_up() -> Duration {
+    let secs = std::env::var("COMPARE_BENCH_WARMUP_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s >= 0.0)
+        .unwrap_or(60.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn nodemedic_bin() -> PathBuf {
+    std::env::var_os("NODEMEDIC_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::current_exe().unwrap_or_default().with_file_name("nodemedic"))
+}
+
+fn node_exporter_bin() -> PathBuf {
+    std::env::var_os("NODE_EXPORTER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/prometheus-node-exporter"))
+}
+
+// ---------------------------------------------------------------- statistics
+
+/// (min, median, max); the median of an even count is the mean of the middle two.
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (v[0], median, v[n - 1])
+}
+
+/// The nearest-rank percentile `p` (0-100).
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+// ---------------------------------------------------------------- /proc readings
+
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64
+}
+
+/// `utime + stime` of `pid` in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = text.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+/// One `GET /metrics` over a fresh connection (as Prometheus does after an idle timeout; no
+/// compression asked for): time to the last byte, and the body's size.
+fn scrape(addr: &str) -> Option<(Duration, usize)> {
+    let start = Instant::now();
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let elapsed = start.elapsed();
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..split]);
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        return None;
+    }
+    let mut body = out.len() - split - 4;
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunked_len(&out[split + 4..]).unwrap_or(body);
+    }
+    Some((elapsed, body))
+}
+
+fn dechunked_len(mut b: &[u8]) -> Option<usize> {
+    let mut total = 0;
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = String::from_utf8_lossy(&b[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(total);
+        }
+        total += size;
+        b = b.get(eol + 2 + size + 2..)?;
+    }
+}
+
+fn free_port() -> Option<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+    Some(l.local_addr().ok()?.port())
+}
+
+/// The TCP port `pid` listens on, from /proc/net/tcp and its socket inodes.
+fn find_listen_port(pid: u32) -> Option<String> {
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(100));
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|l| {
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')
+                    .map(str::to_string)
+            })
+            .collect();
+        let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+        for line in tcp.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // state 0A = LISTEN
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
+                return Some(format!("127.0.0.1:{port}"));
+            }
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------- 1. offline scans
+
+/// Runs one scan; prints "wall_seconds peak_rss_kib exit_code". Run from a fresh small
+/// process (this binary re-executed) so the fork and exec cost is a small process's.
+fn measure_one(args: &[String]) -> ExitCode {
+    let start = Instant::now();
+    let out = Command::new(nodemedic_bin())
+        .args(args)
+        .env("NODEMEDIC_REPORT_PEAK_RSS", "1")
+        .stdout(Stdio::null())
+        .output();
+    let wall = start.elapsed().as_secs_f64();
+    let Ok(out) = out else {
+        eprintln!("compare-bench: cannot run {}", nodemedic_bin().display());
+        return ExitCode::from(2);
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("nodemedic: peak_rss_kib="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0);
+    println!("{wall} {rss} {}", out.status.code().unwrap_or(-1));
+    ExitCode::SUCCESS
+}
+
+fn scans(runs: usize) -> Result<(), String> {
+    println!("## Offline `nodemedic scan` (whole process, {runs} runs per size)\n");
+    println!("| pods | containers | processes | wall median (min-max) ms | peak RSS median (min-max) MiB |");
+    println!("|---:|---:|---:|---|---|");
+    for pods in [10usize, 110, 250] {
+        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        nodemedic_tests::scenarios::big_node(pods, 5)
+            .write(dir.path())
+            .map_err(|e| e.to_string())?;
+        let root = dir.path().to_string_lossy().into_owned();
+        let pods_file = dir.path().join("pods.json").to_string_lossy().into_owned();
+        let scan = [
+            "scan",
+            "--host-root",
+            &root,
+            "--pods",
+            &pods_file,
+            "--node",
+            "bench-node",
+            "--format",
+            "json",
+        ];
+        let (mut walls, mut rsss) = (vec![], vec![]);
+        for _ in 0..runs {
+            let out = Command::new(std::env::current_exe().unwrap_or_default())
+                .arg("--measure-one")
+                .args(scan)
+                .output()
+                .map_err(|e| format!("cannot re-run itself: {e}"))?;
+            let line = String::from_utf8_lossy(&out.stdout);
+            let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            if f.len() != 3 || !(f[2] == 0.0 || f[2] == 1.0) || f[1] < 0.0 {
+                return Err(format!("bad scan measurement {line:?}"));
+            }
+            walls.push(f[0] * 1000.0);
+            rsss.push(f[1] / 1024.0);
+        }
+        let (wmin, wmed, wmax) = stats(walls);
+        let (rmin, rmed, rmax) = stats(rsss);
+        println!(
+            "| {pods} | {} | {} | {wmed:.1} ({wmin:.1}-{wmax:.1}) | {rmed:.1} ({rmin:.1}-{rmax:.1}) |",
+            pods * 3,
+            pods * 8,
+        );
+    }
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 2. the two agents
+
+/// What was measured of one long-running agent.
+#[derive(Default)]
+struct Agent {
+    rss_mib: Vec<f64>,
+    hwm_mib: f64,
+    cpu_total: f64,
+    /// CPU the agent spent while being scraped (summed over the scrapes).
+    cpu_in_scrapes: f64,
+    latency_ms: Vec<f64>,
+    size: Vec<usize>,
+    failed_scrapes: usize,
+}
+
+impl Agent {
+    fn scrape(&mut self, pid: u32, addr: &str) {
+        let before = cpu_seconds(pid);
+        match scrape(addr) {
+            Some((d, size)) => {
+                self.latency_ms.push(d.as_secs_f64() * 1000.0);
+                self.size.push(size);
+            }
+            None => self.failed_scrapes += 1,
+        }
+        // The agent's scrape work is done when the last byte has arrived.
+        if let (Some(b), Some(a)) = (before, cpu_seconds(pid)) {
+            self.cpu_in_scrapes += a - b;
+        }
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Fills the double with the node, its 250 executor pods and their drivers elsewhere.
+fn seed(api: &ApiServer, node: &nodemedic_tests::hosttree::Node) -> usize {
+    let store = api.store();
+    store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}));
+    store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}));
+    let list = node.pods_json();
+    let mut drivers = std::collections::BTreeSet::new();
+    for item in list["items"].as_array().cloned().unwrap_or_default() {
+        if let Some(owner) = item["metadata"]["ownerReferences"][0].as_object() {
+            drivers.insert((
+                item["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+                owner["name"].as_str().unwrap_or("").to_string(),
+                owner["uid"].as_str().unwrap_or("").to_string(),
+                item["metadata"]["labels"]["spark-app-selector"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            ));
+        }
+        store.create(item);
+    }
+    let namespaces: std::collections::BTreeSet<&String> = drivers.iter().map(|d| &d.0).collect();
+    for ns in namespaces {
+        if ns != PROBE_NAMESPACE {
+            store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        }
+    }
+    for (ns, name, uid, app) in &drivers {
+        // The generated pod list may already hold the drivers (on another node).
+        if store.get("pods", Some(ns), name).is_some() {
+            continue;
+        }
+        store.create(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "uid": uid, "labels": {"spark-role": "driver", "spark-app-selector": app}},
+            "spec": {"nodeName": "worker-2", "containers": [{"name": "spark-kubernetes-driver", "image": "apache/spark:3.5.1"}]},
+            "status": {"phase": "Running", "podIP": "10.9.0.1"}}));
+    }
+    drivers.len()
+}
+
+async fn agents(minutes: f64) -> Result<(), String> {
+    let pods = 250;
+    let api = ApiServer::start().await.map_err(|e| e.to_string())?;
+    let node = nodemedic_tests::scenarios::big_node(pods, 5);
+    let drivers = seed(&api, &node);
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path().join("host");
+    node.write(&root).map_err(|e| e.to_string())?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    // The probe's dry-run pod goes to the kubeconfig's namespace, as in the DaemonSet.
+    let text = std::fs::read_to_string(&kubeconfig).map_err(|e| e.to_string())?;
+    let patched = text.replacen("namespace: default", &format!("namespace: {PROBE_NAMESPACE}"), 1);
+    std::fs::write(&kubeconfig, patched).map_err(|e| e.to_string())?;
+
+    // nodemedic, default settings.
+    let bin = nodemedic_bin();
+    let mut child = Command::new(&bin)
+        .args(["run", "--host-root", &root.to_string_lossy(), "--node", &node.name])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("NODEMEDIC_LOG", "warn")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let nm_pid = child.id();
+    let nm_stderr = child.stderr.take();
+    let nm = Killed(child);
+    let nm_log = std::thread::spawn(move || {
+        let mut log = String::new();
+        if let Some(s) = nm_stderr {
+            for line in BufReader::new(s).lines().map_while(Result::ok) {
+                if log.len() < 64 * 1024 {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        }
+        log
+    });
+
+    // node_exporter, default collectors, on a free loopback port. Not the systemd service.
+    let ne_bin = node_exporter_bin();
+    let ne_port = free_port().ok_or("no free port")?;
+    let ne_addr = format!("127.0.0.1:{ne_port}");
+    let ne_version = Command::new(&ne_bin)
+        .arg("--version")
+        .output()
+        .map(|o| {
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            text.lines().next().unwrap_or("").to_string()
+        })
+        .map_err(|e| {
+            format!(
+                "{}: {e} (apt-get install -y prometheus-node-exporter)",
+                ne_bin.display()
+            )
+        })?;
+    let ne_child = Command::new(&ne_bin)
+        .arg(format!("--web.listen-address={ne_addr}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", ne_bin.display()))?;
+    let ne_pid = ne_child.id();
+    let ne = Killed(ne_child);
+
+    let nm_addr = tokio::task::spawn_blocking(move || find_listen_port(nm_pid))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("could not find the daemon's listen port")?;
+    println!("## The daemon and node_exporter at steady state\n");
+    println!(
+        "nodemedic pid {nm_pid} ({}) at {nm_addr}; {pods} pods here, {drivers} drivers elsewhere",
+        bin.display()
+    );
+    println!(
+        "node_exporter pid {ne_pid} ({}, {ne_version}) at {ne_addr}",
+        ne_bin.display()
+    );
+    println!(
+        "warm-up {} s, then {minutes} min: VmRSS every {} s, {SCRAPES} scrapes of each spread evenly\n",
+        warm_up().as_secs_f64(),
+        SAMPLE_EVERY.as_secs()
+    );
+    tokio::time::sleep(warm_up()).await;
+
+    api.clear_requests();
+    let window = Duration::from_secs_f64(minutes * 60.0);
+    let scrape_every = window.div_f64(SCRAPES as f64);
+    let (mut a, mut b) = (Agent::default(), Agent::default());
+    let start = Instant::now();
+    let nm_cpu0 = cpu_seconds(nm_pid).ok_or("nodemedic exited during warm-up")?;
+    let ne_cpu0 = cpu_seconds(ne_pid).ok_or("node_exporter exited during warm-up")?;
+    let (mut next_sample, mut next_scrape, mut scrapes) = (SAMPLE_EVERY, scrape_every / 2, 0);
+    loop {
+        let next = next_sample.min(if scrapes < SCRAPES { next_scrape } else { Duration::MAX });
+        if next > window {
+            break;
+        }
+        tokio::time::sleep(next.saturating_sub(start.elapsed())).await;
+        if next == next_sample {
+            a.rss_mib
+                .push(status_kib(nm_pid, "VmRSS:").ok_or("nodemedic exited")? as f64 / 1024.0);
+            b.rss_mib
+                .push(status_kib(ne_pid, "VmRSS:").ok_or("node_exporter exited")? as f64 / 1024.0);
+            next_sample += SAMPLE_EVERY;
+        } else {
+            // One after the other, alternating who goes first, never both at once.
+            let (na, nb) = (nm_addr.clone(), ne_addr.clone());
+            let first_nm = scrapes % 2 == 0;
+            let (ra, rb) = tokio::task::spawn_blocking(move || {
+                if first_nm {
+                    a.scrape(nm_pid, &na);
+                    b.scrape(ne_pid, &nb);
+                } else {
+                    b.scrape(ne_pid, &nb);
+                    a.scrape(nm_pid, &na);
+                }
+                (a, b)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            (a, b) = (ra, rb);
+            scrapes += 1;
+            next_scrape += scrape_every;
+        }
+    }
+    tokio::time::sleep(window.saturating_sub(start.elapsed())).await;
+    a.cpu_total = cpu_seconds(nm_pid).ok_or("nodemedic exited")? - nm_cpu0;
+    b.cpu_total = cpu_seconds(ne_pid).ok_or("node_exporter exited")? - ne_cpu0;
+    let elapsed_min = start.elapsed().as_secs_f64() / 60.0;
+    let requests = api.requests();
+    a.hwm_mib = status_kib(nm_pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    b.hwm_mib = status_kib(ne_pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    drop(nm);
+    drop(ne);
+    let log = nm_log.join().unwrap_or_default();
+
+    report(&a, &b, elapsed_min, scrape_every);
+    println!();
+    api_requests(&requests, elapsed_min);
+    let warnings: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).take(5).collect();
+    if !warnings.is_empty() {
+        println!("\nnodemedic's log (warn and above, first lines):");
+        for l in warnings {
+            println!("    {l}");
+        }
+    }
+    Ok(())
+}
+
+fn report(a: &Agent, b: &Agent, minutes: f64, scrape_every: Duration) {
+    let ratio = |x: f64, y: f64| if y > 0.0 { format!("{:.2}", x / y) } else { "n/a".into() };
+    let (amin, amed, amax) = stats(a.rss_mib.clone());
+    let (bmin, bmed, bmax) = stats(b.rss_mib.clone());
+    let acpu = a.cpu_total / minutes;
+    let bcpu = b.cpu_total / minutes;
+    // Per scrape CPU, and the CPU per minute at a 30 s scrape interval.
+    let per = |x: &Agent| x.cpu_in_scrapes / x.latency_ms.len().max(1) as f64;
+    let at30 = |x: &Agent| (x.cpu_total - x.cpu_in_scrapes) / minutes + 2.0 * per(x);
+    let lat = |x: &Agent| {
+        (
+            stats(x.latency_ms.clone()).1,
+            percentile(x.latency_ms.clone(), 90.0),
+            x.latency_ms.iter().copied().fold(0.0, f64::max),
+        )
+    };
+    let (alat, ap90, amaxl) = lat(a);
+    let (blat, bp90, bmaxl) = lat(b);
+    let size = |x: &Agent| stats(x.size.iter().map(|&s| s as f64).collect()).1;
+    let spm = 60.0 / scrape_every.as_secs_f64();
+    println!("| measure | nodemedic `run` | node_exporter | ratio nodemedic / node_exporter |");
+    println!("|---|---|---|---|");
+    println!(
+        "| steady RSS, median (min-max) of {} samples, MiB | {amed:.1} ({amin:.1}-{amax:.1}) | {bmed:.1} ({bmin:.1}-{bmax:.1}) | {} |",
+        a.rss_mib.len(),
+        ratio(amed, bmed)
+    );
+    println!(
+        "| peak RSS (VmHWM, whole run), MiB | {:.1} | {:.1} | {} |",
+        a.hwm_mib,
+        b.hwm_mib,
+        ratio(a.hwm_mib, b.hwm_mib)
+    );
+    println!(
+        "| CPU s per minute, scraped every {:.0} s ({spm:.0}/min) | {acpu:.3} ({:.2}% of a core) | {bcpu:.3} ({:.2}% of a core) | {} |",
+        scrape_every.as_secs_f64(),
+        acpu / 60.0 * 100.0,
+        bcpu / 60.0 * 100.0,
+        ratio(acpu, bcpu)
+    );
+    println!(
+        "| CPU s per scrape (mean of {}) | {:.4} | {:.4} | {} |",
+        a.latency_ms.len().min(b.latency_ms.len()),
+        per(a),
+        per(b),
+        ratio(per(a), per(b))
+    );
+    println!(
+        "| CPU s per minute at a 30 s scrape interval (derived) | {:.3} | {:.3} | {} |",
+        at30(a),
+        at30(b),
+        ratio(at30(a), at30(b))
+    );
+    println!(
+        "| `/metrics` scrape latency, median / p90 / max of {}, ms | {alat:.2} / {ap90:.2} / {amaxl:.2} | {blat:.2} / {bp90:.2} / {bmaxl:.2} | {} (median) |",
+        a.latency_ms.len().min(b.latency_ms.len()),
+        ratio(alat, blat)
+    );
+    println!(
+        "| `/metrics` size, bytes (median) | {:.0} | {:.0} | {} |",
+        size(a),
+        size(b),
+        ratio(size(a), size(b))
+    );
+    if a.failed_scrapes + b.failed_scrapes > 0 {
+        println!(
+            "\nfailed scrapes: nodemedic {}, node_exporter {}",
+            a.failed_scrapes, b.failed_scrapes
+        );
+    }
+}
+
+fn api_requests(requests: &[nodemedic_tests::apiserver::RequestRecord], minutes: f64) {
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for r in requests {
+        let what = if r.is_watch {
+            format!("watch {}", r.resource)
+        } else if r.verb.is_empty() {
+            format!("{} {} (non-resource)", r.method, r.path)
+        } else {
+            let sub = r.subresource.as_deref().map(|s| format!("/{s}")).unwrap_or_default();
+            let group = if r.group.is_empty() {
+                String::new()
+            } else {
+                format!(".{}", r.group)
+            };
+            let dry = if r.query.contains("dryRun") { " (dry run)" } else { "" };
+            format!("{} {}{group}{sub}{dry}", r.verb, r.resource)
+        };
+        *by.entry(what).or_default() += 1;
+    }
+    let watches = requests.iter().filter(|r| r.is_watch).count();
+    let others = requests.len() - watches;
+    println!("API requests the double saw in {minutes:.2} min (node of 250 pods, default settings):\n");
+    println!("| verb resource | requests | per minute |");
+    println!("|---|---:|---:|");
+    for (what, n) in &by {
+        println!("| {what} | {n} | {:.2} |", *n as f64 / minutes);
+    }
+    println!("| **all but watches** | {others} | {:.2} |", others as f64 / minutes);
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure-one") {
+        return measure_one(&args[1..]);
+    }
+    let minutes: f64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5.0);
+    let runs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(21);
+    if minutes.is_nan() || minutes <= 0.0 || runs == 0 {
+        eprintln!("usage: compare-bench [MINUTES>0] [RUNS>0]");
+        return ExitCode::from(2);
+    }
+    if !node_exporter_bin().is_file() {
+        eprintln!(
+            "compare-bench: {} not found (apt-get install -y prometheus-node-exporter, or set NODE_EXPORTER)",
+            node_exporter_bin().display()
+        );
+        return ExitCode::from(2);
+    }
+    println!("nodemedic: {}\n", nodemedic_bin().display());
+    if let Err(e) = scans(runs) {
+        eprintln!("compare-bench: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("compare-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(agents(minutes)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("compare-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
