@@ -631,7 +631,10 @@ fn repair_overlay_adds_only_what_repairs_need() {
                 }
                 let sc = &container(r, "nodemedic")["securityContext"];
                 assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-                assert_eq!(sc["capabilities"]["add"], json!(["SYS_ADMIN", "SYS_PTRACE", "DAC_OVERRIDE"]));
+                assert_eq!(
+                    sc["capabilities"]["add"],
+                    json!(["SYS_ADMIN", "SYS_PTRACE", "DAC_OVERRIDE"])
+                );
                 assert_eq!(sc["privileged"], false);
                 assert_eq!(sc["allowPrivilegeEscalation"], false);
                 // Undo exactly those changes: what is left must be the base.
