@@ -291,7 +291,8 @@ fn scan_api(
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let timeout = std::time::Duration::from_secs(5);
-        let client = crate::kube_api::client(kubeconfig, timeout).await?;
+        let config = crate::kube_api::config(kubeconfig).await?;
+        let client = crate::kube_api::request_client(config.clone(), timeout)?;
         let pods = crate::kube_api::node_pods(&client, node).await?;
         let directory = crate::kube_api::ApiDirectory::new(client.clone());
         let (drivers, app_drivers) = tokio::time::timeout(
@@ -302,7 +303,6 @@ fn scan_api(
         .map_err(|_| "driver lookups took over 20 s".to_string())?;
         // One round of probes, with the API server's metrics read before and after it so that
         // each webhook's latency during the round's dry-run create is known.
-        let config = crate::kube_api::config(kubeconfig).await?;
         let api = match crate::probe::Target::from_config(&config, &config.default_namespace, node) {
             Ok(target) => {
                 let mut monitor = crate::apimon::ApiMonitor::new(target, client, std::time::Duration::from_secs(60));

@@ -60,7 +60,8 @@ pub struct DaemonConfig {
 /// Runs until SIGTERM/SIGINT. Errors only when it cannot start (no API configuration, the
 /// listen address is taken).
 pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
-    let client = kube_api::client(cfg.kubeconfig.as_deref(), cfg.effective.request_timeout).await?;
+    let config = kube_api::config(cfg.kubeconfig.as_deref()).await?;
+    let client = kube_api::request_client(config.clone(), cfg.effective.request_timeout)?;
     let metrics = Metrics::new().map_err(|e| format!("metrics: {e}"))?;
     let health = Arc::new(Health::default());
     let listener = tokio::net::TcpListener::bind(&cfg.effective.listen)
@@ -71,7 +72,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
 
     // One watch: the pods bound to this node (its own client, without a read timeout).
-    let watch_client = kube_api::watch_client(cfg.kubeconfig.as_deref(), cfg.effective.request_timeout).await?;
+    let watch_client = kube_api::watch_client(config.clone(), cfg.effective.request_timeout)?;
     let pods: Api<PodObject> = Api::all(watch_client);
     let (store, writer) = reflector::store::<PodObject>();
     let wake = Arc::new(Notify::new());
@@ -110,10 +111,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
     // The API server as this node sees it: probes in their own task, never in the scan's way.
     let api_observation = Arc::new(std::sync::Mutex::new(None));
-    match kube_api::config(cfg.kubeconfig.as_deref())
-        .await
-        .and_then(|c| crate::probe::Target::from_config(&c, &c.default_namespace, &cfg.node))
-    {
+    match crate::probe::Target::from_config(&config, &config.default_namespace, &cfg.node) {
         Ok(target) => {
             let monitor = crate::apimon::ApiMonitor::new(target, client.clone(), cfg.effective.probe_timeout);
             let reader = store.clone();

@@ -61,21 +61,24 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, String> {
 
 /// A client for watches: a connect timeout, but no read timeout, since a quiet watch may
 /// send nothing for minutes (the watcher has its own idle timeout past the server's).
-pub async fn watch_client(kubeconfig: Option<&Path>, connect_timeout: Duration) -> Result<Client, String> {
-    let mut config = config(kubeconfig).await?;
+pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, String> {
     config.connect_timeout = Some(connect_timeout);
     Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
 }
 
 /// Builds a client for requests: every request has `timeout` to connect, write and read,
 /// counted from when it is sent (not from when its pooled connection went idle).
-pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
-    let mut config = config(kubeconfig).await?;
+pub fn request_client(mut config: Config, timeout: Duration) -> Result<Client, String> {
     config.reset_reader_on_write = true;
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// [`request_client`] for the configuration [`config`] loads.
+pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
+    request_client(config(kubeconfig).await?, timeout)
 }
 
 /// The pods bound to `node` (one LIST with a field selector, served from the API server's
