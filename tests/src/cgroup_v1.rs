@@ -52,6 +52,16 @@ impl CpusetSandbox {
         Path::new(CPUSET_MOUNT).join(&self.name)
     }
 
+    /// A kubelet `config.yaml` for the static CPU manager policy with CPU 0 reserved and its
+    /// cgroups in this sandbox (`cgroupfs` driver, `cgroupRoot: /<name>`).
+    pub fn kubelet_config(&self) -> String {
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\n\
+             cgroupRoot: /{}\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n",
+            self.name
+        )
+    }
+
     /// The online CPUs of the machine (the cpuset root's).
     pub fn machine_cpus() -> io::Result<String> {
         Ok(std::fs::read_to_string(Path::new(CPUSET_MOUNT).join("cpuset.cpus"))?

@@ -63,14 +63,7 @@ fn setup() -> Fixture {
             "0\n",
         );
     }
-    write(
-        &r.join("var/lib/kubelet/config.yaml"),
-        &format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\n\
-             cgroupRoot: /{}\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n",
-            sb.name
-        ),
-    );
+    write(&r.join("var/lib/kubelet/config.yaml"), &sb.kubelet_config());
     let entry = |uid: &str, cpus: &str| Assignment {
         key: EntryKey::Container {
             pod_uid: uid.to_string(),

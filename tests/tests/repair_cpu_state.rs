@@ -933,14 +933,7 @@ fn cgroup_host() -> CgroupHost {
     std::fs::create_dir_all(r.join("sys/fs")).unwrap();
     symlink("/sys/fs/cgroup", r.join("sys/fs/cgroup")).unwrap();
     write(&r.join("sys/devices/system/cpu/online"), "0-4\n");
-    write(
-        &r.join("var/lib/kubelet/config.yaml"),
-        &format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: cgroupfs\n\
-             cgroupRoot: /{}\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n",
-            sb.name
-        ),
-    );
+    write(&r.join("var/lib/kubelet/config.yaml"), &sb.kubelet_config());
     let entry = |uid: &str, cpus: &str| Assignment {
         key: EntryKey::Container {
             pod_uid: uid.to_string(),
