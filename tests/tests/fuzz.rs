@@ -5,7 +5,8 @@
 //! Each parser gets "never panics" on arbitrary and on mutated realistic input, and the
 //! stronger property it has where one exists (a writer round trip, a canonical form). Case
 //! counts are set per block so the whole file runs in well under a minute in a debug build;
-//! `PROPTEST_CASES` in the environment does not override them. Any crash found is kept below
+//! `PROPTEST_CASES` in the environment does not override them, `NODEMEDIC_FUZZ_SCALE`
+//! multiplies them for a long run. Any crash found is kept below
 //! as a plain `#[test]` with the literal input.
 
 use std::collections::BTreeMap;
@@ -20,6 +21,17 @@ use nodemedic_rules::promtext;
 use nodemedic_rules::{Checkpoint, CpuSet, CpuState, Verification};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+
+/// The case count of a block, times `NODEMEDIC_FUZZ_SCALE` (default 1) for long runs by hand:
+/// `NODEMEDIC_FUZZ_SCALE=100 cargo test --release -p nodemedic-tests --test fuzz`.
+fn scaled(cases: u32) -> u32 {
+    let scale = std::env::var("NODEMEDIC_FUZZ_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    cases.saturating_mul(scale)
+}
 
 /// Checkpoints as kubelets wrote them (KUBELET.md sections 1 and 2, the kubelet's own tests).
 const UPSTREAM_VECTORS: &[&str] = &[
@@ -232,7 +244,7 @@ fn prom_escape(s: &str) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(1500), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn checkpoint_reader_on_mutated_upstream_vectors(
@@ -280,7 +292,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 5000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(5000), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn cpuset_parser_never_panics_and_its_output_is_canonical(text in "[0-9,\\- \t\n]{0,24}|\\PC{0,12}") {
@@ -439,7 +451,7 @@ proptest! {
 
 proptest! {
     // YAML and JSON documents: slower per case.
-    #![proptest_config(ProptestConfig { cases: 600, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(600), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn kubelet_config_never_panics(
@@ -522,7 +534,7 @@ fn arb_pod() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(1500), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn pods_json_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -577,6 +589,14 @@ fn regression_examples_stay_fixed() {
     ] {
         check_checkpoint(t.as_bytes()).unwrap();
     }
+    // Found by CI (2026-11-21): a V4 file whose payload held container-ID (V1) entries beside
+    // podEntries verified by its dataChecksum, and the writer could not write that state back
+    // as a file any kubelet accepts. A V4 kubelet cannot unmarshal such a payload either, so
+    // the reader now rejects it, and names why.
+    let found = r#"{"data":"{\"entries\":{\"0\":\"\"},\"podEntries\":{\"a\":{\"cpuSet\":\"\"}}}","checksum":0,"dataChecksum":249044885}"#;
+    let err = Checkpoint::parse(found.as_bytes()).expect_err(found).to_string();
+    assert!(err.contains("keyed by container ID (V1)"), "{err}");
+    check_checkpoint(found.as_bytes()).unwrap();
     let mut m = BTreeMap::new();
     m.insert("a b".to_string(), "".to_string());
     assert_eq!(parse_spark_properties("a\\ b"), m);

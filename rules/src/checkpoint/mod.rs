@@ -245,6 +245,19 @@ impl Checkpoint {
             })?;
             let inner =
                 Checkpoint::from_value(&inner).map_err(|e| CheckpointError::Payload { reason: e.to_string() })?;
+            // The payload is the kubelet's V3 structure: `entries` keyed by pod UID. A V4
+            // kubelet cannot unmarshal container-ID (V1) entries there, and it has no
+            // payload inside a payload; such a file is not one the kubelet can restore.
+            if matches!(inner.entries, Entries::ByContainerId(_)) {
+                return Err(CheckpointError::Payload {
+                    reason: "entries are keyed by container ID (V1), which a V4 payload cannot hold".into(),
+                });
+            }
+            if inner.v4.is_some() {
+                return Err(CheckpointError::Payload {
+                    reason: "the payload has a data field of its own".into(),
+                });
+            }
             cp.v4 = Some(V4Payload {
                 data,
                 data_checksum,

@@ -191,6 +191,14 @@ fn malformed_files_give_errors_naming_the_problem() {
         (b"\xff\xfe{}", "invalid JSON"),
         (br#"{"data":"{nope"}"#, "field data (V4 payload): invalid JSON"),
         (br#"{} trailing"#, "trailing characters"),
+        (
+            br#"{"checksum":0,"data":"{\"entries\":{\"0\":\"\"},\"podEntries\":{\"a\":{\"cpuSet\":\"\"}}}"}"#,
+            "field data (V4 payload): entries are keyed by container ID (V1)",
+        ),
+        (
+            br#"{"data":"{\"data\":\"{}\"}"}"#,
+            "field data (V4 payload): the payload has a data field of its own",
+        ),
     ];
     for (input, want) in cases {
         let err = Checkpoint::parse(input)
