@@ -9,6 +9,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
 pub mod hosttree;
+pub mod measure;
 pub mod scenarios;
 pub mod sparkpods;
 

@@ -83,3 +83,41 @@ pub fn big_node(pods: usize, procs_per_pod: u32) -> Node {
         .replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0-1\"");
     node
 }
+
+/// Fills an API server double with `node`, its pods as `kubectl get pods` would return them,
+/// the namespaces they live in, and the drivers they are owned by (on another node, where the
+/// generated list does not already hold them). Returns how many drivers the pods name.
+pub fn seed_api(store: &crate::apiserver::Store, node: &Node) -> usize {
+    use serde_json::json;
+    store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}));
+    let list = node.pods_json();
+    let mut drivers = std::collections::BTreeSet::new();
+    for item in list["items"].as_array().cloned().unwrap_or_default() {
+        if let Some(owner) = item["metadata"]["ownerReferences"][0].as_object() {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+            drivers.insert((
+                text(&item["metadata"]["namespace"]),
+                text(&owner["name"]),
+                text(&owner["uid"]),
+                text(&item["metadata"]["labels"]["spark-app-selector"]),
+            ));
+        }
+        store.create(item);
+    }
+    let namespaces: std::collections::BTreeSet<&String> = drivers.iter().map(|d| &d.0).collect();
+    for ns in namespaces {
+        if store.get("namespaces", None, ns).is_none() {
+            store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        }
+    }
+    for (ns, name, uid, app) in &drivers {
+        if store.get("pods", Some(ns), name).is_some() {
+            continue;
+        }
+        store.create(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "uid": uid, "labels": {"spark-role": "driver", "spark-app-selector": app}},
+            "spec": {"nodeName": "worker-2", "containers": [{"name": "spark-kubernetes-driver", "image": "apache/spark:3.5.1"}]},
+            "status": {"phase": "Running", "podIP": "10.9.0.1"}}));
+    }
+    drivers.len()
+}

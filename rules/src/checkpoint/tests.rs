@@ -266,13 +266,14 @@ fn writer_writes_v3_only_with_pod_entries() {
     assert!(json.ends_with(r#""checksum":766259872}"#), "{json}");
 }
 
+/// States of up to 512 CPUs, 12 container and 3 pod entries: what the writer must write.
 fn arb_state() -> impl Strategy<Value = CpuState> {
     let uid = "[a-f0-9]{8}(-[a-f0-9]{4}){0,2}";
     let name = "[a-z][a-z0-9-]{0,12}";
-    let cpus = proptest::collection::btree_set(0u32..256, 1..6).prop_map(CpuSet::from_ids);
+    let cpus = proptest::collection::btree_set(0u32..512, 1..6).prop_map(CpuSet::from_ids);
     (
         proptest::sample::select(vec!["static", "none"]),
-        proptest::collection::btree_set(0u32..256, 0..20).prop_map(CpuSet::from_ids),
+        proptest::collection::btree_set(0u32..512, 0..20).prop_map(CpuSet::from_ids),
         proptest::collection::btree_map((uid, name), cpus.clone(), 0..12),
         proptest::collection::btree_map(uid, cpus, 0..3),
     )
@@ -291,6 +292,9 @@ fn arb_state() -> impl Strategy<Value = CpuState> {
 }
 
 proptest! {
+    // As many cases as the fuzz suite gives each checkpoint property (tests/tests/fuzz.rs).
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
     #[test]
     fn anything_written_verifies_and_reads_back_equal(state in arb_state()) {
         let json = state.to_checkpoint_json();
@@ -298,6 +302,8 @@ proptest! {
         let want_layout = if state.pod_assignments.is_empty() { "V2" } else { "V3" };
         prop_assert_eq!(cp.verify(), Verification::Matched { layout: want_layout, type_name: "CPUManagerCheckpoint", v4: false });
         prop_assert_eq!(cp.state().unwrap(), state);
+        // The raw model round trips too.
+        prop_assert_eq!(Checkpoint::parse(cp.to_json().as_bytes()).unwrap(), cp);
     }
 
     #[test]

@@ -23,13 +23,13 @@
 //! the table also gives both agents' CPU at a 30 s scrape interval.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::measure::{self, cpu_seconds, percentile, scrape, stats, status_kib};
 use serde_json::json;
 
 const PROBE_NAMESPACE: &str = "nodemedic";
@@ -58,199 +58,16 @@ fn node_exporter_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/bin/prometheus-node-exporter"))
 }
 
-// ---------------------------------------------------------------- statistics
-
-/// (min, median, max); the median of an even count is the mean of the middle two.
-fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
-    if v.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    (v[0], median, v[n - 1])
-}
-
-/// The nearest-rank percentile `p` (0-100).
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
-    v[rank.min(v.len()) - 1]
-}
-
-// ---------------------------------------------------------------- /proc readings
-
-fn status_kib(pid: u32, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-fn clock_ticks() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64
-}
-
-/// `utime + stime` of `pid` in seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = text.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / clock_ticks())
-}
-
-/// One `GET /metrics` over a fresh connection (as Prometheus does after an idle timeout; no
-/// compression asked for): time to the last byte, and the body's size.
-fn scrape(addr: &str) -> Option<(Duration, usize)> {
-    let start = Instant::now();
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).ok()?;
-    let elapsed = start.elapsed();
-    let split = out.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&out[..split]);
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        return None;
-    }
-    let mut body = out.len() - split - 4;
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        body = dechunked_len(&out[split + 4..]).unwrap_or(body);
-    }
-    Some((elapsed, body))
-}
-
-fn dechunked_len(mut b: &[u8]) -> Option<usize> {
-    let mut total = 0;
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = String::from_utf8_lossy(&b[..eol]);
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(total);
-        }
-        total += size;
-        b = b.get(eol + 2 + size + 2..)?;
-    }
-}
-
 fn free_port() -> Option<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
     Some(l.local_addr().ok()?.port())
 }
 
-/// The TCP port `pid` listens on, from /proc/net/tcp and its socket inodes.
-fn find_listen_port(pid: u32) -> Option<String> {
-    for _ in 0..100 {
-        std::thread::sleep(Duration::from_millis(100));
-        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .ok()?
-            .flatten()
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            .filter_map(|l| {
-                l.to_str()?
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')
-                    .map(str::to_string)
-            })
-            .collect();
-        let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
-        for line in tcp.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // state 0A = LISTEN
-            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
-                return Some(format!("127.0.0.1:{port}"));
-            }
-        }
-    }
-    None
-}
-
 // ---------------------------------------------------------------- 1. offline scans
-
-/// Runs one scan; prints "wall_seconds peak_rss_kib exit_code". Run from a fresh small
-/// process (this binary re-executed) so the fork and exec cost is a small process's.
-fn measure_one(args: &[String]) -> ExitCode {
-    let start = Instant::now();
-    let out = Command::new(nodemedic_bin())
-        .args(args)
-        .env("NODEMEDIC_REPORT_PEAK_RSS", "1")
-        .stdout(Stdio::null())
-        .output();
-    let wall = start.elapsed().as_secs_f64();
-    let Ok(out) = out else {
-        eprintln!("compare-bench: cannot run {}", nodemedic_bin().display());
-        return ExitCode::from(2);
-    };
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss: f64 = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("nodemedic: peak_rss_kib="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(-1.0);
-    println!("{wall} {rss} {}", out.status.code().unwrap_or(-1));
-    ExitCode::SUCCESS
-}
 
 fn scans(runs: usize) -> Result<(), String> {
     println!("## Offline `nodemedic scan` (whole process, {runs} runs per size)\n");
-    println!("| pods | containers | processes | wall median (min-max) ms | peak RSS median (min-max) MiB |");
-    println!("|---:|---:|---:|---|---|");
-    for pods in [10usize, 110, 250] {
-        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
-        nodemedic_tests::scenarios::big_node(pods, 5)
-            .write(dir.path())
-            .map_err(|e| e.to_string())?;
-        let root = dir.path().to_string_lossy().into_owned();
-        let pods_file = dir.path().join("pods.json").to_string_lossy().into_owned();
-        let scan = [
-            "scan",
-            "--host-root",
-            &root,
-            "--pods",
-            &pods_file,
-            "--node",
-            "bench-node",
-            "--format",
-            "json",
-        ];
-        let (mut walls, mut rsss) = (vec![], vec![]);
-        for _ in 0..runs {
-            let out = Command::new(std::env::current_exe().unwrap_or_default())
-                .arg("--measure-one")
-                .args(scan)
-                .output()
-                .map_err(|e| format!("cannot re-run itself: {e}"))?;
-            let line = String::from_utf8_lossy(&out.stdout);
-            let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            if f.len() != 3 || !(f[2] == 0.0 || f[2] == 1.0) || f[1] < 0.0 {
-                return Err(format!("bad scan measurement {line:?}"));
-            }
-            walls.push(f[0] * 1000.0);
-            rsss.push(f[1] / 1024.0);
-        }
-        let (wmin, wmed, wmax) = stats(walls);
-        let (rmin, rmed, rmax) = stats(rsss);
-        println!(
-            "| {pods} | {} | {} | {wmed:.1} ({wmin:.1}-{wmax:.1}) | {rmed:.1} ({rmin:.1}-{rmax:.1}) |",
-            pods * 3,
-            pods * 8,
-        );
-    }
+    measure::scan_table(runs)?;
     println!();
     Ok(())
 }
@@ -296,51 +113,13 @@ impl Drop for Killed {
     }
 }
 
-/// Fills the double with the node, its 250 executor pods and their drivers elsewhere.
-fn seed(api: &ApiServer, node: &nodemedic_tests::hosttree::Node) -> usize {
-    let store = api.store();
-    store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}));
-    store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}));
-    let list = node.pods_json();
-    let mut drivers = std::collections::BTreeSet::new();
-    for item in list["items"].as_array().cloned().unwrap_or_default() {
-        if let Some(owner) = item["metadata"]["ownerReferences"][0].as_object() {
-            drivers.insert((
-                item["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
-                owner["name"].as_str().unwrap_or("").to_string(),
-                owner["uid"].as_str().unwrap_or("").to_string(),
-                item["metadata"]["labels"]["spark-app-selector"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-            ));
-        }
-        store.create(item);
-    }
-    let namespaces: std::collections::BTreeSet<&String> = drivers.iter().map(|d| &d.0).collect();
-    for ns in namespaces {
-        if ns != PROBE_NAMESPACE {
-            store.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
-        }
-    }
-    for (ns, name, uid, app) in &drivers {
-        // The generated pod list may already hold the drivers (on another node).
-        if store.get("pods", Some(ns), name).is_some() {
-            continue;
-        }
-        store.create(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "uid": uid, "labels": {"spark-role": "driver", "spark-app-selector": app}},
-            "spec": {"nodeName": "worker-2", "containers": [{"name": "spark-kubernetes-driver", "image": "apache/spark:3.5.1"}]},
-            "status": {"phase": "Running", "podIP": "10.9.0.1"}}));
-    }
-    drivers.len()
-}
-
 async fn agents(minutes: f64) -> Result<(), String> {
     let pods = 250;
     let api = ApiServer::start().await.map_err(|e| e.to_string())?;
     let node = nodemedic_tests::scenarios::big_node(pods, 5);
-    let drivers = seed(&api, &node);
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}));
+    let drivers = nodemedic_tests::scenarios::seed_api(&api.store(), &node);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let root = dir.path().join("host");
     node.write(&root).map_err(|e| e.to_string())?;
@@ -410,7 +189,7 @@ async fn agents(minutes: f64) -> Result<(), String> {
     let ne_pid = ne_child.id();
     let ne = Killed(ne_child);
 
-    let nm_addr = tokio::task::spawn_blocking(move || find_listen_port(nm_pid))
+    let nm_addr = tokio::task::spawn_blocking(move || measure::wait_listen_addr(nm_pid))
         .await
         .map_err(|e| e.to_string())?
         .ok_or("could not find the daemon's listen port")?;
@@ -600,7 +379,7 @@ fn api_requests(requests: &[nodemedic_tests::apiserver::RequestRecord], minutes:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--measure-one") {
-        return measure_one(&args[1..]);
+        return measure::measure_one(&nodemedic_bin(), &args[1..]);
     }
     let minutes: f64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let runs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(21);

@@ -11,54 +11,13 @@
 //! CPU time (`utime + stime`), and every request the API server saw; then scrapes `/metrics`
 //! 20 times for latency and size.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodemedic_tests::apiserver::ApiServer;
-use serde_json::json;
-
-fn status_kib(pid: u32, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = text.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    Some(ticks / hz)
-}
-
-fn scrape(addr: &str) -> Option<(Duration, usize)> {
-    let start = Instant::now();
-    let mut s = TcpStream::connect(addr).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).ok()?;
-    let elapsed = start.elapsed();
-    let text = String::from_utf8_lossy(&out);
-    let body = text.split_once("\r\n\r\n")?.1.len();
-    Some((elapsed, body))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use nodemedic_tests::measure::{self, cpu_seconds, median, scrape, status_kib};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -88,34 +47,8 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     let api = ApiServer::start().await.map_err(|e| e.to_string())?;
     let store = api.store();
     let node = nodemedic_tests::scenarios::big_node(pods, 5);
-    store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}));
     // The node's pods, as the API has them, and the drivers they are owned by, elsewhere.
-    let list = node.pods_json();
-    let mut drivers = std::collections::BTreeSet::new();
-    for item in list["items"].as_array().cloned().unwrap_or_default() {
-        if let Some(owner) = item["metadata"]["ownerReferences"][0].as_object() {
-            drivers.insert((
-                item["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
-                owner["name"].as_str().unwrap_or("").to_string(),
-                owner["uid"].as_str().unwrap_or("").to_string(),
-                item["metadata"]["labels"]["spark-app-selector"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-            ));
-        }
-        store.create(item);
-    }
-    for (ns, name, uid, app) in &drivers {
-        // The generated pod list may already hold the drivers (on another node).
-        if store.get("pods", Some(ns), name).is_some() {
-            continue;
-        }
-        store.create(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "uid": uid, "labels": {"spark-role": "driver", "spark-app-selector": app}},
-            "spec": {"nodeName": "worker-2", "containers": [{"name": "spark-kubernetes-driver", "image": "apache/spark:3.5.1"}]},
-            "status": {"phase": "Running", "podIP": "10.9.0.1"}}));
-    }
+    let drivers = nodemedic_tests::scenarios::seed_api(&store, &node);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let root = dir.path().join("host");
     node.write(&root).map_err(|e| e.to_string())?;
@@ -157,12 +90,14 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
             }
         });
     }
-    let addr = find_listen_port(pid)
+    let addr = tokio::task::spawn_blocking(move || measure::wait_listen_addr(pid))
         .await
+        .ok()
+        .flatten()
         .ok_or("could not find the daemon's listen port")?;
     println!(
         "daemon pid {pid}, metrics at {addr}, {pods} pods, {} drivers elsewhere, {minutes} min",
-        drivers.len()
+        drivers
     );
     tokio::time::sleep(Duration::from_secs(60)).await;
     api.clear_requests();
@@ -227,32 +162,4 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     );
     println!("requests by verb and resource: {by:?}");
     Ok(())
-}
-
-/// The TCP port the daemon listens on, from /proc/net/tcp and its socket inodes.
-async fn find_listen_port(pid: u32) -> Option<String> {
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .ok()?
-            .flatten()
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            .filter_map(|l| {
-                l.to_str()?
-                    .strip_prefix("socket:[")?
-                    .strip_suffix(']')
-                    .map(str::to_string)
-            })
-            .collect();
-        let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
-        for line in tcp.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // state 0A = LISTEN
-            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
-                return Some(format!("127.0.0.1:{port}"));
-            }
-        }
-    }
-    None
 }

@@ -1,0 +1,263 @@
+//! What the bench binaries measure a process with: statistics, `/proc` readings, a `/metrics`
+//! scrape over a fresh connection, the port a process listens on, and one whole-process run
+//! of `nodemedic` with its own peak RSS.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// (min, median, max); the median of an even count is the mean of the middle two. NaNs for
+/// no samples.
+pub fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (v[0], median, v[n - 1])
+}
+
+/// The median of [`stats`].
+pub fn median(v: Vec<f64>) -> f64 {
+    stats(v).1
+}
+
+/// The nearest-rank percentile `p` (0-100).
+pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+/// A `kB` line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`).
+pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`).
+pub fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64
+}
+
+/// `utime + stime` of `pid` in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = text.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+/// One `GET /metrics` over a fresh connection (as Prometheus does after an idle timeout; no
+/// compression asked for): time to the last byte, and the body's size. `None` unless 200.
+pub fn scrape(addr: &str) -> Option<(Duration, usize)> {
+    let start = Instant::now();
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let elapsed = start.elapsed();
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..split]);
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        return None;
+    }
+    let mut body = out.len() - split - 4;
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunked_len(&out[split + 4..]).unwrap_or(body);
+    }
+    Some((elapsed, body))
+}
+
+/// The payload length of a chunked body.
+fn dechunked_len(mut b: &[u8]) -> Option<usize> {
+    let mut total = 0;
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = String::from_utf8_lossy(&b[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(total);
+        }
+        total += size;
+        b = b.get(eol + 2 + size + 2..)?;
+    }
+}
+
+/// The IPv4 TCP addresses `pid` listens on (`127.0.0.1:<port>`), from its socket inodes and
+/// `/proc/net/tcp`, in that file's order.
+pub fn listen_addrs(pid: u32) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return vec![];
+    };
+    let inodes: std::collections::HashSet<String> = fds
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // state 0A = LISTEN
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
+                return Some(format!("127.0.0.1:{port}"));
+            }
+            None
+        })
+        .collect()
+}
+
+/// The first of [`listen_addrs`]; `None` while `pid` listens on nothing.
+pub fn listen_addr(pid: u32) -> Option<String> {
+    listen_addrs(pid).into_iter().next()
+}
+
+/// [`listen_addr`], asked every 100 ms for up to 10 s.
+pub fn wait_listen_addr(pid: u32) -> Option<String> {
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some(addr) = listen_addr(pid) {
+            return Some(addr);
+        }
+    }
+    None
+}
+
+/// Runs `bin args` once and prints "wall_seconds peak_rss_kib exit_code". The peak is the
+/// process's own `VmHWM`, which nodemedic prints when `NODEMEDIC_REPORT_PEAK_RSS` is set
+/// (`getrusage` on a child also counts the parent's pages at fork time). Meant to be called
+/// from a fresh small process (the bench re-executed) so that fork and exec cost what they
+/// cost a small process.
+pub fn measure_one(bin: &Path, args: &[String]) -> ExitCode {
+    let start = Instant::now();
+    let out = Command::new(bin)
+        .args(args)
+        .env("NODEMEDIC_REPORT_PEAK_RSS", "1")
+        .stdout(Stdio::null())
+        .output();
+    let wall = start.elapsed().as_secs_f64();
+    let Ok(out) = out else {
+        eprintln!("cannot run {}", bin.display());
+        return ExitCode::from(2);
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rss: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("nodemedic: peak_rss_kib="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0);
+    println!("{wall} {rss} {}", out.status.code().unwrap_or(-1));
+    ExitCode::SUCCESS
+}
+
+/// The whole-process offline scan of generated nodes of 10, 110 and 250 pods (`scenarios::big_node`),
+/// `runs` times each: prints a Markdown table of wall time and peak RSS, median (min-max). Each
+/// run is measured by this program re-executed as `<self> --measure-one <scan args>`, which the
+/// calling bench must hand to [`measure_one`].
+pub fn scan_table(runs: usize) -> Result<(), String> {
+    println!("| pods | containers | processes | wall median (min-max) ms | peak RSS median (min-max) MiB |");
+    println!("|---:|---:|---:|---|---|");
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    for pods in [10usize, 110, 250] {
+        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        crate::scenarios::big_node(pods, 5)
+            .write(dir.path())
+            .map_err(|e| e.to_string())?;
+        let root = dir.path().to_string_lossy().into_owned();
+        let pods_file = dir.path().join("pods.json").to_string_lossy().into_owned();
+        let scan = [
+            "scan",
+            "--host-root",
+            &root,
+            "--pods",
+            &pods_file,
+            "--node",
+            "bench-node",
+            "--format",
+            "json",
+        ];
+        let (mut walls, mut rsss) = (vec![], vec![]);
+        for _ in 0..runs {
+            let out = Command::new(&me)
+                .arg("--measure-one")
+                .args(scan)
+                .output()
+                .map_err(|e| format!("cannot re-run {}: {e}", me.display()))?;
+            let line = String::from_utf8_lossy(&out.stdout);
+            let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            // A scan exits 0 (no findings) or 1 (findings); the peak must have been reported.
+            if f.len() != 3 || !(f[2] == 0.0 || f[2] == 1.0) || f[1] < 0.0 {
+                return Err(format!("bad scan measurement {line:?}"));
+            }
+            walls.push(f[0] * 1000.0);
+            rsss.push(f[1] / 1024.0);
+        }
+        let (wmin, wmed, wmax) = stats(walls);
+        let (rmin, rmed, rmax) = stats(rsss);
+        println!(
+            "| {pods} | {} | {} | {wmed:.1} ({wmin:.1}-{wmax:.1}) | {rmed:.1} ({rmin:.1}-{rmax:.1}) |",
+            pods * 3,
+            pods * 8,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        assert_eq!(stats(vec![3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
+        assert_eq!(stats(vec![4.0, 1.0, 2.0, 3.0]), (1.0, 2.5, 4.0));
+        assert!(median(vec![]).is_nan());
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(v.clone(), 99.0), 99.0);
+        assert_eq!(percentile(v, 0.0), 1.0);
+    }
+
+    #[test]
+    fn chunked_bodies_are_measured_without_their_framing() {
+        assert_eq!(dechunked_len(b"5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\n\r\n"), Some(8));
+        assert_eq!(dechunked_len(b"5\r\nhel"), None);
+    }
+
+    #[test]
+    fn this_process_is_read_from_proc() {
+        let pid = std::process::id();
+        assert!(status_kib(pid, "VmRSS:").is_some_and(|k| k > 0));
+        assert!(cpu_seconds(pid).is_some_and(|s| s >= 0.0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listen_addrs(pid).contains(&format!("127.0.0.1:{port}")));
+        drop(listener);
+        assert!(!listen_addrs(pid).contains(&format!("127.0.0.1:{port}")));
+    }
+}
