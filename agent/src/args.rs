@@ -171,22 +171,29 @@ pub struct HostArgs {
     pub kubelet_dir: Option<PathBuf>,
 }
 
+/// Where a command learns which pods are on the node: a pods file, the API, or neither.
 #[derive(Debug, Args)]
-pub struct ScanArgs {
-    #[command(flatten)]
-    pub host: HostArgs,
-    /// The node's name; default: the kubelet's --hostname-override, the node most local pods are bound to in --pods, or /etc/hostname.
+pub struct PodSourceArgs {
+    /// The node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override, the node most local pods are bound to in --pods, or /etc/hostname.
     #[arg(long, env = "NODE_NAME")]
     pub node: Option<String>,
-    /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods are alive.
+    /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods are alive, instead of the API.
     #[arg(long, env = "NODEMEDIC_PODS")]
     pub pods: Option<PathBuf>,
-    /// Never contact the Kubernetes API: without --pods, liveness comes from the cgroup tree.
+    /// Never contact the Kubernetes API: without --pods, liveness comes from the cgroup tree (repair local-dirs requires --pods).
     #[arg(long, default_value_t = false)]
     pub offline: bool,
     /// A kubeconfig file for reading this node's pods from the API; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
+    pub source: PodSourceArgs,
     /// A hostPath directory (host path) where Spark local dirs live, besides emptyDir volumes (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,

@@ -335,16 +335,24 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
     // exists and answers; otherwise liveness comes from the cgroup tree, and a note says why.
     let mut api_note = None;
     let mut api = None;
-    if args.pods.is_none() && !args.offline {
-        let node = args.node.clone().unwrap_or_else(|| collect::host_node_name(&host));
-        match scan_api(args.kubeconfig.as_deref(), &node) {
+    if args.source.pods.is_none() && !args.source.offline {
+        let node = args
+            .source
+            .node
+            .clone()
+            .unwrap_or_else(|| collect::host_node_name(&host));
+        match scan_api(args.source.kubeconfig.as_deref(), &node) {
             Ok(found) => api = Some((node, found)),
             Err(e) => api_note = Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),
         }
     }
     let opts = ScanOptions {
-        node: args.node.clone().or_else(|| api.as_ref().map(|(n, _)| n.clone())),
-        pods_file: args.pods,
+        node: args
+            .source
+            .node
+            .clone()
+            .or_else(|| api.as_ref().map(|(n, _)| n.clone())),
+        pods_file: args.source.pods,
         pods: api
             .as_ref()
             .map(|(_, (pods, _))| (pods.clone(), nodemedic_rules::snapshot::PodSource::Api)),

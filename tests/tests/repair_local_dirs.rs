@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nodemedic::args::{Format, HostArgs};
+use nodemedic::args::{Format, HostArgs, PodSourceArgs};
 use nodemedic::collect::{self, ScanOptions};
 use nodemedic::host::HostPaths;
 use nodemedic::repair::audit::{ActionRecord, ActionResult, Audit};
@@ -85,10 +85,12 @@ impl Host {
                 host_root: self.root.clone(),
                 kubelet_dir: None,
             },
-            node: Some(NODE.into()),
-            pods: Some(pods_file.to_path_buf()),
-            offline: true,
-            kubeconfig: None,
+            source: PodSourceArgs {
+                node: Some(NODE.into()),
+                pods: Some(pods_file.to_path_buf()),
+                offline: true,
+                kubeconfig: None,
+            },
             local_dir_root: vec![ROOT.into()],
             config: None,
             rule_setting: vec![],

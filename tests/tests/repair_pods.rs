@@ -13,8 +13,8 @@ use std::time::Duration;
 use nodemedic::args::Format;
 use nodemedic::repair::audit::{ActionResult, Audit, RepairAction};
 use nodemedic::repair::pods::{
-    self, AutoRepairPolicy, AutoRepairState, FailedPodsArgs, OrphansArgs, api_snapshot, apply_pod_plan, auto_repair,
-    plan_orphans,
+    self, AutoRepairPolicy, AutoRepairState, FailedPodsArgs, OrphansArgs, PodRepairArgs, api_snapshot, apply_pod_plan,
+    auto_repair, plan_orphans,
 };
 use nodemedic_rules::Settings;
 use nodemedic_tests::apiserver::{ApiServer, RequestRecord};
@@ -76,19 +76,25 @@ impl Fixture {
             .and_then(|p| p["metadata"]["uid"].as_str().map(String::from))
     }
 
-    fn orphans_args(&self) -> OrphansArgs {
-        OrphansArgs {
+    fn common_args(&self, apply: bool, yes: bool) -> PodRepairArgs {
+        PodRepairArgs {
             node: Some(NODE.into()),
             kubeconfig: Some(self.kubeconfig.clone()),
             host_root: None,
             kubelet_dir: None,
             config: None,
             rule_setting: vec![],
+            apply,
+            yes,
+            format: Format::Text,
+        }
+    }
+
+    fn orphans_args(&self) -> OrphansArgs {
+        OrphansArgs {
+            common: self.common_args(false, false),
             older_than_seconds: None,
             include_running: false,
-            apply: false,
-            yes: false,
-            format: Format::Text,
         }
     }
 
@@ -152,7 +158,7 @@ async fn dry_run_prints_the_plan_and_deletes_nothing() {
     assert!(out.contains("dry run: nothing changed"), "{out}");
     // --apply without --yes and no answer: not confirmed, nothing deleted.
     let mut args = f.orphans_args();
-    args.apply = true;
+    args.common.apply = true;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(1), "{out}");
     assert!(out.contains("not confirmed: nothing changed"), "{out}");
@@ -185,8 +191,8 @@ async fn apply_deletes_with_the_uid_precondition_and_keeps_running_orphans() {
     ));
 
     let mut args = f.orphans_args();
-    args.apply = true;
-    args.yes = true;
+    args.common.apply = true;
+    args.common.yes = true;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(0), "{out}");
     assert!(
@@ -233,10 +239,10 @@ async fn apply_deletes_with_the_uid_precondition_and_keeps_running_orphans() {
 
     // With --include-running the running orphan goes too, also by UID.
     let mut args = f.orphans_args();
-    args.apply = true;
-    args.yes = true;
+    args.common.apply = true;
+    args.common.yes = true;
     args.include_running = true;
-    args.format = Format::Json;
+    args.common.format = Format::Json;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(0), "{out}");
     let report: Value = serde_json::from_str(&out).unwrap();
@@ -338,16 +344,8 @@ async fn failed_pods_older_than_the_threshold_are_deleted() {
         .store()
         .create(bound_pod(NS, "web-1", "web-uid-1", NODE, "default-scheduler"));
     let args = |older: i64, apply: bool| FailedPodsArgs {
-        node: Some(NODE.into()),
-        kubeconfig: Some(f.kubeconfig.clone()),
-        host_root: None,
-        kubelet_dir: None,
-        config: None,
-        rule_setting: vec![],
+        common: f.common_args(apply, true),
         older_than_seconds: older,
-        apply,
-        yes: true,
-        format: Format::Text,
     };
     // Younger than the default threshold: left.
     let (code, out) = run_failed_pods(args(pods::DEFAULT_FAILED_POD_MIN_AGE_SECONDS, true)).await;

@@ -80,10 +80,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
                 reason,
             };
             let t = Instant::now();
-            let bytes = read::read_bytes(path, &shown, pods::PODS_FILE_LIMIT)
+            let list = pods::read_pods_file(path, &shown)
                 .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
                 .ok_or_else(|| err("no such file".into()))?;
-            let list = pods::parse_pods_json(&bytes).map_err(|e| err(e.to_string()))?;
             time("pods", t);
             Some(list)
         }

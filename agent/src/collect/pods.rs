@@ -7,11 +7,15 @@
 //! parsing, which keeps a 250-pod node's pod list to a few MiB and a few milliseconds.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
 use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
+
+use super::read::ReadError;
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -169,22 +173,6 @@ pub enum PodsError {
     Item { index: usize, reason: String },
 }
 
-/// The envelope of a pods file; items stay raw JSON until each is decoded, so the whole
-/// file never exists as a `serde_json::Value` tree (several times the file's size).
-#[derive(serde::Deserialize)]
-struct Envelope<'a> {
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default, borrow)]
-    items: Option<Vec<&'a serde_json::value::RawValue>>,
-}
-
-#[derive(serde::Deserialize)]
-struct KindOnly {
-    #[serde(default)]
-    kind: Option<String>,
-}
-
 fn json_error(e: &serde_json::Error) -> PodsError {
     let t = e.to_string();
     let reason = t.rfind(" at line ").map_or(t.clone(), |i| t[..i].to_string());
@@ -200,33 +188,271 @@ fn json_error(e: &serde_json::Error) -> PodsError {
 
 /// Reads pods from the text of a pods file.
 pub fn parse_pods_json(text: &[u8]) -> Result<Vec<PodInfo>, PodsError> {
-    let text = std::str::from_utf8(text).map_err(|e| PodsError::Json {
-        line: 0,
-        column: e.valid_up_to(),
-        reason: "not UTF-8".into(),
-    })?;
-    let envelope: Envelope = serde_json::from_str(text).map_err(|e| json_error(&e))?;
-    let kind = envelope.kind.as_deref().unwrap_or("");
-    let single;
-    let items: &[&serde_json::value::RawValue] = match (kind, &envelope.items) {
-        ("Pod", _) => {
-            single = [serde_json::from_str::<&serde_json::value::RawValue>(text).map_err(|e| json_error(&e))?];
-            &single
-        }
-        ("List" | "PodList" | "", Some(items)) => items,
-        (k, _) => return Err(PodsError::Kind(k.to_string())),
+    decode(&mut serde_json::Deserializer::from_slice(text))
+}
+
+/// Why a pods file could not be used: the file, or what is in it.
+#[derive(Debug, thiserror::Error)]
+pub enum PodsFileError {
+    /// Names the file.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Does not name the file.
+    #[error(transparent)]
+    Pods(#[from] PodsError),
+}
+
+/// Reads a pods file of at most [`PODS_FILE_LIMIT`] bytes as a stream: each item is decoded
+/// as it is read, so the file is never in memory whole (2.4 MB for a node of 250 pods, and a
+/// `kubectl get pods -A` of a large cluster is a hundred times that). `Ok(None)` when the
+/// file does not exist; `shown` is the path as reported.
+pub fn read_pods_file(path: &Path, shown: &str) -> Result<Option<Vec<PodInfo>>, PodsFileError> {
+    read_pods_file_limited(path, shown, PODS_FILE_LIMIT)
+}
+
+fn read_pods_file_limited(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<PodInfo>>, PodsFileError> {
+    let io = |source: std::io::Error| ReadError::Io {
+        path: shown.to_string(),
+        source,
     };
-    let mut pods = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        let item_err = |reason: String| PodsError::Item { index, reason };
-        let kind: KindOnly = serde_json::from_str(item.get()).map_err(|e| item_err(e.to_string()))?;
-        if kind.kind.as_deref().is_some_and(|k| k != "Pod") {
-            continue; // a v1 List may mix kinds
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e).into()),
+    };
+    let mut counted = Counted {
+        inner: file.take(limit + 1),
+        read: 0,
+        error: None,
+    };
+    let result = decode(&mut serde_json::Deserializer::from_reader(
+        std::io::BufReader::with_capacity(64 * 1024, &mut counted),
+    ));
+    if counted.read > limit {
+        return Err(ReadError::TooLarge {
+            path: shown.to_string(),
+            limit,
         }
-        let pod: PodObject = serde_json::from_str(item.get()).map_err(|e| item_err(e.to_string()))?;
-        pods.push(pod_info(&pod).ok_or_else(|| item_err("pod has no metadata.uid".into()))?);
+        .into());
     }
-    Ok(pods)
+    if let Some(e) = counted.error {
+        return Err(match e.kind() {
+            std::io::ErrorKind::IsADirectory => ReadError::IsDir {
+                path: shown.to_string(),
+            },
+            _ => io(e),
+        }
+        .into());
+    }
+    Ok(Some(result?))
+}
+
+/// A reader that counts its bytes and keeps its first error (serde_json keeps only a message).
+struct Counted<R> {
+    inner: R,
+    read: u64,
+    error: Option<std::io::Error>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.inner.read(buf) {
+            Ok(n) => {
+                self.read += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                let kind = e.kind();
+                self.error.get_or_insert(e);
+                Err(kind.into())
+            }
+        }
+    }
+}
+
+/// Decodes a whole pods document in one pass: a `Pod`, or a `List`/`PodList` whose items are
+/// turned into [`PodInfo`] one at a time (items of other kinds in a `v1 List` are skipped).
+fn decode<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deserializer<R>) -> Result<Vec<PodInfo>, PodsError> {
+    use serde::de::Deserializer as _;
+    let mut current = None;
+    let top = de
+        .deserialize_any(TopVisitor { current: &mut current })
+        .and_then(|top| de.end().map(|()| top));
+    let top = match (top, current) {
+        (Ok(top), _) => top,
+        // A wrong type or a missing field inside an item is that item's; a syntax error or
+        // an early end is the file's.
+        (Err(e), Some(index)) if e.classify() == serde_json::error::Category::Data => {
+            return Err(PodsError::Item {
+                index,
+                reason: e.to_string(),
+            });
+        }
+        (Err(e), _) => return Err(json_error(&e)),
+    };
+    match (top.kind.as_deref().unwrap_or(""), top.items) {
+        ("Pod", _) => {
+            let pod = PodObject {
+                metadata: top.metadata.unwrap_or_default(),
+                spec: top.spec,
+                status: top.status,
+            };
+            let info = pod_info(&pod).ok_or_else(|| PodsError::Item {
+                index: 0,
+                reason: NO_UID.into(),
+            })?;
+            Ok(vec![info])
+        }
+        ("List" | "PodList" | "", Some(items)) => Ok(items),
+        (k, _) => Err(PodsError::Kind(k.to_string())),
+    }
+}
+
+const NO_UID: &str = "pod has no metadata.uid";
+
+/// The top-level object: its kind, its items (already decoded), and the parts of a lone Pod.
+#[derive(Default)]
+struct Top {
+    kind: Option<String>,
+    items: Option<Vec<PodInfo>>,
+    metadata: Option<ObjectMeta>,
+    spec: Option<PodSpec>,
+    status: Option<PodStatus>,
+}
+
+/// The index of the item being decoded, if one is: where a failure is.
+type Current = Option<usize>;
+
+struct TopVisitor<'f> {
+    current: &'f mut Current,
+}
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
+    type Value = Top;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Pod, a PodList or a v1 List")
+    }
+
+    // An array has no kind: drained, then refused by kind.
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Top::default())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        use serde::de::IgnoredAny;
+        let mut top = Top::default();
+        // A lone Pod's parts are kept only while the kind may still be Pod.
+        let may_be_pod = |top: &Top| top.kind.as_deref().is_none_or(|k| k == "Pod");
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "kind" => top.kind = map.next_value()?,
+                "items" => {
+                    top.items = map.next_value_seed(ItemsSeed {
+                        current: &mut *self.current,
+                    })?
+                }
+                "metadata" if may_be_pod(&top) => top.metadata = map.next_value()?,
+                "spec" if may_be_pod(&top) => top.spec = map.next_value()?,
+                "status" if may_be_pod(&top) => top.status = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// `items`: `null`, or an array decoded item by item.
+struct ItemsSeed<'f> {
+    current: &'f mut Current,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = Option<Vec<PodInfo>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
+    type Value = Option<Vec<PodInfo>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of objects")
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut pods = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        for index in 0.. {
+            *self.current = Some(index);
+            match seq.next_element_seed(ItemSeed)? {
+                None => break,
+                Some(None) => {} // a v1 List may mix kinds
+                Some(Some(pod)) => pods.push(pod_info(&pod).ok_or_else(|| serde::de::Error::custom(NO_UID))?),
+            }
+        }
+        *self.current = None;
+        Ok(Some(pods))
+    }
+}
+
+/// One item: `Some(pod)`, or `None` for an item of another kind.
+struct ItemSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemSeed {
+    type Value = Option<PodObject>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemSeed {
+    type Value = Option<PodObject>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Pod object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::IgnoredAny;
+        let mut kind: Option<String> = None;
+        let mut pod = PodObject::default();
+        // The API server writes `kind` before `spec` and `status`, so another kind's spec
+        // (which a PodSpec could not hold) is skipped unread.
+        let is_pod = |kind: &Option<String>| kind.as_deref().is_none_or(|k| k == "Pod");
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "kind" => kind = map.next_value()?,
+                "metadata" if is_pod(&kind) => {
+                    pod.metadata = map.next_value::<Option<ObjectMeta>>()?.unwrap_or_default()
+                }
+                "spec" if is_pod(&kind) => pod.spec = map.next_value()?,
+                "status" if is_pod(&kind) => pod.status = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(is_pod(&kind).then_some(pod))
+    }
 }
 
 fn cpu_millis(q: Option<&Quantity>) -> Option<u64> {
@@ -533,6 +759,45 @@ mod tests {
             let err = parse_pods_json(text.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn files_are_read_as_a_stream_with_the_same_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pods.json");
+        std::fs::write(&path, EXECUTOR).unwrap();
+        let streamed = read_pods_file(&path, "/p").unwrap().unwrap();
+        assert_eq!(streamed, parse_pods_json(EXECUTOR.as_bytes()).unwrap());
+        assert_eq!(streamed.len(), 1);
+        // Past the limit: refused, naming the file and the limit.
+        let len = EXECUTOR.len() as u64;
+        assert_eq!(read_pods_file_limited(&path, "/p", len).unwrap().unwrap().len(), 1);
+        let err = read_pods_file_limited(&path, "/p", len - 1).unwrap_err().to_string();
+        assert_eq!(err, format!("/p: larger than the {}-byte limit for this file", len - 1));
+        // No file, a directory, a bad document.
+        assert!(read_pods_file(&dir.path().join("none"), "/none").unwrap().is_none());
+        let err = read_pods_file(dir.path(), "/d").unwrap_err().to_string();
+        assert_eq!(err, "/d: is a directory, not a file");
+        std::fs::write(&path, r#"{"kind":"List","items":[{"kind":"Pod","metadata":{}}]}"#).unwrap();
+        let err = read_pods_file(&path, "/p").unwrap_err().to_string();
+        assert!(err.starts_with("item 0: pod has no metadata.uid"), "{err}");
+    }
+
+    #[test]
+    fn other_kinds_in_a_list_are_skipped_unread() {
+        // A Deployment's spec is not a PodSpec; its kind comes first, as the API server writes.
+        let text = r#"{"apiVersion":"v1","kind":"List","items":[
+            {"kind":"Deployment","metadata":{"name":"d"},"spec":{"containers":"not a list","template":{}}},
+            {"kind":"Pod","metadata":{"uid":"u1","name":"a"},"spec":{"containers":[]}},
+            {"metadata":{"uid":"u2","name":"b"}}]}"#;
+        let pods = parse_pods_json(text.as_bytes()).unwrap();
+        let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        // A lone Pod, and a PodList whose items are null.
+        let one = parse_pods_json(br#"{"metadata":{"uid":"u","name":"p"},"kind":"Pod"}"#).unwrap();
+        assert_eq!(one[0].name, "p");
+        assert!(parse_pods_json(br#"{"kind":"PodList","items":null}"#).is_err());
+        assert_eq!(parse_pods_json(br#"{"kind":"PodList","items":[]}"#).unwrap(), vec![]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use super::atomic::{self, Attrs, Step};
 use super::kubelet::{KubeletControl, KubeletProcess, Started, Stopped, running_kubelet};
-use crate::args::{Format, FormatArg, HostArgs};
+use crate::args::{Format, FormatArg, HostArgs, PodSourceArgs};
 use crate::collect::checkpoint::FILE_NAME;
 use crate::collect::read::read_bytes;
 use crate::collect::{self, ScanOptions};
@@ -54,18 +54,8 @@ pub const BACKUP_PREFIX: &str = "cpu_manager_state.nodemedic-backup-";
 pub struct CpuStateArgs {
     #[command(flatten)]
     pub host: HostArgs,
-    /// The node's name; default: the kubelet's --hostname-override, or /etc/hostname.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: Option<String>,
-    /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods are alive.
-    #[arg(long, env = "NODEMEDIC_PODS")]
-    pub pods: Option<PathBuf>,
-    /// Never contact the Kubernetes API: without --pods, liveness comes from the cgroup tree.
-    #[arg(long, default_value_t = false)]
-    pub offline: bool,
-    /// A kubeconfig file for reading this node's pods; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
-    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub source: PodSourceArgs,
     /// Rewrite the checkpoint (default: show the plan only). The kubelet must be stopped, or --restart-kubelet given.
     #[arg(long, default_value_t = false)]
     pub apply: bool,
@@ -492,16 +482,24 @@ pub fn plan(args: &CpuStateArgs) -> Result<Plan, String> {
     let mut notes = Vec::new();
     // Pods as `scan` gets them: the file, else the API when it answers, else the cgroups.
     let mut api = None;
-    if args.pods.is_none() && !args.offline {
-        let node = args.node.clone().unwrap_or_else(|| collect::host_node_name(&host));
-        match api_pods(args.kubeconfig.as_deref(), &node) {
+    if args.source.pods.is_none() && !args.source.offline {
+        let node = args
+            .source
+            .node
+            .clone()
+            .unwrap_or_else(|| collect::host_node_name(&host));
+        match api_pods(args.source.kubeconfig.as_deref(), &node) {
             Ok(pods) => api = Some((node, pods)),
             Err(e) => notes.push(format!("Kubernetes API not used ({e}): liveness from cgroups")),
         }
     }
     let opts = ScanOptions {
-        node: args.node.clone().or_else(|| api.as_ref().map(|(n, _)| n.clone())),
-        pods_file: args.pods.clone(),
+        node: args
+            .source
+            .node
+            .clone()
+            .or_else(|| api.as_ref().map(|(n, _)| n.clone())),
+        pods_file: args.source.pods.clone(),
         pods: api.map(|(_, pods)| (pods, PodSource::Api)),
         local_dir_roots: vec![],
         skip_local_dirs: true,
@@ -1404,10 +1402,10 @@ fn record_event(args: &CpuStateArgs, report: &ApplyReport) {
         return;
     };
     runtime.block_on(async {
-        let client = if args.offline {
+        let client = if args.source.offline {
             None
         } else {
-            crate::kube_api::client(args.kubeconfig.as_deref(), std::time::Duration::from_secs(5))
+            crate::kube_api::client(args.source.kubeconfig.as_deref(), std::time::Duration::from_secs(5))
                 .await
                 .ok()
         };

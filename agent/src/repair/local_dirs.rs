@@ -44,7 +44,7 @@ use serde_json::{Map, Value, json};
 
 use super::audit::{ActionRecord, ActionResult, ActionTarget, Audit, RateLimiter, RepairAction, human_bytes, now_unix};
 use super::pods::{EXIT_OK, EXIT_PLAN, confirm, evidence_line, finish, instance, print_records_text, repair_settings};
-use crate::args::{Format, HostArgs};
+use crate::args::{Format, HostArgs, PodSourceArgs};
 use crate::collect::{self, ScanOptions, localdirs::is_spark_scratch_name};
 use crate::host::HostPaths;
 
@@ -62,18 +62,8 @@ pub const MAX_PROCESS_LINKS: usize = 2_000_000;
 pub struct LocalDirsArgs {
     #[command(flatten)]
     pub host: HostArgs,
-    /// The node's name; default: the kubelet's --hostname-override or /etc/hostname.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: Option<String>,
-    /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods use the roots, instead of the API.
-    #[arg(long, env = "NODEMEDIC_PODS")]
-    pub pods: Option<PathBuf>,
-    /// Never contact the Kubernetes API (then --pods is required: a hostPath root is judged from a pod list).
-    #[arg(long, default_value_t = false)]
-    pub offline: bool,
-    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
-    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub source: PodSourceArgs,
     /// A hostPath directory (host path) where Spark local dirs live (repeat or comma-separate); only directories directly under these are removed. Default: the configuration file's local_dir_roots.
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,
@@ -912,24 +902,28 @@ pub fn run_local_dirs_io(args: LocalDirsArgs, out: &mut dyn Write, input: &mut d
         }
         settings.local_dir_min_age_seconds = s;
     }
-    if args.offline && args.pods.is_none() {
+    if args.source.offline && args.source.pods.is_none() {
         return Err(
             "--offline needs --pods FILE: whether a pod still uses a hostPath root is judged from a pod list".into(),
         );
     }
-    let node = args.node.clone().unwrap_or_else(|| collect::host_node_name(&host));
-    let use_api = args.pods.is_none();
+    let node = args
+        .source
+        .node
+        .clone()
+        .unwrap_or_else(|| collect::host_node_name(&host));
+    let use_api = args.source.pods.is_none();
     let runtime = super::pods::runtime()?;
     let client = if use_api {
         Some(runtime.block_on(crate::kube_api::client(
-            args.kubeconfig.as_deref(),
+            args.source.kubeconfig.as_deref(),
             std::time::Duration::from_secs(10),
         ))?)
     } else {
         None
     };
     let list_pods = || -> Result<FreshPods, String> {
-        match (&client, &args.pods) {
+        match (&client, &args.source.pods) {
             (Some(c), _) => Ok(FreshPods {
                 pods: runtime
                     .block_on(crate::kube_api::node_pods(c, &node))
@@ -938,10 +932,12 @@ pub fn run_local_dirs_io(args: LocalDirsArgs, out: &mut dyn Write, input: &mut d
             }),
             (None, Some(path)) => {
                 let shown = path.display().to_string();
-                let bytes = collect::read::read_bytes(path, &shown, collect::pods::PODS_FILE_LIMIT)
-                    .map_err(|e| e.to_string())?
+                let pods = collect::pods::read_pods_file(path, &shown)
+                    .map_err(|e| match e {
+                        collect::pods::PodsFileError::Read(e) => e.to_string(),
+                        collect::pods::PodsFileError::Pods(e) => format!("{shown}: {e}"),
+                    })?
                     .ok_or_else(|| format!("{shown}: no such file"))?;
-                let pods = collect::pods::parse_pods_json(&bytes).map_err(|e| format!("{shown}: {e}"))?;
                 Ok(FreshPods {
                     pods,
                     source: PodSource::File,

@@ -54,9 +54,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// All driver lookups of one judgement together.
 const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `nodemedic repair orphans`.
+/// The flags both pod repairs take.
 #[derive(Debug, clap::Args)]
-pub struct OrphansArgs {
+pub struct PodRepairArgs {
     /// This node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override or /etc/hostname.
     #[arg(long, env = "NODE_NAME")]
     pub node: Option<String>,
@@ -75,12 +75,6 @@ pub struct OrphansArgs {
     /// A rule setting, KEY=VALUE (repeat), as for `nodemedic scan`.
     #[arg(long = "rule-setting", value_name = "KEY=VALUE")]
     pub rule_setting: Vec<String>,
-    /// How long a driver must have finished before its executors are orphans, in seconds [default: the rule's orphan_grace_seconds, 600].
-    #[arg(long)]
-    pub older_than_seconds: Option<i64>,
-    /// Also delete orphans that have not finished (Pending, Running): their JVM is stopped.
-    #[arg(long, default_value_t = false)]
-    pub include_running: bool,
     /// Delete the pods of the plan (without it: a dry run that only prints the plan).
     #[arg(long, default_value_t = false)]
     pub apply: bool,
@@ -92,39 +86,27 @@ pub struct OrphansArgs {
     pub format: Format,
 }
 
+/// `nodemedic repair orphans`.
+#[derive(Debug, clap::Args)]
+pub struct OrphansArgs {
+    #[command(flatten)]
+    pub common: PodRepairArgs,
+    /// How long a driver must have finished before its executors are orphans, in seconds [default: the rule's orphan_grace_seconds, 600].
+    #[arg(long)]
+    pub older_than_seconds: Option<i64>,
+    /// Also delete orphans that have not finished (Pending, Running): their JVM is stopped.
+    #[arg(long, default_value_t = false)]
+    pub include_running: bool,
+}
+
 /// `nodemedic repair failed-pods`.
 #[derive(Debug, clap::Args)]
 pub struct FailedPodsArgs {
-    /// This node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override or /etc/hostname.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: Option<String>,
-    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
-    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Read the host under this directory too, for the evidence (`/host` in the DaemonSet).
-    #[arg(long, env = "NODEMEDIC_HOST_ROOT")]
-    pub host_root: Option<PathBuf>,
-    /// The kubelet's directory, used as given (with --host-root); default: the kubelet's --root-dir under the host root.
-    #[arg(long, env = "NODEMEDIC_KUBELET_DIR")]
-    pub kubelet_dir: Option<PathBuf>,
-    /// The daemon's configuration file: its `rules` settings are used (in the agent: /etc/nodemedic/config.yaml).
-    #[arg(long, env = "NODEMEDIC_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// A rule setting, KEY=VALUE (repeat), as for `nodemedic scan`.
-    #[arg(long = "rule-setting", value_name = "KEY=VALUE")]
-    pub rule_setting: Vec<String>,
+    #[command(flatten)]
+    pub common: PodRepairArgs,
     /// Only pods rejected (created) longer ago than this, in seconds.
     #[arg(long, default_value_t = DEFAULT_FAILED_POD_MIN_AGE_SECONDS)]
     pub older_than_seconds: i64,
-    /// Delete the pods of the plan (without it: a dry run that only prints the plan).
-    #[arg(long, default_value_t = false)]
-    pub apply: bool,
-    /// Do not ask before deleting.
-    #[arg(long, default_value_t = false)]
-    pub yes: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text", env = "NODEMEDIC_FORMAT")]
-    pub format: Format,
 }
 
 /// A pod the plan deletes.
@@ -765,16 +747,10 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
 /// What both pod repairs are run with.
 struct PodRun {
     action: RepairAction,
-    node: Option<String>,
-    kubeconfig: Option<PathBuf>,
-    host_root: Option<PathBuf>,
-    kubelet_dir: Option<PathBuf>,
+    args: PodRepairArgs,
     settings: Settings,
     include_running: bool,
     older_than_seconds: i64,
-    apply: bool,
-    yes: bool,
-    format: Format,
 }
 
 impl PodRun {
@@ -795,7 +771,7 @@ pub fn run_orphans(args: OrphansArgs) -> Result<u8, String> {
 
 /// [`run_orphans`] with its output and the answer to its question elsewhere.
 pub fn run_orphans_io(args: OrphansArgs, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<u8, String> {
-    let mut settings = repair_settings(args.config.as_ref(), &args.rule_setting)?;
+    let mut settings = repair_settings(args.common.config.as_ref(), &args.common.rule_setting)?;
     if let Some(s) = args.older_than_seconds {
         if s < 0 {
             return Err(format!("--older-than-seconds: {s} is negative"));
@@ -805,16 +781,10 @@ pub fn run_orphans_io(args: OrphansArgs, out: &mut dyn Write, input: &mut dyn Bu
     run_pods(
         PodRun {
             action: RepairAction::Orphans,
-            node: args.node,
-            kubeconfig: args.kubeconfig,
-            host_root: args.host_root,
-            kubelet_dir: args.kubelet_dir,
+            args: args.common,
             older_than_seconds: settings.orphan_grace_seconds,
             settings,
             include_running: args.include_running,
-            apply: args.apply,
-            yes: args.yes,
-            format: args.format,
         },
         out,
         input,
@@ -832,20 +802,14 @@ pub fn run_failed_pods_io(args: FailedPodsArgs, out: &mut dyn Write, input: &mut
     if args.older_than_seconds < 0 {
         return Err(format!("--older-than-seconds: {} is negative", args.older_than_seconds));
     }
-    let settings = repair_settings(args.config.as_ref(), &args.rule_setting)?;
+    let settings = repair_settings(args.common.config.as_ref(), &args.common.rule_setting)?;
     run_pods(
         PodRun {
             action: RepairAction::FailedPods,
-            node: args.node,
-            kubeconfig: args.kubeconfig,
-            host_root: args.host_root,
-            kubelet_dir: args.kubelet_dir,
+            args: args.common,
             settings,
             include_running: false,
             older_than_seconds: args.older_than_seconds,
-            apply: args.apply,
-            yes: args.yes,
-            format: args.format,
         },
         out,
         input,
@@ -854,9 +818,10 @@ pub fn run_failed_pods_io(args: FailedPodsArgs, out: &mut dyn Write, input: &mut
 
 fn run_pods(run: PodRun, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<u8, String> {
     let host = run
+        .args
         .host_root
         .as_ref()
-        .map(|r| HostPaths::new(r, run.kubelet_dir.clone()));
+        .map(|r| HostPaths::new(r, run.args.kubelet_dir.clone()));
     if let Some(h) = &host {
         if !h.root().is_dir() {
             return Err(format!(
@@ -866,41 +831,42 @@ fn run_pods(run: PodRun, out: &mut dyn Write, input: &mut dyn BufRead) -> Result
         }
     }
     let node = run
+        .args
         .node
         .clone()
         .unwrap_or_else(|| collect::host_node_name(host.as_ref().unwrap_or(&HostPaths::new("/", None))));
     runtime()?.block_on(async {
-        let client = kube_api::client(run.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
+        let client = kube_api::client(run.args.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
         let snapshot = api_snapshot(&client, &node, host.as_ref(), &[]).await?;
         let plan = run.judge(&snapshot);
-        if run.format == Format::Text {
-            print_plan_text(out, &plan, run.apply);
+        if run.args.format == Format::Text {
+            print_plan_text(out, &plan, run.args.apply);
         }
         let done = |out: &mut dyn Write, records: &[ActionRecord], applied: bool| {
-            if run.format == Format::Json {
+            if run.args.format == Format::Json {
                 let v = json!({"repair": plan.action.as_str(), "node": plan.node, "dry_run": !applied,
                                "plan": plan, "actions": records});
                 let _ = writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             }
         };
         if plan.delete.is_empty() {
-            done(out, &[], run.apply);
+            done(out, &[], run.args.apply);
             return Ok(EXIT_OK);
         }
-        if !run.apply {
+        if !run.args.apply {
             done(out, &[], false);
             return Ok(EXIT_PLAN);
         }
-        if !run.yes {
+        if !run.args.yes {
             let question = format!("Delete the {} pod(s) above?", plan.delete.len());
-            let yes = if run.format == Format::Json {
+            let yes = if run.args.format == Format::Json {
                 // The question goes to stderr so stdout stays one JSON document.
                 confirm(&mut std::io::stderr(), input, &question)
             } else {
                 confirm(out, input, &question)
             };
             if !yes {
-                if run.format == Format::Text {
+                if run.args.format == Format::Text {
                     let _ = writeln!(out, "not confirmed: nothing changed (add --yes to skip the question)");
                 }
                 done(out, &[], false);
@@ -916,7 +882,7 @@ fn run_pods(run: PodRun, out: &mut dyn Write, input: &mut dyn BufRead) -> Result
             records.push(rec);
         }
         records.extend(apply_pod_plan(&client, &confirmed, &audit, None).await);
-        if run.format == Format::Text {
+        if run.args.format == Format::Text {
             print_records_text(out, &records);
         }
         done(out, &records, true);
@@ -1148,15 +1114,18 @@ mod tests {
         else {
             panic!()
         };
-        assert!(o.include_running && o.apply && o.yes);
-        assert_eq!(o.node.as_deref(), Some("n1"));
+        assert!(o.include_running && o.common.apply && o.common.yes);
+        assert_eq!(o.common.node.as_deref(), Some("n1"));
         let Action::FailedPods(f) = parse(&["failed-pods", "--older-than-seconds", "60", "--format", "json"])
             .unwrap()
             .action
         else {
             panic!()
         };
-        assert_eq!((f.older_than_seconds, f.format, f.apply), (60, Format::Json, false));
+        assert_eq!(
+            (f.older_than_seconds, f.common.format, f.common.apply),
+            (60, Format::Json, false)
+        );
         let Action::LocalDirs(l) = parse(&[
             "local-dirs",
             "--local-dir-root",
