@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every nodemedic benchmark and keeps the output: release build, the criterion benches,
+# Runs every nodemedic benchmark and keeps the output: the shipped build of nodemedic (profile
+# `dist`, as in the image) with release builds of the bench programs, the criterion benches,
 # scan-bench, daemon-bench and compare-bench (nodemedic against node_exporter). Not part of CI:
 # it takes about 25 minutes with the defaults, and its numbers only mean something on a quiet
 # machine. The numbers in docs/performance.md come from it.
@@ -54,7 +55,11 @@ echo "node_exporter: $("$node_exporter" --version 2>&1 | head -n1)"
 echo "load average at start: $(cat /proc/loadavg)"
 
 step "Build"
-cargo build --release -p nodemedic -p nodemedic-tests
+cargo build --profile dist -p nodemedic
+cargo build --release -p nodemedic-tests
+# The bench programs run the nodemedic named here, not the release one beside them.
+export NODEMEDIC_BIN="$target_dir/dist/nodemedic"
+echo "nodemedic: $NODEMEDIC_BIN"
 
 if [[ -z "${SKIP_CRITERION:-}" ]]; then
     step "Criterion: nodemedic-rules"

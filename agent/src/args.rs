@@ -188,6 +188,21 @@ pub struct PodSourceArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
+impl PodSourceArgs {
+    /// The node whose pods to ask the API for, when the API is to be asked (not with --pods or
+    /// --offline): --node, else the kubelet's --hostname-override or the host's /etc/hostname.
+    pub fn api_node(&self, host: &crate::host::HostPaths) -> Option<String> {
+        if self.pods.is_some() || self.offline {
+            return None;
+        }
+        Some(
+            self.node
+                .clone()
+                .unwrap_or_else(|| crate::collect::host_node_name(host)),
+        )
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     #[command(flatten)]

@@ -335,12 +335,7 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
     // exists and answers; otherwise liveness comes from the cgroup tree, and a note says why.
     let mut api_note = None;
     let mut api = None;
-    if args.source.pods.is_none() && !args.source.offline {
-        let node = args
-            .source
-            .node
-            .clone()
-            .unwrap_or_else(|| collect::host_node_name(&host));
+    if let Some(node) = args.source.api_node(&host) {
         match scan_api(args.source.kubeconfig.as_deref(), &node) {
             Ok(found) => api = Some((node, found)),
             Err(e) => api_note = Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),

@@ -4,24 +4,23 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// (min, median, max); the median of an even count is the mean of the middle two. NaNs for
-/// no samples.
-pub fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
-    if v.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    (v[0], median, v[n - 1])
+/// The `nodemedic` a bench runs: `$NODEMEDIC_BIN`, else the one beside the bench program
+/// (`target/release/nodemedic` for a release build of the benches).
+pub fn nodemedic_bin() -> PathBuf {
+    std::env::var_os("NODEMEDIC_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::current_exe().unwrap_or_default().with_file_name("nodemedic"))
+}
+
+/// (min, median, max) of the finite values, as the `slow-api` rule computes them (the median
+/// of an even count is the mean of the middle two); NaNs for none.
+pub fn stats(v: Vec<f64>) -> (f64, f64, f64) {
+    nodemedic_rules::rules::slow_api::stats(v)
+        .map_or((f64::NAN, f64::NAN, f64::NAN), |(median, min, max)| (min, median, max))
 }
 
 /// The median of [`stats`].

@@ -894,7 +894,19 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     assert_eq!(froms.len(), 2, "a build stage and a runtime stage");
     assert!(text.contains("ARG RUST_IMAGE=docker.io/library/rust:1.95.0-bookworm"));
     assert!(text.contains("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
-    assert!(text.contains("cargo build --release -p nodemedic --locked"));
+    // The image ships the `dist` build (fat LTO), the one docs/performance.md measures.
+    assert!(text.contains("cargo build --profile dist -p nodemedic --locked"));
+    assert!(text.contains("install -D -m 0755 target/dist/nodemedic /out/nodemedic"));
+    let cargo_toml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
+    let dist = cargo_toml
+        .split("[profile.dist]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("a dist profile in the workspace Cargo.toml");
+    assert!(
+        dist.contains("lto = \"fat\"") && dist.contains("codegen-units = 1"),
+        "{dist}"
+    );
     assert!(text.contains("ENTRYPOINT [\"/usr/local/bin/nodemedic\"]"));
     assert!(text.contains("org.opencontainers.image.source"));
 }

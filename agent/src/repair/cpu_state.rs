@@ -482,12 +482,7 @@ pub fn plan(args: &CpuStateArgs) -> Result<Plan, String> {
     let mut notes = Vec::new();
     // Pods as `scan` gets them: the file, else the API when it answers, else the cgroups.
     let mut api = None;
-    if args.source.pods.is_none() && !args.source.offline {
-        let node = args
-            .source
-            .node
-            .clone()
-            .unwrap_or_else(|| collect::host_node_name(&host));
+    if let Some(node) = args.source.api_node(&host) {
         match api_pods(args.source.kubeconfig.as_deref(), &node) {
             Ok(pods) => api = Some((node, pods)),
             Err(e) => notes.push(format!("Kubernetes API not used ({e}): liveness from cgroups")),

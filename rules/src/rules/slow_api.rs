@@ -46,7 +46,7 @@ pub(crate) fn api(snap: &NodeSnapshot) -> Option<&ApiObservation> {
 }
 
 /// Median, minimum and maximum of the finite values (`None` when there are none).
-pub(crate) fn stats(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64, f64)> {
+pub fn stats(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64, f64)> {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;

@@ -46,12 +46,6 @@ fn warm_up() -> Duration {
     Duration::from_secs_f64(secs)
 }
 
-fn nodemedic_bin() -> PathBuf {
-    std::env::var_os("NODEMEDIC_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::current_exe().unwrap_or_default().with_file_name("nodemedic"))
-}
-
 fn node_exporter_bin() -> PathBuf {
     std::env::var_os("NODE_EXPORTER")
         .map(PathBuf::from)
@@ -131,7 +125,7 @@ async fn agents(minutes: f64) -> Result<(), String> {
     std::fs::write(&kubeconfig, patched).map_err(|e| e.to_string())?;
 
     // nodemedic, default settings.
-    let bin = nodemedic_bin();
+    let bin = measure::nodemedic_bin();
     let mut child = Command::new(&bin)
         .args(["run", "--host-root", &root.to_string_lossy(), "--node", &node.name])
         .args(["--listen", "127.0.0.1:0"])
@@ -379,7 +373,7 @@ fn api_requests(requests: &[nodemedic_tests::apiserver::RequestRecord], minutes:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--measure-one") {
-        return measure::measure_one(&nodemedic_bin(), &args[1..]);
+        return measure::measure_one(&measure::nodemedic_bin(), &args[1..]);
     }
     let minutes: f64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let runs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(21);
@@ -394,7 +388,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    println!("nodemedic: {}\n", nodemedic_bin().display());
+    println!("nodemedic: {}\n", measure::nodemedic_bin().display());
     if let Err(e) = scans(runs) {
         eprintln!("compare-bench: {e}");
         return ExitCode::from(2);

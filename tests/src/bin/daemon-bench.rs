@@ -7,6 +7,8 @@
 //! target/release/daemon-bench [MINUTES] [PODS]
 //! ```
 //!
+//! `NODEMEDIC_BIN` names another nodemedic (the shipped build: `target/dist/nodemedic`).
+//!
 //! After one minute of warm-up it samples the daemon every 5 s: resident memory (`VmRSS`),
 //! CPU time (`utime + stime`), and every request the API server saw; then scrapes `/metrics`
 //! 20 times for latency and size.
@@ -54,9 +56,7 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     node.write(&root).map_err(|e| e.to_string())?;
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
-    let bin = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .with_file_name("nodemedic");
+    let bin = measure::nodemedic_bin();
     let mut child = Command::new(&bin)
         .args([
             "run",

@@ -9,18 +9,10 @@
 //! Wall time is measured around each run; peak RSS is the scan process's own `VmHWM`, which
 //! it reports when `NODEMEDIC_REPORT_PEAK_RSS` is set.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use nodemedic_tests::measure::{self, stats};
-
-fn release_bin() -> PathBuf {
-    std::env::var_os("NODEMEDIC_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        let exe = std::env::current_exe().unwrap_or_default();
-        exe.with_file_name("nodemedic")
-    })
-}
 
 /// In-process breakdown of one scan of `pods` pods by collector (median of `runs`).
 fn phases(pods: usize, runs: usize) -> Result<(), String> {
@@ -58,10 +50,10 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--measure-one") {
-        return measure::measure_one(&release_bin(), &args[1..]);
+        return measure::measure_one(&measure::nodemedic_bin(), &args[1..]);
     }
     let runs: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(21);
-    println!("binary: {}", release_bin().display());
+    println!("binary: {}", measure::nodemedic_bin().display());
     if let Err(e) = measure::scan_table(runs) {
         eprintln!("scan-bench: {e}");
         return ExitCode::from(2);
