@@ -174,7 +174,7 @@ pub struct HostArgs {
 /// Where a command learns which pods are on the node: a pods file, the API, or neither.
 #[derive(Debug, Args)]
 pub struct PodSourceArgs {
-    /// The node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override, the node most local pods are bound to in --pods, or /etc/hostname.
+    /// The node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override, else (scan, repair cpu-state) the node most local pods are bound to in --pods, else /etc/hostname.
     #[arg(long, env = "NODE_NAME")]
     pub node: Option<String>,
     /// A `kubectl get pods -o json` file (v1 List or PodList) to judge which pods are alive, instead of the API.
