@@ -175,6 +175,25 @@ pub fn measure_one(bin: &Path, args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// What an API request was, for counting: `get pods`, `create pods (dry run)`,
+/// `patch nodes/status`, `watch pods`, `GET /version (non-resource)`.
+pub fn request_kind(r: &crate::apiserver::RequestRecord) -> String {
+    if r.is_watch {
+        format!("watch {}", r.resource)
+    } else if r.verb.is_empty() {
+        format!("{} {} (non-resource)", r.method, r.path)
+    } else {
+        let sub = r.subresource.as_deref().map(|s| format!("/{s}")).unwrap_or_default();
+        let group = if r.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", r.group)
+        };
+        let dry = if r.query.contains("dryRun") { " (dry run)" } else { "" };
+        format!("{} {}{group}{sub}{dry}", r.verb, r.resource)
+    }
+}
+
 /// The whole-process offline scan of generated nodes of 10, 110 and 250 pods (`scenarios::big_node`),
 /// `runs` times each: prints a Markdown table of wall time and peak RSS, median (min-max). Each
 /// run is measured by this program re-executed as `<self> --measure-one <scan args>`, which the

@@ -343,21 +343,7 @@ fn report(a: &Agent, b: &Agent, minutes: f64, scrape_every: Duration) {
 fn api_requests(requests: &[nodemedic_tests::apiserver::RequestRecord], minutes: f64) {
     let mut by: BTreeMap<String, usize> = BTreeMap::new();
     for r in requests {
-        let what = if r.is_watch {
-            format!("watch {}", r.resource)
-        } else if r.verb.is_empty() {
-            format!("{} {} (non-resource)", r.method, r.path)
-        } else {
-            let sub = r.subresource.as_deref().map(|s| format!("/{s}")).unwrap_or_default();
-            let group = if r.group.is_empty() {
-                String::new()
-            } else {
-                format!(".{}", r.group)
-            };
-            let dry = if r.query.contains("dryRun") { " (dry run)" } else { "" };
-            format!("{} {}{group}{sub}{dry}", r.verb, r.resource)
-        };
-        *by.entry(what).or_default() += 1;
+        *by.entry(measure::request_kind(r)).or_default() += 1;
     }
     let watches = requests.iter().filter(|r| r.is_watch).count();
     let others = requests.len() - watches;

@@ -116,12 +116,7 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     let others = requests.len() - watches;
     let mut by: std::collections::BTreeMap<String, usize> = Default::default();
     for r in &requests {
-        *by.entry(format!(
-            "{} {}",
-            if r.is_watch { "watch" } else { r.verb.as_str() },
-            r.resource
-        ))
-        .or_default() += 1;
+        *by.entry(measure::request_kind(r)).or_default() += 1;
     }
     let mut lat = vec![];
     let mut size = 0;
