@@ -177,6 +177,8 @@ pub struct ContainerInfo {
     pub state: Option<String>,
     /// The exit code, when terminated.
     pub exit_code: Option<i32>,
+    /// The container's image, as in the spec (`apache/spark:3.5.1`).
+    pub image: Option<String>,
 }
 
 /// An owner reference of a pod.
@@ -245,6 +247,27 @@ impl PodInfo {
     /// `namespace/name`.
     pub fn display(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The Spark version of a Spark pod: its `spark-version` label (Spark 3.3 and later set
+    /// it), else the tag of its Spark container's image when that is a Spark image with a
+    /// version tag (`apache/spark:2.4.8`, `gcr.io/spark-operator/spark:v2.4.5`). With where
+    /// it came from: `label` or `image`.
+    pub fn spark_version(&self) -> Option<(String, &'static str)> {
+        if let Some(v) = self.label("spark-version") {
+            return Some((v.to_string(), "label"));
+        }
+        // The container Spark runs in: named so by Spark, else the first regular one.
+        let spark = self
+            .containers
+            .iter()
+            .find(|c| matches!(c.name.as_str(), "spark-kubernetes-driver" | "spark-kubernetes-executor"))
+            .or_else(|| {
+                self.containers
+                    .iter()
+                    .find(|c| c.kind.is_none_or(|k| k == ContainerKind::Regular))
+            })?;
+        spark_version_of_image(spark.image.as_deref()?).map(|v| (v, "image"))
     }
 
     /// A label's value.
@@ -401,7 +424,8 @@ pub struct ApiObservation {
 /// config-map volume under the kubelet's pod directory).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SparkConf {
-    /// The `spark-version` label, when set (3.3+).
+    /// The Spark version: the `spark-version` label (3.3+), else the Spark image's tag
+    /// ([`PodInfo::spark_version`]).
     pub version: Option<String>,
     pub properties: BTreeMap<String, String>,
     /// The driver container's literal `KUBERNETES_REQUEST_TIMEOUT` env (Spark 2.4), in ms.
@@ -488,5 +512,93 @@ impl NodeSnapshot {
         }
         let tree = self.cgroups.ok()?;
         tree.container(id).map(|(pod, _)| (pod.uid.clone(), None))
+    }
+}
+
+/// The Spark version an image's tag names, for images whose name says Spark: `apache/spark:3.5.1`,
+/// `apache/spark:3.4.0-scala2.12-java11-ubuntu`, `gcr.io/spark-operator/spark:v3.1.1`,
+/// `bitnami/spark:3.3.2-debian-11-r0`, `registry:5000/team/spark-py:2.4.8`. `None` for any
+/// other image or tag (an application image's own version says nothing about Spark's), and for
+/// digests without a tag.
+pub fn spark_version_of_image(image: &str) -> Option<String> {
+    let without_digest = image.split('@').next()?;
+    // The tag follows the last ':' after the last '/' (a registry's port comes before it).
+    let last = without_digest.rsplit('/').next()?;
+    let (name, tag) = last.split_once(':')?;
+    if !name.to_ascii_lowercase().contains("spark") {
+        return None;
+    }
+    let tag = tag.strip_prefix('v').unwrap_or(tag);
+    let end = tag
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(tag.len());
+    let version = tag[..end].trim_end_matches('.');
+    let parts: Vec<&str> = version.split('.').collect();
+    let numeric = parts
+        .iter()
+        .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()));
+    // Spark versions are major.minor[.patch], major 1 to 9: not a date or a build number.
+    let major_ok = parts.first().is_some_and(|m| m.len() == 1 && *m != "0");
+    let versioned = (2..=3).contains(&parts.len()) && numeric && major_ok;
+    // What follows the version must be a separator (`-scala2.12`), not more of a word.
+    let rest_ok = tag[end..].is_empty() || tag[end..].starts_with(['-', '_', '+']);
+    (versioned && rest_ok).then(|| version.to_string())
+}
+
+#[cfg(test)]
+mod spark_version_tests {
+    use super::*;
+
+    #[test]
+    fn spark_images_give_their_version_and_others_none() {
+        let cases = [
+            ("apache/spark:3.5.1", Some("3.5.1")),
+            ("apache/spark:3.4.0-scala2.12-java11-ubuntu", Some("3.4.0")),
+            ("gcr.io/spark-operator/spark:v3.1.1", Some("3.1.1")),
+            ("gcr.io/spark-operator/spark-py:v2.4.5", Some("2.4.5")),
+            ("bitnami/spark:3.3.2-debian-11-r0", Some("3.3.2")),
+            ("registry.local:5000/team/spark:2.4", Some("2.4")),
+            ("apache/spark:3.5.1@sha256:abcd", Some("3.5.1")),
+            ("apache/spark@sha256:abcd", None),
+            ("apache/spark", None),
+            ("apache/spark:latest", None),
+            ("apache/spark:20240101", None),
+            ("apache/spark:3", None),
+            ("apache/spark:3.5.1.2", None),
+            ("apache/spark:3.5beta", None),
+            ("registry.local:5000/team/etl-job:2.4.8", None),
+            ("registry.local:5000/spark/etl:1.2.3", None),
+            ("", None),
+        ];
+        for (image, want) in cases {
+            assert_eq!(spark_version_of_image(image).as_deref(), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn the_label_wins_over_the_image() {
+        let mut p = PodInfo {
+            containers: vec![
+                ContainerInfo {
+                    name: "istio-proxy".into(),
+                    kind: Some(ContainerKind::Regular),
+                    image: Some("docker.io/istio/proxyv2:1.20.0".into()),
+                    ..Default::default()
+                },
+                ContainerInfo {
+                    name: "spark-kubernetes-driver".into(),
+                    kind: Some(ContainerKind::Regular),
+                    image: Some("apache/spark:2.4.8".into()),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(p.spark_version(), Some(("2.4.8".to_string(), "image")));
+        p.labels.insert("spark-version".into(), "3.5.1".into());
+        assert_eq!(p.spark_version(), Some(("3.5.1".to_string(), "label")));
+        p.labels.clear();
+        p.containers[1].image = Some("company/etl:7.1.0".into());
+        assert_eq!(p.spark_version(), None);
     }
 }

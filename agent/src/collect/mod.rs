@@ -168,7 +168,7 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
         .filter_map(|p| {
             let mut conf = sparkconf::read_spark_conf(host, &kubelet_dir, p).unwrap_or_default();
             conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
-            conf.version = conf.version.or_else(|| p.label("spark-version").map(str::to_string));
+            conf.version = conf.version.or_else(|| p.spark_version().map(|(v, _)| v));
             (!conf.properties.is_empty() || conf.kubernetes_request_timeout_env.is_some())
                 .then(|| (p.uid.clone(), conf))
         })

@@ -75,6 +75,8 @@ pub struct EnvVar {
 pub struct Container {
     pub name: String,
     #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
     pub resources: Option<Resources>,
     #[serde(default)]
     pub env: Option<Vec<EnvVar>>,
@@ -511,6 +513,7 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
     ContainerInfo {
         name: c.name.clone(),
         kind: Some(kind),
+        image: c.image.clone().filter(|i| !i.is_empty()),
         cpu_request_millis: request,
         cpu_limit_millis: limit,
         container_id: status
@@ -738,6 +741,8 @@ mod tests {
         );
         assert_eq!(p.pod_ip.as_deref(), Some("10.4.2.17"));
         assert!(!p.deleting);
+        assert_eq!(p.containers[1].image.as_deref(), Some("spark:3.5.1"));
+        assert_eq!(p.spark_version(), Some(("3.5.1".to_string(), "image")));
     }
 
     #[test]

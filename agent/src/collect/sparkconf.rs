@@ -253,14 +253,14 @@ pub fn find_spark_properties(
 }
 
 /// The Spark configuration of driver `pod` from its conf volume on this node, with the
-/// version from its `spark-version` label (Spark 3.3+). `None` when the pod has no readable
+/// version from its `spark-version` label (Spark 3.3+) or its Spark image's tag. `None` when the pod has no readable
 /// `spark.properties` here (use [`find_spark_properties`] for the reason). The driver's
 /// `KUBERNETES_REQUEST_TIMEOUT` environment variable is not in the pod list's [`PodInfo`]
 /// and is left for the caller to fill.
 pub fn read_spark_conf(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> Option<SparkConf> {
     let (_, text) = find_spark_properties(host, kubelet_dir, pod).ok()??;
     Some(SparkConf {
-        version: pod.label("spark-version").map(str::to_string),
+        version: pod.spark_version().map(|(v, _)| v),
         properties: parse_spark_properties(&text),
         kubernetes_request_timeout_env: None,
     })

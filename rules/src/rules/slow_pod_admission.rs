@@ -138,13 +138,14 @@ pub fn spark_client_timeout(snap: &NodeSnapshot, settings: &Settings) -> (f64, S
     (t.seconds, t.source)
 }
 
-/// The running drivers on this node: (`ns/name`, `spark-version`).
+/// The running drivers on this node: (`ns/name`, Spark version from the `spark-version` label
+/// or the Spark image's tag).
 fn local_drivers(snap: &NodeSnapshot) -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = snap
         .pods
         .iter()
         .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
-        .map(|p: &PodInfo| (p.display(), p.label("spark-version").map(str::to_string)))
+        .map(|p: &PodInfo| (p.display(), p.spark_version().map(|(v, _)| v)))
         .collect();
     for (uid, conf) in &snap.spark_confs {
         let (name, alive) = driver_name(snap, uid);
@@ -277,8 +278,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         ));
     } else if unknown_version {
         remedy.push(format!(
-            "on Spark 2.4 (drivers without a spark-version label may be 2.4): {FABRIC8_TIMEOUT_ENV}={suggested_ms} in \
-             spark-submit's environment and --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}"
+            "on Spark 2.4 (a driver whose version neither a spark-version label nor a Spark image tag gives may \
+             be 2.4): {FABRIC8_TIMEOUT_ENV}={suggested_ms} in spark-submit's environment and \
+             --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}"
         ));
     }
     remedy.push(match (slowest_webhook, webhooks.is_empty(), &webhooks_status) {
@@ -447,6 +449,39 @@ mod tests {
             f[0].evidence["dominant_phase"], "connect",
             "no phase ended: never connected"
         );
+    }
+
+    #[test]
+    fn unlabelled_spark_2_drivers_are_known_by_their_image() {
+        let mut d1 = spark_driver("d1", "spark-a", "etl", "Running");
+        d1.labels.remove("spark-version");
+        d1.containers[0].image = Some("gcr.io/spark-operator/spark:v2.4.5".into());
+        let s = Settings::default();
+        let judge = |d: &PodInfo| {
+            check(
+                &SnapshotBuilder::spark_node(std::slice::from_ref(d))
+                    .with_api(creates(&[8.0]))
+                    .build(),
+                &s,
+            )
+        };
+        let f = judge(&d1);
+        assert!(
+            f[0].remedy
+                .contains("for the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT="),
+            "{}",
+            f[0].remedy
+        );
+        assert_eq!(f[0].evidence["spark_2_drivers"], json!(["spark-jobs/etl-driver"]));
+        // An application's own image tag says nothing of Spark's version: the advice hedges.
+        d1.containers[0].image = Some("registry.local/etl-job:2.4.8".into());
+        let f = judge(&d1);
+        assert!(f[0].remedy.contains("may be 2.4"), "{}", f[0].remedy);
+        assert!(!f[0].evidence.contains_key("spark_2_drivers"));
+        // A 3.x image: neither.
+        d1.containers[0].image = Some("apache/spark:3.5.1-scala2.12-java17-ubuntu".into());
+        let f = judge(&d1);
+        assert!(!f[0].remedy.contains("2.4"), "{}", f[0].remedy);
     }
 
     #[test]

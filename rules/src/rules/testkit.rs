@@ -33,6 +33,7 @@ pub fn pod(uid: &str, name: &str, phase: &str, containers: &[(&str, &str)]) -> P
                 container_id: (!id.is_empty()).then(|| id.to_string()),
                 state: Some(if phase == "Running" { "running" } else { "terminated" }.into()),
                 exit_code: None,
+                image: None,
             })
             .collect(),
         ..Default::default()
@@ -224,6 +225,7 @@ pub fn spark_pod(uid: &str, name: &str, role: &str, app: &str, phase: &str) -> P
             container_id: Some(format!("c-{uid}")),
             state: Some(state.into()),
             exit_code,
+            image: Some("apache/spark:3.5.1".into()),
         }],
         labels,
         created_at: Some(NOW - 2400),
