@@ -55,9 +55,28 @@ impl HostPaths {
     /// How the host names a local path: the part under the root, with a leading `/`.
     /// Paths outside the root (an explicit `--kubelet-dir`) are shown as they are.
     pub fn display(&self, local: &Path) -> String {
-        match local.strip_prefix(&self.root) {
-            Ok(rest) if self.root != Path::new("/") => format!("/{}", rest.display()),
-            _ => local.display().to_string(),
+        self.shown(local).to_string()
+    }
+
+    /// [`HostPaths::display`], formatted only when it is printed: for the many reads whose
+    /// name is needed only if they fail.
+    pub fn shown<'a>(&'a self, local: &'a Path) -> Shown<'a> {
+        Shown { host: self, local }
+    }
+}
+
+/// A local path as the host names it; see [`HostPaths::shown`].
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a> {
+    host: &'a HostPaths,
+    local: &'a Path,
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.local.strip_prefix(&self.host.root) {
+            Ok(rest) if self.host.root != Path::new("/") => write!(f, "/{}", rest.display()),
+            _ => write!(f, "{}", self.local.display()),
         }
     }
 }
@@ -85,5 +104,13 @@ mod tests {
             real.display(Path::new("/tmp/k/cpu_manager_state")),
             "/tmp/k/cpu_manager_state"
         );
+        // Outside the root: shown as it is; the lazy form prints the same.
+        assert_eq!(h.display(Path::new("/elsewhere/x")), "/elsewhere/x");
+        let p = Path::new("/host/sys/fs/cgroup/cpuset/kubepods/cpuset.cpus");
+        assert_eq!(
+            format!("{}: bad", h.shown(p)),
+            "/sys/fs/cgroup/cpuset/kubepods/cpuset.cpus: bad"
+        );
+        assert_eq!(h.shown(p).to_string(), h.display(p));
     }
 }

@@ -153,7 +153,7 @@ impl Walk<'_> {
     /// A cpuset file; `None` when absent or empty (v2 without the cpuset controller, or
     /// inherited), or unparsable (noted).
     fn cpuset(&mut self, path: &Path) -> Option<CpuSet> {
-        let shown = self.host.display(path);
+        let shown = self.host.shown(path);
         match read_text(path, &shown, SMALL_FILE) {
             Ok(None) => None,
             Err(e) if e.is_not_found() => None,
@@ -176,7 +176,7 @@ impl Walk<'_> {
     /// means the cgroup was removed since it was listed.
     fn procs_if_present(&mut self, dir: &Path) -> Option<Vec<u32>> {
         let path = dir.join("cgroup.procs");
-        let shown = self.host.display(&path);
+        let shown = self.host.shown(&path);
         match read_text(&path, &shown, PROCS_LIMIT) {
             Ok(Some(text)) => Some(parse_cgroup_procs(&text).unwrap_or_else(|e| {
                 self.notes.push(format!("{shown}: {e}"));

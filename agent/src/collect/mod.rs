@@ -254,7 +254,7 @@ pub fn infer_node_name(
         }
     }
     let path = host.host("/etc/hostname");
-    match read::read_text(&path, "/etc/hostname", 4096) {
+    match read::read_text(&path, &"/etc/hostname", 4096) {
         Ok(Some(name)) if !name.trim().is_empty() => name.trim().to_string(),
         _ => "unknown".to_string(),
     }

@@ -62,7 +62,7 @@ pub fn list_pids(host: &HostPaths) -> std::io::Result<Vec<u32>> {
 pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
     for pid in list_pids(host).ok()? {
         let path = host.proc().join(pid.to_string()).join("cmdline");
-        let Ok(Some(bytes)) = read_bytes(&path, "", CMDLINE_LIMIT) else {
+        let Ok(Some(bytes)) = read_bytes(&path, &"", CMDLINE_LIMIT) else {
             continue;
         };
         let args = parse_cmdline(&bytes);
@@ -76,10 +76,10 @@ pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
 /// One process's affinity; `Ok(None)` when it has exited.
 pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, String> {
     let path = host.proc().join(pid.to_string()).join("status");
-    read_process_at(&path, &host.display(&path), pid)
+    read_process_at(&path, &host.shown(&path), pid)
 }
 
-fn read_process_at(path: &Path, shown: &str, pid: u32) -> Result<Option<ProcessInfo>, String> {
+fn read_process_at(path: &Path, shown: &dyn std::fmt::Display, pid: u32) -> Result<Option<ProcessInfo>, String> {
     match read_text(path, shown, STATUS_LIMIT) {
         Ok(None) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
@@ -141,7 +141,7 @@ mod tests {
     fn exited_process_is_none() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            read_process_at(&dir.path().join("status"), "/proc/9/status", 9),
+            read_process_at(&dir.path().join("status"), &"/proc/9/status", 9),
             Ok(None)
         );
     }

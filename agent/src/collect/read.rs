@@ -4,6 +4,7 @@
 //! load more than the caller's limit is refused instead, so a corrupt or hostile file cannot
 //! make the agent balloon.
 
+use std::fmt::Display;
 use std::io::{ErrorKind, Read};
 use std::path::Path;
 
@@ -28,8 +29,8 @@ impl ReadError {
 }
 
 /// Reads at most `limit` bytes of `path`; `Ok(None)` when it does not exist.
-/// `shown` is the path as reported (the host's view).
-pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+/// `shown` is the path as reported (the host's view), formatted only for an error.
+pub fn read_bytes(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: shown.to_string(),
         source,
@@ -58,7 +59,7 @@ pub fn read_bytes(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<u8>
 }
 
 /// [`read_bytes`] as UTF-8 text.
-pub fn read_text(path: &Path, shown: &str, limit: u64) -> Result<Option<String>, ReadError> {
+pub fn read_text(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<String>, ReadError> {
     match read_bytes(path, shown, limit)? {
         None => Ok(None),
         Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| ReadError::NotUtf8 {
@@ -76,15 +77,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("f");
         std::fs::write(&f, b"12345").unwrap();
-        assert_eq!(read_text(&f, "/f", 5).unwrap().as_deref(), Some("12345"));
-        let err = read_text(&f, "/f", 4).unwrap_err().to_string();
+        assert_eq!(read_text(&f, &"/f", 5).unwrap().as_deref(), Some("12345"));
+        let err = read_text(&f, &"/f", 4).unwrap_err().to_string();
         assert_eq!(err, "/f: larger than the 4-byte limit for this file");
-        assert!(read_text(&dir.path().join("nope"), "/nope", 5).unwrap().is_none());
+        assert!(read_text(&dir.path().join("nope"), &"/nope", 5).unwrap().is_none());
         assert_eq!(
-            read_text(dir.path(), "/d", 5).unwrap_err().to_string(),
+            read_text(dir.path(), &"/d", 5).unwrap_err().to_string(),
             "/d: is a directory, not a file"
         );
         std::fs::write(&f, b"\xff\xfe").unwrap();
-        assert_eq!(read_text(&f, "/f", 5).unwrap_err().to_string(), "/f: not UTF-8 text");
+        assert_eq!(read_text(&f, &"/f", 5).unwrap_err().to_string(), "/f: not UTF-8 text");
     }
 }

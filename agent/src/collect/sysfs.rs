@@ -42,7 +42,7 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
         let topo = cpu_dir.join(format!("cpu{cpu}/topology"));
         let read = |name: &str| -> Option<u32> {
             let p = topo.join(name);
-            let text = read_text(&p, &host.display(&p), SMALL_FILE).ok()??;
+            let text = read_text(&p, &host.shown(&p), SMALL_FILE).ok()??;
             parse_sysfs_u32(&text).ok()
         };
         match (read("core_id"), read("physical_package_id")) {

@@ -344,7 +344,7 @@ type FileRead = (Vec<u8>, u32, (u32, u32));
 /// Reads the checkpoint's bytes and attributes; `Ok(None)` when there is no file.
 fn read_file(path: &Path, shown: &str) -> Result<Option<FileRead>, String> {
     use std::os::unix::fs::MetadataExt as _;
-    let Some(bytes) = read_bytes(path, shown, MAX_CHECKPOINT_BYTES).map_err(|e| e.to_string())? else {
+    let Some(bytes) = read_bytes(path, &shown, MAX_CHECKPOINT_BYTES).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
     let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
