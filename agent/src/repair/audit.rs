@@ -218,21 +218,8 @@ pub fn now_unix() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Human size: `1.5 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+/// Human size, as the rules print it in findings: `1.5 GiB`.
+pub use nodemedic_rules::rules::orphaned_executor::human_bytes;
 
 /// Where action records go: the log, and Events when a client is given.
 #[derive(Clone)]

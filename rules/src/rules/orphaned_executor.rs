@@ -183,8 +183,8 @@ pub(crate) fn kubectl_delete(pod: &PodInfo) -> String {
     format!("kubectl delete pod -n {} {}", pod.namespace, pod.name)
 }
 
-/// Human size: `1.5 GiB`.
-pub(crate) fn human_bytes(bytes: u64) -> String {
+/// Human size: `1.5 GiB` (binary units, one decimal; bytes as they are below 1 KiB).
+pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
