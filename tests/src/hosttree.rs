@@ -105,6 +105,14 @@ pub fn container_id(seed: &str) -> String {
     out
 }
 
+/// Writes `content` to `path`, creating its parent directories.
+pub fn write_file(path: &Path, content: impl AsRef<[u8]>) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, content)
+}
+
 /// A stable pod UID derived from a name.
 pub fn pod_uid(seed: &str) -> String {
     let id = container_id(seed);
@@ -391,13 +399,7 @@ impl Node {
 
     /// Writes the tree under `root` (created if needed).
     pub fn write(&self, root: &Path) -> io::Result<()> {
-        let put = |rel: &str, content: &[u8]| -> io::Result<()> {
-            let p = root.join(rel.trim_start_matches('/'));
-            if let Some(dir) = p.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(p, content)
-        };
+        let put = |rel: &str, content: &[u8]| write_file(&root.join(rel.trim_start_matches('/')), content);
         let online = CpuSet::from_ids(0..self.cpu_count());
         let state = self.state();
         put("/etc/hostname", format!("{}\n", self.name).as_bytes())?;

@@ -9,10 +9,8 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use nodemedic_rules::CpuSet;
-use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
 use nodemedic_tests::cgroup_v1::CpusetSandbox;
-use nodemedic_tests::hosttree::{container_id, pod_uid};
+use nodemedic_tests::hosttree::{container_id, pod_uid, write_file};
 use nodemedic_tests::nodemedic;
 use serde_json::{Value, json};
 
@@ -25,11 +23,6 @@ struct Fixture {
     gone_uid: String,
     live_id: String,
     live_pid: u32,
-}
-
-fn write(path: &Path, content: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, content).unwrap();
 }
 
 fn setup() -> Fixture {
@@ -50,44 +43,13 @@ fn setup() -> Fixture {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
     symlink("/proc", r.join("proc")).unwrap();
-    std::fs::create_dir_all(r.join("sys/fs")).unwrap();
-    symlink("/sys/fs/cgroup", r.join("sys/fs/cgroup")).unwrap();
-    write(&r.join("sys/devices/system/cpu/online"), "0-3\n");
     for cpu in 0..4 {
-        write(
-            &r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/core_id")),
-            &format!("{cpu}\n"),
-        );
-        write(
-            &r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id")),
-            "0\n",
-        );
+        let topology = r.join(format!("sys/devices/system/cpu/cpu{cpu}/topology"));
+        write_file(&topology.join("core_id"), format!("{cpu}\n")).unwrap();
+        write_file(&topology.join("physical_package_id"), "0\n").unwrap();
     }
-    write(&r.join("var/lib/kubelet/config.yaml"), &sb.kubelet_config());
-    let entry = |uid: &str, cpus: &str| Assignment {
-        key: EntryKey::Container {
-            pod_uid: uid.to_string(),
-            container: "app".into(),
-        },
-        cpus: CpuSet::parse(cpus).unwrap(),
-    };
-    let mut assignments = vec![entry(&live_uid, "1"), entry(&empty_uid, "2"), entry(&gone_uid, "3")];
-    assignments.sort_by(|a, b| a.key.cmp(&b.key));
-    let state = CpuState {
-        policy_name: "static".into(),
-        default_cpus: CpuSet::parse("0").unwrap(),
-        assignments,
-        pod_assignments: vec![],
-    };
-    let checkpoint = r.join("var/lib/kubelet/cpu_manager_state");
-    write(&checkpoint, &state.to_checkpoint_json());
     // Written an hour ago: the kubelet has had many reconcile periods to drop stale entries.
-    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&checkpoint)
-        .unwrap()
-        .set_modified(hour_ago)
+    sb.write_host(r, "0-3", &[(&live_uid, "1"), (&empty_uid, "2"), (&gone_uid, "3")])
         .unwrap();
     let sandbox_name = sb.name.clone();
     Fixture {

@@ -23,7 +23,7 @@ use nodemedic::repair::cpu_state::{self, ApplyOutcome, BACKUP_PREFIX, CpuStateAr
 use nodemedic::repair::kubelet::StopMethod;
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::checkpoint::checksum::{self, Candidate};
-use nodemedic_rules::checkpoint::{Assignment, Checkpoint, CpuState, Entries, EntryKey, Verification};
+use nodemedic_rules::checkpoint::{Checkpoint, Entries, EntryKey, Verification};
 use nodemedic_rules::validate::validate_static_state;
 use nodemedic_tests::cgroup_v1::CpusetSandbox;
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime, container_id, pod_uid};
@@ -897,11 +897,6 @@ struct CgroupHost {
     busy_pid: u32,
 }
 
-fn write(path: &Path, content: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, content).unwrap();
-}
-
 /// Pods L (alive: a sleep pinned to CPU 1), E (cgroup, no processes), G (no cgroup) and B
 /// (a sleep in its cgroup, but missing from the pod list), on a host root whose sysfs says 5
 /// CPUs, whose cgroups are the machine's, and whose `proc` shows only L's sleep: B's
@@ -930,38 +925,8 @@ fn cgroup_host() -> CgroupHost {
     let r = root.path();
     std::fs::create_dir_all(r.join("proc")).unwrap();
     symlink(format!("/proc/{live_pid}"), r.join(format!("proc/{live_pid}"))).unwrap();
-    std::fs::create_dir_all(r.join("sys/fs")).unwrap();
-    symlink("/sys/fs/cgroup", r.join("sys/fs/cgroup")).unwrap();
-    write(&r.join("sys/devices/system/cpu/online"), "0-4\n");
-    write(&r.join("var/lib/kubelet/config.yaml"), &sb.kubelet_config());
-    let entry = |uid: &str, cpus: &str| Assignment {
-        key: EntryKey::Container {
-            pod_uid: uid.to_string(),
-            container: "app".into(),
-        },
-        cpus: CpuSet::parse(cpus).unwrap(),
-    };
-    let mut assignments = vec![
-        entry(&live, "1"),
-        entry(&empty, "2"),
-        entry(&gone, "3"),
-        entry(&busy, "4"),
-    ];
-    assignments.sort_by(|a, b| a.key.cmp(&b.key));
-    let state = CpuState {
-        policy_name: "static".into(),
-        default_cpus: CpuSet::parse("0").unwrap(),
-        assignments,
-        pod_assignments: vec![],
-    };
-    let checkpoint = r.join("var/lib/kubelet/cpu_manager_state");
-    write(&checkpoint, &state.to_checkpoint_json());
     // Written an hour ago: the kubelet had every chance to drop stale entries itself.
-    std::fs::File::options()
-        .write(true)
-        .open(&checkpoint)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+    sb.write_host(r, "0-4", &[(&live, "1"), (&empty, "2"), (&gone, "3"), (&busy, "4")])
         .unwrap();
     CgroupHost {
         _sandbox: sb,
