@@ -1,6 +1,6 @@
 //! What the bench binaries measure a process with: statistics, `/proc` readings, a `/metrics`
-//! scrape over a fresh connection, the port a process listens on, and one whole-process run
-//! of `nodemedic` with its own peak RSS.
+//! scrape over a fresh connection, the port a process listens on, one whole-process run of
+//! `nodemedic` with its own peak RSS, and the daemon started for a bench.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,6 +14,78 @@ pub fn nodemedic_bin() -> PathBuf {
     std::env::var_os("NODEMEDIC_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::current_exe().unwrap_or_default().with_file_name("nodemedic"))
+}
+
+/// `nodemedic run` at default settings for a bench: the host tree under `root`, the API of
+/// `kubeconfig`, a free loopback port, logging at warn. Killed when dropped.
+#[derive(Debug)]
+pub struct Daemon {
+    child: std::process::Child,
+    log: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Daemon {
+    pub fn start(root: &Path, node: &str, kubeconfig: &Path) -> Result<Daemon, String> {
+        let bin = nodemedic_bin();
+        let mut child = Command::new(&bin)
+            .arg("run")
+            .arg("--host-root")
+            .arg(root)
+            .args(["--node", node, "--listen", "127.0.0.1:0"])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .env("NODEMEDIC_LOG", "warn")
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        // The first 64 KiB of its log; the rest is drained so the daemon never blocks on it.
+        let stderr = child.stderr.take();
+        let log = std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            let mut log = String::new();
+            if let Some(s) = stderr {
+                for line in std::io::BufReader::new(s).lines().map_while(Result::ok) {
+                    if log.len() < 64 * 1024 {
+                        log.push_str(&line);
+                        log.push('\n');
+                    }
+                }
+            }
+            log
+        });
+        Ok(Daemon { child, log: Some(log) })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the daemon and returns the start of its log.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Prints the first lines of a daemon's warn-level log, if it wrote any.
+pub fn print_log_head(log: &str) {
+    let warnings: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).take(5).collect();
+    if !warnings.is_empty() {
+        println!("\nnodemedic's log (warn and above, first lines):");
+        for l in warnings {
+            println!("    {l}");
+        }
+    }
 }
 
 /// (min, median, max) of the finite values, as the `slow-api` rule computes them (the median

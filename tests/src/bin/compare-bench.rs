@@ -23,7 +23,6 @@
 //! the table also gives both agents' CPU at a 30 s scrape interval.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -125,33 +124,8 @@ async fn agents(minutes: f64) -> Result<(), String> {
     std::fs::write(&kubeconfig, patched).map_err(|e| e.to_string())?;
 
     // nodemedic, default settings.
-    let bin = measure::nodemedic_bin();
-    let mut child = Command::new(&bin)
-        .args(["run", "--host-root", &root.to_string_lossy(), "--node", &node.name])
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .env("NODEMEDIC_LOG", "warn")
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    let nm_pid = child.id();
-    let nm_stderr = child.stderr.take();
-    let nm = Killed(child);
-    let nm_log = std::thread::spawn(move || {
-        let mut log = String::new();
-        if let Some(s) = nm_stderr {
-            for line in BufReader::new(s).lines().map_while(Result::ok) {
-                if log.len() < 64 * 1024 {
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            }
-        }
-        log
-    });
+    let nm = measure::Daemon::start(&root, &node.name, &kubeconfig)?;
+    let nm_pid = nm.pid();
 
     // node_exporter, default collectors, on a free loopback port. Not the systemd service.
     let ne_bin = node_exporter_bin();
@@ -190,7 +164,7 @@ async fn agents(minutes: f64) -> Result<(), String> {
     println!("## The daemon and node_exporter at steady state\n");
     println!(
         "nodemedic pid {nm_pid} ({}) at {nm_addr}; {pods} pods here, {drivers} drivers elsewhere",
-        bin.display()
+        measure::nodemedic_bin().display()
     );
     println!(
         "node_exporter pid {ne_pid} ({}, {ne_version}) at {ne_addr}",
@@ -251,20 +225,13 @@ async fn agents(minutes: f64) -> Result<(), String> {
     let requests = api.requests();
     a.hwm_mib = status_kib(nm_pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
     b.hwm_mib = status_kib(ne_pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
-    drop(nm);
+    let log = nm.stop();
     drop(ne);
-    let log = nm_log.join().unwrap_or_default();
 
     report(&a, &b, elapsed_min, scrape_every);
     println!();
     api_requests(&requests, elapsed_min);
-    let warnings: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).take(5).collect();
-    if !warnings.is_empty() {
-        println!("\nnodemedic's log (warn and above, first lines):");
-        for l in warnings {
-            println!("    {l}");
-        }
-    }
+    measure::print_log_head(&log);
     Ok(())
 }
 

@@ -13,9 +13,7 @@
 //! CPU time (`utime + stime`), and every request the API server saw; then scrapes `/metrics`
 //! 20 times for latency and size.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nodemedic_tests::apiserver::ApiServer;
@@ -56,40 +54,9 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     node.write(&root).map_err(|e| e.to_string())?;
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
-    let bin = measure::nodemedic_bin();
-    let mut child = Command::new(&bin)
-        .args([
-            "run",
-            "--host-root",
-            &root.to_string_lossy(),
-            "--node",
-            &node.name,
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .env("NODEMEDIC_LOG", "warn")
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    let pid = child.id();
+    let daemon = measure::Daemon::start(&root, &node.name, &kubeconfig)?;
+    let pid = daemon.pid();
     // Logs are at warn level, so the listen address comes from the daemon's own sockets.
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let log = Arc::new(Mutex::new(String::new()));
-    {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(mut l) = log.lock() {
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-            }
-        });
-    }
     let addr = tokio::task::spawn_blocking(move || measure::wait_listen_addr(pid))
         .await
         .ok()
@@ -127,8 +94,7 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
         }
     }
     let hwm = status_kib(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
-    let _ = child.kill();
-    let _ = child.wait();
+    let log = daemon.stop();
     let max_rss = rss.iter().copied().fold(0.0, f64::max);
     println!("| measure | value |");
     println!("|---|---|");
@@ -156,5 +122,6 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
         lat.iter().copied().fold(0.0, f64::max)
     );
     println!("requests by verb and resource: {by:?}");
+    measure::print_log_head(&log);
     Ok(())
 }
