@@ -21,6 +21,7 @@ pub struct Agent {
     child: Child,
     pub addr: String,
     log: Arc<Mutex<String>>,
+    root: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -127,8 +128,14 @@ impl Agent {
             child,
             addr,
             log,
+            root,
             _dir: dir,
         }
+    }
+
+    /// The agent's `--host-root`: the node's tree, which a test may change under it.
+    pub fn host_root(&self) -> &std::path::Path {
+        &self.root
     }
 
     pub fn get(&self, path: &str) -> (u16, String) {

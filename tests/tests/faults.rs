@@ -35,17 +35,6 @@ fn stale_host() -> Node {
     Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
 }
 
-/// The agent's `--host-root`, from its command line.
-fn host_root(agent: &Agent) -> PathBuf {
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", agent.pid())).unwrap();
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let i = args.iter().position(|a| a == "--host-root").unwrap();
-    PathBuf::from(&args[i + 1])
-}
-
 fn assert_no_panic(agent: &Agent) {
     let log = agent.log();
     assert!(!log.contains("panicked"), "the daemon panicked:\n{log}");
@@ -287,7 +276,7 @@ async fn checkpoint_rewritten_under_the_scanner_reports_only_what_some_version_h
     let a = node_a.state().to_checkpoint_json().into_bytes();
     let b = node_b.state().to_checkpoint_json().into_bytes();
     let mut agent = started(&api, Some(&node_a), &["--scan-interval-seconds", "0.05"]).await;
-    let cp = host_root(&agent).join("var/lib/kubelet/cpu_manager_state");
+    let cp = agent.host_root().join("var/lib/kubelet/cpu_manager_state");
     let tmp = cp.with_file_name(".cpu_manager_state.test-tmp");
     let scans_before = agent.scans();
     let writer = std::thread::spawn(move || {
@@ -374,7 +363,7 @@ async fn processes_exiting_between_listing_and_reading_never_panic() {
         .pod(Pod::new("live", 2).exclusive("2-3"))
         .pod(Pod::new("gone-job", 2).exclusive("4,6").gone());
     let mut agent = started(&api, Some(&host), &["--scan-interval-seconds", "0.05"]).await;
-    let root = host_root(&agent);
+    let root = agent.host_root();
     // Every cgroup.procs below kubepods.
     let mut procs_files = Vec::new();
     let mut stack = vec![root.join("sys/fs/cgroup/cpuset/kubepods")];

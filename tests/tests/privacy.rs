@@ -106,7 +106,7 @@ async fn metrics_hold_no_names_values_or_contents() {
     secrets.push(pod_uid(&gone_pod));
     let agent = Agent::start(&api, Some(&host), &[]);
     // The driver's spark.properties, in its conf volume.
-    let root = host_root(&agent);
+    let root = agent.host_root();
     let conf = root.join(format!(
         "var/lib/kubelet/pods/{driver_uid}/volumes/kubernetes.io~configmap/spark-conf-volume-driver"
     ));
@@ -198,15 +198,4 @@ fn add_env(pod: &mut Value, name: &str, value: &str) {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": name, "value": value}));
-}
-
-/// The agent's `--host-root`, from its command line.
-fn host_root(agent: &Agent) -> std::path::PathBuf {
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", agent.pid())).unwrap();
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let i = args.iter().position(|a| a == "--host-root").unwrap();
-    std::path::PathBuf::from(&args[i + 1])
 }
