@@ -97,6 +97,22 @@ pub fn normalize_report(json: &str) -> serde_json::Value {
     v
 }
 
+/// The rule ids of a JSON report's findings, in the report's order. Panics when the report
+/// has no `findings` array or a finding no `rule` string.
+pub fn finding_rules(report: &serde_json::Value) -> Vec<&str> {
+    let Some(findings) = report["findings"].as_array() else {
+        panic!("report has no findings array: {report}");
+    };
+    findings
+        .iter()
+        .map(|f| {
+            f["rule"]
+                .as_str()
+                .unwrap_or_else(|| panic!("finding without a rule: {f}"))
+        })
+        .collect()
+}
+
 /// Compares `actual` with the golden file `tests/golden/<name>.json`; with
 /// `UPDATE_GOLDEN=1` rewrites the file instead.
 pub fn assert_golden(name: &str, actual: &serde_json::Value) {

@@ -231,12 +231,7 @@ fn cgroups_created_and_removed_during_scans() {
     for _ in 0..30 {
         let (_, report) = t.scan();
         // The churning pods are never in the checkpoint or the pod list: the real findings stay.
-        let rules: Vec<&str> = report["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["rule"].as_str().unwrap())
-            .collect();
+        let rules: Vec<&str> = nodemedic_tests::finding_rules(&report);
         assert_eq!(
             rules,
             ["stale-cpu-assignment", "cpuset-drift", "exclusive-cpu-shortage"]

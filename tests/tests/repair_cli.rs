@@ -83,12 +83,7 @@ fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries
     // The scan agrees: nothing stale, the state is valid; a second repair has nothing to do.
     let scan = nodemedic(&["scan", "--host-root", r, "--pods", p, "--format", "json"]);
     let report: serde_json::Value = serde_json::from_str(&scan.stdout).unwrap();
-    let rules: Vec<&str> = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["rule"].as_str().unwrap())
-        .collect();
+    let rules: Vec<&str> = nodemedic_tests::finding_rules(&report);
     assert!(
         !rules.contains(&"stale-cpu-assignment") && !rules.contains(&"checkpoint-invalid-state"),
         "{rules:?}"

@@ -330,12 +330,7 @@ fn apply_with_the_kubelet_stopped_frees_stale_entries_only_and_is_idempotent() {
         "json",
     ]);
     let report: serde_json::Value = serde_json::from_str(&scan.stdout).unwrap();
-    let rules: Vec<&str> = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["rule"].as_str().unwrap())
-        .collect();
+    let rules: Vec<&str> = nodemedic_tests::finding_rules(&report);
     for rule in [
         "stale-cpu-assignment",
         "checkpoint-invalid-state",
