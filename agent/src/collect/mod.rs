@@ -130,29 +130,38 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
         .clone()
         .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
     let file_source = given.as_ref().map_or(PodSource::File, |(_, s)| s.clone());
-    let cluster_pods = if opts.pods_file.is_some() {
-        pods.clone().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    // Offline, the whole pods file is the directory drivers are looked up in: the pods of
+    // other nodes are moved there, and only this node's are copied.
+    let mut cluster_pods = Vec::new();
     let (pod_source, pods) = match pods {
         Some(all) => {
-            let (here, elsewhere): (Vec<PodInfo>, Vec<PodInfo>) = all
-                .into_iter()
-                .partition(|p| p.node_name.as_deref() == Some(node.as_str()));
-            if here.is_empty() && !elsewhere.is_empty() && named.is_none() {
+            let keep_all = opts.pods_file.is_some();
+            let (mut here, mut elsewhere_count) = (Vec::new(), 0);
+            // In file order, which the directory keeps for its listings.
+            for p in all {
+                if p.node_name.as_deref() == Some(node.as_str()) {
+                    if keep_all {
+                        cluster_pods.push(p.clone());
+                    }
+                    here.push(p);
+                } else {
+                    elsewhere_count += 1;
+                    if keep_all {
+                        cluster_pods.push(p);
+                    }
+                }
+            }
+            if here.is_empty() && elsewhere_count > 0 && named.is_none() {
                 // A guessed name that matches nothing would make every entry look stale.
                 notes.push(format!(
-                    "the pods file has {} pods but none is bound to node {node} (a guessed name): \
-                     judging liveness from cgroups instead; pass --node to use the file",
-                    elsewhere.len()
+                    "the pods file has {elsewhere_count} pods but none is bound to node {node} (a guessed name): \
+                     judging liveness from cgroups instead; pass --node to use the file"
                 ));
                 (PodSource::Cgroups, Vec::new())
             } else {
-                if here.is_empty() && !elsewhere.is_empty() {
+                if here.is_empty() && elsewhere_count > 0 {
                     notes.push(format!(
-                        "the pods file has {} pods but none is bound to node {node}",
-                        elsewhere.len()
+                        "the pods file has {elsewhere_count} pods but none is bound to node {node}"
                     ));
                 }
                 (file_source, here)
