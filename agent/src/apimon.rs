@@ -22,7 +22,6 @@ use nodemedic_rules::admission::{
 use nodemedic_rules::promtext;
 use nodemedic_rules::snapshot::{ApiObservation, Observed, ProbeSample, WebhookInfo};
 
-use crate::metrics::Metrics;
 use crate::probe::{Probe, Target};
 
 /// The labels of the probe pod (as [`crate::probe`] creates it).
@@ -177,14 +176,13 @@ impl ApiMonitor {
     }
 
     /// One round: the three probes, the API server's metrics, the webhook list when due.
-    pub async fn round(&mut self, metrics: &Metrics) {
+    /// Returns the round's samples (for the metrics).
+    pub async fn round(&mut self) -> Vec<ProbeSample> {
         let mut any_ok = false;
+        let mut round = Vec::with_capacity(Probe::ALL.len());
         for p in Probe::ALL {
             let sample = self.target.probe(p, self.timeout).await;
-            metrics
-                .api_request_duration_seconds
-                .with_label_values(&[p.name()])
-                .observe(sample.total_seconds);
+            round.push(sample.clone());
             if sample.ok {
                 any_ok = true;
                 self.last_success_at = Some(sample.at);
@@ -196,9 +194,8 @@ impl ApiMonitor {
         while self.samples.len() > WINDOW {
             self.samples.pop_front();
         }
-        metrics.api_up.set(i64::from(any_ok));
         if !any_ok {
-            return;
+            return round;
         }
         self.read_apiserver_metrics().await;
         if self
@@ -212,6 +209,7 @@ impl ApiMonitor {
             }
             self.webhooks = Some((Instant::now(), listed));
         }
+        round
     }
 
     async fn read_apiserver_metrics(&mut self) {
@@ -330,17 +328,33 @@ impl ApiMonitor {
     }
 }
 
-/// Runs rounds forever on `interval` (±10% jitter) and publishes each observation.
+/// One round of probes for a one-shot scan, with the API server's metrics read before and
+/// after it so that each webhook's latency during the round's dry-run create is known.
+/// `spark_pods`: the namespace and labels of each Spark pod on this node.
+pub async fn probe_once(
+    api: &crate::kube_api::Connection,
+    node: &str,
+    spark_pods: &[(String, BTreeMap<String, String>)],
+) -> Result<ApiObservation, String> {
+    let target = Target::from_config(&api.config, &api.config.default_namespace, node)?;
+    let mut monitor = ApiMonitor::new(target, api.client.clone(), Duration::from_secs(60));
+    monitor.prime().await;
+    monitor.round().await;
+    Ok(monitor.observe(spark_pods).await)
+}
+
+/// Runs rounds forever on `interval` (±10% jitter), hands each round's samples to
+/// `on_round` (the metrics) and publishes each observation.
 pub async fn run(
     mut monitor: ApiMonitor,
     interval: Duration,
-    metrics: Metrics,
+    on_round: impl Fn(&[ProbeSample]) + Send + 'static,
     spark_pods: impl Fn() -> Vec<(String, BTreeMap<String, String>)> + Send + 'static,
     out: Arc<Mutex<Option<ApiObservation>>>,
 ) {
     let mut seed = (now() as u64) ^ u64::from(std::process::id());
     loop {
-        monitor.round(&metrics).await;
+        on_round(&monitor.round().await);
         let observation = monitor.observe(&spark_pods()).await;
         if let Ok(mut slot) = out.lock() {
             *slot = Some(observation);

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use nodemedic_rules::Settings;
 
-use crate::args::{Format, RunArgs};
 use crate::collect::read::read_text;
+use crate::output::Format;
+use crate::repair::auto::AutoRepairPolicy;
+use nodemedic_rules::rules;
 
 /// A configuration file is small; anything larger is a mistake.
 const CONFIG_LIMIT: u64 = 1024 * 1024;
@@ -33,74 +35,61 @@ pub struct FileConfig {
     pub probe_timeout_seconds: Option<f64>,
     pub log_format: Option<String>,
     pub rules: Option<Settings>,
-    pub repair: Option<RepairConfig>,
+    pub repair: Option<AutoRepairPolicy>,
 }
 
-/// `repair:`: automatic repair in the daemon, every switch off by default. cpu-state is never
-/// automatic.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RepairConfig {
-    /// Delete orphaned executors that have finished (they only hold local data).
-    pub automatic_orphans: bool,
-    /// Delete pods the kubelet rejected at admission, once older than `failed_pods_older_than_seconds`.
-    pub automatic_failed_pods: bool,
-    /// Remove orphaned Spark scratch directories under `local_dir_roots`.
-    pub automatic_local_dirs: bool,
-    /// Also delete orphans that are still running.
-    pub include_running_orphans: bool,
-    /// At most this many automatic actions per hour (a sliding window).
-    pub max_actions_per_hour: u32,
-    /// Rejected pods younger than this are left alone, in seconds.
-    pub failed_pods_older_than_seconds: i64,
+/// What is wrong with a configuration: the file, the key or the flag, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read or parsed (the message names the key where it can).
+    #[error("{file}: {message}")]
+    File { file: String, message: String },
+    /// A key's value is wrong.
+    #[error("{key}: {message}")]
+    Key { key: String, message: String },
+    /// A flag's value is wrong.
+    #[error("{flag}: {message}")]
+    Flag { flag: String, message: String },
 }
 
-impl Default for RepairConfig {
-    fn default() -> Self {
-        let p = crate::repair::pods::AutoRepairPolicy::default();
-        RepairConfig {
-            automatic_orphans: p.orphans,
-            automatic_failed_pods: p.failed_pods,
-            automatic_local_dirs: p.local_dirs,
-            include_running_orphans: p.include_running_orphans,
-            max_actions_per_hour: p.max_actions_per_hour,
-            failed_pods_older_than_seconds: p.failed_pods_older_than_seconds,
-        }
+impl From<ConfigError> for String {
+    fn from(e: ConfigError) -> String {
+        e.to_string()
     }
 }
 
-impl RepairConfig {
-    /// The daemon's policy.
-    pub fn policy(&self) -> crate::repair::pods::AutoRepairPolicy {
-        crate::repair::pods::AutoRepairPolicy {
-            orphans: self.automatic_orphans,
-            failed_pods: self.automatic_failed_pods,
-            local_dirs: self.automatic_local_dirs,
-            max_actions_per_hour: self.max_actions_per_hour,
-            include_running_orphans: self.include_running_orphans,
-            failed_pods_older_than_seconds: self.failed_pods_older_than_seconds,
-        }
+fn key(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Key {
+        key: key.to_string(),
+        message: message.into(),
     }
 }
 
 /// Reads and checks a configuration file; errors name the file and the key.
-pub fn read_file(path: &Path) -> Result<FileConfig, String> {
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let shown = path.display().to_string();
+    let file = |message: String| ConfigError::File {
+        file: shown.clone(),
+        message,
+    };
     let text = read_text(path, &shown, CONFIG_LIMIT)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{shown}: no such file"))?;
-    parse(&text).map_err(|e| format!("{shown}: {e}"))
+        .map_err(|e| file(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
+        .ok_or_else(|| file("no such file".into()))?;
+    parse(&text).map_err(|e| file(e.to_string()))
 }
 
 /// Parses and checks a configuration text.
-pub fn parse(text: &str) -> Result<FileConfig, String> {
+pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     let cfg: FileConfig = if text.trim().is_empty() {
         FileConfig::default()
     } else {
-        serde_saphyr::from_str(text).map_err(|e| e.to_string())?
+        serde_saphyr::from_str(text).map_err(|e| ConfigError::File {
+            file: "the configuration".into(),
+            message: e.to_string(),
+        })?
     };
-    let positive = |key: &str, v: Option<f64>| match v {
-        Some(s) if !(s.is_finite() && s > 0.0) => Err(format!("{key}: {s} is not a positive number of seconds")),
+    let positive = |name: &str, v: Option<f64>| match v {
+        Some(s) if !(s.is_finite() && s > 0.0) => Err(key(name, format!("{s} is not a positive number of seconds"))),
         _ => Ok(()),
     };
     positive("scan_interval_seconds", cfg.scan_interval_seconds)?;
@@ -114,28 +103,28 @@ pub fn parse(text: &str) -> Result<FileConfig, String> {
     if let Some(listen) = &cfg.listen {
         listen
             .parse::<std::net::SocketAddr>()
-            .map_err(|_| format!("listen: {listen:?} is not an address:port like 0.0.0.0:9904"))?;
+            .map_err(|_| key("listen", format!("{listen:?} is not an address:port like 0.0.0.0:9904")))?;
     }
     if let Some(f) = &cfg.log_format {
         if f != "text" && f != "json" {
-            return Err(format!("log_format: {f:?} is not text or json"));
+            return Err(key("log_format", format!("{f:?} is not text or json")));
         }
     }
     for root in cfg.local_dir_roots.iter().flatten() {
         if !root.starts_with('/') {
-            return Err(format!("local_dir_roots: {root:?} is not an absolute host path"));
+            return Err(key("local_dir_roots", format!("{root:?} is not an absolute host path")));
         }
     }
     if let Some(r) = &cfg.repair {
         if r.failed_pods_older_than_seconds < 0 {
-            return Err(format!(
-                "repair: failed_pods_older_than_seconds: {} is negative",
-                r.failed_pods_older_than_seconds
+            return Err(key(
+                "repair: failed_pods_older_than_seconds",
+                format!("{} is negative", r.failed_pods_older_than_seconds),
             ));
         }
     }
     if let Some(rules) = &cfg.rules {
-        rules.validate().map_err(|e| format!("rules: {e}"))?;
+        rules.validate().map_err(|e| key("rules", e))?;
     }
     Ok(cfg)
 }
@@ -156,7 +145,7 @@ pub struct Effective {
     pub probe_timeout: Duration,
     pub log_format: Format,
     pub settings: Settings,
-    pub repair: crate::repair::pods::AutoRepairPolicy,
+    pub repair: AutoRepairPolicy,
 }
 
 /// Seconds as a duration; fractions allowed (tests run fast cycles), never below 50 ms.
@@ -164,9 +153,29 @@ fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(if s.is_finite() { s.max(0.05) } else { 0.05 })
 }
 
+/// The daemon's flags that override the file's keys (the command line, as plain values:
+/// `None` and empty lists mean "not given").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Flags {
+    pub listen: Option<String>,
+    pub scan_interval_seconds: Option<f64>,
+    pub local_dir_interval_seconds: Option<f64>,
+    pub local_dir_root: Vec<String>,
+    pub driver_cache_ttl_seconds: Option<f64>,
+    pub driver_lookup_budget: Option<u32>,
+    pub event_series_interval_seconds: Option<f64>,
+    pub condition_heartbeat_seconds: Option<f64>,
+    pub request_timeout_seconds: Option<f64>,
+    pub probe_interval_seconds: Option<f64>,
+    pub probe_timeout_seconds: Option<f64>,
+    pub disable_rule: Vec<String>,
+    pub rule_setting: Vec<String>,
+    pub log_format: Option<Format>,
+}
+
 /// Flags win over the file, the file over the defaults. Rule settings: the file's `rules`,
 /// then `--rule-setting` pairs, then `--disable-rule` ids added.
-pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String> {
+pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigError> {
     for (flag, v) in [
         ("--scan-interval-seconds", args.scan_interval_seconds),
         ("--local-dir-interval-seconds", args.local_dir_interval_seconds),
@@ -179,11 +188,14 @@ pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String>
     ] {
         if let Some(s) = v {
             if !(s.is_finite() && s > 0.0) {
-                return Err(format!("{flag}: {s} is not a positive number of seconds"));
+                return Err(ConfigError::Flag {
+                    flag: flag.to_string(),
+                    message: format!("{s} is not a positive number of seconds"),
+                });
             }
         }
     }
-    let settings = crate::cli::settings_from(
+    let settings = settings_from(
         file.rules.clone().unwrap_or_default(),
         &args.rule_setting,
         args.disable_rule.clone(),
@@ -247,22 +259,84 @@ pub fn effective(args: &RunArgs, file: &FileConfig) -> Result<Effective, String>
         ),
         log_format,
         settings,
-        repair: file.repair.clone().unwrap_or_default().policy(),
+        repair: file.repair.clone().unwrap_or_default(),
     })
 }
 
 /// Loads the file named by `--config` (none: defaults).
-pub fn load(path: Option<&PathBuf>) -> Result<FileConfig, String> {
+pub fn load(path: Option<&PathBuf>) -> Result<FileConfig, ConfigError> {
     match path {
         Some(p) => read_file(p),
         None => Ok(FileConfig::default()),
     }
 }
 
+/// A `--rule-setting` value as JSON: a number, `true`/`false`, `[a,b]` (a list of strings),
+/// or a string.
+fn setting_value(text: &str) -> serde_json::Value {
+    if let Ok(i) = text.parse::<i64>() {
+        return serde_json::json!(i);
+    }
+    if let Ok(f) = text.parse::<f64>() {
+        return serde_json::json!(f);
+    }
+    match text {
+        "true" => return serde_json::json!(true),
+        "false" => return serde_json::json!(false),
+        _ => {}
+    }
+    if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        let items: Vec<&str> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        return serde_json::json!(items);
+    }
+    serde_json::json!(text)
+}
+
+/// `base` with `--rule-setting KEY=VALUE` pairs applied over it and `--disable-rule` ids
+/// added; an unknown key, a bad value or an unknown rule id is an error naming it.
+pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) -> Result<Settings, ConfigError> {
+    let flag = |name: &str, message: String| ConfigError::Flag {
+        flag: name.to_string(),
+        message,
+    };
+    let mut obj = match serde_json::to_value(&base) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(flag("--rule-setting", format!("{pair:?}: expected KEY=VALUE")));
+        };
+        obj.insert(key.trim().to_string(), setting_value(value.trim()));
+    }
+    let mut settings: Settings =
+        serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| flag("--rule-setting", e.to_string()))?;
+    for id in disabled {
+        if rules::by_id(&id).is_none() {
+            return Err(flag(
+                "--disable-rule",
+                format!("unknown rule id {id:?} (see `nodemedic rules`)"),
+            ));
+        }
+        settings.disabled_rules.insert(id);
+    }
+    settings.validate().map_err(|e| flag("--rule-setting", e))?;
+    Ok(settings)
+}
+
+/// The rule settings of a repair run: the daemon's configuration file's `rules` (when given),
+/// then `--rule-setting` pairs.
+pub fn repair_settings(config: Option<&PathBuf>, pairs: &[String]) -> Result<Settings, ConfigError> {
+    let base = match config {
+        Some(path) => load(Some(path))?.rules.unwrap_or_default(),
+        None => Settings::default(),
+    };
+    settings_from(base, pairs, vec![])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     const FULL: &str = r#"
 # every key, as in the DaemonSet's ConfigMap
@@ -289,19 +363,10 @@ repair:
   max_actions_per_hour: 3
 "#;
 
-    fn run_args(extra: &[&str]) -> RunArgs {
-        let mut argv = vec!["nodemedic", "run", "--node", "n1"];
-        argv.extend_from_slice(extra);
-        match crate::args::Cli::try_parse_from(argv).unwrap().command {
-            crate::args::Command::Run(a) => a,
-            _ => panic!(),
-        }
-    }
-
     #[test]
     fn full_file_and_flag_precedence() {
         let file = parse(FULL).unwrap();
-        let e = effective(&run_args(&[]), &file).unwrap();
+        let e = effective(&Flags::default(), &file).unwrap();
         assert_eq!(e.scan_interval, Duration::from_secs(15));
         assert_eq!(e.local_dir_roots, ["/mnt/disk1/spark"]);
         assert_eq!(e.log_format, Format::Json);
@@ -309,18 +374,13 @@ repair:
         assert_eq!(e.settings.orphan_grace_seconds, 300);
         assert!(e.repair.orphans && !e.repair.failed_pods && !e.repair.local_dirs);
         assert_eq!(e.repair.max_actions_per_hour, 3);
-        let e = effective(
-            &run_args(&[
-                "--scan-interval-seconds",
-                "5",
-                "--rule-setting",
-                "orphan_grace_seconds=60",
-                "--log-format",
-                "text",
-            ]),
-            &file,
-        )
-        .unwrap();
+        let flags = Flags {
+            scan_interval_seconds: Some(5.0),
+            rule_setting: vec!["orphan_grace_seconds=60".into()],
+            log_format: Some(Format::Text),
+            ..Default::default()
+        };
+        let e = effective(&flags, &file).unwrap();
         assert_eq!(e.scan_interval, Duration::from_secs(5));
         assert_eq!(e.settings.orphan_grace_seconds, 60, "a flag wins");
         assert_eq!(
@@ -329,7 +389,7 @@ repair:
         );
         assert!(!e.settings.enabled("cpuset-drift"));
         assert_eq!(e.log_format, Format::Text);
-        let defaults = effective(&run_args(&[]), &FileConfig::default()).unwrap();
+        let defaults = effective(&Flags::default(), &FileConfig::default()).unwrap();
         assert_eq!(
             (defaults.scan_interval, defaults.listen.as_str()),
             (Duration::from_secs(30), "0.0.0.0:9904")
@@ -368,7 +428,7 @@ repair:
             ),
         ];
         for (text, want) in cases {
-            let err = parse(text).expect_err(text);
+            let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
         assert_eq!(parse("").unwrap(), FileConfig::default());
@@ -379,12 +439,64 @@ repair:
     fn files_are_read_with_errors_naming_them() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.yaml");
-        assert!(read_file(&p).unwrap_err().ends_with("config.yaml: no such file"));
+        assert!(
+            read_file(&p)
+                .unwrap_err()
+                .to_string()
+                .ends_with("config.yaml: no such file")
+        );
         std::fs::write(&p, "scan_interval_seconds: 0\n").unwrap();
-        let err = read_file(&p).unwrap_err();
+        let err = read_file(&p).unwrap_err().to_string();
         assert!(
             err.starts_with(&p.display().to_string()) && err.contains("scan_interval_seconds: 0 is not a positive"),
             "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn rule_settings() {
+        let s = settings_from(
+            Settings::default(),
+            &[
+                "reconcile_grace_seconds=2.5".into(),
+                "rejection_window_seconds=60".into(),
+            ],
+            vec!["cpuset-drift".into()],
+        )
+        .unwrap();
+        assert_eq!(s.reconcile_grace_seconds, Some(2.5));
+        assert_eq!(s.rejection_window_seconds, 60);
+        assert!(!s.enabled("cpuset-drift"));
+        let err = |pairs: &[&str], disabled: &[&str]| {
+            settings_from(
+                Settings::default(),
+                &pairs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                disabled.iter().map(|s| s.to_string()).collect(),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(err(&["nope=1"], &[]).contains("unknown field `nope`"));
+        assert!(err(&["rejection_window_seconds=soon"], &[]).contains("invalid type: string \"soon\""));
+        assert!(err(&["novalue"], &[]).contains("expected KEY=VALUE"));
+        assert!(err(&[], &["no-such-rule"]).contains("unknown rule id"));
+        assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
+    }
+
+    #[test]
+    fn the_repair_section_is_the_policy() {
+        let file = parse("repair:\n  automatic_local_dirs: true\n  failed_pods_older_than_seconds: 60\n").unwrap();
+        let policy = file.repair.unwrap();
+        assert!(policy.local_dirs && !policy.orphans && !policy.failed_pods);
+        assert_eq!(policy.failed_pods_older_than_seconds, 60);
+        assert_eq!(
+            policy.max_actions_per_hour,
+            AutoRepairPolicy::default().max_actions_per_hour
         );
     }
 }

@@ -43,47 +43,149 @@ impl kube::Resource for PodObject {
     }
 }
 
+/// What went wrong talking to the API server: the verb and resource of a request, or the
+/// configuration that could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// No usable client configuration.
+    #[error("{source_name}: {message}")]
+    Config { source_name: String, message: String },
+    /// A request failed (the API server answered with an error, or could not be reached).
+    #[error("{verb} {resource}: {message}")]
+    Request {
+        verb: &'static str,
+        resource: String,
+        message: String,
+        /// The HTTP status, when the API server answered.
+        status: Option<u16>,
+    },
+    /// A request or a group of requests ran out of time.
+    #[error("{verb} {resource}: timeout after {seconds} s")]
+    Timeout {
+        verb: &'static str,
+        resource: String,
+        seconds: u64,
+    },
+}
+
+impl Error {
+    /// A failed request, classified: kube's own timeouts say "timeout".
+    pub fn request(verb: &'static str, resource: impl Into<String>, e: &kube::Error) -> Self {
+        let resource = resource.into();
+        let message = e.to_string();
+        let status = match e {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        };
+        let timed_out = status.is_none() && (message.contains("timed out") || message.contains("Elapsed"));
+        if timed_out {
+            return Error::Request {
+                verb,
+                resource,
+                message: format!("timeout ({message})"),
+                status,
+            };
+        }
+        Error::Request {
+            verb,
+            resource,
+            message,
+            status,
+        }
+    }
+
+    /// The HTTP status the API server answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Request { status, .. } => *status,
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
 /// The client configuration: from `kubeconfig` when given, else in-cluster or `$KUBECONFIG`
 /// (`Config::infer`).
-pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, String> {
+pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, Error> {
     match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let shown = path.display().to_string();
+            let err = |message: String| Error::Config {
+                source_name: shown.clone(),
+                message,
+            };
+            let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("{}: {e}", path.display()))
+                .map_err(|e| err(e.to_string()))
         }
-        None => Config::infer()
-            .await
-            .map_err(|e| format!("no Kubernetes configuration: {e}")),
+        None => Config::infer().await.map_err(|e| Error::Config {
+            source_name: "no Kubernetes configuration".into(),
+            message: e.to_string(),
+        }),
     }
 }
 
 /// A client for watches: a connect timeout, but no read timeout, since a quiet watch may
 /// send nothing for minutes (the watcher has its own idle timeout past the server's).
-pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, String> {
+pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, Error> {
     config.connect_timeout = Some(connect_timeout);
-    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+    Client::try_from(config).map_err(client_error)
+}
+
+fn client_error(e: kube::Error) -> Error {
+    Error::Config {
+        source_name: "Kubernetes client".into(),
+        message: e.to_string(),
+    }
 }
 
 /// Builds a client for requests: every request has `timeout` to connect, write and read,
 /// counted from when it is sent (not from when its pooled connection went idle).
-pub fn request_client(mut config: Config, timeout: Duration) -> Result<Client, String> {
+pub fn request_client(mut config: Config, timeout: Duration) -> Result<Client, Error> {
     config.reset_reader_on_write = true;
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
-    Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+    Client::try_from(config).map_err(client_error)
 }
 
 /// [`request_client`] for the configuration [`config`] loads.
-pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, String> {
+pub async fn client(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, Error> {
     request_client(config(kubeconfig).await?, timeout)
+}
+
+/// A configuration and a request client made from it: what a command needs to list pods,
+/// look drivers up and probe the API server.
+#[derive(Clone)]
+pub struct Connection {
+    pub config: Config,
+    pub client: Client,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connection({})", self.config.cluster_url)
+    }
+}
+
+impl Connection {
+    /// Loads the configuration (see [`config`]) and builds a client with `timeout` per request.
+    pub async fn load(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Self, Error> {
+        let config = config(kubeconfig).await?;
+        let client = request_client(config.clone(), timeout)?;
+        Ok(Connection { config, client })
+    }
 }
 
 /// The pods bound to `node` (one LIST with a field selector, served from the API server's
 /// cache).
-pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, String> {
+pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, Error> {
     let api: Api<PodObject> = Api::all(client.clone());
     let params = ListParams::default()
         .fields(&format!("spec.nodeName={node}"))
@@ -91,7 +193,7 @@ pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, Stri
     api.list(&params)
         .await
         .map(|l| infos(l.items))
-        .map_err(|e| format!("LIST pods spec.nodeName={node}: {e}"))
+        .map_err(|e| Error::request("LIST", format!("pods spec.nodeName={node}"), &e))
 }
 
 /// Driver lookups against the API server.
@@ -121,7 +223,7 @@ impl PodDirectory for ApiDirectory {
         let api: Api<PodObject> = Api::namespaced(self.client.clone(), namespace);
         match api.get_opt(name).await {
             Ok(p) => Ok(p.as_ref().and_then(pod_info)),
-            Err(e) => Err(format!("GET pod {namespace}/{name}: {e}")),
+            Err(e) => Err(Error::request("GET", format!("pod {namespace}/{name}"), &e).to_string()),
         }
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
@@ -134,7 +236,7 @@ impl PodDirectory for ApiDirectory {
         api.list(&params)
             .await
             .map(|l| infos(l.items))
-            .map_err(|e| format!("LIST pods {label_selector}: {e}"))
+            .map_err(|e| Error::request("LIST", format!("pods {label_selector}"), &e).to_string())
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
         let api: Api<PodObject> = Api::all(self.client.clone());
@@ -142,6 +244,6 @@ impl PodDirectory for ApiDirectory {
         api.list(&params)
             .await
             .map(|l| infos(l.items))
-            .map_err(|e| format!("LIST pods status.podIP={ip}: {e}"))
+            .map_err(|e| Error::request("LIST", format!("pods status.podIP={ip}"), &e).to_string())
     }
 }

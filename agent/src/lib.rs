@@ -1,32 +1,39 @@
 //! nodemedic, the node agent.
 //!
-//! Flow of a scan and of every cycle of the daemon:
+//! Flow of a scan, of every cycle of the daemon, and of every repair's plan:
 //!
 //! ```text
-//!  host files (/proc, /sys, kubelet dir) ─┐
-//!  pods (--pods file, the API, or the     ├─> collect::collect ──> NodeSnapshot
-//!        daemon's watch of this node)     ┘   (I/O, HostPaths)         │
-//!  Spark drivers (spark: owner ref, labels, driver URL) ─────────────>│
-//!  API server probes, webhooks (probe, apimon) ──────────────────────>│
-//!                                                                      ▼
-//!                       nodemedic_rules::rules::evaluate (pure) ──> Vec<Finding>
-//!                                                                      │
-//!        report (text/JSON) · metrics (/metrics) · events (Event series) · conditions (node status)
+//!  pods: the API, the daemon's watch,  ─┐
+//!        a --pods file, or none        │   scan::snapshot (the one assembler)
+//!  host files (/proc, /sys, kubelet dir)├─> collect::collect ─> drivers ─> NodeSnapshot
+//!  Spark drivers (spark, kube_api)      │   (records per collector)           │
+//!  API server probes (probe, apimon) ──┘                                      ▼
+//!                        nodemedic_rules::rules::evaluate (pure) ──> Vec<Finding>
+//!                                                                             │
+//!   report (text/JSON) · metrics (/metrics) · events · conditions · repair (plan → act)
 //! ```
 //!
-//! - [`host`]: `HostPaths`, the one place host paths are resolved.
-//! - [`collect`]: one module per input (checkpoint, kubelet config, sysfs, cgroups, procfs,
-//!   pods, Spark local dirs and configurations); thin `read_*` over the host root beside pure,
-//!   tested `parse_*`.
-//! - [`kube_api`], [`spark`]: the Kubernetes client, pods as lean objects, driver resolution
-//!   with a cached, budgeted directory.
-//! - [`probe`], [`apimon`]: API server probes timed like `curl -w`, webhook attribution.
-//! - [`daemon`], [`serve`], [`metrics`], [`events`], [`conditions`], [`config`]: `nodemedic run`.
-//! - [`repair`]: the repairs (plan first, act only with `--apply`).
-//! - [`report`], [`args`], [`cli`]: the command line, its reports and exit codes.
+//! The modules are layers; each imports only from layers below it (`tests/layers.py`, run by
+//! CI, fails on an upward import or a cycle):
+//!
+//! 1. [`host`] (where host files are), [`output`] (formats, writing), [`telemetry`] (logging).
+//! 2. [`collect`] (host readers: checkpoint, kubelet config, sysfs, cgroups, procfs, pods files,
+//!    Spark local dirs and configurations; thin `read_*` over pure `parse_*`), [`spark`]
+//!    (driver resolution through a `PodDirectory`), [`probe`] (API requests timed like
+//!    `curl -w`).
+//! 3. [`kube_api`] (the client, lean pods, typed errors), [`apimon`] (probe rounds, webhook
+//!    attribution).
+//! 4. [`scan`]: the one snapshot assembler.
+//! 5. Sinks and repairs: [`report`], [`metrics`], [`events`], [`conditions`], [`repair`]
+//!    (`command`: plan → print → confirm → re-check → apply → record, for every repair).
+//! 6. [`config`] (file and flags merged), [`daemon`] (`nodemedic run`: one runtime,
+//!    supervised tasks, the HTTP endpoint).
+//! 7. [`cli`]: the only module that knows clap; maps arguments to options and errors to exit
+//!    codes.
+//!
+//! docs/architecture.md says where each rule, collector, sink and repair lives.
 
 pub mod apimon;
-pub mod args;
 pub mod cli;
 pub mod collect;
 pub mod conditions;
@@ -36,8 +43,17 @@ pub mod events;
 pub mod host;
 pub mod kube_api;
 pub mod metrics;
+pub mod output;
 pub mod probe;
 pub mod repair;
 pub mod report;
-pub mod serve;
+pub mod scan;
 pub mod spark;
+pub mod telemetry;
+
+/// Runs `future` to completion on a runtime of its own: the one way a one-shot command (or a
+/// test) that is not in a runtime runs async code. The daemon has its own, single runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    Ok(runtime.block_on(future))
+}

@@ -1,19 +1,20 @@
-//! Prometheus metrics (DESIGN.md "Metrics"): one registry owned by the daemon, no global
+//! Prometheus metrics (docs/metrics.md): one registry owned by the daemon, no global
 //! state. Gauges are set from the latest scan; counters count occurrences. No pod, container
 //! or node names as labels: the scrape target identifies the node.
 
 use std::collections::BTreeSet;
 
 use nodemedic_rules::Settings;
+use nodemedic_rules::facts;
 use nodemedic_rules::finding::{Finding, Severity};
-use nodemedic_rules::rules::{self, stale_cpu_assignment};
-use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
+use nodemedic_rules::rules;
+use nodemedic_rules::snapshot::NodeSnapshot;
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
 
-use crate::collect::Timings;
+use crate::collect::Records;
 
 /// Every metric the agent exports.
 #[derive(Debug, Clone)]
@@ -36,6 +37,7 @@ pub struct Metrics {
     pub api_request_duration_seconds: HistogramVec,
     pub api_up: IntGauge,
     pub repair_actions_total: IntCounterVec,
+    pub task_restarts_total: IntCounterVec,
     pub config_last_reload_success_timestamp_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
@@ -138,6 +140,13 @@ impl Metrics {
                 opts("repair_actions_total", "Automatic repair actions of the daemon, by action (orphans, failed-pods, local-dirs) and result (applied, skipped, failed)."),
                 &["action", "result"],
             )?,
+            task_restarts_total: IntCounterVec::new(
+                opts(
+                    "task_restarts_total",
+                    "Times one of the daemon's tasks (pod_watch, api_probes) ended or panicked and was restarted, by task.",
+                ),
+                &["task"],
+            )?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -158,6 +167,7 @@ impl Metrics {
         m.registry.register(Box::new(m.api_request_duration_seconds.clone()))?;
         m.registry.register(Box::new(m.api_up.clone()))?;
         m.registry.register(Box::new(m.repair_actions_total.clone()))?;
+        m.registry.register(Box::new(m.task_restarts_total.clone()))?;
         for action in ["orphans", "failed-pods", "local-dirs"] {
             for result in ["applied", "skipped", "failed"] {
                 m.repair_actions_total.with_label_values(&[action, result]);
@@ -195,23 +205,14 @@ impl Metrics {
     }
 
     /// Sets the gauges from a scan.
-    pub fn observe_scan(&self, snap: &NodeSnapshot, findings: &[Finding], timings: &Timings, settings: &Settings) {
-        for (name, d) in &timings.collectors {
+    pub fn observe_scan(&self, snap: &NodeSnapshot, findings: &[Finding], records: &Records, settings: &Settings) {
+        for r in records.iter() {
             self.collector_duration_seconds
-                .with_label_values(&[name])
-                .set(d.as_secs_f64());
-        }
-        let ok = |failed: bool| if failed { 0 } else { 1 };
-        let sources: [(&str, bool); 6] = [
-            ("checkpoint", matches!(snap.checkpoint, Observed::Error { .. })),
-            ("kubelet_config", matches!(snap.kubelet, Observed::Error { .. })),
-            ("cpus", matches!(snap.cpus, Observed::Error { .. })),
-            ("cgroups", matches!(snap.cgroups, Observed::Error { .. })),
-            ("procfs", matches!(snap.procfs, Observed::Error { .. })),
-            ("local_dirs", matches!(snap.local_dirs, Observed::Error { .. })),
-        ];
-        for (name, failed) in sources {
-            self.collector_success.with_label_values(&[name]).set(ok(failed));
+                .with_label_values(&[r.name])
+                .set(r.duration.as_secs_f64());
+            self.collector_success
+                .with_label_values(&[r.name])
+                .set(i64::from(!r.failed));
         }
         let firing: BTreeSet<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
         for rule in rules::ALL {
@@ -238,9 +239,8 @@ impl Metrics {
                 .fold(nodemedic_rules::CpuSet::new(), |acc, a| acc.union(&a.cpus));
             self.cpu_manager_exclusive_cpus.set(exclusive.len() as i64);
             self.cpu_manager_default_cpus.set(state.default_cpus.len() as i64);
-            let stale = stale_cpu_assignment::stale_entries_of(snap, settings, state);
-            self.cpu_manager_stale_cpus
-                .set(stale_cpu_assignment::stale_cpus(&stale).len() as i64);
+            let stale = facts::stale_entries_of(snap, settings, state);
+            self.cpu_manager_stale_cpus.set(facts::stale_cpus(&stale).len() as i64);
         } else {
             self.cpu_manager_exclusive_cpus.set(0);
             self.cpu_manager_default_cpus.set(0);
@@ -250,9 +250,9 @@ impl Metrics {
             .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
         if let Ok(mut seen) = self.counted_rejections.lock() {
             let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
-            for r in rules::admission_rejection::rejections(snap) {
+            for r in facts::rejections(snap) {
                 if seen.insert(r.pod.uid.clone()) {
-                    let reason = rules::admission_rejection::metric_reason(r.reason);
+                    let reason = facts::metric_reason(r.reason);
                     self.admission_rejections_total.with_label_values(&[reason]).inc();
                 }
             }
@@ -262,6 +262,16 @@ impl Metrics {
         if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
             self.last_scan_timestamp_seconds.set(now.as_secs_f64());
         }
+    }
+
+    /// Records one round of API probes: each probe's duration, and whether any succeeded.
+    pub fn observe_probes(&self, round: &[nodemedic_rules::snapshot::ProbeSample]) {
+        for s in round {
+            self.api_request_duration_seconds
+                .with_label_values(&[s.probe.as_str()])
+                .observe(s.total_seconds);
+        }
+        self.api_up.set(i64::from(round.iter().any(|s| s.ok)));
     }
 
     /// The exposition text of every metric.
@@ -282,7 +292,9 @@ mod tests {
     fn renders_every_family_with_help_and_type() {
         let m = Metrics::new().unwrap();
         let snap = NodeSnapshot::empty("n", 0);
-        m.observe_scan(&snap, &[], &Timings::default(), &Settings::default());
+        let mut records = Records::default();
+        records.observe("checkpoint", || snap.checkpoint.clone());
+        m.observe_scan(&snap, &[], &records, &Settings::default());
         let text = m.render();
         for name in [
             "nodemedic_build_info",

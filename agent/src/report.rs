@@ -1,4 +1,4 @@
-//! The scan report: the JSON contract of DESIGN.md and the text an SRE reads at 3 a.m.
+//! The scan report: the JSON contract of docs/architecture.md and the text an SRE reads at 3 a.m.
 
 use std::fmt::Write as _;
 
@@ -6,6 +6,8 @@ use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
 use serde_json::{Map, Value, json};
+
+use crate::collect::Records;
 
 /// The report of one scan.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -23,19 +25,13 @@ pub struct Report {
 }
 
 impl Report {
-    /// Builds the report of `snapshot` with its `findings`.
-    pub fn new(snapshot: &NodeSnapshot, findings: Vec<Finding>) -> Self {
+    /// Builds the report of `snapshot` with its `findings`; its `sources` are the collectors'
+    /// `records`.
+    pub fn new(snapshot: &NodeSnapshot, findings: Vec<Finding>, records: &Records) -> Self {
         let generated_at = jiff::Timestamp::from_second(snapshot.taken_at)
             .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
             .unwrap_or_default();
-        let mut sources = Map::new();
-        sources.insert("checkpoint".into(), json!(snapshot.checkpoint.status()));
-        sources.insert("kubelet_config".into(), json!(snapshot.kubelet.status()));
-        sources.insert("cpus".into(), json!(snapshot.cpus.status()));
-        sources.insert("cgroups".into(), json!(snapshot.cgroups.status()));
-        sources.insert("procfs".into(), json!(snapshot.procfs.status()));
-        sources.insert("pods".into(), json!(snapshot.pod_source.as_str()));
-        sources.insert("local_dirs".into(), json!(snapshot.local_dirs.status()));
+        let sources: Map<String, Value> = records.iter().map(|r| (r.name.to_string(), json!(r.status))).collect();
         Report {
             node: snapshot.node.clone(),
             generated_at,

@@ -1,6 +1,6 @@
 //! Spark driver resolution: for each executor on this node, find its driver pod.
 //!
-//! In order (SPARK.md): the executor's controller owner reference (GET the driver by name and
+//! In order (apache/spark `ExecutorPodsAllocator` and `KubernetesClusterSchedulerBackend`; docs/rules/orphaned-executor.md): the executor's controller owner reference (GET the driver by name and
 //! compare the UID: another UID means the driver was recreated); else the labels
 //! `spark-role=driver,spark-app-selector=<app>` in the executor's namespace; else the host of
 //! `SPARK_DRIVER_URL` (a driver service `<prefix>-driver-svc` names the pod `<prefix>-driver`;

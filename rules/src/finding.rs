@@ -1,6 +1,6 @@
 //! What a rule reports: a [`Finding`] with its subject, evidence and remedy.
 //!
-//! The JSON form is the report contract of DESIGN.md (`rule`, `severity`, `subject`,
+//! The JSON form is the report contract of docs/architecture.md (`rule`, `severity`, `subject`,
 //! `summary`, `evidence`, `remedy`).
 
 use serde_json::{Map, Value};

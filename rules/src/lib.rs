@@ -9,22 +9,32 @@
 //! - [`cpuset`]: CPU id sets in the kubelet's list format.
 //! - [`checkpoint`]: the kubelet's `cpu_manager_state` codec (read V1-V4, checksum, write).
 //! - [`topology`]: CPU topology and the kubelet's reserved-CPU choice.
-//! - [`validate`]: the static policy's state checks (KUBELET.md section 3).
+//! - [`validate`]: the static policy's state checks (docs/kubelet.md, "Why a kubelet refuses to
+//!   start").
 //! - [`snapshot`]: what the agent saw on the node.
 //! - [`finding`]: what a rule reports.
 //! - [`rules`]: the rule catalogue, one module per rule id.
+//! - [`facts`]: the judgements several rules, the agent's metrics and its repairs share (stale
+//!   checkpoint entries, rejected pods, orphaned executors and scratch dirs).
+//! - [`probes`]: the API probes' window, statistics and phases.
+//! - [`spark`]: Spark's and spark-operator's labels and container names, pod classification.
+//! - [`text`]: list lengths, human sizes and durations, shared command lines and remedies.
 //! - [`admission`]: which admission webhooks apply to a pod CREATE (admissionregistration/v1).
 //! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
 
 pub mod admission;
 pub mod checkpoint;
 pub mod cpuset;
+pub mod facts;
 pub mod finding;
+pub mod probes;
 pub mod promtext;
 pub mod quantity;
 pub mod rules;
 pub mod settings;
 pub mod snapshot;
+pub mod spark;
+pub mod text;
 pub mod topology;
 pub mod validate;
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::CpuSet;
 use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::spark;
 use crate::topology::CpuTopology;
 use crate::validate::CpuManagerConfig;
 
@@ -254,14 +255,14 @@ impl PodInfo {
     /// version tag (`apache/spark:2.4.8`, `gcr.io/spark-operator/spark:v2.4.5`). With where
     /// it came from: `label` or `image`.
     pub fn spark_version(&self) -> Option<(String, &'static str)> {
-        if let Some(v) = self.label("spark-version") {
+        if let Some(v) = self.label(spark::VERSION) {
             return Some((v.to_string(), "label"));
         }
         // The container Spark runs in: named so by Spark, else the first regular one.
         let spark = self
             .containers
             .iter()
-            .find(|c| matches!(c.name.as_str(), "spark-kubernetes-driver" | "spark-kubernetes-executor"))
+            .find(|c| matches!(c.name.as_str(), spark::DRIVER_CONTAINER | spark::EXECUTOR_CONTAINER))
             .or_else(|| {
                 self.containers
                     .iter()
@@ -277,12 +278,12 @@ impl PodInfo {
 
     /// The `spark-role` label: `driver` or `executor`.
     pub fn spark_role(&self) -> Option<&str> {
-        self.label("spark-role")
+        self.label(spark::ROLE)
     }
 
     /// The Spark application id (`spark-app-selector`).
     pub fn spark_app(&self) -> Option<&str> {
-        self.label("spark-app-selector")
+        self.label(spark::APP_SELECTOR)
     }
 
     /// The controller owner reference, if any.

@@ -1,5 +1,5 @@
-//! The static policy's checks on a restored checkpoint (`policy_static.go` `validateState`,
-//! KUBELET.md section 3), and the reserved CPUs they depend on.
+//! The static policy's checks on a restored checkpoint (`policy_static.go` `validateState`;
+//! docs/kubelet.md, "Why a kubelet refuses to start"), and the reserved CPUs they depend on.
 //!
 //! The kubelet stops at the first failed check and refuses to start; we report every problem,
 //! each with the message the kubelet would log, so one scan shows everything to fix.
@@ -70,7 +70,7 @@ impl CpuManagerConfig {
     }
 }
 
-/// One broken rule of KUBELET.md section 3.
+/// One broken rule of docs/kubelet.md, "Why a kubelet refuses to start".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateProblem {
     /// Rule 1: assignments exist but `defaultCpuSet` is empty.

@@ -3,9 +3,9 @@
 //! Numbers: docs/performance.md.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use nodemedic::collect::{ScanOptions, collect};
 use nodemedic::host::HostPaths;
 use nodemedic::report::Report;
+use nodemedic::scan::{self, Pods};
 use nodemedic_rules::{Settings, rules};
 use std::hint::black_box;
 
@@ -14,18 +14,18 @@ fn bench(c: &mut Criterion) {
     let node = nodemedic_tests::scenarios::big_node(250, 5);
     node.write(dir.path()).expect("write node");
     let host = HostPaths::new(dir.path(), None);
-    let opts = ScanOptions {
+    let opts = scan::Options {
         node: Some("bench-node".into()),
-        pods_file: Some(dir.path().join("pods.json")),
         ..Default::default()
     };
+    let pods = Pods::File(dir.path().join("pods.json"));
     let mut group = c.benchmark_group("scan");
     group.sample_size(30);
     group.bench_function("offline_scan_250pods_750ctr_2000procs", |b| {
         b.iter(|| {
-            let snap = collect(&host, &opts).expect("scan").snapshot;
-            let findings = rules::evaluate(&snap, &Settings::default());
-            black_box(Report::new(&snap, findings).to_json())
+            let scanned = scan::snapshot_blocking(&host, pods.clone(), &opts).expect("scan");
+            let findings = rules::evaluate(&scanned.snapshot, &Settings::default());
+            black_box(Report::new(&scanned.snapshot, findings, &scanned.records).to_json())
         })
     });
     group.finish();

@@ -2,9 +2,11 @@
 //! `kubectl get pods -o json` file, written under a directory that `nodemedic scan
 //! --host-root` then reads.
 //!
-//! The layouts follow KUBELET.md section 5 for cgroup v1 and v2, the cgroupfs and systemd
-//! drivers and the containerd, CRI-O and docker leaf names. The pods file uses the shapes
-//! the API server returns for Spark pods (SPARK.md): labels, owner references, env, volumes.
+//! The layouts follow docs/kubelet.md#where-the-live-truth-is for cgroup v1 and v2, the
+//! cgroupfs and systemd drivers and the containerd, CRI-O and docker leaf names. The pods file
+//! uses the shapes the API server returns for Spark pods (apache/spark
+//! `resource-managers/kubernetes/core/src/main/scala/org/apache/spark/deploy/k8s/`, and
+//! kubeflow/spark-operator): labels, owner references, env, volumes.
 //!
 //! ```no_run
 //! use nodemedic_tests::hosttree::{Node, Layout, Runtime, Pod};

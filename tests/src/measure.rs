@@ -91,8 +91,7 @@ pub fn print_log_head(log: &str) {
 /// (min, median, max) of the finite values, as the `slow-api` rule computes them (the median
 /// of an even count is the mean of the middle two); NaNs for none.
 pub fn stats(v: Vec<f64>) -> (f64, f64, f64) {
-    nodemedic_rules::rules::slow_api::stats(v)
-        .map_or((f64::NAN, f64::NAN, f64::NAN), |(median, min, max)| (min, median, max))
+    nodemedic_rules::probes::stats(v).map_or((f64::NAN, f64::NAN, f64::NAN), |(median, min, max)| (min, median, max))
 }
 
 /// The median of [`stats`].

@@ -1,6 +1,7 @@
-//! Pod objects as Spark and the spark-operator really write them (SPARK.md), for the API
-//! server double and pods files: labels, owner references, env, volumes, container names,
-//! per Spark version.
+//! Pod objects as Spark and the spark-operator really write them (apache/spark
+//! `resource-managers/kubernetes/core/src/main/scala/org/apache/spark/deploy/k8s/`,
+//! kubeflow/spark-operator), for the API server double and pods files: labels, owner
+//! references, env, volumes, container names, per Spark version.
 //!
 //! - Spark 2.4: `spark-app-selector`, `spark-role`, `spark-exec-id`; executor container
 //!   `executor`; no `spark-app-name`/`spark-version` labels.

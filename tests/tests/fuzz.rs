@@ -32,7 +32,7 @@ fn scaled(cases: u32) -> u32 {
     cases.saturating_mul(scale)
 }
 
-/// Checkpoints as kubelets wrote them (KUBELET.md sections 1 and 2, the kubelet's own tests).
+/// Checkpoints as kubelets wrote them (docs/kubelet.md#the-checksum, the kubelet's own tests).
 const UPSTREAM_VECTORS: &[&str] = &[
     r#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}"#,
     r#"{"policyName":"none","defaultCPUSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"1-3"}},"checksum":3610638499}"#,

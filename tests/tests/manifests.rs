@@ -6,8 +6,8 @@
 //! the right `kubectl` commands (against a fake `kubectl`).
 //!
 //! These tests need external tools: `kubectl` (with kustomize), `kubernetes-validate`,
-//! `promtool`, `shellcheck`, `hadolint`, and `python3` with PyYAML. `.ci/run` installs them; a
-//! missing tool fails the test, it never skips it.
+//! `promtool`, `shellcheck`, `hadolint`, and `python3` with PyYAML. `tests/run.sh` installs
+//! them; a missing tool fails the test, it never skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -310,7 +310,7 @@ fn apiserver_metrics_component_renders_and_validates() {
 
 // ---------------------------------------------------------------------------- least privilege
 
-/// What the agent does in the API (DESIGN.md, rbac.yaml), nothing more.
+/// What the agent does in the API (docs/architecture.md, rbac.yaml), nothing more.
 fn base_grants() -> BTreeSet<(String, String, String)> {
     [
         grant("", "pods", "get"),
@@ -585,7 +585,7 @@ fn default_configuration_is_valid_and_complete() {
     let repair_keys: BTreeSet<String> = cfg["repair"].as_object().unwrap().keys().cloned().collect();
     assert_eq!(
         repair_keys,
-        code_keys(serde_json::to_value(nodemedic::config::RepairConfig::default()).unwrap())
+        code_keys(serde_json::to_value(nodemedic::repair::auto::AutoRepairPolicy::default()).unwrap())
     );
     assert!(
         cfg["repair"]

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nodemedic::cli::args::{CpuStateArgs, parse_alone};
 use nodemedic::repair::atomic;
-use nodemedic::repair::cpu_state::{self, ApplyOutcome, BACKUP_PREFIX, CpuStateArgs, RunOutcome, Target, Verdict};
+use nodemedic::repair::cpu_state::{self, ApplyOutcome, BACKUP_PREFIX, Options, RunOutcome, Target, Verdict};
 use nodemedic::repair::kubelet::StopMethod;
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::checkpoint::checksum::{self, Candidate};
@@ -102,7 +103,7 @@ impl Host {
         backups_in(&self.kubelet_dir())
     }
 
-    fn args(&self, extra: &[&str]) -> CpuStateArgs {
+    fn args(&self, extra: &[&str]) -> Options {
         let root = self.root().to_str().unwrap().to_string();
         let pods = format!("{root}/pods.json");
         let mut a: Vec<String> = ["--host-root", &root, "--node", NODE, "--pods", &pods]
@@ -110,7 +111,7 @@ impl Host {
             .map(|s| s.to_string())
             .collect();
         a.extend(extra.iter().map(|s| s.to_string()));
-        CpuStateArgs::parse_from(a).unwrap()
+        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap())
     }
 }
 
@@ -126,10 +127,10 @@ fn backups_in(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Runs the command; a confirmation request is answered "no terminal".
-fn run(args: &CpuStateArgs) -> (u8, String, RunOutcome) {
+fn run(args: &Options) -> (u8, String, RunOutcome) {
     let mut out = Vec::new();
     let outcome = cpu_state::run_with(args, &mut out, &mut |_| Err("no terminal (test)".into())).unwrap();
-    (outcome.code, String::from_utf8(out).unwrap(), outcome)
+    (outcome.code(), String::from_utf8(out).unwrap(), outcome)
 }
 
 fn container_target(uid: &str, container: &str) -> Target {
@@ -139,8 +140,8 @@ fn container_target(uid: &str, container: &str) -> Target {
     }
 }
 
-/// The repaired node's file: V2, live entries byte for byte, stale ones gone, every rule of
-/// KUBELET.md section 3 holding.
+/// The repaired node's file: V2, live entries byte for byte, stale ones gone, every check of
+/// docs/kubelet.md#why-a-kubelet-refuses-to-start holding.
 fn assert_repaired(bytes: &[u8]) {
     let cp = Checkpoint::parse(bytes).unwrap();
     assert_eq!(
@@ -212,7 +213,7 @@ fn dry_run_shows_the_plan_and_changes_nothing() {
         &format!("  = pod {} container {EXEC}: CPUs \"3,2\"", live_exec_uid()),
         "CPUs returned to the default set: 8-10",
         "defaultCpuSet: \"0,4-6,11\" -> \"0,4-6,8-11\"",
-        "Checks on the result (KUBELET.md section 3; online CPUs 0-11, reserved 0,4, strict-cpu-reservation off): all pass",
+        "Checks on the result (the kubelet's start-up checks, docs/kubelet.md; online CPUs 0-11, reserved 0,4, strict-cpu-reservation off): all pass",
         "New file: layout V2",
         "-   \"defaultCpuSet\": \"0,4-6,11\",\n+   \"defaultCpuSet\": \"0,4-6,8-11\",",
         &format!("-     \"{gone}\": {{"),
@@ -355,14 +356,14 @@ fn apply_needs_confirmation_or_yes() {
     // Answered "no".
     let mut buf = Vec::new();
     let o = cpu_state::run_with(&host.args(&["--apply"]), &mut buf, &mut |_| Ok(false)).unwrap();
-    assert_eq!(o.code, 1);
+    assert_eq!(o.code(), 1);
     assert!(String::from_utf8(buf).unwrap().contains("Not applied: not confirmed"));
     assert_eq!(host.read(), before);
     assert!(host.backups().is_empty());
     // Answered "yes".
     let mut buf = Vec::new();
     let o = cpu_state::run_with(&host.args(&["--apply"]), &mut buf, &mut |_| Ok(true)).unwrap();
-    assert_eq!(o.code, 0);
+    assert_eq!(o.code(), 0);
     assert_repaired(&host.read());
 }
 
@@ -426,7 +427,9 @@ fn refuses_an_unreadable_checkpoint() {
     // No file at all: could not run.
     std::fs::remove_file(host.checkpoint()).unwrap();
     let mut out = Vec::new();
-    let e = cpu_state::run_with(&host.args(&[]), &mut out, &mut |_| Ok(true)).unwrap_err();
+    let e = cpu_state::run_with(&host.args(&[]), &mut out, &mut |_| Ok(true))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("cpu_manager_state: no such file"), "{e}");
 }
 
@@ -445,7 +448,7 @@ fn refuses_a_result_that_breaks_section_3() {
     assert_eq!(
         reasons,
         &[
-            "the result would break a rule of KUBELET.md section 3 (current set of available CPUs \"0-13\" doesn't \
+            "the result would fail the kubelet's start-up checks (current set of available CPUs \"0-13\" doesn't \
              match with CPUs in state \"0-11\"): the kubelet would refuse to start with it"
         ]
     );
@@ -679,7 +682,7 @@ impl Drop for FakeKubelet {
     }
 }
 
-fn args_with(host: &Host, kubelet: &FakeKubelet, extra: &[&str]) -> CpuStateArgs {
+fn args_with(host: &Host, kubelet: &FakeKubelet, extra: &[&str]) -> Options {
     let flags = kubelet.flags(extra);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     host.args(&flags)
@@ -821,9 +824,9 @@ fn aborts_when_the_file_changed_between_plan_and_apply() {
     // The kubelet admits a pod before it is stopped: the file the plan was made for is gone.
     let changed = [host.read(), b"\n".to_vec()].concat();
     std::fs::write(host.checkpoint(), &changed).unwrap();
-    let report = cpu_state::apply(&plan, &args.apply_options());
+    let report = cpu_state::apply(&plan, &args.apply);
     assert_eq!(report.outcome, ApplyOutcome::Aborted, "{report:#?}");
-    assert_eq!(report.code(), 1);
+    assert_eq!(report.end().exit_code(), 1);
     assert!(
         report
             .message
@@ -843,7 +846,7 @@ fn aborts_when_the_file_changed_between_plan_and_apply() {
 
     // Planned again, it applies.
     let plan = cpu_state::plan(&args).unwrap();
-    let report = cpu_state::apply(&plan, &args.apply_options());
+    let report = cpu_state::apply(&plan, &args.apply);
     assert_eq!(report.outcome, ApplyOutcome::Applied, "{report:#?}");
     assert_repaired(&host.read());
 }
@@ -866,7 +869,7 @@ fn reports_entries_the_restarted_kubelet_writes_back() {
         ),
     );
     let (code, out, outcome) = run(&args_with(&host, &kubelet, &["--apply", "--yes", "--restart-kubelet"]));
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 3, "written, but a later check failed: {out}");
     let report = outcome.applied.unwrap();
     assert_eq!(report.outcome, ApplyOutcome::AppliedWithProblems);
     assert!(report.kubelet_rewrote);
@@ -935,10 +938,10 @@ fn cgroup_host() -> CgroupHost {
 }
 
 impl CgroupHost {
-    fn args(&self, extra: &[&str]) -> CpuStateArgs {
+    fn args(&self, extra: &[&str]) -> Options {
         let mut a = vec!["--host-root", self.root.path().to_str().unwrap(), "--node", "cg-node"];
         a.extend_from_slice(extra);
-        CpuStateArgs::parse_from(a).unwrap()
+        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap())
     }
 
     fn checkpoint(&self) -> PathBuf {
@@ -1157,7 +1160,9 @@ fn a_writer_killed_at_random_moments_leaves_the_old_or_the_new_file() {
 
 #[test]
 fn the_runbook_documents_every_flag() {
-    let help = CpuStateArgs::parse_from(["--help"]).unwrap_err();
+    let help = parse_alone::<CpuStateArgs>("cpu-state", ["--help"])
+        .unwrap_err()
+        .to_string();
     let flags = |text: &str| -> std::collections::BTreeSet<String> {
         text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
             .filter(|w| w.starts_with("--") && w.len() > 2)

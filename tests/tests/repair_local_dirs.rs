@@ -12,13 +12,12 @@
 
 use std::path::{Path, PathBuf};
 
-use nodemedic::args::{Format, HostArgs, PodSourceArgs};
-use nodemedic::collect::{self, ScanOptions};
+use nodemedic::cli::args::{ApplyArgs, Format, FormatArg, HostArgs, LocalDirsArgs, PodSourceArgs};
+use nodemedic::collect;
 use nodemedic::host::HostPaths;
 use nodemedic::repair::audit::{ActionRecord, ActionResult, Audit};
-use nodemedic::repair::local_dirs::{
-    FreshPods, LocalDirPlan, LocalDirsArgs, apply_local_dirs, plan_local_dirs, run_local_dirs_io,
-};
+use nodemedic::repair::local_dirs::{self, FreshPods, LocalDirPlan};
+use nodemedic::scan::{self, Pods};
 use nodemedic_rules::Settings;
 use nodemedic_rules::snapshot::{NodeSnapshot, PodInfo, PodSource};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, bound_pod};
@@ -95,25 +94,28 @@ impl Host {
             config: None,
             rule_setting: vec![],
             older_than_seconds: Some(0),
-            apply,
-            yes: true,
-            format: Format::Json,
+            apply: ApplyArgs { apply, yes: true },
+            format: FormatArg { format: Format::Json },
         }
     }
 
     fn snapshot(&self, pods: &[PodInfo], roots: &[&str]) -> NodeSnapshot {
-        let opts = ScanOptions {
+        let opts = scan::Options {
             node: Some(NODE.into()),
-            pods: Some((pods.to_vec(), PodSource::File)),
             local_dir_roots: roots.iter().map(|r| r.to_string()).collect(),
             ..Default::default()
         };
-        collect::collect(&self.host, &opts).unwrap().snapshot
+        let pods = Pods::Given {
+            node: NODE.into(),
+            pods: pods.to_vec(),
+            source: PodSource::File,
+        };
+        scan::snapshot_blocking(&self.host, pods, &opts).unwrap().snapshot
     }
 
     fn plan(&self, pods: &[PodInfo]) -> (NodeSnapshot, LocalDirPlan) {
         let snap = self.snapshot(pods, &[ROOT]);
-        let plan = plan_local_dirs(&self.host, &[ROOT.into()], &snap, &settings());
+        let plan = local_dirs::plan(&self.host, &[ROOT.into()], &snap, &settings());
         (snap, plan)
     }
 
@@ -123,7 +125,7 @@ impl Host {
             source: PodSource::File,
         };
         let audit = Audit::new(None, NODE, "test");
-        apply_local_dirs(&self.host, plan, snap, &fresh, &settings(), &audit, None)
+        local_dirs::apply(&self.host, plan, snap, &fresh, &settings(), &audit, None)
     }
 }
 
@@ -154,7 +156,13 @@ fn root_user() -> Value {
 
 fn run(args: LocalDirsArgs) -> (Result<u8, String>, Value) {
     let mut out = vec![];
-    let code = run_local_dirs_io(args, &mut out, &mut &b""[..]);
+    let code = nodemedic::cli::local_dirs_options(&args)
+        .map_err(|e| e.to_string())
+        .and_then(|opts| {
+            local_dirs::run(&opts, &mut out, &mut |_| Ok(false))
+                .map(|ran| ran.code())
+                .map_err(|e| e.to_string())
+        });
     let text = String::from_utf8_lossy(&out).into_owned();
     let v = serde_json::from_str(&text).unwrap_or(Value::Null);
     (code, v)
@@ -310,7 +318,7 @@ fn a_root_that_is_a_symlink_is_refused() {
     let pods = pod_infos(&[unrelated_pod()]);
     let snap = h.snapshot(&pods, &roots);
     let roots: Vec<String> = roots.iter().map(|r| r.to_string()).collect();
-    let plan = plan_local_dirs(&h.host, &roots, &snap, &settings());
+    let plan = local_dirs::plan(&h.host, &roots, &snap, &settings());
     assert!(plan.remove.is_empty(), "{plan:?}");
     for r in &plan.roots {
         assert!(!r.usable);

@@ -10,12 +10,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic::args::Format;
-use nodemedic::repair::audit::{ActionResult, Audit, RepairAction};
-use nodemedic::repair::pods::{
-    self, AutoRepairPolicy, AutoRepairState, FailedPodsArgs, OrphansArgs, PodRepairArgs, api_snapshot, apply_pod_plan,
-    auto_repair, plan_orphans,
+use nodemedic::cli::args::{
+    ApplyArgs, FailedPodsArgs, Format, FormatArg, KubeArgs, OrphansArgs, PodRepairArgs, RepairAction as Command,
 };
+use nodemedic::repair::audit::{ActionResult, Audit, RepairAction};
+use nodemedic::repair::auto::{AutoRepairPolicy, AutoRepairState, auto_repair};
+use nodemedic::repair::pods::{self, api_snapshot, apply_pod_plan, plan_orphans};
 use nodemedic_rules::Settings;
 use nodemedic_tests::apiserver::{ApiServer, RequestRecord};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, bound_pod, finish, rejected_pod};
@@ -79,14 +79,15 @@ impl Fixture {
     fn common_args(&self, apply: bool, yes: bool) -> PodRepairArgs {
         PodRepairArgs {
             node: Some(NODE.into()),
-            kubeconfig: Some(self.kubeconfig.clone()),
+            kube: KubeArgs {
+                kubeconfig: Some(self.kubeconfig.clone()),
+            },
             host_root: None,
             kubelet_dir: None,
             config: None,
             rule_setting: vec![],
-            apply,
-            yes,
-            format: Format::Text,
+            apply: ApplyArgs { apply, yes },
+            format: FormatArg { format: Format::Text },
         }
     }
 
@@ -107,31 +108,40 @@ impl Fixture {
     }
 
     async fn client(&self) -> kube::Client {
-        nodemedic::kube_api::client(Some(&self.kubeconfig), Duration::from_secs(10))
+        self.connection().await.client
+    }
+
+    async fn connection(&self) -> nodemedic::kube_api::Connection {
+        nodemedic::kube_api::Connection::load(Some(&self.kubeconfig), Duration::from_secs(10))
             .await
             .unwrap()
     }
 }
 
-/// Runs a command on a blocking thread: (exit code or error, stdout).
-async fn run_orphans(args: OrphansArgs) -> (Result<u8, String>, String) {
+/// Runs a command on a blocking thread, a question answered by nobody: (exit code or error,
+/// stdout).
+async fn run_command(command: Command) -> (Result<u8, String>, String) {
     tokio::task::spawn_blocking(move || {
         let mut out = vec![];
-        let code = pods::run_orphans_io(args, &mut out, &mut &b""[..]);
+        let code = nodemedic::cli::pod_repair_options(command)
+            .map_err(|e| e.to_string())
+            .and_then(|opts| {
+                pods::run(&opts, &mut out, &mut |_| Ok(false))
+                    .map(|ran| ran.code())
+                    .map_err(|e| e.to_string())
+            });
         (code, String::from_utf8_lossy(&out).into_owned())
     })
     .await
     .unwrap()
 }
 
+async fn run_orphans(args: OrphansArgs) -> (Result<u8, String>, String) {
+    run_command(Command::Orphans(args)).await
+}
+
 async fn run_failed_pods(args: FailedPodsArgs) -> (Result<u8, String>, String) {
-    tokio::task::spawn_blocking(move || {
-        let mut out = vec![];
-        let code = pods::run_failed_pods_io(args, &mut out, &mut &b""[..]);
-        (code, String::from_utf8_lossy(&out).into_owned())
-    })
-    .await
-    .unwrap()
+    run_command(Command::FailedPods(args)).await
 }
 
 fn precondition_uid(r: &RequestRecord) -> Option<String> {
@@ -158,7 +168,7 @@ async fn dry_run_prints_the_plan_and_deletes_nothing() {
     assert!(out.contains("dry run: nothing changed"), "{out}");
     // --apply without --yes and no answer: not confirmed, nothing deleted.
     let mut args = f.orphans_args();
-    args.common.apply = true;
+    args.common.apply.apply = true;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(1), "{out}");
     assert!(out.contains("not confirmed: nothing changed"), "{out}");
@@ -191,8 +201,8 @@ async fn apply_deletes_with_the_uid_precondition_and_keeps_running_orphans() {
     ));
 
     let mut args = f.orphans_args();
-    args.common.apply = true;
-    args.common.yes = true;
+    args.common.apply.apply = true;
+    args.common.apply.yes = true;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(0), "{out}");
     assert!(
@@ -239,10 +249,10 @@ async fn apply_deletes_with_the_uid_precondition_and_keeps_running_orphans() {
 
     // With --include-running the running orphan goes too, also by UID.
     let mut args = f.orphans_args();
-    args.common.apply = true;
-    args.common.yes = true;
+    args.common.apply.apply = true;
+    args.common.apply.yes = true;
     args.include_running = true;
-    args.common.format = Format::Json;
+    args.common.format.format = Format::Json;
     let (code, out) = run_orphans(args).await;
     assert_eq!(code, Ok(0), "{out}");
     let report: Value = serde_json::from_str(&out).unwrap();
@@ -263,7 +273,7 @@ async fn a_pod_recreated_under_the_same_name_is_never_touched() {
     f.orphan(1, "exec-uid-old", false);
     f.orphan(2, "exec-uid-2", false);
     let client = f.client().await;
-    let snapshot = api_snapshot(&client, NODE, None, &[]).await.unwrap();
+    let snapshot = api_snapshot(&f.connection().await, NODE, None, &[]).await.unwrap();
     let plan = plan_orphans(&snapshot, &Settings::default(), false);
     assert_eq!(plan.delete.len(), 2, "{plan:?}");
 
@@ -312,7 +322,7 @@ async fn the_command_rechecks_before_deleting() {
     let f = fixture().await;
     f.orphan(1, "exec-uid-1", false);
     let client = f.client().await;
-    let snapshot = api_snapshot(&client, NODE, None, &[]).await.unwrap();
+    let snapshot = api_snapshot(&f.connection().await, NODE, None, &[]).await.unwrap();
     let plan = plan_orphans(&snapshot, &Settings::default(), false);
     f.api.store().delete("pods", Some(NS), &f.exec_name(1));
     f.orphan(1, "exec-uid-1b", false);
@@ -385,7 +395,7 @@ async fn automatic_repair_is_off_by_default_and_rate_limited() {
     let client = f.client().await;
     let audit = Audit::new(Some(client.clone()), NODE, "test");
     let settings = Settings::default();
-    let snapshot = api_snapshot(&client, NODE, None, &[]).await.unwrap();
+    let snapshot = api_snapshot(&f.connection().await, NODE, None, &[]).await.unwrap();
 
     // Off by default.
     let mut state = AutoRepairState::new(2);
@@ -419,7 +429,7 @@ async fn automatic_repair_is_off_by_default_and_rate_limited() {
     assert_eq!(left, 3, "5 candidates, 2 deleted");
 
     // The next cycle, within the hour: nothing.
-    let snapshot = api_snapshot(&client, NODE, None, &[]).await.unwrap();
+    let snapshot = api_snapshot(&f.connection().await, NODE, None, &[]).await.unwrap();
     assert_eq!(plan_orphans(&snapshot, &settings, false).delete.len(), 3);
     let second = auto_repair(&client, &audit, &snapshot, &settings, &policy, &mut state, None).await;
     assert!(second.is_empty(), "{second:?}");
@@ -431,7 +441,7 @@ async fn automatic_repair_is_off_by_default_and_rate_limited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automatic_local_dir_repair_shares_the_rate_limit() {
     use nodemedic::host::HostPaths;
-    use nodemedic::repair::pods::LocalDirTarget;
+    use nodemedic::repair::auto::LocalDirTarget;
     let f = fixture().await;
     // Running: with the host read, a finished orphan counts only when its emptyDir holds data.
     f.orphan(1, "exec-uid-1", true);
@@ -454,7 +464,9 @@ async fn automatic_local_dir_repair_shares_the_rate_limit() {
         local_dir_min_age_seconds: 0,
         ..Default::default()
     };
-    let snapshot = api_snapshot(&client, NODE, Some(&host), &roots).await.unwrap();
+    let snapshot = api_snapshot(&f.connection().await, NODE, Some(&host), &roots)
+        .await
+        .unwrap();
     let policy = AutoRepairPolicy {
         orphans: true,
         include_running_orphans: true,

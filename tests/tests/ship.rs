@@ -223,7 +223,9 @@ fn check_config_and_the_configuration_reference() {
     if let serde_json::Value::Object(m) = serde_json::to_value(nodemedic_rules::Settings::default()).unwrap() {
         known.extend(m.keys().cloned());
     }
-    if let serde_json::Value::Object(m) = serde_json::to_value(nodemedic::config::RepairConfig::default()).unwrap() {
+    if let serde_json::Value::Object(m) =
+        serde_json::to_value(nodemedic::repair::auto::AutoRepairPolicy::default()).unwrap()
+    {
         known.extend(m.keys().cloned());
     }
     assert_eq!(

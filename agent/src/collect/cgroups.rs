@@ -1,5 +1,5 @@
 //! cgroups: the kubelet's pod cgroups, their container leaves, each leaf's cpuset and
-//! processes (KUBELET.md section 5).
+//! processes (docs/kubelet.md, "Where the live truth is").
 //!
 //! Works on cgroup v1 (the `cpuset` controller's hierarchy) and v2 (the unified tree), with
 //! the cgroupfs driver (`kubepods/burstable/pod<uid>/<id>`) and the systemd driver

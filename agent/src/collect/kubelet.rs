@@ -1,5 +1,5 @@
 //! The kubelet's configuration: the `KubeletConfiguration` YAML file plus the command-line
-//! flags that override it (KUBELET.md section 5).
+//! flags that override it (docs/kubelet.md, "Where the live truth is").
 //!
 //! The file is the one the running kubelet was started with (`--config` in its
 //! `/proc/<pid>/cmdline`), else `<kubelet dir>/config.yaml`. Only the fields nodemedic uses

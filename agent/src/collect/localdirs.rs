@@ -1,4 +1,4 @@
-//! Spark scratch directories on the node (SPARK.md, "Local dirs").
+//! Spark scratch directories on the node (apache/spark `LocalDirsFeatureStep.scala`; docs/rules/orphaned-local-dir.md).
 //!
 //! Spark writes `blockmgr-<uuid>` and `spark-<uuid>` directories into each local dir. On
 //! Kubernetes a local dir is an emptyDir volume named `spark-local-dir-N`, which lives at

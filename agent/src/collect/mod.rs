@@ -41,89 +41,142 @@ pub struct ScanOptions {
 #[derive(Debug)]
 pub struct Collected {
     pub snapshot: NodeSnapshot,
-    pub timings: Timings,
+    /// How each collector went.
+    pub records: Records,
     /// Every pod of the pods file, on any node (for driver lookups offline).
     pub cluster_pods: Vec<PodInfo>,
 }
 
 /// Inputs that make a scan impossible.
 #[derive(Debug, thiserror::Error)]
-pub enum ScanError {
+pub enum CollectError {
     #[error("{0}: host root does not exist or is not a directory")]
     HostRoot(String),
     #[error("{path}: {reason}")]
     PodsFile { path: String, reason: String },
 }
 
-/// How long each collector took, for metrics and benchmarks.
-#[derive(Debug, Clone, Default)]
-pub struct Timings {
-    pub collectors: Vec<(&'static str, Duration)>,
+/// How one collector went: the one record that the report's `sources`, the
+/// `nodemedic_collector_success` and `nodemedic_collector_duration_seconds` metrics and the
+/// benchmarks are all made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The source's name (`checkpoint`, `kubelet_config`, `cpus`, `cgroups`, `procfs`, `pods`,
+    /// `local_dirs`).
+    pub name: &'static str,
+    pub duration: Duration,
+    /// The report's word: `ok`, `missing`, `not applicable: ..`, `error: ..`; for `pods`,
+    /// where liveness came from (`api`, `file`, `cgroups`).
+    pub status: String,
+    /// The collector failed (an `error: ..` outcome).
+    pub failed: bool,
+}
+
+/// The records of one collection, in the order the report lists its sources.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Records(Vec<Record>);
+
+/// The report's order of sources.
+pub const SOURCES: [&str; 7] = [
+    "checkpoint",
+    "kubelet_config",
+    "cpus",
+    "cgroups",
+    "procfs",
+    "pods",
+    "local_dirs",
+];
+
+impl Records {
+    /// Runs `collector`, timing it, and records its outcome as `status` says.
+    pub fn run<T>(
+        &mut self,
+        name: &'static str,
+        status: impl Fn(&T) -> (String, bool),
+        collector: impl FnOnce() -> T,
+    ) -> T {
+        let start = Instant::now();
+        let value = collector();
+        let (status, failed) = status(&value);
+        self.set(Record {
+            name,
+            duration: start.elapsed(),
+            status,
+            failed,
+        });
+        value
+    }
+
+    /// Runs a collector that yields an [`Observed`] value.
+    pub fn observe<T>(&mut self, name: &'static str, collector: impl FnOnce() -> Observed<T>) -> Observed<T> {
+        self.run(
+            name,
+            |o: &Observed<T>| (o.status(), matches!(o, Observed::Error { .. })),
+            collector,
+        )
+    }
+
+    /// Adds or replaces the record named `record.name`, keeping the report's order.
+    pub fn set(&mut self, record: Record) {
+        self.0.retain(|r| r.name != record.name);
+        self.0.push(record);
+        self.0
+            .sort_by_key(|r| SOURCES.iter().position(|s| *s == r.name).unwrap_or(SOURCES.len()));
+    }
+
+    /// The record of `name`.
+    pub fn get(&self, name: &str) -> Option<&Record> {
+        self.0.iter().find(|r| r.name == name)
+    }
+
+    /// Every record, in the report's order.
+    pub fn iter(&self) -> impl Iterator<Item = &Record> {
+        self.0.iter()
+    }
 }
 
 /// Reads everything and returns the snapshot.
-pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanError> {
+pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, CollectError> {
     if !host.root().is_dir() {
-        return Err(ScanError::HostRoot(host.root().display().to_string()));
+        return Err(CollectError::HostRoot(host.root().display().to_string()));
     }
-    let mut timings = Timings::default();
-    let mut time = |name: &'static str, start: Instant| timings.collectors.push((name, start.elapsed()));
+    let mut records = Records::default();
     let now = SystemTime::now();
 
     let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
-    let pods = match &opts.pods_file {
-        None => given.as_ref().map(|(p, _)| p.clone()),
-        Some(path) => {
-            let shown = path.display().to_string();
-            let err = |reason: String| ScanError::PodsFile {
-                path: shown.clone(),
-                reason,
-            };
-            let t = Instant::now();
-            let list = pods::read_pods_file(path, &shown)
-                .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
-                .ok_or_else(|| err("no such file".into()))?;
-            time("pods", t);
-            Some(list)
-        }
-    };
+    let pods = read_pods(opts, &given, &mut records)?;
 
     let mut notes = Vec::new();
-    let t = Instant::now();
-    let kubelet = kubelet::read_kubelet(host);
-    time("kubelet_config", t);
-
-    let t = Instant::now();
+    let kubelet = records.run(
+        "kubelet_config",
+        |k: &kubelet::KubeletDiscovery| (k.config.status(), matches!(k.config, Observed::Error { .. })),
+        || kubelet::read_kubelet(host),
+    );
     let kubelet_dir = host.kubelet_dir(kubelet.root_dir.as_deref());
-    let checkpoint = checkpoint::read_checkpoint(host, &kubelet_dir, now);
-    time("checkpoint", t);
-
-    let t = Instant::now();
-    let cpus = sysfs::read_cpus(host, &mut notes);
-    time("cpus", t);
-
-    let t = Instant::now();
+    let checkpoint = records.observe("checkpoint", || checkpoint::read_checkpoint(host, &kubelet_dir, now));
+    let cpus = records.observe("cpus", || sysfs::read_cpus(host, &mut notes));
     let pinned = pinned_by(&checkpoint);
-    let cgroups = cgroups::read_cgroups(host, kubelet.config.ok(), &pinned, &mut notes);
-    time("cgroups", t);
-
-    let t = Instant::now();
-    let local_dirs = if opts.skip_local_dirs {
-        Observed::NotApplicable {
-            reason: "not measured this cycle".into(),
+    let cgroups = records.observe("cgroups", || {
+        cgroups::read_cgroups(host, kubelet.config.ok(), &pinned, &mut notes)
+    });
+    let local_dirs = records.observe("local_dirs", || {
+        if opts.skip_local_dirs {
+            Observed::NotApplicable {
+                reason: "not measured this cycle".into(),
+            }
+        } else {
+            localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes)
         }
-    } else {
-        localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes)
-    };
-    time("local_dirs", t);
-
-    let procfs = if host.proc().is_dir() {
-        Observed::Ok(())
-    } else {
-        Observed::Missing {
-            path: host.display(&host.proc()),
+    });
+    let procfs = records.observe("procfs", || {
+        if host.proc().is_dir() {
+            Observed::Ok(())
+        } else {
+            Observed::Missing {
+                path: host.display(&host.proc()),
+            }
         }
-    };
+    });
 
     let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
     let node = named
@@ -170,6 +223,14 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
         None => (PodSource::Cgroups, Vec::new()),
     };
 
+    let pods_duration = records.get("pods").map_or(Duration::ZERO, |r| r.duration);
+    records.set(Record {
+        name: "pods",
+        duration: pods_duration,
+        status: pod_source.as_str().to_string(),
+        failed: false,
+    });
+
     // The Spark configuration of the drivers on this node (their spark.properties).
     let spark_confs = pods
         .iter()
@@ -205,7 +266,72 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, ScanEr
             },
             spark_confs,
         },
-        timings,
+        records,
+        cluster_pods,
+    })
+}
+
+/// The pods of `opts`: the file's (read and timed as the `pods` collector) or the given ones.
+fn read_pods(
+    opts: &ScanOptions,
+    given: &Option<(Vec<PodInfo>, PodSource)>,
+    records: &mut Records,
+) -> Result<Option<Vec<PodInfo>>, CollectError> {
+    Ok(match &opts.pods_file {
+        None => given.as_ref().map(|(p, _)| p.clone()),
+        Some(path) => {
+            let shown = path.display().to_string();
+            let err = |reason: String| CollectError::PodsFile {
+                path: shown.clone(),
+                reason,
+            };
+            let t = Instant::now();
+            let list = pods::read_pods_file(path, &shown)
+                .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
+                .ok_or_else(|| err("no such file".into()))?;
+            records.set(Record {
+                name: "pods",
+                duration: t.elapsed(),
+                status: String::new(),
+                failed: false,
+            });
+            Some(list)
+        }
+    })
+}
+
+/// A snapshot of the pods alone, no host file read: for a pod repair run without a host
+/// root. The node must be named.
+pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
+    let mut records = Records::default();
+    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
+    let all = read_pods(opts, &given, &mut records)?;
+    let node = opts.node.clone().unwrap_or_else(|| "unknown".into());
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut snapshot = NodeSnapshot::empty(&node, now);
+    let mut cluster_pods = Vec::new();
+    if let Some(all) = all {
+        snapshot.pod_source = given.map_or(PodSource::File, |(_, s)| s);
+        for p in all {
+            if p.node_name.as_deref() == Some(node.as_str()) {
+                snapshot.pods.push(p.clone());
+            }
+            if opts.pods_file.is_some() {
+                cluster_pods.push(p);
+            }
+        }
+    }
+    records.set(Record {
+        name: "pods",
+        duration: records.get("pods").map_or(Duration::ZERO, |r| r.duration),
+        status: snapshot.pod_source.as_str().to_string(),
+        failed: false,
+    });
+    Ok(Collected {
+        snapshot,
+        records,
         cluster_pods,
     })
 }

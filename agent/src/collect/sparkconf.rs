@@ -1,4 +1,4 @@
-//! Spark driver configurations as the node sees them (SPARK.md, "Timeouts").
+//! Spark driver configurations as the node sees them (docs/stories/thirty-second-webhook.md).
 //!
 //! spark-submit puts the driver's resolved configuration into a ConfigMap, under the key
 //! `spark.properties`, and mounts it into the driver at `/opt/spark/conf`. The volume is named

@@ -219,7 +219,7 @@ pub fn now_unix() -> i64 {
 }
 
 /// Human size, as the rules print it in findings: `1.5 GiB`.
-pub use nodemedic_rules::rules::orphaned_executor::human_bytes;
+pub use nodemedic_rules::text::human_bytes;
 
 /// Where action records go: the log, and Events when a client is given.
 #[derive(Clone)]

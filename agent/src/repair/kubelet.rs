@@ -1,7 +1,7 @@
 //! Stopping and starting the kubelet for a repair, and knowing whether it runs.
 //!
 //! A running kubelet rewrites `cpu_manager_state` from memory, so the checkpoint may only be
-//! edited while it is stopped (KUBELET.md section 4). Whether it runs is read from the host's
+//! edited while it is stopped (docs/kubelet.md, "What the kubelet cleans by itself"). Whether it runs is read from the host's
 //! `/proc` under the host root ([`crate::collect::procfs::find_kubelet`]): a process whose
 //! command line is the kubelet's. A zombie has an empty command line and counts as gone.
 //!

@@ -20,30 +20,24 @@
 //! ([`super::audit`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 use nodemedic_rules::Settings;
-use nodemedic_rules::rules::{admission_rejection, orphaned_executor};
+use nodemedic_rules::facts;
+use nodemedic_rules::rules::orphaned_executor;
 use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, PodInfo, PodSource};
 use serde_json::{Map, Value, json};
 
-use super::audit::{ActionRecord, ActionResult, ActionTarget, Audit, RATE_WINDOW, RateLimiter, RepairAction, now_unix};
-use crate::args::Format;
-use crate::collect::{self, ScanOptions};
+use super::audit::{ActionRecord, ActionResult, ActionTarget, Audit, RateLimiter, RepairAction, now_unix};
+use super::command::{self, Confirm, End, Flow, Ran, Readiness, Repair, RepairError};
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
-
-/// Exit code: nothing to do, or everything applied (or skipped on purpose).
-pub const EXIT_OK: u8 = 0;
-/// Exit code: a dry run with a plan, or a plan that was not confirmed.
-pub const EXIT_PLAN: u8 = 1;
-/// Exit code: could not run, or an action failed.
-pub const EXIT_ERROR: u8 = 2;
+use crate::scan::{self, Pods};
 
 /// `failed-pods`: rejected pods younger than this are left (the rules and the people looking
 /// at them still see them for a while), unless `--older-than-seconds` says otherwise.
@@ -53,61 +47,6 @@ pub const DEFAULT_FAILED_POD_MIN_AGE_SECONDS: i64 = 600;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// All driver lookups of one judgement together.
 const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The flags both pod repairs take.
-#[derive(Debug, clap::Args)]
-pub struct PodRepairArgs {
-    /// This node's name (the DaemonSet sets NODE_NAME); default: the kubelet's --hostname-override or /etc/hostname.
-    #[arg(long, env = "NODE_NAME")]
-    pub node: Option<String>,
-    /// A kubeconfig file; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
-    #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Read the host under this directory too, for the evidence: local data sizes, exclusive CPUs (`/host` in the DaemonSet).
-    #[arg(long, env = "NODEMEDIC_HOST_ROOT")]
-    pub host_root: Option<PathBuf>,
-    /// The kubelet's directory, used as given (with --host-root); default: the kubelet's --root-dir under the host root.
-    #[arg(long, env = "NODEMEDIC_KUBELET_DIR")]
-    pub kubelet_dir: Option<PathBuf>,
-    /// The daemon's configuration file: its `rules` settings (orphan_grace_seconds, ...) are used (in the agent: /etc/nodemedic/config.yaml).
-    #[arg(long, env = "NODEMEDIC_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// A rule setting, KEY=VALUE (repeat), as for `nodemedic scan`.
-    #[arg(long = "rule-setting", value_name = "KEY=VALUE")]
-    pub rule_setting: Vec<String>,
-    /// Delete the pods of the plan (without it: a dry run that only prints the plan).
-    #[arg(long, default_value_t = false)]
-    pub apply: bool,
-    /// Do not ask before deleting.
-    #[arg(long, default_value_t = false)]
-    pub yes: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text", env = "NODEMEDIC_FORMAT")]
-    pub format: Format,
-}
-
-/// `nodemedic repair orphans`.
-#[derive(Debug, clap::Args)]
-pub struct OrphansArgs {
-    #[command(flatten)]
-    pub common: PodRepairArgs,
-    /// How long a driver must have finished before its executors are orphans, in seconds [default: the rule's orphan_grace_seconds, 600].
-    #[arg(long)]
-    pub older_than_seconds: Option<i64>,
-    /// Also delete orphans that have not finished (Pending, Running): their JVM is stopped.
-    #[arg(long, default_value_t = false)]
-    pub include_running: bool,
-}
-
-/// `nodemedic repair failed-pods`.
-#[derive(Debug, clap::Args)]
-pub struct FailedPodsArgs {
-    #[command(flatten)]
-    pub common: PodRepairArgs,
-    /// Only pods rejected (created) longer ago than this, in seconds.
-    #[arg(long, default_value_t = DEFAULT_FAILED_POD_MIN_AGE_SECONDS)]
-    pub older_than_seconds: i64,
-}
 
 /// A pod the plan deletes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -216,7 +155,7 @@ pub fn plan_orphans(snapshot: &NodeSnapshot, settings: &Settings, include_runnin
         .into_iter()
         .filter_map(|f| Some((f.subject.uid.clone()?, f)))
         .collect();
-    for o in orphaned_executor::orphaned_executors(snapshot, settings) {
+    for o in facts::orphaned_executors(snapshot, settings) {
         let pod = o.executor;
         let finding = findings.get(&pod.uid);
         if !pod.is_terminal() && !include_running {
@@ -254,7 +193,7 @@ pub fn plan_failed_pods(snapshot: &NodeSnapshot, older_than_seconds: i64) -> Pod
     if !live_pods(snapshot, &mut plan) {
         return plan;
     }
-    for r in admission_rejection::rejections(snapshot) {
+    for r in facts::rejections(snapshot) {
         let pod = r.pod;
         let age = pod.created_at.map(|t| snapshot.taken_at - t);
         let why = format!(
@@ -335,40 +274,32 @@ fn admission_scheduler(pod: &PodInfo) -> &str {
         .unwrap_or("default-scheduler")
 }
 
-/// This node's pods and their drivers from the API, judged like `nodemedic scan` judges them:
-/// with `host`, the host is read too (local dir sizes, the CPU manager checkpoint), without it
-/// the snapshot holds only the pods and the driver lookups.
+/// This node's pods and their drivers from the API, through the scan's own assembler: with
+/// `host`, the host is read too (local dir sizes, the CPU manager checkpoint), without it the
+/// snapshot holds only the pods and the driver lookups.
 pub async fn api_snapshot(
-    client: &Client,
+    api: &kube_api::Connection,
     node: &str,
     host: Option<&HostPaths>,
     local_dir_roots: &[String],
 ) -> Result<NodeSnapshot, String> {
-    let pods = kube_api::node_pods(client, node).await?;
-    let directory = ApiDirectory::new(client.clone());
-    let (drivers, app_drivers) = tokio::time::timeout(LOOKUPS_TIMEOUT, crate::spark::resolve_all(&directory, &pods))
-        .await
-        .map_err(|_| format!("driver lookups took over {} s", LOOKUPS_TIMEOUT.as_secs()))?;
-    let mut snapshot = match host {
-        Some(host) => {
-            let opts = ScanOptions {
-                node: Some(node.to_string()),
-                pods: Some((pods, PodSource::Api)),
-                local_dir_roots: local_dir_roots.to_vec(),
-                ..Default::default()
-            };
-            collect::collect(host, &opts).map_err(|e| e.to_string())?.snapshot
-        }
-        None => {
-            let mut s = NodeSnapshot::empty(node, now_unix());
-            s.pod_source = PodSource::Api;
-            s.pods = pods;
-            s
-        }
+    let pods = Pods::Api {
+        api: Box::new(api.clone()),
+        node: node.to_string(),
+        fallback: false,
     };
-    snapshot.drivers = drivers;
-    snapshot.app_drivers = app_drivers;
-    Ok(snapshot)
+    let opts = scan::Options {
+        node: Some(node.to_string()),
+        skip_host: host.is_none(),
+        local_dir_roots: local_dir_roots.to_vec(),
+        lookups_timeout: Some(LOOKUPS_TIMEOUT),
+        ..Default::default()
+    };
+    let root = HostPaths::new("/", None);
+    let scanned = scan::snapshot::<ApiDirectory>(host.unwrap_or(&root), pods, None, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(scanned.snapshot)
 }
 
 /// `base` with this node's pods listed again and the drivers of `executors` looked up again
@@ -505,406 +436,6 @@ pub async fn apply_pod_plan(
     out
 }
 
-/// What the daemon repairs by itself. Everything is off by default; when on, at most
-/// `max_actions_per_hour` mutations in any sliding hour. `cpu-state` is never automatic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AutoRepairPolicy {
-    /// Delete orphaned executors that have finished (they only hold local data).
-    pub orphans: bool,
-    /// Delete pods the kubelet rejected at admission, once older than `failed_pods_older_than_seconds`.
-    pub failed_pods: bool,
-    /// Remove orphaned Spark scratch directories under the configured hostPath roots.
-    pub local_dirs: bool,
-    pub max_actions_per_hour: u32,
-    /// Also delete orphans that have not finished (stops their JVM).
-    pub include_running_orphans: bool,
-    pub failed_pods_older_than_seconds: i64,
-}
-
-impl Default for AutoRepairPolicy {
-    fn default() -> Self {
-        AutoRepairPolicy {
-            orphans: false,
-            failed_pods: false,
-            local_dirs: false,
-            max_actions_per_hour: 10,
-            include_running_orphans: false,
-            failed_pods_older_than_seconds: DEFAULT_FAILED_POD_MIN_AGE_SECONDS,
-        }
-    }
-}
-
-impl AutoRepairPolicy {
-    /// Whether any automatic repair is on.
-    pub fn any(&self) -> bool {
-        self.orphans || self.failed_pods || self.local_dirs
-    }
-}
-
-/// What automatic repair keeps between cycles: the rate limiter, and the targets it left on
-/// purpose recently (not tried or logged again for an hour, so a lasting refusal is one log
-/// line an hour, not one a cycle).
-#[derive(Debug, Default)]
-pub struct AutoRepairState {
-    pub limiter: RateLimiter,
-    quiet: HashMap<String, Instant>,
-}
-
-impl AutoRepairState {
-    pub fn new(max_actions_per_hour: u32) -> Self {
-        AutoRepairState {
-            limiter: RateLimiter::new(max_actions_per_hour),
-            quiet: HashMap::new(),
-        }
-    }
-
-    fn prune(&mut self) {
-        self.quiet.retain(|_, at| at.elapsed() < RATE_WINDOW);
-    }
-
-    fn is_quiet(&self, key: &str) -> bool {
-        self.quiet.contains_key(key)
-    }
-
-    fn hush(&mut self, key: String) {
-        self.quiet.insert(key, Instant::now());
-    }
-}
-
-/// Where automatic local-dir repair acts: the host and the configured hostPath roots.
-#[derive(Debug, Clone, Copy)]
-pub struct LocalDirTarget<'a> {
-    pub host: &'a HostPaths,
-    pub roots: &'a [String],
-}
-
-/// One round of automatic repair for the daemon's cycle: what `policy` turns on, judged from
-/// `snapshot` (the cycle's, pods from the live API only) and again from a fresh pod list right
-/// before acting, within `state`'s rate limit. Returns the mutations sent (applied, skipped by
-/// a precondition, failed), each already logged and recorded as an Event.
-pub async fn auto_repair(
-    client: &Client,
-    audit: &Audit,
-    snapshot: &NodeSnapshot,
-    settings: &Settings,
-    policy: &AutoRepairPolicy,
-    state: &mut AutoRepairState,
-    local: Option<LocalDirTarget<'_>>,
-) -> Vec<ActionRecord> {
-    let mut out = vec![];
-    if !policy.any() || snapshot.pod_source != PodSource::Api {
-        return out;
-    }
-    state.limiter.set_max_per_hour(policy.max_actions_per_hour);
-    state.prune();
-    for action in [RepairAction::FailedPods, RepairAction::Orphans] {
-        let on = match action {
-            RepairAction::FailedPods => policy.failed_pods,
-            _ => policy.orphans,
-        };
-        if !on || state.limiter.remaining() == 0 {
-            continue;
-        }
-        let judge = |s: &NodeSnapshot| match action {
-            RepairAction::FailedPods => plan_failed_pods(s, policy.failed_pods_older_than_seconds),
-            _ => plan_orphans(s, settings, policy.include_running_orphans),
-        };
-        let mut plan = judge(snapshot);
-        plan.delete.retain(|c| !state.is_quiet(&c.uid));
-        if plan.delete.is_empty() {
-            continue;
-        }
-        let fresh = match refresh_snapshot(client, snapshot, &plan.lookups()).await {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(target: "nodemedic::repair", action = action.as_str(), error = %e, "automatic repair: re-check failed; trying again next cycle");
-                continue;
-            }
-        };
-        let (plan, skipped) = recheck(&plan, &judge(&fresh));
-        for rec in &skipped {
-            audit.log(rec);
-            if let Some(uid) = &rec.target.uid {
-                state.hush(uid.clone());
-            }
-        }
-        let records = apply_pod_plan(client, &plan, audit, Some(&mut state.limiter)).await;
-        for rec in records.iter().filter(|r| r.result != ActionResult::Applied) {
-            if let Some(uid) = &rec.target.uid {
-                state.hush(uid.clone());
-            }
-        }
-        out.extend(records);
-    }
-    if let (true, Some(target)) = (policy.local_dirs, local) {
-        if state.limiter.remaining() > 0 {
-            out.extend(auto_local_dirs(client, audit, snapshot, settings, state, target).await);
-        }
-    }
-    out
-}
-
-async fn auto_local_dirs(
-    client: &Client,
-    audit: &Audit,
-    snapshot: &NodeSnapshot,
-    settings: &Settings,
-    state: &mut AutoRepairState,
-    target: LocalDirTarget<'_>,
-) -> Vec<ActionRecord> {
-    let mut plan = super::local_dirs::plan_local_dirs(target.host, target.roots, snapshot, settings);
-    plan.remove.retain(|c| !state.is_quiet(&c.path));
-    if plan.remove.is_empty() {
-        return vec![];
-    }
-    let pods = match kube_api::node_pods(client, &snapshot.node).await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(target: "nodemedic::repair", action = "local-dirs", error = %e, "automatic repair: re-check failed; trying again next cycle");
-            return vec![];
-        }
-    };
-    let host = target.host.clone();
-    let snapshot = snapshot.clone();
-    let settings = settings.clone();
-    let log = audit.clone();
-    let mut limiter = std::mem::take(&mut state.limiter);
-    let max = limiter.max_per_hour();
-    let joined = tokio::task::spawn_blocking(move || {
-        let fresh = super::local_dirs::FreshPods {
-            pods,
-            source: PodSource::Api,
-        };
-        let records =
-            super::local_dirs::apply_local_dirs(&host, &plan, &snapshot, &fresh, &settings, &log, Some(&mut limiter));
-        (records, limiter)
-    })
-    .await;
-    let mut records = match joined {
-        Ok((records, limiter)) => {
-            state.limiter = limiter;
-            records
-        }
-        Err(e) => {
-            // The window's history went with the task: assume it used everything.
-            state.limiter = RateLimiter::new(max);
-            while state.limiter.try_acquire() {}
-            tracing::error!(target: "nodemedic::repair", error = %e, "automatic local-dir repair task failed");
-            return vec![];
-        }
-    };
-    for rec in records.iter().filter(|r| r.result != ActionResult::Applied) {
-        if let Some(path) = &rec.target.path {
-            state.hush(path.clone());
-        }
-    }
-    // Only removals that started are returned (and counted); refusals were logged.
-    records.retain(|r| r.result != ActionResult::Skipped);
-    audit.events(&mut records).await;
-    records
-}
-
-/// Asks `question` on `out` and reads the answer from `input`: only `y` or `yes` says yes.
-pub(crate) fn confirm(out: &mut dyn Write, input: &mut dyn BufRead, question: &str) -> bool {
-    let _ = write!(out, "{question} [y/N] ");
-    let _ = out.flush();
-    let mut line = String::new();
-    match input.read_line(&mut line) {
-        Ok(0) | Err(_) => {
-            let _ = writeln!(out);
-            false
-        }
-        Ok(_) => matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
-    }
-}
-
-/// The rule settings of a repair run: the daemon's configuration file's `rules` (when given),
-/// then `--rule-setting` pairs.
-pub(crate) fn repair_settings(config: Option<&PathBuf>, pairs: &[String]) -> Result<Settings, String> {
-    let base = match config {
-        Some(path) => crate::config::load(Some(path))?.rules.unwrap_or_default(),
-        None => Settings::default(),
-    };
-    crate::cli::settings_from(base, pairs, vec![])
-}
-
-/// The instance named in Events: the agent's pod name in the DaemonSet.
-pub(crate) fn instance() -> String {
-    std::env::var("POD_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "nodemedic".into())
-}
-
-/// A current-thread runtime for a command.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))
-}
-
-/// What both pod repairs are run with.
-struct PodRun {
-    action: RepairAction,
-    args: PodRepairArgs,
-    settings: Settings,
-    include_running: bool,
-    older_than_seconds: i64,
-}
-
-impl PodRun {
-    fn judge(&self, snapshot: &NodeSnapshot) -> PodPlan {
-        match self.action {
-            RepairAction::FailedPods => plan_failed_pods(snapshot, self.older_than_seconds),
-            _ => plan_orphans(snapshot, &self.settings, self.include_running),
-        }
-    }
-}
-
-/// `nodemedic repair orphans`: exit 0 nothing to do or applied, 1 a dry run with a plan (or a
-/// plan not confirmed), 2 could not run or an action failed.
-pub fn run_orphans(args: OrphansArgs) -> Result<u8, String> {
-    let stdin = std::io::stdin();
-    run_orphans_io(args, &mut std::io::stdout(), &mut stdin.lock())
-}
-
-/// [`run_orphans`] with its output and the answer to its question elsewhere.
-pub fn run_orphans_io(args: OrphansArgs, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<u8, String> {
-    let mut settings = repair_settings(args.common.config.as_ref(), &args.common.rule_setting)?;
-    if let Some(s) = args.older_than_seconds {
-        if s < 0 {
-            return Err(format!("--older-than-seconds: {s} is negative"));
-        }
-        settings.orphan_grace_seconds = s;
-    }
-    run_pods(
-        PodRun {
-            action: RepairAction::Orphans,
-            args: args.common,
-            older_than_seconds: settings.orphan_grace_seconds,
-            settings,
-            include_running: args.include_running,
-        },
-        out,
-        input,
-    )
-}
-
-/// `nodemedic repair failed-pods`: exit codes as [`run_orphans`].
-pub fn run_failed_pods(args: FailedPodsArgs) -> Result<u8, String> {
-    let stdin = std::io::stdin();
-    run_failed_pods_io(args, &mut std::io::stdout(), &mut stdin.lock())
-}
-
-/// [`run_failed_pods`] with its output and the answer to its question elsewhere.
-pub fn run_failed_pods_io(args: FailedPodsArgs, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<u8, String> {
-    if args.older_than_seconds < 0 {
-        return Err(format!("--older-than-seconds: {} is negative", args.older_than_seconds));
-    }
-    let settings = repair_settings(args.common.config.as_ref(), &args.common.rule_setting)?;
-    run_pods(
-        PodRun {
-            action: RepairAction::FailedPods,
-            args: args.common,
-            settings,
-            include_running: false,
-            older_than_seconds: args.older_than_seconds,
-        },
-        out,
-        input,
-    )
-}
-
-fn run_pods(run: PodRun, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<u8, String> {
-    let host = run
-        .args
-        .host_root
-        .as_ref()
-        .map(|r| HostPaths::new(r, run.args.kubelet_dir.clone()));
-    if let Some(h) = &host {
-        if !h.root().is_dir() {
-            return Err(format!(
-                "{}: host root does not exist or is not a directory",
-                h.root().display()
-            ));
-        }
-    }
-    let node = run
-        .args
-        .node
-        .clone()
-        .unwrap_or_else(|| collect::host_node_name(host.as_ref().unwrap_or(&HostPaths::new("/", None))));
-    runtime()?.block_on(async {
-        let client = kube_api::client(run.args.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
-        let snapshot = api_snapshot(&client, &node, host.as_ref(), &[]).await?;
-        let plan = run.judge(&snapshot);
-        if run.args.format == Format::Text {
-            print_plan_text(out, &plan, run.args.apply);
-        }
-        let done = |out: &mut dyn Write, records: &[ActionRecord], applied: bool| {
-            if run.args.format == Format::Json {
-                let v = json!({"repair": plan.action.as_str(), "node": plan.node, "dry_run": !applied,
-                               "plan": plan, "actions": records});
-                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-        };
-        if plan.delete.is_empty() {
-            done(out, &[], run.args.apply);
-            return Ok(EXIT_OK);
-        }
-        if !run.args.apply {
-            done(out, &[], false);
-            return Ok(EXIT_PLAN);
-        }
-        if !run.args.yes {
-            let question = format!("Delete the {} pod(s) above?", plan.delete.len());
-            let yes = if run.args.format == Format::Json {
-                // The question goes to stderr so stdout stays one JSON document.
-                confirm(&mut std::io::stderr(), input, &question)
-            } else {
-                confirm(out, input, &question)
-            };
-            if !yes {
-                if run.args.format == Format::Text {
-                    let _ = writeln!(out, "not confirmed: nothing changed (add --yes to skip the question)");
-                }
-                done(out, &[], false);
-                return Ok(EXIT_PLAN);
-            }
-        }
-        let audit = Audit::new(Some(client.clone()), &node, &instance()).echoing();
-        let fresh = refresh_snapshot(&client, &snapshot, &plan.lookups()).await?;
-        let (confirmed, skipped) = recheck(&plan, &run.judge(&fresh));
-        let mut records = vec![];
-        for mut rec in skipped {
-            audit.record(&mut rec).await;
-            records.push(rec);
-        }
-        records.extend(apply_pod_plan(&client, &confirmed, &audit, None).await);
-        if run.args.format == Format::Text {
-            print_records_text(out, &records);
-        }
-        done(out, &records, true);
-        finish(&records)
-    })
-}
-
-/// Exit code after applying: an error when an action failed.
-pub(crate) fn finish(records: &[ActionRecord]) -> Result<u8, String> {
-    let failed: Vec<&ActionRecord> = records.iter().filter(|r| r.result == ActionResult::Failed).collect();
-    match failed.first() {
-        None => Ok(EXIT_OK),
-        Some(first) => Err(format!(
-            "{} of {} action(s) failed; first: {}: {}",
-            failed.len(),
-            records.len(),
-            first.what,
-            first.detail.as_deref().unwrap_or("")
-        )),
-    }
-}
-
 /// `k=v k=v` for scalars, JSON for the rest.
 pub(crate) fn evidence_line(evidence: &Map<String, Value>) -> String {
     evidence
@@ -917,7 +448,145 @@ pub(crate) fn evidence_line(evidence: &Map<String, Value>) -> String {
         .join(" ")
 }
 
-fn print_plan_text(out: &mut dyn Write, plan: &PodPlan, apply: bool) {
+/// What `repair orphans` and `repair failed-pods` run with (the command line, as plain values).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// [`RepairAction::Orphans`] or [`RepairAction::FailedPods`].
+    pub action: RepairAction,
+    /// This node; default: the host's name.
+    pub node: Option<String>,
+    pub kubeconfig: Option<PathBuf>,
+    /// Read the host too (the evidence's local data sizes); `None`: pods only.
+    pub host: Option<HostPaths>,
+    /// The rule settings (`orphan_grace_seconds`, ...).
+    pub settings: Settings,
+    /// `orphans`: also delete orphans that have not finished.
+    pub include_running: bool,
+    /// `failed-pods`: only pods rejected longer ago than this.
+    pub older_than_seconds: i64,
+    /// The name this run's Events are reported by.
+    pub instance: String,
+    pub flow: Flow,
+}
+
+impl Options {
+    fn judge(&self, snapshot: &NodeSnapshot) -> PodPlan {
+        match self.action {
+            RepairAction::FailedPods => plan_failed_pods(snapshot, self.older_than_seconds),
+            _ => plan_orphans(snapshot, &self.settings, self.include_running),
+        }
+    }
+}
+
+/// The two pod repairs for [`command::run`].
+struct PodRepair<'a> {
+    opts: &'a Options,
+    api: kube_api::Connection,
+    runtime: &'a tokio::runtime::Runtime,
+    snapshot: NodeSnapshot,
+}
+
+impl Repair for PodRepair<'_> {
+    type Plan = PodPlan;
+    type Applied = Vec<ActionRecord>;
+
+    fn readiness(&self, plan: &PodPlan) -> Readiness {
+        if plan.delete.is_empty() {
+            Readiness::NothingToDo
+        } else {
+            Readiness::Ready
+        }
+    }
+
+    fn question(&self, plan: &PodPlan) -> String {
+        format!("Delete the {} pod(s) above?", plan.delete.len())
+    }
+
+    fn render_plan(&self, plan: &PodPlan, dry_run: bool) -> String {
+        render_plan(plan, !dry_run)
+    }
+
+    fn apply(&mut self, plan: &PodPlan) -> Result<Vec<ActionRecord>, RepairError> {
+        let client = &self.api.client;
+        let audit = Audit::new(Some(client.clone()), &plan.node, &self.opts.instance).echoing();
+        self.runtime.block_on(async {
+            let fresh = refresh_snapshot(client, &self.snapshot, &plan.lookups()).await?;
+            let (confirmed, skipped) = recheck(plan, &self.opts.judge(&fresh));
+            let mut records = vec![];
+            for mut rec in skipped {
+                audit.record(&mut rec).await;
+                records.push(rec);
+            }
+            records.extend(apply_pod_plan(client, &confirmed, &audit, None).await);
+            Ok(records)
+        })
+    }
+
+    fn render_applied(&self, _: &PodPlan, records: &Vec<ActionRecord>) -> String {
+        render_records(records)
+    }
+
+    fn end(&self, records: &Vec<ActionRecord>) -> End {
+        records_end(records)
+    }
+
+    fn json(&self, plan: &PodPlan, records: Option<&Vec<ActionRecord>>, end: &End) -> Value {
+        json!({"repair": plan.action.as_str(), "node": plan.node, "dry_run": records.is_none(),
+               "plan": plan, "actions": records.cloned().unwrap_or_default(), "exit_code": end.exit_code()})
+    }
+}
+
+/// `nodemedic repair orphans` and `failed-pods`: plan from the API (and the host with
+/// `host`), then the flow of [`command`].
+pub fn run(
+    opts: &Options,
+    out: &mut dyn Write,
+    confirm: Confirm<'_>,
+) -> Result<Ran<PodPlan, Vec<ActionRecord>>, RepairError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let node = opts
+        .node
+        .clone()
+        .unwrap_or_else(|| crate::collect::host_node_name(opts.host.as_ref().unwrap_or(&HostPaths::new("/", None))));
+    if let Some(h) = &opts.host {
+        if !h.root().is_dir() {
+            return Err(format!("{}: host root does not exist or is not a directory", h.root().display()).into());
+        }
+    }
+    let (api, snapshot) = runtime.block_on(async {
+        let api = kube_api::Connection::load(opts.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
+        let snapshot = api_snapshot(&api, &node, opts.host.as_ref(), &[]).await?;
+        Ok::<_, String>((api, snapshot))
+    })?;
+    let plan = opts.judge(&snapshot);
+    let mut repair = PodRepair {
+        opts,
+        api,
+        runtime: &runtime,
+        snapshot,
+    };
+    command::run(&mut repair, plan, opts.flow, out, confirm)
+}
+
+/// How applying `records` ended: an action that failed makes it [`RepairError::ActionsFailed`].
+pub(crate) fn records_end(records: &[ActionRecord]) -> End {
+    let failed: Vec<&ActionRecord> = records.iter().filter(|r| r.result == ActionResult::Failed).collect();
+    match failed.first() {
+        None => End::Applied,
+        Some(first) => End::Failed(RepairError::ActionsFailed(format!(
+            "{} of {} action(s) failed; first: {}: {}",
+            failed.len(),
+            records.len(),
+            first.what,
+            first.detail.as_deref().unwrap_or("")
+        ))),
+    }
+}
+
+fn render_plan(plan: &PodPlan, apply: bool) -> String {
     let mut text = format!(
         "nodemedic repair {} on node {}: {} pod(s) to delete\n",
         plan.action.as_str(),
@@ -948,10 +617,11 @@ fn print_plan_text(out: &mut dyn Write, plan: &PodPlan, apply: bool) {
             "dry run: nothing changed; add --apply to delete (each pod only if its UID is still the one above)\n",
         );
     }
-    let _ = out.write_all(text.as_bytes());
+    text
 }
 
-pub(crate) fn print_records_text(out: &mut dyn Write, records: &[ActionRecord]) {
+/// Each record's line, and the counts.
+pub(crate) fn render_records(records: &[ActionRecord]) -> String {
     let mut text = String::new();
     for r in records {
         text.push_str(&format!("{}\n", r.line()));
@@ -963,7 +633,7 @@ pub(crate) fn print_records_text(out: &mut dyn Write, records: &[ActionRecord]) 
         count(ActionResult::Skipped),
         count(ActionResult::Failed)
     ));
-    let _ = out.write_all(text.as_bytes());
+    text
 }
 
 #[cfg(test)]
@@ -1088,74 +758,5 @@ mod tests {
         assert_eq!(skipped[0].target.uid.as_deref(), Some("e2"));
         assert_eq!(skipped[0].result, ActionResult::Skipped);
         assert!(skipped[0].detail.as_deref().unwrap_or("").contains("re-check"));
-    }
-
-    #[derive(Debug, clap::Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        action: Action,
-    }
-
-    #[derive(Debug, clap::Subcommand)]
-    enum Action {
-        Orphans(OrphansArgs),
-        FailedPods(FailedPodsArgs),
-        LocalDirs(crate::repair::local_dirs::LocalDirsArgs),
-    }
-
-    #[test]
-    fn flags_parse_as_subcommands() {
-        use clap::{CommandFactory, Parser};
-        Cli::command().debug_assert();
-        let parse = |args: &[&str]| Cli::try_parse_from(std::iter::once("repair").chain(args.iter().copied()));
-        let Action::Orphans(o) = parse(&["orphans", "--node", "n1", "--include-running", "--apply", "--yes"])
-            .unwrap()
-            .action
-        else {
-            panic!()
-        };
-        assert!(o.include_running && o.common.apply && o.common.yes);
-        assert_eq!(o.common.node.as_deref(), Some("n1"));
-        let Action::FailedPods(f) = parse(&["failed-pods", "--older-than-seconds", "60", "--format", "json"])
-            .unwrap()
-            .action
-        else {
-            panic!()
-        };
-        assert_eq!(
-            (f.older_than_seconds, f.common.format, f.common.apply),
-            (60, Format::Json, false)
-        );
-        let Action::LocalDirs(l) = parse(&[
-            "local-dirs",
-            "--local-dir-root",
-            "/a,/b",
-            "--offline",
-            "--pods",
-            "p.json",
-        ])
-        .unwrap()
-        .action
-        else {
-            panic!()
-        };
-        assert_eq!(l.local_dir_root, ["/a", "/b"]);
-        assert!(parse(&["orphans", "--older-than-seconds", "soon"]).is_err());
-    }
-
-    #[test]
-    fn confirmation_needs_a_yes() {
-        for (answer, want) in [
-            ("yes\n", true),
-            ("Y\n", true),
-            ("no\n", false),
-            ("", false),
-            ("\n", false),
-        ] {
-            let mut out = vec![];
-            assert_eq!(confirm(&mut out, &mut answer.as_bytes(), "Delete?"), want, "{answer:?}");
-            assert!(String::from_utf8_lossy(&out).starts_with("Delete? [y/N]"));
-        }
-        assert!(!AutoRepairPolicy::default().any(), "automatic repair is off by default");
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! `pkg/kubelet/checkpointmanager/checksum` hashes the go-spew `%#v` dump of a pointer to the
 //! checkpoint struct (with `Checksum` zeroed) with 32-bit FNV-1a. This module builds the same
-//! dump from our model and hashes it; KUBELET.md section 2 has the dump rules and the upstream
-//! test vectors, which the tests below reproduce.
+//! dump from our model and hashes it; docs/kubelet.md ("The checksum") has the dump rules and
+//! the upstream test vectors, which the tests below reproduce.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,7 +37,7 @@ pub enum Candidate {
 }
 
 impl Candidate {
-    /// Every candidate in verification order (KUBELET.md section 2).
+    /// Every candidate in verification order (docs/kubelet.md, "The checksum").
     pub const ORDER: [Candidate; 5] = [
         Candidate::V2,
         Candidate::V1,

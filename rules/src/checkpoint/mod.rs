@@ -11,6 +11,7 @@
 //! [`CpuState::to_checkpoint_json`] writes a file every kubelet since 1.18 accepts.
 
 pub mod checksum;
+pub mod rewrite;
 
 use std::collections::BTreeMap;
 
@@ -286,8 +287,8 @@ impl Checkpoint {
         }
     }
 
-    /// Matches the stored checksum against each kubelet layout in the order of KUBELET.md
-    /// section 2 and says which one matched.
+    /// Matches the stored checksum against each kubelet layout in the order of docs/kubelet.md
+    /// ("The checksum") and says which one matched.
     pub fn verify(&self) -> Verification {
         if let Some(payload) = &self.v4 {
             let computed = checksum::data_checksum(&payload.data);

@@ -1,7 +1,8 @@
 use super::*;
 use proptest::prelude::*;
 
-/// KUBELET.md section 2: (content, layout, type name) from the kubelet's own tests.
+/// docs/kubelet.md, "The checksum": (content, layout, type name) from the kubelet's own tests
+/// (kubernetes/kubernetes `pkg/kubelet/cm/cpumanager/state/state_checkpoint_test.go`).
 const UPSTREAM_VECTORS: &[(&str, &str, &str)] = &[
     (
         r#"{"policyName":"none","defaultCPUSet":"4-6","entries":{},"checksum":354655845}"#,
@@ -38,7 +39,7 @@ const UPSTREAM_VECTORS: &[(&str, &str, &str)] = &[
         "V3",
         "CPUManagerCheckpoint",
     ),
-    // KUBELET.md section 1 examples, as a kubelet writes them.
+    // docs/kubelet.md, "The checkpoint file": examples as a kubelet writes them.
     (
         r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
         "V2",

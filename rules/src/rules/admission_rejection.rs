@@ -12,197 +12,24 @@
 //! One finding per reason, for the node. Pods the CPU manager refused for lack of exclusive
 //! CPUs are left to `exclusive-cpu-shortage` while that rule runs. From the live API only pods
 //! created within `rejection_window_seconds` count (old rejections are history); a pods file is
-//! judged as it was captured. [`rejections`] lists every rejected pod, without the window, for the
+//! judged as it was captured. Which pods are rejections is [`crate::facts::rejections`], which
+//! lists every rejected pod, without the window, for the
 //! `nodemedic_admission_rejections_total{reason}` counter.
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
+use crate::facts::{Rejection, recent_rejections, rejected_for_cpus};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
-
-use super::orphaned_executor::LISTED;
+use crate::snapshot::{NodeSnapshot, PodSource};
+use crate::spark::scheduler_of;
+use crate::text::{LISTED, cleanup_remedy, counts};
 
 pub const ID: &str = "admission-rejection";
 
-/// Reasons only the kubelet's admission sets (besides `OutOf<resource>`): the predicate
-/// admit handler's own reasons, the scheduler predicates it re-runs (current and pre-1.19
-/// names), and the topology manager's.
-const KUBELET_REASONS: &[&str] = &[
-    "UnexpectedAdmissionError",
-    "UnknownReason",
-    "UnexpectedPredicateFailureType",
-    "InvalidNodeInfo",
-    "PodOSSelectorNodeLabelDoesNotMatch",
-    "PodOSNotSupported",
-    "InitContainerRestartPolicyForbidden",
-    "SupplementalGroupsPolicyNotSupported",
-    "NodeAffinity",
-    "NodeName",
-    "NodePorts",
-    "TaintToleration",
-    "MatchNodeSelector",
-    "HostName",
-    "PodFitsHostPorts",
-    "TopologyAffinityError",
-];
-
-/// What `Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000`
-/// says (the kubelet's `InsufficientResourceError`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Insufficient {
-    /// `cpu`, `memory`, `pods`, `ephemeral-storage`, or an extended resource (`nvidia.com/gpu`).
-    pub resource: String,
-    /// What the pod asked for.
-    pub requested: i64,
-    /// What the pods the kubelet had admitted asked for.
-    pub used: i64,
-    /// The node's allocatable.
-    pub capacity: i64,
-}
-
-impl Insufficient {
-    /// The unit of the numbers: `millicores` (cpu), `bytes` (memory, ephemeral-storage,
-    /// hugepages-*), `count` (pods and extended resources).
-    pub fn unit(&self) -> &'static str {
-        match self.resource.as_str() {
-            "cpu" => "millicores",
-            "memory" | "ephemeral-storage" => "bytes",
-            r if r.starts_with("hugepages-") => "bytes",
-            _ => "count",
-        }
-    }
-
-    /// How much was missing: requested minus what was left.
-    pub fn shortfall(&self) -> i64 {
-        self.requested.saturating_sub(self.capacity.saturating_sub(self.used))
-    }
-}
-
-/// Reads the kubelet's "not enough resource" message, in either form:
-/// `Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000`
-/// or the older `Pod Node didn't have enough resource: ...`.
-pub fn parse_insufficient(message: &str) -> Option<Insufficient> {
-    const MARK: &str = "Node didn't have enough resource: ";
-    let (_, rest) = message.split_once(MARK)?;
-    let mut parts = rest.splitn(4, ", ");
-    let resource = parts.next()?.trim();
-    let mut number = |name: &str| -> Option<i64> {
-        let value = parts.next()?.trim().strip_prefix(name)?.trim_start();
-        let end = value
-            .char_indices()
-            .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
-            .map_or(value.len(), |(i, _)| i);
-        value[..end].parse().ok()
-    };
-    let requested = number("requested:")?;
-    let used = number("used:")?;
-    let capacity = number("capacity:")?;
-    (!resource.is_empty()).then(|| Insufficient {
-        resource: resource.to_string(),
-        requested,
-        used,
-        capacity,
-    })
-}
-
-/// Whether `reason` is one the kubelet sets when it refuses a pod at admission.
-pub fn is_rejection_reason(reason: &str) -> bool {
-    (reason.len() > "OutOf".len() && reason.starts_with("OutOf")) || KUBELET_REASONS.contains(&reason)
-}
-
-/// A pod the kubelet refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection<'a> {
-    pub pod: &'a PodInfo,
-    /// `status.reason`.
-    pub reason: &'a str,
-    /// The numbers of an `OutOf*` message.
-    pub insufficient: Option<Insufficient>,
-}
-
-/// Whether `pod` was refused by the kubelet: `Failed` with a kubelet admission reason, or
-/// with any reason and a message starting `Pod was rejected: ` (other admit handlers).
-pub fn rejected_reason(pod: &PodInfo) -> Option<&str> {
-    if pod.phase != "Failed" {
-        return None;
-    }
-    let reason = pod.reason.as_deref().filter(|r| !r.is_empty())?;
-    let says_so = pod
-        .message
-        .as_deref()
-        .is_some_and(|m| m.starts_with("Pod was rejected: "));
-    (is_rejection_reason(reason) || says_so).then_some(reason)
-}
-
-/// A bounded label value for a rejection reason (`nodemedic_admission_rejections_total`): the
-/// core `OutOf<resource>` reasons and the kubelet's own reasons as they are, any other
-/// `OutOf<extended resource>` as `OutOfExtendedResource`, anything else as `Other`. A pod's
-/// `status.reason` is free text its writer controls and must not become a label as is.
-pub fn metric_reason(reason: &str) -> &str {
-    match reason {
-        "OutOfcpu" | "OutOfmemory" | "OutOfpods" | "OutOfephemeral-storage" => reason,
-        r if r.starts_with("OutOf") => "OutOfExtendedResource",
-        r if KUBELET_REASONS.contains(&r) => r,
-        _ => "Other",
-    }
-}
-
-/// Every rejected pod on this node, whatever its age, in pod list order.
-pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
-    snap.pods
-        .iter()
-        .filter_map(|pod| {
-            let reason = rejected_reason(pod)?;
-            Some(Rejection {
-                pod,
-                reason,
-                insufficient: pod.message.as_deref().and_then(parse_insufficient),
-            })
-        })
-        .collect()
-}
-
-/// The rejections that count now: from the live API only pods created within
-/// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
-pub(crate) fn recent_rejections<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Rejection<'a>> {
-    let live = snap.pod_source == PodSource::Api;
-    rejections(snap)
-        .into_iter()
-        .filter(|r| {
-            !live
-                || r.pod
-                    .created_at
-                    .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
-        })
-        .collect()
-}
-
-/// `spec.schedulerName`, `default-scheduler` when unset.
-pub(crate) fn scheduler_of(pod: &PodInfo) -> &str {
-    pod.scheduler_name
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .unwrap_or("default-scheduler")
-}
-
-/// A JSON object of counts.
-pub(crate) fn counts(map: &BTreeMap<&str, usize>) -> Value {
-    Value::Object(map.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect())
-}
-
-/// How to get rid of rejected pods, which nothing retries or removes.
-pub(crate) fn cleanup_remedy(node: &str, reason: &str) -> String {
-    format!(
-        "rejected pods are never retried and stay until deleted: list them with \
-         kubectl get pods -A --field-selector spec.nodeName={node},status.phase=Failed -o wide \
-         and delete those with reason {reason} (kubectl delete pod -n NS NAME; Spark drivers ask for new executors \
-         themselves); to clean them up automatically, use the descheduler's RemoveFailedPods with reasons [{reason}] \
-         (Spark executors also need evictLocalStoragePods: true, client-mode executors evictFailedBarePods: true)"
-    )
-}
+/// The rule that reports pods the CPU manager refused (`exclusive-cpu-shortage`): while it runs,
+/// this rule leaves those pods to it.
+const CPU_SHORTAGE_RULE: &str = "exclusive-cpu-shortage";
 
 fn cause(reason: &str, newest: &Rejection<'_>) -> String {
     match reason {
@@ -240,10 +67,10 @@ fn cause(reason: &str, newest: &Rejection<'_>) -> String {
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     // Pods the CPU manager refused are `exclusive-cpu-shortage`'s (critical, with the stale
     // CPUs that usually cause it): one problem, one finding, unless that rule is off.
-    let cpu_rule = settings.enabled(super::exclusive_cpu_shortage::ID);
+    let cpu_rule = settings.enabled(CPU_SHORTAGE_RULE);
     let mut by_reason: BTreeMap<&str, Vec<Rejection<'_>>> = BTreeMap::new();
     for r in recent_rejections(snap, settings) {
-        if cpu_rule && super::exclusive_cpu_shortage::rejected_for_cpus(r.pod) {
+        if cpu_rule && rejected_for_cpus(r.pod) {
             continue;
         }
         by_reason.entry(r.reason).or_default().push(r);
@@ -307,17 +134,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn metric_reasons_are_bounded() {
-        assert_eq!(metric_reason("OutOfcpu"), "OutOfcpu");
-        assert_eq!(metric_reason("OutOfnvidia.com/gpu"), "OutOfExtendedResource");
-        assert_eq!(metric_reason("UnexpectedAdmissionError"), "UnexpectedAdmissionError");
-        assert_eq!(metric_reason("Qqre-anything-a-pod-writer-chose"), "Other");
-    }
-
     use super::*;
+    use crate::facts::rejections;
     use crate::rules::testkit::{NOW, SnapshotBuilder, spark_executor};
+    use crate::snapshot::PodInfo;
 
     const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
 
@@ -329,85 +149,6 @@ mod tests {
         p.containers[0].state = None;
         p.containers[0].exit_code = None;
         p
-    }
-
-    #[test]
-    fn parses_both_message_forms() {
-        let want = Insufficient {
-            resource: "cpu".into(),
-            requested: 56033,
-            used: 34036,
-            capacity: 90000,
-        };
-        for msg in [
-            "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
-            "Pod Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
-            "Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
-        ] {
-            assert_eq!(parse_insufficient(msg).as_ref(), Some(&want), "{msg}");
-        }
-        let gpu = parse_insufficient(
-            "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 8, capacity: 8",
-        )
-        .unwrap();
-        assert_eq!(
-            (gpu.resource.as_str(), gpu.unit(), gpu.shortfall()),
-            ("nvidia.com/gpu", "count", 1)
-        );
-        let mem = parse_insufficient(
-            "Pod was rejected: Node didn't have enough resource: memory, requested: 17179869184, used: 120259084288, capacity: 132070244352",
-        )
-        .unwrap();
-        assert_eq!((mem.unit(), mem.shortfall()), ("bytes", 5_368_709_120));
-        assert_eq!(want.shortfall(), 56033 - (90000 - 34036));
-        for bad in [
-            "",
-            "Pod was rejected: Predicate NodeAffinity failed",
-            "Node didn't have enough resource: cpu, requested: x, used: 1, capacity: 2",
-            "Node didn't have enough resource: cpu, requested: 1",
-            "Node didn't have enough resource: , requested: 1, used: 1, capacity: 2",
-        ] {
-            assert_eq!(parse_insufficient(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn which_pods_are_rejections() {
-        let cases = [
-            ("Failed", Some("OutOfcpu"), None, true),
-            ("Failed", Some("OutOfephemeral-storage"), None, true),
-            ("Failed", Some("OutOfnvidia.com/gpu"), None, true),
-            ("Failed", Some("UnexpectedAdmissionError"), None, true),
-            (
-                "Failed",
-                Some("NodeAffinity"),
-                Some("Pod was rejected: Predicate NodeAffinity failed"),
-                true,
-            ),
-            (
-                "Failed",
-                Some("SysctlForbidden"),
-                Some("Pod was rejected: forbidden sysctl"),
-                true,
-            ),
-            (
-                "Failed",
-                Some("Evicted"),
-                Some("The node was low on resource: memory."),
-                false,
-            ),
-            ("Failed", Some("OutOf"), None, false),
-            ("Failed", None, Some("Pod was rejected: x"), false),
-            ("Failed", Some(""), None, false),
-            ("Pending", Some("OutOfcpu"), None, false),
-            ("Failed", Some("Error"), None, false),
-        ];
-        for (phase, reason, message, want) in cases {
-            let mut p = spark_executor("u", APP, "etl", 1, phase);
-            p.reason = reason.map(String::from);
-            p.message = message.map(String::from);
-            assert_eq!(rejected_reason(&p).is_some(), want, "{phase} {reason:?} {message:?}");
-        }
     }
 
     #[test]

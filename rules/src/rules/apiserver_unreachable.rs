@@ -6,17 +6,17 @@
 //! connect, TLS, waiting for the answer, or an HTTP error status), and the Spark drivers on this
 //! node: if the node is cut off, the control plane marks it NotReady, deletes its pods after
 //! their toleration, and whatever runs a driver as a Job recreates it elsewhere while the old one
-//! keeps running here (SPARK.md, "Node partitions and duplicate drivers").
+//! keeps running here (docs/rules/duplicate-driver.md, "Cause").
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
 use crate::finding::{Finding, Severity, Subject};
+use crate::probes::{api, sample_json};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource, ProbeSample};
-
-use super::slow_api::{api, sample_json};
+use crate::spark::is_driver;
 
 pub const ID: &str = "apiserver-unreachable";
 
@@ -103,7 +103,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let drivers: Vec<Value> = snap
         .pods
         .iter()
-        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .filter(|p| is_driver(p) && !p.is_terminal())
         .map(|p| json!({"pod": p.display(), "uid": p.uid, "app_id": p.spark_app()}))
         .collect();
     let drivers_known = snap.pod_source != PodSource::Cgroups;

@@ -1,11 +1,13 @@
 //! `checkpoint-invalid-state`: the file reads fine but the static policy's checks on it fail
-//! (KUBELET.md section 3), or the kubelet is configured with another policy than the file's.
+//! (docs/kubelet.md, "Why a kubelet refuses to start"), or the kubelet is configured with
+//! another policy than the file's.
 //! Either way the kubelet refuses to start after its next restart.
 
-use super::{checkpoint_path, reset_checkpoint_remedy};
+use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
+use crate::text::reset_checkpoint_remedy;
 use crate::validate::validate_static_state;
 
 pub const ID: &str = "checkpoint-invalid-state";

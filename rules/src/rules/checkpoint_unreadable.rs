@@ -1,14 +1,15 @@
 //! `checkpoint-unreadable`: the kubelet cannot restore its CPU manager state from the file
 //! (bad JSON, a bad cpuset, or a checksum that no kubelet layout produces), so it will refuse
-//! to start the next time it restarts (KUBELET.md section 3, first paragraph).
+//! to start the next time it restarts (docs/kubelet.md, "Why a kubelet refuses to start").
 
 use serde_json::json;
 
-use super::{checkpoint_path, reset_checkpoint_remedy};
 use crate::checkpoint::Verification;
+use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
+use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "checkpoint-unreadable";
 

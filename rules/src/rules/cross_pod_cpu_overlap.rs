@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 use crate::CpuSet;
 use crate::checkpoint::EntryKey;
+use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
-
-use super::{checkpoint_path, reset_checkpoint_remedy};
+use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "cross-pod-cpu-overlap";
 

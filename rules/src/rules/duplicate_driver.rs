@@ -6,7 +6,7 @@
 //! see the old one die: a driver run as a Kubernetes Job (Banzai Cloud's Spark fork) is
 //! recreated by the Job controller when its node goes `NotReady`, while the old driver may
 //! still run on the cut-off node; the old pod shows `Unknown` or stays `Terminating` because
-//! its kubelet cannot confirm anything (SPARK.md, "Node partitions and duplicate drivers"). A
+//! its kubelet cannot confirm anything (docs/rules/duplicate-driver.md, "Cause"). A
 //! submission retried after a client timeout can also leave two (a POST that timed out on the
 //! client may still have created the pod).
 //!
@@ -24,8 +24,7 @@ use serde_json::{Map, Value};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
-
-use super::orphaned_executor::{OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID};
+use crate::spark::{self, APP_SELECTOR, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, is_driver};
 
 pub const ID: &str = "duplicate-driver";
 
@@ -35,7 +34,7 @@ fn non_empty<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
 
 /// `(namespace, spark-app-selector)`.
 fn app_key(pod: &PodInfo) -> Option<(&str, &str)> {
-    Some((pod.namespace.as_str(), non_empty(pod, "spark-app-selector")?))
+    Some((pod.namespace.as_str(), non_empty(pod, APP_SELECTOR)?))
 }
 
 /// `(namespace, operator app name, submission id)`.
@@ -50,7 +49,7 @@ fn run_key(pod: &PodInfo) -> Option<(&str, &str, &str)> {
 /// The alive drivers the snapshot knows of, one per UID.
 fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
     let mut out: Vec<&PodInfo> = Vec::new();
-    let local = snap.pods.iter().filter(|p| p.spark_role() == Some("driver"));
+    let local = snap.pods.iter().filter(|p| is_driver(p));
     for d in snap.app_drivers.values().flatten().chain(local) {
         if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
             out.push(d);
@@ -98,7 +97,7 @@ fn groups<'a>(drivers: &[&'a PodInfo]) -> Vec<(Vec<&'a PodInfo>, Vec<&'static st
         };
         let group = &mut out[idx];
         group.1.push(drivers[i]);
-        for (flag, word) in [(by_app[i], "spark-app-selector"), (by_run[i], OPERATOR_SUBMISSION_ID)] {
+        for (flag, word) in [(by_app[i], APP_SELECTOR), (by_run[i], OPERATOR_SUBMISSION_ID)] {
             if flag && !group.2.contains(&word) {
                 group.2.push(word);
             }
@@ -123,13 +122,10 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
             continue;
         };
         let oldest = members[0];
-        let app = non_empty(local, "spark-app-selector")
+        let app = non_empty(local, APP_SELECTOR)
             .or_else(|| non_empty(local, OPERATOR_APP_NAME))
             .unwrap_or("(unnamed)");
-        let mut app_ids: Vec<&str> = members
-            .iter()
-            .filter_map(|d| non_empty(d, "spark-app-selector"))
-            .collect();
+        let mut app_ids: Vec<&str> = members.iter().filter_map(|d| non_empty(d, APP_SELECTOR)).collect();
         app_ids.dedup();
         let describe = |d: &PodInfo| {
             let mut s = format!("{} (node {}", d.display(), d.node_name.as_deref().unwrap_or("none"));
@@ -203,9 +199,9 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 ),
                 remedy,
             )
-            .with("app_id", non_empty(local, "spark-app-selector"))
+            .with("app_id", non_empty(local, APP_SELECTOR))
             .with("app_ids", (app_ids.len() > 1).then_some(app_ids))
-            .with("app_name", non_empty(local, "spark-app-name"))
+            .with("app_name", non_empty(local, spark::APP_NAME))
             .with("matched_by", matched_by)
             .with("operator_app_name", operator)
             .with("submission_id", non_empty(local, OPERATOR_SUBMISSION_ID))

@@ -8,26 +8,13 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
+use crate::facts::{checkpoint_path, rejected_for_cpus, stale_cpus, stale_entries_of};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
-
-use super::stale_cpu_assignment::{stale_cpus, stale_entries_of};
-use super::{checkpoint_path, repair_cpu_state_remedy};
+use crate::text::{LISTED, repair_cpu_state_remedy};
 
 pub const ID: &str = "exclusive-cpu-shortage";
-
-/// How many pods a finding lists by name.
-const LISTED_PODS: usize = 20;
-
-/// Whether a pod failed because the CPU manager had no CPUs for it.
-pub fn rejected_for_cpus(pod: &PodInfo) -> bool {
-    let message = pod.message.as_deref().unwrap_or("").to_ascii_lowercase();
-    if message.contains("not enough cpus available") {
-        return true;
-    }
-    pod.phase == "Failed" && pod.reason.as_deref() == Some("UnexpectedAdmissionError") && message.contains("cpu")
-}
 
 /// Exclusive CPUs a Guaranteed pod needs: integer CPU requests, the larger of the biggest
 /// init container and the sum of the app containers (init CPUs are reused).
@@ -108,7 +95,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     };
     let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p) && recent(p)).collect();
     if !rejected.is_empty() {
-        let names: Vec<String> = rejected.iter().take(LISTED_PODS).map(|p| p.display()).collect();
+        let names: Vec<String> = rejected.iter().take(LISTED).map(|p| p.display()).collect();
         let stale = pool.as_ref().map(|p| p.stale.clone()).unwrap_or_default();
         findings.push(
             Finding::new(

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{DriverLookup, NodeSnapshot, PodInfo};
-
-use super::orphaned_executor::{LISTED, is_executor, lookup_str};
+use crate::spark::{self, is_executor, lookup_str};
+use crate::text::LISTED;
 
 pub const ID: &str = "executor-without-owner";
 
@@ -50,7 +50,7 @@ impl Location {
 /// Sort key: the numeric `spark-exec-id`, then the name.
 fn exec_order(pod: &PodInfo) -> (u64, String) {
     let id = pod
-        .label("spark-exec-id")
+        .label(spark::EXEC_ID)
         .and_then(|v| v.parse().ok())
         .unwrap_or(u64::MAX);
     (id, pod.name.clone())
@@ -144,7 +144,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
                 remedy,
             )
             .with("app_id", (!app.is_empty()).then_some(app))
-            .with("app_name", first.label("spark-app-name"))
+            .with("app_name", first.label(spark::APP_NAME))
             .with("namespace", namespace)
             .with("executors", execs.len())
             .with(

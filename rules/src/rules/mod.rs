@@ -1,6 +1,10 @@
 //! The rule catalogue. One module per rule id (`stale-cpu-assignment` lives in
 //! `stale_cpu_assignment.rs`); each exposes `check(&NodeSnapshot, &Settings) -> Vec<Finding>`.
 //! [`evaluate`] runs every enabled rule and returns the findings in a stable order.
+//!
+//! A rule module holds its id, the evaluation that turns facts into findings, and its tests.
+//! Rule modules do not use each other: what several of them need is in the shared modules
+//! ([`crate::facts`], [`crate::probes`], [`crate::spark`], [`crate::text`]).
 
 pub mod admission_rejection;
 pub mod apiserver_unreachable;
@@ -29,7 +33,7 @@ pub type CheckFn = fn(&NodeSnapshot, &Settings) -> Vec<Finding>;
 /// A rule's identity and documentation.
 #[derive(Debug, Clone, Copy)]
 pub struct RuleInfo {
-    /// The stable id (DESIGN.md).
+    /// The stable id (docs/architecture.md), also the name of its page under docs/rules/.
     pub id: &'static str,
     /// One line for people.
     pub title: &'static str,
@@ -67,7 +71,7 @@ pub const ALL: &[RuleInfo] = &[
         title: "The CPU manager checkpoint breaks a static-policy rule",
         severity: Severity::Critical,
         looks_at: "checkpoint, online CPUs, kubelet config",
-        fires_when: "a static-policy rule of KUBELET.md section 3 is broken, or the configured policy differs from the file's",
+        fires_when: "a static-policy rule of docs/kubelet.md (\"Why a kubelet refuses to start\") is broken, or the configured policy differs from the file's",
         event_reason: "CPUManagerInvalidState",
         check: checkpoint_invalid_state::check,
     },
@@ -221,39 +225,6 @@ pub fn evaluate(snapshot: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .collect();
     findings.sort_by_key(Finding::sort_key);
     findings
-}
-
-/// The documented remedy for a checkpoint the kubelet cannot use or that holds stale CPUs
-/// (KUBELET.md section 4): drain, stop the kubelet, move the file (and the memory manager's)
-/// aside, start the kubelet, uncordon.
-pub(crate) fn reset_checkpoint_remedy(node: &str, checkpoint_path: &str) -> String {
-    let dir = checkpoint_path.rsplit_once('/').map_or(".", |(d, _)| d);
-    let dir = if dir.is_empty() { "/" } else { dir };
-    format!(
-        "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: \
-         systemctl stop kubelet && mv {checkpoint_path} {checkpoint_path}.bak && \
-         rm -f {dir}/memory_manager_state && systemctl start kubelet; then kubectl uncordon {node}"
-    )
-}
-
-/// The remedy for stale entries: `nodemedic repair cpu-state`, which frees only the stale
-/// entries and keeps every live pod's pinning (the kubelet is stopped and started around the
-/// write), instead of the drain-and-delete reset.
-pub(crate) fn repair_cpu_state_remedy(node: &str) -> String {
-    format!(
-        "kubectl nodemedic repair {node} cpu-state (shows the plan), then kubectl nodemedic repair {node} cpu-state \
-         --apply --restart-kubelet --yes (frees only the stale entries, keeps live pinning, backs the file up); \
-         on the node itself: nodemedic repair cpu-state --apply --restart-kubelet --yes"
-    )
-}
-
-/// The checkpoint's host path, or the default.
-pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {
-    match &snapshot.checkpoint {
-        crate::snapshot::Observed::Ok(f) => f.path.clone(),
-        crate::snapshot::Observed::Missing { path } => path.clone(),
-        _ => "/var/lib/kubelet/cpu_manager_state".to_string(),
-    }
 }
 
 #[cfg(test)]

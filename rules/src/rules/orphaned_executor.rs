@@ -2,14 +2,18 @@
 //!
 //! An executor only works for its driver. When the driver pod is gone, was recreated under the
 //! same name with another UID, or has finished, the executor's CPUs, memory and local disk are
-//! held for nothing. Kubernetes cleans up only in two cases (SPARK.md): the garbage collector
-//! deletes executors whose owner reference names a deleted driver *object* (not one that merely
-//! exited), and a driver that stops cleanly deletes its executors by label when
-//! `spark.kubernetes.executor.deleteOnTermination` is true. Everything else stays: client-mode
-//! executors without an owner (SPARK-25295), executors of a driver that was killed or whose node
-//! was lost, kept `Error` executors whose emptyDir still holds their shuffle data.
+//! held for nothing. Kubernetes cleans up only in two cases (docs/rules/orphaned-executor.md,
+//! "Cause"): the garbage collector deletes executors whose owner reference names a deleted
+//! driver *object* (not one that merely exited), and a driver that stops cleanly deletes its
+//! executors by label when `spark.kubernetes.executor.deleteOnTermination` is true (apache/spark
+//! `resource-managers/kubernetes/core/src/main/scala/org/apache/spark/`: the owner reference in
+//! `deploy/k8s/features/BasicExecutorFeatureStep.scala`, the deletion in `stop` of
+//! `scheduler/cluster/k8s/KubernetesClusterSchedulerBackend.scala`). Everything else stays:
+//! client-mode executors without an owner (SPARK-25295), executors of a driver that was killed or
+//! whose node was lost, kept `Error` executors whose emptyDir still holds their shuffle data.
 //!
-//! The agent looks up each executor's driver ([`DriverLookup`] in `NodeSnapshot::drivers`).
+//! The agent looks up each executor's driver ([`DriverLookup`](crate::snapshot::DriverLookup) in
+//! `NodeSnapshot::drivers`).
 //! Judged: a non-terminal executor (not being deleted), and a finished one that still holds
 //! local data (scratch dirs measured under its emptyDir, or, when the dirs were not measured,
 //! an emptyDir `spark-local-dir-*` volume). Orphaned when the lookup says the driver is gone,
@@ -20,292 +24,18 @@
 //!
 //! Critical when a still-running executor holds exclusive CPUs in the CPU manager checkpoint
 //! (whole cores no one else can use), warning otherwise.
+//!
+//! The judgement is [`crate::facts::orphaned_executors`], which `orphaned-local-dir`, the
+//! `nodemedic_orphaned_executors` gauge and `repair orphans` share.
 
-use crate::CpuSet;
-use crate::checkpoint::EntryKey;
+use crate::facts::{DriverState, Orphan, orphaned_executors};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
-use crate::snapshot::{ContainerInfo, DriverLookup, LocalDir, LookupMethod, NodeSnapshot, Observed, PodInfo};
+use crate::snapshot::{NodeSnapshot, PodInfo};
+use crate::spark::{self, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, lookup_str, spark_container};
+use crate::text::{LISTED, human_bytes, kubectl_delete};
 
 pub const ID: &str = "orphaned-executor";
-
-/// How many names or paths a finding lists.
-pub(crate) const LISTED: usize = 20;
-
-/// spark-operator's label with the SparkApplication's name.
-pub(crate) const OPERATOR_APP_NAME: &str = "sparkoperator.k8s.io/app-name";
-/// spark-operator's label with the run's submission id.
-pub(crate) const OPERATOR_SUBMISSION_ID: &str = "sparkoperator.k8s.io/submission-id";
-
-/// Why the driver no longer needs the executor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriverState {
-    /// No driver pod exists.
-    Gone,
-    /// The pod found in the driver's place is another pod (recreated, another application,
-    /// another spark-operator run).
-    Replaced,
-    /// The driver pod has finished (`Succeeded` or `Failed`) for longer than the grace.
-    Finished,
-}
-
-impl DriverState {
-    /// `gone`, `replaced`, `finished`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverState::Gone => "gone",
-            DriverState::Replaced => "replaced",
-            DriverState::Finished => "finished",
-        }
-    }
-}
-
-/// An orphaned executor and what is known about its driver.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Orphan<'a> {
-    pub executor: &'a PodInfo,
-    pub state: DriverState,
-    /// How the driver was looked up (`None`: a replaced driver found by a lookup the
-    /// snapshot does not name).
-    pub lookup: Option<LookupMethod>,
-    /// What was looked for when nothing was found (the lookup's `expected`).
-    pub expected: Option<String>,
-    /// The driver UID the executor belongs to, when known (its owner reference).
-    pub expected_driver_uid: Option<String>,
-    /// The pod found in the driver's place (finished, or another pod).
-    pub found: Option<&'a PodInfo>,
-    /// Seconds since the driver finished, when it did and the time is known.
-    pub finished_seconds: Option<i64>,
-    /// Why it is orphaned, for people.
-    pub reason: String,
-    /// Its scratch directories on this node and their bytes.
-    pub local: LocalData<'a>,
-    /// Exclusive CPUs the CPU manager checkpoint holds for it.
-    pub exclusive_cpus: Option<CpuSet>,
-}
-
-/// A pod's Spark scratch data on this node.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LocalData<'a> {
-    /// Measured scratch dirs under its emptyDir volumes.
-    pub dirs: Vec<&'a LocalDir>,
-    pub bytes: u64,
-    /// Its emptyDir `spark-local-dir-*` volume names.
-    pub empty_dir_volumes: Vec<&'a str>,
-    /// Whether the node's local dirs were measured (`local_dirs` read).
-    pub measured: bool,
-}
-
-impl LocalData<'_> {
-    /// Whether deleting the pod object would free disk: measured dirs, or (not measured) an
-    /// emptyDir local dir volume.
-    pub fn held(&self) -> bool {
-        if self.measured {
-            !self.dirs.is_empty()
-        } else {
-            !self.empty_dir_volumes.is_empty()
-        }
-    }
-}
-
-/// `pod`'s scratch data on this node.
-pub(crate) fn local_data<'a>(snap: &'a NodeSnapshot, pod: &'a PodInfo) -> LocalData<'a> {
-    let (dirs, measured): (Vec<&LocalDir>, bool) = match &snap.local_dirs {
-        Observed::Ok(all) => (
-            all.iter()
-                .filter(|d| d.pod_uid.as_deref() == Some(pod.uid.as_str()))
-                .collect(),
-            true,
-        ),
-        _ => (Vec::new(), false),
-    };
-    LocalData {
-        bytes: dirs.iter().map(|d| d.bytes).sum(),
-        dirs,
-        empty_dir_volumes: pod
-            .local_dir_volumes
-            .iter()
-            .filter(|v| v.host_path.is_none())
-            .map(|v| v.name.as_str())
-            .collect(),
-        measured,
-    }
-}
-
-/// Whether `pod` is a Spark executor (`spark-role=executor`).
-pub(crate) fn is_executor(pod: &PodInfo) -> bool {
-    pod.spark_role() == Some("executor")
-}
-
-/// The Spark container of a pod (`spark-kubernetes-executor`, `executor` or
-/// `spark-kubernetes-driver`), else its first container.
-pub(crate) fn spark_container(pod: &PodInfo) -> Option<&ContainerInfo> {
-    pod.containers
-        .iter()
-        .find(|c| {
-            matches!(
-                c.name.as_str(),
-                "spark-kubernetes-executor" | "executor" | "spark-kubernetes-driver"
-            )
-        })
-        .or_else(|| pod.containers.first())
-}
-
-/// The exclusive CPUs the CPU manager checkpoint holds for `pod` (container, pod-level and
-/// V1 container-id entries), when the checkpoint is readable and holds any.
-pub(crate) fn exclusive_cpus(snap: &NodeSnapshot, pod: &PodInfo) -> Option<CpuSet> {
-    let state = snap.checkpoint.ok()?.content.as_ref().ok()?.state().ok()?;
-    let ids: Vec<&str> = pod
-        .containers
-        .iter()
-        .filter_map(|c| c.container_id.as_deref())
-        .collect();
-    let mut cpus = CpuSet::new();
-    for a in &state.assignments {
-        let mine = match &a.key {
-            EntryKey::Container { pod_uid, .. } => *pod_uid == pod.uid,
-            EntryKey::ContainerId { container_id } => ids.contains(&container_id.as_str()),
-        };
-        if mine {
-            cpus = cpus.union(&a.cpus);
-        }
-    }
-    for (uid, set) in &state.pod_assignments {
-        if *uid == pod.uid {
-            cpus = cpus.union(set);
-        }
-    }
-    (!cpus.is_empty()).then_some(cpus)
-}
-
-/// `kubectl delete pod -n NS NAME`.
-pub(crate) fn kubectl_delete(pod: &PodInfo) -> String {
-    format!("kubectl delete pod -n {} {}", pod.namespace, pod.name)
-}
-
-/// Human size: `1.5 GiB` (binary units, one decimal; bytes as they are below 1 KiB).
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
-/// Human duration, rounded down to its largest unit: `45s`, `47m`, `19h`, `4d`.
-pub(crate) fn human_seconds(seconds: i64) -> String {
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
-
-/// Whether `found` cannot be `executor`'s driver although the lookup led to it: it belongs to
-/// another application, is not a driver, or is another spark-operator run. Only labels both
-/// pods carry are compared (a client-mode driver in a notebook pod has no Spark labels).
-fn not_its_driver(executor: &PodInfo, found: &PodInfo) -> Option<String> {
-    let differs = |key: &str| match (executor.label(key), found.label(key)) {
-        (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() && a != b => Some((a, b)),
-        _ => None,
-    };
-    if let Some((_, theirs)) = differs("spark-app-selector") {
-        return Some(format!("pod {} belongs to application {theirs}", found.display()));
-    }
-    if let Some(role) = found.spark_role().filter(|r| *r != "driver") {
-        return Some(format!("pod {} is a Spark {role}, not a driver", found.display()));
-    }
-    if let Some((mine, theirs)) = differs(OPERATOR_SUBMISSION_ID) {
-        return Some(format!(
-            "driver {} is spark-operator run {theirs}; this executor is of run {mine}",
-            found.display()
-        ));
-    }
-    None
-}
-
-/// The orphaned executors on this node (the `nodemedic_orphaned_executors` gauge counts them).
-pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orphan<'a>> {
-    let mut out = Vec::new();
-    for exec in snap.pods.iter().filter(|p| is_executor(p) && !p.deleting) {
-        let local = local_data(snap, exec);
-        if exec.is_terminal() && !local.held() {
-            continue;
-        }
-        let Some(lookup) = snap.drivers.get(&exec.uid) else {
-            continue;
-        };
-        let owner_uid = exec.owner_refs.iter().find(|o| o.kind == "Pod").map(|o| o.uid.clone());
-        let mut orphan = Orphan {
-            executor: exec,
-            state: DriverState::Gone,
-            lookup: None,
-            expected: None,
-            expected_driver_uid: owner_uid.clone(),
-            found: None,
-            finished_seconds: None,
-            reason: String::new(),
-            local,
-            exclusive_cpus: None,
-        };
-        match lookup {
-            DriverLookup::External { .. } | DriverLookup::Unknown { .. } => continue,
-            DriverLookup::Gone { by, expected } => {
-                orphan.lookup = Some(*by);
-                orphan.expected = Some(expected.clone());
-                orphan.reason = format!("no driver pod exists (looked for {expected})");
-            }
-            DriverLookup::Replaced { expected_uid, found } => {
-                orphan.state = DriverState::Replaced;
-                orphan.lookup = owner_uid.is_some().then_some(LookupMethod::OwnerReference);
-                orphan.expected_driver_uid = Some(expected_uid.clone());
-                orphan.found = Some(found.as_ref());
-                orphan.reason = format!(
-                    "driver {} was recreated: it now has UID {}, this executor belongs to UID {expected_uid}",
-                    found.display(),
-                    found.uid
-                );
-            }
-            DriverLookup::Found { by, driver } => {
-                orphan.lookup = Some(*by);
-                orphan.found = Some(driver.as_ref());
-                if let Some(why) = not_its_driver(exec, driver) {
-                    orphan.state = DriverState::Replaced;
-                    orphan.reason = why;
-                } else if driver.is_terminal() {
-                    let since = driver.finished_at.map(|t| (snap.taken_at - t).max(0));
-                    if since.is_some_and(|s| s < settings.orphan_grace_seconds) {
-                        continue;
-                    }
-                    orphan.state = DriverState::Finished;
-                    orphan.finished_seconds = since;
-                    orphan.reason = match since {
-                        Some(s) => format!(
-                            "driver {} finished ({}) {} ago",
-                            driver.display(),
-                            driver.phase,
-                            human_seconds(s)
-                        ),
-                        None => format!("driver {} has finished ({})", driver.display(), driver.phase),
-                    };
-                } else {
-                    continue;
-                }
-            }
-        }
-        orphan.exclusive_cpus = exclusive_cpus(snap, exec);
-        out.push(orphan);
-    }
-    out
-}
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     orphaned_executors(snap, settings)
@@ -382,7 +112,7 @@ fn finding(node: &str, o: &Orphan<'_>) -> Finding {
         .with("executor", exec.display())
         .with("executor_uid", exec.uid.as_str())
         .with("app_id", app)
-        .with("app_name", exec.label("spark-app-name"))
+        .with("app_name", exec.label(spark::APP_NAME))
         .with("driver_state", o.state.as_str())
         .with("reason", o.reason.as_str())
         .with("lookup_method", o.lookup.map(lookup_str))
@@ -418,21 +148,13 @@ fn finding(node: &str, o: &Orphan<'_>) -> Finding {
         .with("operator_app_name", exec.label(OPERATOR_APP_NAME))
 }
 
-/// The snake_case word of a lookup method (as it serializes).
-pub(crate) fn lookup_str(by: LookupMethod) -> &'static str {
-    match by {
-        LookupMethod::OwnerReference => "owner_reference",
-        LookupMethod::Labels => "labels",
-        LookupMethod::DriverUrl => "driver_url",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rules::testkit::{
         NOW, SnapshotBuilder, by_operator, empty_dir_scratch, owned_by, spark_driver, spark_executor, spark_pod,
     };
+    use crate::snapshot::{ContainerInfo, DriverLookup, LookupMethod};
 
     const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
 
@@ -712,16 +434,5 @@ mod tests {
         assert!(f.summary.ends_with("finished (Succeeded) 47m ago"), "{}", f.summary);
         assert_eq!(f.evidence["executor_container_state"], "terminated");
         assert_eq!(f.evidence["executor_exit_code"], 1);
-    }
-
-    #[test]
-    fn sizes_read_well() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(5 << 40), "5.0 TiB");
-        assert_eq!(human_seconds(-3), "-3s");
-        assert_eq!(human_seconds(2820), "47m");
-        assert_eq!(human_seconds(68400), "19h");
-        assert_eq!(human_seconds(345600), "4d");
     }
 }

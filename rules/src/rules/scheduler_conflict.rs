@@ -19,12 +19,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::facts::recent_rejections;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
-
-use super::admission_rejection::{counts, recent_rejections, scheduler_of};
-use super::orphaned_executor::LISTED;
+use crate::spark::scheduler_of;
+use crate::text::{LISTED, cleanup_remedy, counts};
 
 pub const ID: &str = "scheduler-conflict";
 
@@ -120,7 +120,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                  spark.kubernetes.driver.scheduler.name / spark.kubernetes.executor.scheduler.name); two schedulers \
                  binding from separate caches overcommit the node (kubernetes #72043, #106419; volcano #2700). \
                  Then clean up: {}",
-                super::admission_rejection::cleanup_remedy(
+                cleanup_remedy(
                     &snap.node,
                     &reasons.keys().copied().collect::<Vec<_>>().join(", ")
                 )

@@ -8,155 +8,31 @@
 //! to first byte is the API server being slow to answer; DNS, connect and TLS point at the
 //! node's path to it.
 //!
-//! The helpers here (window, median, phases) are shared with the other API rules.
+//! The window, the median and the phases are [`crate::probes`], shared with the other API rules.
 
 use serde_json::{Value, json};
 
 use crate::finding::{Finding, Severity, Subject};
+use crate::probes::{Phase, READ_PROBES, api, dominant_phase, recent, sample_json, stats};
 use crate::settings::Settings;
-use crate::snapshot::{ApiObservation, NodeSnapshot, Observed, ProbeSample};
+use crate::snapshot::{NodeSnapshot, ProbeSample};
+use crate::text::ms;
 
 pub const ID: &str = "slow-api";
 
-/// The read probes.
-pub const READ_PROBES: [&str; 2] = ["get", "list"];
-
-/// Seconds rounded to the millisecond, for evidence.
-pub(crate) fn ms(seconds: f64) -> f64 {
-    (seconds * 1000.0).round() / 1000.0
-}
-
-/// The samples taken within the window before the snapshot (or after it: `probe api` takes the
-/// snapshot's time first).
-pub(crate) fn recent<'a>(
-    api: &'a ApiObservation,
-    snap: &NodeSnapshot,
-    settings: &Settings,
-) -> impl Iterator<Item = &'a ProbeSample> {
-    let since = snap.taken_at.saturating_sub(settings.api_latency_window_seconds);
-    api.samples.iter().filter(move |s| s.at >= since)
-}
-
-/// The API observation, when the API was probed.
-pub(crate) fn api(snap: &NodeSnapshot) -> Option<&ApiObservation> {
-    match &snap.api {
-        Observed::Ok(api) => Some(api),
-        _ => None,
-    }
-}
-
-/// Median, minimum and maximum of the finite values (`None` when there are none).
-pub fn stats(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64, f64)> {
-    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Some((median, v[0], v[n - 1]))
-}
-
-/// A phase of a request, in the order they happen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Dns,
-    Connect,
-    Tls,
-    FirstByte,
-    Transfer,
-}
-
-impl Phase {
-    /// The evidence word.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Phase::Dns => "dns",
-            Phase::Connect => "connect",
-            Phase::Tls => "tls",
-            Phase::FirstByte => "first_byte",
-            Phase::Transfer => "transfer",
+/// What it means when most of the time goes to `phase`.
+fn diagnosis(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Dns => "DNS lookup: the node is slow to resolve the API server's name",
+        Phase::Connect => "TCP connect: the network path to the API server (or its load balancer) is slow",
+        Phase::Tls => {
+            "TLS handshake: the API server or its load balancer is slow to handshake (overloaded), or the path loses packets"
+        }
+        Phase::FirstByte => "time to first byte: the API server is slow to answer, not the network",
+        Phase::Transfer => {
+            "transfer: the answer is slow to arrive after its first byte (a large answer or a slow path)"
         }
     }
-
-    /// What it means when most of the time goes here.
-    pub(crate) fn diagnosis(self) -> &'static str {
-        match self {
-            Phase::Dns => "DNS lookup: the node is slow to resolve the API server's name",
-            Phase::Connect => "TCP connect: the network path to the API server (or its load balancer) is slow",
-            Phase::Tls => {
-                "TLS handshake: the API server or its load balancer is slow to handshake (overloaded), or the path loses packets"
-            }
-            Phase::FirstByte => "time to first byte: the API server is slow to answer, not the network",
-            Phase::Transfer => {
-                "transfer: the answer is slow to arrive after its first byte (a large answer or a slow path)"
-            }
-        }
-    }
-}
-
-/// How long each phase of `s` took, seconds, from its cumulative end times. A phase that did not
-/// happen (a reused connection, a name that is an IP) takes 0. For a sample that got no answer,
-/// the time after the last phase it reached goes to the phase it was stuck in (connect, TLS, or
-/// waiting for the first byte), not to the transfer.
-pub(crate) fn phase_durations(s: &ProbeSample) -> [(Phase, f64); 5] {
-    let pos = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    let total = pos(s.total_seconds);
-    // The end of each phase; one not reached ends where the one before did.
-    let dns = pos(s.dns_seconds).min(total);
-    let connect = pos(s.connect_seconds).clamp(dns, total);
-    let tls = pos(s.tls_seconds).clamp(connect, total);
-    let first_byte = pos(s.first_byte_seconds).clamp(tls, total);
-    let mut d = [dns, connect - dns, tls - connect, first_byte - tls, total - first_byte];
-    if !s.ok && s.first_byte_seconds <= 0.0 {
-        let stuck = if s.tls_seconds > 0.0 {
-            3
-        } else if s.connect_seconds > 0.0 {
-            2
-        } else {
-            1
-        };
-        d[stuck] += d[4];
-        d[4] = 0.0;
-    }
-    [
-        (Phase::Dns, d[0]),
-        (Phase::Connect, d[1]),
-        (Phase::Tls, d[2]),
-        (Phase::FirstByte, d[3]),
-        (Phase::Transfer, d[4]),
-    ]
-}
-
-/// The phase that took longest in `s`, and how long.
-pub(crate) fn dominant_phase(s: &ProbeSample) -> (Phase, f64) {
-    phase_durations(s)
-        .into_iter()
-        .fold((Phase::FirstByte, -1.0), |best, p| if p.1 > best.1 { p } else { best })
-}
-
-/// A sample's timing as evidence: the cumulative end times as `curl -w` reports them.
-pub(crate) fn sample_json(s: &ProbeSample) -> Value {
-    let mut v = json!({
-        "probe": s.probe,
-        "at": s.at,
-        "dns_seconds": ms(s.dns_seconds),
-        "connect_seconds": ms(s.connect_seconds),
-        "tls_seconds": ms(s.tls_seconds),
-        "first_byte_seconds": ms(s.first_byte_seconds),
-        "total_seconds": ms(s.total_seconds),
-    });
-    if let (Some(map), Some(status)) = (v.as_object_mut(), s.status) {
-        map.insert("status".into(), status.into());
-    }
-    if let (Some(map), Some(error)) = (v.as_object_mut(), &s.error) {
-        map.insert("error".into(), error.clone().into());
-    }
-    v
 }
 
 /// What to check, by where the time goes.
@@ -263,7 +139,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 threshold,
                 severity.as_str(),
                 max,
-                phase.diagnosis()
+                diagnosis(phase)
             ),
             remedy(phase),
         )
@@ -278,7 +154,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .with("slowest_sample", sample_json(slowest))
         .with("dominant_phase", phase.as_str())
         .with("dominant_phase_seconds", ms(phase_seconds))
-        .with("diagnosis", phase.diagnosis())
+        .with("diagnosis", diagnosis(phase))
         .with("probes", probes),
     ]
 }
@@ -287,6 +163,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testkit::{SnapshotBuilder, probe_failed, probe_ok, probe_phases};
+    use crate::snapshot::Observed;
 
     fn run(samples: Vec<ProbeSample>) -> Vec<Finding> {
         check(
@@ -384,39 +261,5 @@ mod tests {
                 f[0].evidence["max_seconds"]
             );
         }
-        // A sample that got no answer: the time goes to what it was waiting for.
-        let waited = probe_failed("create_dry_run", 0, None, "timeout", 10.0);
-        let connected = ProbeSample {
-            connect_seconds: 0.01,
-            tls_seconds: 0.02,
-            ..waited.clone()
-        };
-        assert_eq!(dominant_phase(&connected).0, Phase::FirstByte);
-        assert_eq!(dominant_phase(&waited).0, Phase::Connect);
-        let resolved = ProbeSample {
-            dns_seconds: 0.0001,
-            ..waited.clone()
-        };
-        assert_eq!(
-            dominant_phase(&resolved).0,
-            Phase::Connect,
-            "the probe sets dns even for an IP"
-        );
-        let handshaking = ProbeSample {
-            dns_seconds: 0.0001,
-            connect_seconds: 0.002,
-            ..waited.clone()
-        };
-        assert_eq!(dominant_phase(&handshaking).0, Phase::Tls);
-        let total: f64 = phase_durations(&connected).iter().map(|p| p.1).sum();
-        assert!((total - 10.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn stats_of_odd_and_even_counts() {
-        assert_eq!(stats([3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
-        assert_eq!(stats([4.0, 1.0, 2.0, 3.0]), Some((2.5, 1.0, 4.0)));
-        assert_eq!(stats([f64::NAN]), None);
-        assert_eq!(stats([]), None);
     }
 }

@@ -5,7 +5,8 @@
 //! request after `spark.kubernetes.submission.requestTimeout` (spark-submit creating the driver)
 //! or `spark.kubernetes.driver.requestTimeout` (the driver creating executors), 10000 ms by
 //! default since Spark 3.0; Spark 2.4 uses fabric8's `KUBERNETES_REQUEST_TIMEOUT` (also 10 s).
-//! See SPARK.md, "Timeouts".
+//! See docs/rules/slow-pod-admission.md, "Cause", and the two keys in apache/spark
+//! `docs/running-on-kubernetes.md`.
 //!
 //! The rule compares the median create time of the window (and its maximum) with that timeout:
 //! warning from half of it, critical at or above it. Creates that timed out count with the time
@@ -14,18 +15,16 @@
 //! set, else `spark_client_timeout_seconds`. The finding names the webhooks that match pod
 //! CREATE, the slowest by the API server's own metrics, and the Spark keys to raise.
 
-use serde_json::{Value, json};
-
 use crate::finding::{Finding, Severity, Subject};
+use crate::probes::{
+    DRY_RUN_PROBE, api, dominant_phase, is_dry_run_unsupported, recent, sample_json, stats, webhook_json,
+};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, ProbeSample, WebhookInfo};
-
-use super::slow_api::{api, dominant_phase, ms, recent, sample_json, stats};
+use crate::spark::is_driver;
+use crate::text::ms;
 
 pub const ID: &str = "slow-pod-admission";
-
-/// The dry-run create probe.
-pub const DRY_RUN_PROBE: &str = "create_dry_run";
 
 /// Spark 3.0+'s timeout of spark-submit's requests (creating the driver), milliseconds.
 pub const SUBMISSION_TIMEOUT_KEY: &str = "spark.kubernetes.submission.requestTimeout";
@@ -33,16 +32,6 @@ pub const SUBMISSION_TIMEOUT_KEY: &str = "spark.kubernetes.submission.requestTim
 pub const DRIVER_TIMEOUT_KEY: &str = "spark.kubernetes.driver.requestTimeout";
 /// fabric8's request timeout from the environment, milliseconds; only Spark 2.4 honours it.
 pub const FABRIC8_TIMEOUT_ENV: &str = "KUBERNETES_REQUEST_TIMEOUT";
-
-/// Whether a probe failed because a matching webhook does not support dry run (the API
-/// server's `admission webhook "<name>" does not support dry run`, HTTP 400).
-pub fn is_dry_run_unsupported(s: &ProbeSample) -> bool {
-    !s.ok
-        && s.status == Some(400)
-        && s.error
-            .as_deref()
-            .is_some_and(|e| e.contains("does not support dry run"))
-}
 
 /// Whether a probe failed by running out of time, on the client (the probe's own `no complete
 /// answer within N s`) or in the API server (a webhook call that timed out: `context deadline
@@ -144,7 +133,7 @@ fn local_drivers(snap: &NodeSnapshot) -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = snap
         .pods
         .iter()
-        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .filter(|p| is_driver(p) && !p.is_terminal())
         .map(|p: &PodInfo| (p.display(), p.spark_version().map(|(v, _)| v)))
         .collect();
     for (uid, conf) in &snap.spark_confs {
@@ -162,28 +151,6 @@ fn configuration_kind(w: &WebhookInfo) -> &'static str {
     } else {
         "MutatingWebhookConfiguration"
     }
-}
-
-/// A webhook as evidence.
-pub(crate) fn webhook_json(w: &WebhookInfo) -> Value {
-    let mut v = json!({
-        "name": w.name,
-        "configuration": w.configuration,
-        "kind": w.kind,
-        "timeout_seconds": w.timeout_seconds,
-        "failure_policy": w.failure_policy,
-        "side_effects": w.side_effects,
-        "matches_probe": w.matches_probe,
-    });
-    if let Some(map) = v.as_object_mut() {
-        if !w.matches_namespaces.is_empty() {
-            map.insert("namespaces".into(), json!(w.matches_namespaces));
-        }
-        if let Some(mean) = w.mean_latency_seconds {
-            map.insert("mean_latency_seconds".into(), ms(mean).into());
-        }
-    }
-    v
 }
 
 /// How long the matching webhooks may hold a create at most: mutating webhooks run one after
@@ -363,6 +330,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testkit::{NOW, SnapshotBuilder, probe_failed, probe_ok, spark_conf, spark_driver, webhook};
+    use serde_json::json;
 
     fn node(samples: Vec<ProbeSample>) -> SnapshotBuilder {
         SnapshotBuilder::spark_node(&[]).with_api(samples)

@@ -12,203 +12,17 @@
 //! so an entry is not called stale while that is still to come: a pod that finished less than
 //! the period ago, or (without a pod list) a pod with no cgroup yet in a checkpoint written
 //! less than the period ago, since admission writes the entry before the cgroup exists.
+//!
+//! The judgement is [`crate::facts::stale_entries`], which `exclusive-cpu-shortage`, the
+//! `nodemedic_cpu_manager_stale_cpus` gauge and `repair cpu-state` share.
 
-use crate::CpuSet;
-use crate::checkpoint::{CpuState, EntryKey};
+use crate::facts::{checkpoint_path, stale_entries};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
-
-use super::{checkpoint_path, repair_cpu_state_remedy};
+use crate::snapshot::{NodeSnapshot, PodSource};
+use crate::text::repair_cpu_state_remedy;
 
 pub const ID: &str = "stale-cpu-assignment";
-
-/// A checkpoint entry whose owner is not alive here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaleEntry {
-    /// The pod UID (known for V2/V3 entries, and V1 entries whose ID maps to a pod).
-    pub pod_uid: Option<String>,
-    /// The container name (`None` for a V3 pod-level entry or an unmapped V1 entry).
-    pub container: Option<String>,
-    /// The runtime container ID of a V1 entry.
-    pub container_id: Option<String>,
-    pub cpus: CpuSet,
-    /// Why it is stale, for people.
-    pub reason: String,
-    /// The pod, when it is still in the pod list (finished, or the container left its spec).
-    pub pod: Option<PodInfo>,
-    /// Processes still in the pod's cgroup (`None`: no pod cgroup).
-    pub cgroup_processes: Option<usize>,
-}
-
-enum Verdict {
-    Alive,
-    Stale(String, Option<Box<PodInfo>>),
-    /// Cannot be judged with what we have.
-    Unknown,
-}
-
-/// What the judges need besides the snapshot.
-struct Clock {
-    grace: f64,
-    checkpoint_age: Option<f64>,
-}
-
-impl Clock {
-    fn of(snap: &NodeSnapshot, settings: &Settings) -> Self {
-        let checkpoint_age = snap.checkpoint.ok().and_then(|f| f.age_seconds);
-        Clock {
-            grace: settings.reconcile_grace(snap),
-            checkpoint_age,
-        }
-    }
-
-    /// Whether the kubelet may still be about to reconcile something that happened at `at`.
-    fn too_recent(&self, snap: &NodeSnapshot, at: Option<i64>) -> bool {
-        at.is_some_and(|t| ((snap.taken_at - t) as f64) < self.grace)
-    }
-
-    fn checkpoint_recent(&self) -> bool {
-        self.checkpoint_age.is_some_and(|a| a < self.grace)
-    }
-}
-
-fn judge_pod(snap: &NodeSnapshot, clock: &Clock, uid: &str, container: Option<&str>) -> Verdict {
-    match snap.pod_source {
-        PodSource::Api | PodSource::File => match snap.pod(uid) {
-            None => Verdict::Stale(format!("pod {uid} is not bound to node {}", snap.node), None),
-            Some(p) if p.is_terminal() && clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
-            Some(p) if p.is_terminal() => Verdict::Stale(
-                format!("pod {} has finished (phase {})", p.display(), p.phase),
-                Some(Box::new(p.clone())),
-            ),
-            Some(p) => match container {
-                Some(c) if !p.containers.iter().any(|x| x.name == c) => Verdict::Stale(
-                    format!("container {c} is not in the spec of pod {}", p.display()),
-                    Some(Box::new(p.clone())),
-                ),
-                _ => Verdict::Alive,
-            },
-        },
-        PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else {
-                return Verdict::Unknown;
-            };
-            match tree.pod(uid) {
-                None if clock.checkpoint_recent() => Verdict::Unknown,
-                None => Verdict::Stale(format!("pod {uid} has no cgroup on this node"), None),
-                Some(pc) if pc.process_count() == 0 => {
-                    Verdict::Stale(format!("the cgroup of pod {uid} has no processes left"), None)
-                }
-                Some(_) => Verdict::Alive,
-            }
-        }
-    }
-}
-
-fn judge_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Verdict {
-    match snap.pod_source {
-        PodSource::Api | PodSource::File => {
-            let owner = snap
-                .pods
-                .iter()
-                .find(|p| p.containers.iter().any(|c| c.container_id.as_deref() == Some(id)));
-            match owner {
-                Some(p) if !p.is_terminal() => Verdict::Alive,
-                Some(p) if clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
-                Some(p) => Verdict::Stale(
-                    format!("container {id} belongs to pod {}, which has finished", p.display()),
-                    Some(Box::new(p.clone())),
-                ),
-                None => Verdict::Stale(format!("no pod on node {} runs container {id}", snap.node), None),
-            }
-        }
-        PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else {
-                return Verdict::Unknown;
-            };
-            match tree.container(id) {
-                Some((_, leaf)) if !leaf.processes.is_empty() => Verdict::Alive,
-                Some(_) => Verdict::Stale(format!("container {id} has no processes left"), None),
-                None if clock.checkpoint_recent() => Verdict::Unknown,
-                None => Verdict::Stale(format!("container {id} has no cgroup on this node"), None),
-            }
-        }
-    }
-}
-
-/// The stale entries of the checkpoint's state; empty when the checkpoint is unreadable or
-/// liveness cannot be judged.
-pub fn stale_entries(snap: &NodeSnapshot, settings: &Settings) -> Vec<StaleEntry> {
-    let Observed::Ok(file) = &snap.checkpoint else {
-        return vec![];
-    };
-    let Ok(cp) = &file.content else { return vec![] };
-    let Ok(state) = cp.state() else { return vec![] };
-    stale_entries_of(snap, settings, &state)
-}
-
-/// [`stale_entries`] for an already parsed state.
-pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuState) -> Vec<StaleEntry> {
-    let clock = Clock::of(snap, settings);
-    let processes = |uid: Option<&str>| -> Option<usize> {
-        let tree = snap.cgroups.ok()?;
-        tree.pod(uid?).map(|p| p.process_count())
-    };
-    let mut out = Vec::new();
-    for a in &state.assignments {
-        let (pod_uid, container, container_id, verdict) = match &a.key {
-            EntryKey::Container { pod_uid, container } => (
-                Some(pod_uid.clone()),
-                Some(container.clone()),
-                None,
-                judge_pod(snap, &clock, pod_uid, Some(container)),
-            ),
-            EntryKey::ContainerId { container_id } => {
-                let owner = snap.owner_of_container_id(container_id);
-                let (uid, name) = owner.map_or((None, None), |(u, n)| (Some(u), n));
-                (
-                    uid,
-                    name,
-                    Some(container_id.clone()),
-                    judge_container_id(snap, &clock, container_id),
-                )
-            }
-        };
-        if let Verdict::Stale(reason, pod) = verdict {
-            let pod = pod.map(|p| *p);
-            out.push(StaleEntry {
-                cgroup_processes: processes(pod_uid.as_deref()),
-                pod_uid,
-                container,
-                container_id,
-                cpus: a.cpus.clone(),
-                reason,
-                pod,
-            });
-        }
-    }
-    for (uid, cpus) in &state.pod_assignments {
-        if let Verdict::Stale(reason, pod) = judge_pod(snap, &clock, uid, None) {
-            let pod = pod.map(|p| *p);
-            out.push(StaleEntry {
-                pod_uid: Some(uid.clone()),
-                container: None,
-                container_id: None,
-                cpus: cpus.clone(),
-                reason,
-                pod,
-                cgroup_processes: processes(Some(uid)),
-            });
-        }
-    }
-    out
-}
-
-/// CPUs held by stale entries (the `nodemedic_cpu_manager_stale_cpus` gauge).
-pub fn stale_cpus(entries: &[StaleEntry]) -> CpuSet {
-    entries.iter().fold(CpuSet::new(), |acc, e| acc.union(&e.cpus))
-}
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);
@@ -258,7 +72,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::stale_entries_of;
     use crate::rules::testkit::{SnapshotBuilder, leaf, pod, pod_cgroup};
+    use crate::snapshot::Observed;
 
     fn stale(snap: &NodeSnapshot) -> Vec<(String, String, String)> {
         check(snap, &Settings::default())
@@ -397,17 +213,6 @@ mod tests {
             reason: "permission denied".into(),
         };
         assert!(check(&snap, &Settings::default()).is_empty());
-    }
-
-    #[test]
-    fn stale_cpus_unions_entries() {
-        let snap = SnapshotBuilder::static_node("0-1", &entries())
-            .with_pod_list(&[])
-            .build();
-        assert_eq!(
-            stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(),
-            "2-7"
-        );
     }
 
     #[test]

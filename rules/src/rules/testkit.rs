@@ -184,8 +184,9 @@ impl SnapshotBuilder {
 }
 
 // Spark pods, driver lookups and local dirs, for the Spark rules' tests. Pods are shaped like
-// Spark 3.5 makes them (SPARK.md): namespace `spark-jobs`, node `node-a`, the `spark-*` labels,
-// containers `spark-kubernetes-driver` / `spark-kubernetes-executor`.
+// Spark 3.5 makes them (apache/spark `resource-managers/kubernetes/core`, `Constants.scala` and
+// `features/Basic{Driver,Executor}FeatureStep.scala`): namespace `spark-jobs`, node `node-a`,
+// the `spark-*` labels, containers `spark-kubernetes-driver` / `spark-kubernetes-executor`.
 
 /// The clock of every Spark snapshot here, unix seconds.
 pub const NOW: i64 = 1_700_000_000;

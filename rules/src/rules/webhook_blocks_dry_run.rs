@@ -15,11 +15,9 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::finding::{Finding, Severity, Subject};
+use crate::probes::{DRY_RUN_PROBE, api, is_dry_run_unsupported, recent, webhook_json};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, ProbeSample, WebhookInfo};
-
-use super::slow_api::{api, recent};
-use super::slow_pod_admission::{DRY_RUN_PROBE, is_dry_run_unsupported, webhook_json};
 
 pub const ID: &str = "webhook-blocks-dry-run";
 
@@ -202,7 +200,8 @@ mod tests {
             assert!(f[0].remedy.contains(needle), "{needle}: {}", f[0].remedy);
         }
         // Not latency: slow-pod-admission stays silent on the same snapshot.
-        assert!(super::super::slow_pod_admission::check(&snap, &Settings::default()).is_empty());
+        let slow_pod_admission = crate::rules::by_id("slow-pod-admission").unwrap();
+        assert!((slow_pod_admission.check)(&snap, &Settings::default()).is_empty());
     }
 
     #[test]

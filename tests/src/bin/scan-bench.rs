@@ -21,21 +21,21 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
         .write(dir.path())
         .map_err(|e| e.to_string())?;
     let host = nodemedic::host::HostPaths::new(dir.path(), None);
-    let opts = nodemedic::collect::ScanOptions {
+    let opts = nodemedic::scan::Options {
         node: Some("bench-node".into()),
-        pods_file: Some(dir.path().join("pods.json")),
         ..Default::default()
     };
+    let source = nodemedic::scan::Pods::File(dir.path().join("pods.json"));
     let mut per: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
     for _ in 0..runs {
-        let collected = nodemedic::collect::collect(&host, &opts).map_err(|e| e.to_string())?;
-        let (snap, timings) = (collected.snapshot, collected.timings);
-        for (name, d) in timings.collectors {
-            per.entry(name).or_default().push(d.as_secs_f64() * 1000.0);
+        let scanned = nodemedic::scan::snapshot_blocking(&host, source.clone(), &opts).map_err(|e| e.to_string())?;
+        let (snap, records) = (scanned.snapshot, scanned.records);
+        for r in records.iter() {
+            per.entry(r.name).or_default().push(r.duration.as_secs_f64() * 1000.0);
         }
         let t = Instant::now();
         let findings = nodemedic_rules::rules::evaluate(&snap, &nodemedic_rules::Settings::default());
-        let _ = nodemedic::report::Report::new(&snap, findings).to_json();
+        let _ = nodemedic::report::Report::new(&snap, findings, &records).to_json();
         per.entry("rules+report")
             .or_default()
             .push(t.elapsed().as_secs_f64() * 1000.0);

@@ -9,14 +9,19 @@
 //!         -> rules::evaluate -> metrics, Events (series), node conditions
 //! ```
 //!
+//! Everything runs on one runtime (the command's). The pod watch and the API probes are
+//! supervised tasks ([`supervise`]): one that ends or panics is logged, counted in
+//! `nodemedic_task_restarts_total{task}` and started again with backoff, and `/readyz` is
+//! unready while the watch is down. Host reads run on the blocking pool.
+//!
 //! The API server may go away at any time: the watch retries with backoff and resumes (a
 //! `410 Gone` makes it list again), the store keeps the last known pods, host scans go on,
 //! and Events and condition patches that fail are retried on a later cycle. SIGTERM or
 //! SIGINT ends the loop after the cycle in progress.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -28,18 +33,22 @@ use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use tokio::sync::Notify;
 
-use crate::collect::{
-    self, ScanOptions,
-    pods::{PodObject, pod_info},
-};
+use crate::collect::pods::{PodObject, pod_info};
 use crate::conditions::NodeConditions;
-use crate::config::Effective;
+use crate::config::{Effective, Flags};
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
 use crate::metrics::Metrics;
-use crate::serve::{self, Health};
+use crate::repair::audit::Audit;
+use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
+use crate::scan::{self, Pods};
 use crate::spark::{self, CachedDirectory};
+
+pub mod serve;
+pub mod supervise;
+
+use serve::Health;
 
 /// Everything the daemon is configured with.
 #[derive(Debug)]
@@ -52,10 +61,13 @@ pub struct DaemonConfig {
     pub kubeconfig: Option<PathBuf>,
     /// The configuration file, re-read on SIGHUP.
     pub config_file: Option<PathBuf>,
-    /// The command line, which keeps winning over the file after a reload.
-    pub args: crate::args::RunArgs,
+    /// The command line's overrides, which keep winning over the file after a reload.
+    pub flags: Flags,
     pub effective: Effective,
 }
+
+/// The pods the watch keeps: a store that a restarted watch replaces.
+type SharedStore = Arc<RwLock<Store<PodObject>>>;
 
 /// Runs until SIGTERM/SIGINT. Errors only when it cannot start (no API configuration, the
 /// listen address is taken).
@@ -73,39 +85,26 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
     // One watch: the pods bound to this node (its own client, without a read timeout).
     let watch_client = kube_api::watch_client(config.clone(), cfg.effective.request_timeout)?;
-    let pods: Api<PodObject> = Api::all(watch_client);
-    let (store, writer) = reflector::store::<PodObject>();
+    let (first_store, _) = reflector::store::<PodObject>();
+    let store: SharedStore = Arc::new(RwLock::new(first_store));
     let wake = Arc::new(Notify::new());
-    let watch_config = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node));
-    let stream = watcher::watcher(pods, watch_config)
-        .default_backoff()
-        .modify(|p: &mut PodObject| p.metadata.managed_fields = None)
-        .reflect(writer);
     {
-        let wake = wake.clone();
-        let health = health.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(WatchEvent::InitDone) => {
-                        health.pods_synced.store(true, Ordering::Relaxed);
-                        metrics.pod_watch_up.set(1);
-                        wake.notify_one();
-                    }
-                    Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => {
-                        // Events flow again (a resumed watch sends no InitDone).
-                        metrics.pod_watch_up.set(1);
-                        wake.notify_one();
-                    }
-                    Ok(_) => metrics.pod_watch_up.set(1),
-                    Err(e) => {
-                        metrics.pod_watch_up.set(0);
-                        tracing::warn!(error = %e, "pod watch failed; retrying with backoff");
-                    }
-                }
-            }
+        let (store, wake, health, metrics, node) = (
+            store.clone(),
+            wake.clone(),
+            health.clone(),
+            metrics.clone(),
+            cfg.node.clone(),
+        );
+        supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
+            watch_pods(
+                watch_client.clone(),
+                node.clone(),
+                store.clone(),
+                wake.clone(),
+                health.clone(),
+                metrics.clone(),
+            )
         });
     }
 
@@ -113,35 +112,34 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     let api_observation = Arc::new(std::sync::Mutex::new(None));
     match crate::probe::Target::from_config(&config, &config.default_namespace, &cfg.node) {
         Ok(target) => {
-            let monitor = crate::apimon::ApiMonitor::new(target, client.clone(), cfg.effective.probe_timeout);
-            let reader = store.clone();
-            let spark_pods = move || {
-                reader
-                    .state()
-                    .iter()
-                    .filter_map(|p| {
-                        let labels = p.metadata.labels.clone()?;
-                        let namespace = p.metadata.namespace.clone()?;
-                        labels
-                            .contains_key("spark-role")
-                            .then(|| (namespace, labels.into_iter().collect()))
-                    })
-                    .collect::<Vec<_>>()
-            };
-            tokio::spawn(crate::apimon::run(
-                monitor,
-                cfg.effective.probe_interval,
-                metrics.clone(),
-                spark_pods,
+            let (client, store, out, interval, timeout) = (
+                client.clone(),
+                store.clone(),
                 api_observation.clone(),
-            ));
+                cfg.effective.probe_interval,
+                cfg.effective.probe_timeout,
+            );
+            let probe_metrics = metrics.clone();
+            supervise::spawn("api_probes", metrics.clone(), health.clone(), move || {
+                let monitor = crate::apimon::ApiMonitor::new(target.clone(), client.clone(), timeout);
+                let reader = store.clone();
+                let spark_pods = move || spark_pods(&reader);
+                let m = probe_metrics.clone();
+                crate::apimon::run(
+                    monitor,
+                    interval,
+                    move |round| m.observe_probes(round),
+                    spark_pods,
+                    out.clone(),
+                )
+            });
         }
         Err(e) => tracing::warn!(error = %e, "API probes disabled"),
     }
 
     let mut daemon = Daemon {
-        auto_repair: crate::repair::pods::AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
-        repair_audit: crate::repair::audit::Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
+        auto_repair: AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
+        repair_audit: Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
         logged: Default::default(),
         api_observation,
         host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
@@ -168,10 +166,12 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
 
     // The first report should know the pods: wait a little for the watch's first list. If
     // the API server is away, scan anyway with liveness from cgroups.
-    if tokio::time::timeout(Duration::from_secs(10), daemon.store.wait_until_ready())
-        .await
-        .is_err()
-    {
+    let synced = async {
+        while !daemon.health.pods_synced.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), synced).await.is_err() {
         tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
     }
     let mut tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
@@ -203,16 +203,75 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// The namespace and labels of each Spark pod in the store (for webhook matching).
+fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
+    let Ok(store) = store.read() else { return vec![] };
+    store
+        .state()
+        .iter()
+        .filter_map(|p| {
+            let labels = p.metadata.labels.clone()?;
+            let namespace = p.metadata.namespace.clone()?;
+            labels
+                .contains_key(nodemedic_rules::spark::ROLE)
+                .then(|| (namespace, labels.into_iter().collect()))
+        })
+        .collect()
+}
+
+/// One run of the watch of this node's pods into a fresh store (which replaces the shared
+/// one), until its stream ends. Retries inside are the watcher's, with backoff.
+async fn watch_pods(
+    client: kube::Client,
+    node: String,
+    shared: SharedStore,
+    wake: Arc<Notify>,
+    health: Arc<Health>,
+    metrics: Metrics,
+) {
+    let pods: Api<PodObject> = Api::all(client);
+    let (store, writer) = reflector::store::<PodObject>();
+    if let Ok(mut slot) = shared.write() {
+        *slot = store;
+    }
+    health.pods_synced.store(false, Ordering::Relaxed);
+    let watch_config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let stream = watcher::watcher(pods, watch_config)
+        .default_backoff()
+        .modify(|p: &mut PodObject| p.metadata.managed_fields = None)
+        .reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(WatchEvent::InitDone) => {
+                health.pods_synced.store(true, Ordering::Relaxed);
+                metrics.pod_watch_up.set(1);
+                wake.notify_one();
+            }
+            Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => {
+                // Events flow again (a resumed watch sends no InitDone).
+                metrics.pod_watch_up.set(1);
+                wake.notify_one();
+            }
+            Ok(_) => metrics.pod_watch_up.set(1),
+            Err(e) => {
+                metrics.pod_watch_up.set(0);
+                tracing::warn!(error = %e, "pod watch failed; retrying with backoff");
+            }
+        }
+    }
+}
+
 struct Daemon {
-    auto_repair: crate::repair::pods::AutoRepairState,
-    repair_audit: crate::repair::audit::Audit,
+    auto_repair: AutoRepairState,
+    repair_audit: Audit,
     /// Findings already logged (by key), so a lasting one is logged once.
     logged: std::collections::HashSet<String>,
     api_observation: Arc<std::sync::Mutex<Option<nodemedic_rules::snapshot::ApiObservation>>>,
     cfg: DaemonConfig,
     client: kube::Client,
     host: HostPaths,
-    store: Store<PodObject>,
+    store: SharedStore,
     directory: CachedDirectory<ApiDirectory>,
     events: EventRecorder,
     conditions: NodeConditions,
@@ -228,7 +287,7 @@ impl Daemon {
     /// a restart. Returns whether the scan interval changed.
     fn reload(&mut self) -> bool {
         let result = crate::config::load(self.cfg.config_file.as_ref())
-            .and_then(|file| crate::config::effective(&self.cfg.args, &file));
+            .and_then(|file| crate::config::effective(&self.cfg.flags, &file));
         let new = match result {
             Ok(new) => new,
             Err(e) => {
@@ -270,54 +329,55 @@ impl Daemon {
     async fn cycle(&mut self) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
-        let pods = synced.then(|| {
-            let list: Vec<_> = self.store.state().iter().filter_map(|p| pod_info(p)).collect();
-            (list, PodSource::Api)
-        });
+        let pods = match (synced, self.store.read()) {
+            (true, Ok(store)) => Pods::Given {
+                node: self.cfg.node.clone(),
+                pods: store.state().iter().filter_map(|p| pod_info(p)).collect(),
+                source: PodSource::Api,
+            },
+            _ => Pods::Cgroups,
+        };
         let local_due = self
             .last_local_dirs
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
-        let opts = ScanOptions {
+        let opts = scan::Options {
             node: Some(self.cfg.node.clone()),
-            pods_file: None,
-            pods,
             local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
             skip_local_dirs: !local_due,
+            api: self.api_observation.lock().ok().and_then(|o| o.clone()),
+            ..Default::default()
         };
-        let host = self.host.clone();
-        let collected = match tokio::task::spawn_blocking(move || collect::collect(&host, &opts)).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
+        let mut scanned = match scan::snapshot(&self.host, pods, Some(&self.directory), &opts).await {
+            Ok(s) => s,
+            Err(e) => {
                 tracing::error!(error = %e, "host scan failed");
                 return;
             }
-            Err(e) => {
-                tracing::error!(error = %e, "host scan task failed");
-                return;
-            }
         };
-        let mut snapshot = collected.snapshot;
+        let snapshot = &mut scanned.snapshot;
         if local_due {
             self.last_local_dirs = Some((Instant::now(), snapshot.local_dirs.clone()));
         } else if let Some((_, dirs)) = &self.last_local_dirs {
             snapshot.local_dirs = dirs.clone();
+            if let Some(mut record) = scanned.records.get("local_dirs").cloned() {
+                record.status = dirs.status();
+                record.failed = matches!(dirs, Observed::Error { .. });
+                scanned.records.set(record);
+            }
         }
-        snapshot.api = match self.api_observation.lock().ok().and_then(|o| o.clone()) {
-            Some(o) => Observed::Ok(o),
-            None => Observed::NotApplicable {
+        if opts.api.is_none() {
+            snapshot.api = Observed::NotApplicable {
                 reason: "no probe round has completed yet".into(),
-            },
-        };
-        if snapshot.pod_source == PodSource::Api {
-            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
-            self.driver_memory.recall(&self.directory, &mut drivers).await;
-            snapshot.drivers = drivers;
-            snapshot.app_drivers = app_drivers;
+            };
         }
+        if snapshot.pod_source == PodSource::Api {
+            self.driver_memory.recall(&self.directory, &mut snapshot.drivers).await;
+        }
+        let snapshot = scanned.snapshot;
         let findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
         self.metrics
-            .observe_scan(&snapshot, &findings, &collected.timings, &self.cfg.effective.settings);
+            .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
         self.health.scanned.store(true, Ordering::Relaxed);
 
         let stats = self.events.record(&findings).await;
@@ -334,14 +394,14 @@ impl Daemon {
         // Automatic repair: off unless switched on, rate-limited, never cpu-state.
         let policy = self.cfg.effective.repair.clone();
         if policy.any() && snapshot.pod_source == PodSource::Api {
-            let records = crate::repair::pods::auto_repair(
+            let records = auto_repair(
                 &self.client,
                 &self.repair_audit,
                 &snapshot,
                 &self.cfg.effective.settings,
                 &policy,
                 &mut self.auto_repair,
-                Some(crate::repair::pods::LocalDirTarget {
+                Some(LocalDirTarget {
                     host: &self.host,
                     roots: &self.cfg.effective.local_dir_roots,
                 }),

@@ -1,5 +1,8 @@
-//! The commands: parse arguments, run, print, and turn the outcome into an exit code.
-//! Errors end as one line on stderr naming the file and the reason, never a panic.
+//! The commands: parse arguments ([`args`], the only clap types), turn them into the plain
+//! options of the library, run, print, and turn the outcome into an exit code: in one place,
+//! [`main`]. Errors end as one line on stderr naming the file and the reason, never a panic.
+
+pub mod args;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -10,10 +13,15 @@ use nodemedic_rules::finding::Severity;
 use nodemedic_rules::{Settings, rules};
 use serde_json::json;
 
-use crate::args::{CheckpointAction, Cli, Command, Format, ScanArgs};
-use crate::collect::{self, ScanOptions, checkpoint::read_checkpoint_file};
+use crate::collect::{self, checkpoint::read_checkpoint_file};
+use crate::config::{self, ConfigError};
 use crate::host::HostPaths;
+use crate::output::Format;
+use crate::repair::command::{self, Flow, RepairError};
+use crate::repair::{cpu_state, local_dirs, pods};
 use crate::report::Report;
+use crate::scan;
+use args::{CheckpointAction, Cli, Command};
 
 /// Exit code: nothing at warning or above / valid.
 pub const EXIT_OK: u8 = 0;
@@ -21,6 +29,37 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
 /// Exit code: could not run.
 pub const EXIT_ERROR: u8 = 2;
+
+/// Why a command could not run (exit 2), or how a repair ended short of its plan.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Scan(#[from] scan::ScanError),
+    #[error(transparent)]
+    Api(#[from] crate::kube_api::Error),
+    #[error(transparent)]
+    Repair(#[from] RepairError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for CliError {
+    fn from(e: String) -> Self {
+        CliError::Other(e)
+    }
+}
+
+impl CliError {
+    /// The exit code: a repair's own (1 refused/not confirmed, 3 actions failed), else 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Repair(e) => e.exit_code(),
+            _ => EXIT_ERROR,
+        }
+    }
+}
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
@@ -34,17 +73,12 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Scan(args) => scan(args),
         Command::Checkpoint { action } => checkpoint(action),
-        Command::Rules(f) => Ok(list_rules(f.format)),
+        Command::Rules(f) => Ok(list_rules(f.get())),
         Command::Run(args) => run(args),
         Command::Reload { pid } => reload(pid),
-        Command::Repair { action } => match action {
-            crate::args::RepairAction::CpuState(a) => crate::repair::cpu_state::run(a),
-            crate::args::RepairAction::Orphans(a) => crate::repair::pods::run_orphans(a),
-            crate::args::RepairAction::FailedPods(a) => crate::repair::pods::run_failed_pods(a),
-            crate::args::RepairAction::LocalDirs(a) => crate::repair::local_dirs::run_local_dirs(a),
-        },
+        Command::Repair { action } => repair(action),
         Command::Probe {
-            target: crate::args::ProbeTarget::Api(args),
+            target: args::ProbeTarget::Api(args),
         } => probe_api(args),
     };
     if std::env::var_os("NODEMEDIC_REPORT_PEAK_RSS").is_some() {
@@ -52,9 +86,9 @@ pub fn main() -> ExitCode {
     }
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(message) => {
-            let _ = writeln!(std::io::stderr(), "nodemedic: {message}");
-            ExitCode::from(EXIT_ERROR)
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "nodemedic: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -74,63 +108,11 @@ fn print(text: &str) {
     let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
-/// A `--rule-setting` value as JSON: a number, `true`/`false`, `[a,b]` (a list of strings),
-/// or a string.
-fn setting_value(text: &str) -> serde_json::Value {
-    if let Ok(i) = text.parse::<i64>() {
-        return serde_json::json!(i);
-    }
-    if let Ok(f) = text.parse::<f64>() {
-        return serde_json::json!(f);
-    }
-    match text {
-        "true" => return serde_json::json!(true),
-        "false" => return serde_json::json!(false),
-        _ => {}
-    }
-    if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-        let items: Vec<&str> = inner.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-        return serde_json::json!(items);
-    }
-    serde_json::json!(text)
-}
-
-/// `base` with `--rule-setting KEY=VALUE` pairs applied over it and `--disable-rule` ids
-/// added; an unknown key, a bad value or an unknown rule id is an error naming it.
-pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) -> Result<Settings, String> {
-    let mut obj = match serde_json::to_value(&base) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    for pair in pairs {
-        let Some((key, value)) = pair.split_once('=') else {
-            return Err(format!("--rule-setting {pair:?}: expected KEY=VALUE"));
-        };
-        obj.insert(key.trim().to_string(), setting_value(value.trim()));
-    }
-    let mut settings: Settings =
-        serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| format!("--rule-setting: {e}"))?;
-    for id in disabled {
-        if rules::by_id(&id).is_none() {
-            return Err(format!(
-                "--disable-rule: unknown rule id {id:?} (see `nodemedic rules`)"
-            ));
-        }
-        settings.disabled_rules.insert(id);
-    }
-    settings.validate()?;
-    Ok(settings)
-}
-
 /// `nodemedic probe api`.
-fn probe_api(args: crate::args::ProbeArgs) -> Result<u8, String> {
+fn probe_api(args: args::ProbeArgs) -> Result<u8, CliError> {
     use crate::probe::{Probe, Target, summary};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let (server, samples) = runtime.block_on(async {
-        let config = crate::kube_api::config(args.kubeconfig.as_deref()).await?;
+    let (server, samples) = crate::block_on(async {
+        let config = crate::kube_api::config(args.kube.kubeconfig.as_deref()).await?;
         let namespace = args
             .namespace
             .clone()
@@ -147,8 +129,9 @@ fn probe_api(args: crate::args::ProbeArgs) -> Result<u8, String> {
                 samples.push(target.probe(p, timeout).await);
             }
         }
-        Ok::<_, String>((config.cluster_url.to_string(), samples))
-    })?;
+        Ok::<_, CliError>((config.cluster_url.to_string(), samples))
+    })
+    .map_err(|e| format!("tokio runtime: {e}"))??;
     let mut summaries = serde_json::Map::new();
     for p in Probe::ALL {
         let mine: Vec<&nodemedic_rules::snapshot::ProbeSample> =
@@ -161,7 +144,7 @@ fn probe_api(args: crate::args::ProbeArgs) -> Result<u8, String> {
         summaries.insert(p.name().into(), entry);
     }
     let failed = samples.iter().any(|s| !s.ok);
-    match args.format.format {
+    match args.format.get() {
         Format::Json => {
             let out = json!({"server": server, "samples": samples, "summary": summaries});
             print(&(serde_json::to_string_pretty(&out).unwrap_or_default() + "\n"));
@@ -207,15 +190,12 @@ fn probe_api(args: crate::args::ProbeArgs) -> Result<u8, String> {
 }
 
 /// `nodemedic reload`: SIGHUP to the daemon, after checking it is one.
-fn reload(pid: i32) -> Result<u8, String> {
+fn reload(pid: i32) -> Result<u8, CliError> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|e| format!("process {pid}: {e}"))?;
     let args = crate::collect::procfs::parse_cmdline(&cmdline);
     let is_daemon = args.first().is_some_and(|a| a.ends_with("nodemedic")) && args.get(1).is_some_and(|a| a == "run");
     if !is_daemon {
-        return Err(format!(
-            "process {pid} is not `nodemedic run` ({}); pass --pid",
-            args.join(" ")
-        ));
+        return Err(format!("process {pid} is not `nodemedic run` ({}); pass --pid", args.join(" ")).into());
     }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP)
         .map_err(|e| format!("SIGHUP to process {pid}: {e}"))?;
@@ -225,10 +205,31 @@ fn reload(pid: i32) -> Result<u8, String> {
     Ok(EXIT_OK)
 }
 
+/// The daemon's flag overrides, as plain values.
+fn run_flags(a: &args::RunArgs) -> config::Flags {
+    config::Flags {
+        listen: a.listen.clone(),
+        scan_interval_seconds: a.scan_interval_seconds,
+        local_dir_interval_seconds: a.local_dir_interval_seconds,
+        local_dir_root: a.local_dir_root.clone(),
+        driver_cache_ttl_seconds: a.driver_cache_ttl_seconds,
+        driver_lookup_budget: a.driver_lookup_budget,
+        event_series_interval_seconds: a.event_series_interval_seconds,
+        condition_heartbeat_seconds: a.condition_heartbeat_seconds,
+        request_timeout_seconds: a.request_timeout_seconds,
+        probe_interval_seconds: a.probe_interval_seconds,
+        probe_timeout_seconds: a.probe_timeout_seconds,
+        disable_rule: a.rules.disable_rule.clone(),
+        rule_setting: a.rules.rule_setting.clone(),
+        log_format: a.log_format.map(Into::into),
+    }
+}
+
 /// `nodemedic run`.
-fn run(args: crate::args::RunArgs) -> Result<u8, String> {
-    let file = crate::config::load(args.config.as_ref())?;
-    let effective = crate::config::effective(&args, &file)?;
+fn run(args: args::RunArgs) -> Result<u8, CliError> {
+    let flags = run_flags(&args);
+    let file = config::load(args.config.as_ref())?;
+    let effective = config::effective(&flags, &file)?;
     if args.check_config {
         let shown = args
             .config
@@ -238,142 +239,72 @@ fn run(args: crate::args::RunArgs) -> Result<u8, String> {
         return Ok(EXIT_OK);
     }
     let Some(node) = args.node.clone() else {
-        return Err("--node (or NODE_NAME) is required to run".into());
+        return Err("--node (or NODE_NAME) is required to run".to_string().into());
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NODEMEDIC_LOG").unwrap_or_else(|_| "info".into());
-    use std::io::IsTerminal as _;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _ = match effective.log_format {
-        Format::Json => builder.json().try_init(),
-        Format::Text => builder.try_init(),
-    };
+    crate::telemetry::init(effective.log_format);
     let cfg = crate::daemon::DaemonConfig {
         host_root: args.host.host_root.clone(),
         kubelet_dir: args.host.kubelet_dir.clone(),
         node,
         instance: args.pod_name.clone(),
-        kubeconfig: args.kubeconfig.clone(),
+        kubeconfig: args.kube.kubeconfig.clone(),
         config_file: args.config.clone(),
-        args,
+        flags,
         effective,
     };
     if !cfg.host_root.is_dir() {
         return Err(format!(
             "{}: host root does not exist or is not a directory",
             cfg.host_root.display()
-        ));
+        )
+        .into());
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    runtime.block_on(crate::daemon::run(cfg))?;
+    crate::block_on(crate::daemon::run(cfg)).map_err(|e| format!("tokio runtime: {e}"))??;
     Ok(EXIT_OK)
 }
 
-type Lookups = (
-    std::collections::BTreeMap<String, nodemedic_rules::snapshot::DriverLookup>,
-    std::collections::BTreeMap<String, Vec<nodemedic_rules::snapshot::PodInfo>>,
-    Option<nodemedic_rules::snapshot::ApiObservation>,
-);
-
-/// This node's pods and their Spark drivers from the API, within a few seconds or not at all.
-fn scan_api(
-    kubeconfig: Option<&std::path::Path>,
-    node: &str,
-) -> Result<(Vec<nodemedic_rules::snapshot::PodInfo>, Lookups), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let timeout = std::time::Duration::from_secs(5);
-        let config = crate::kube_api::config(kubeconfig).await?;
-        let client = crate::kube_api::request_client(config.clone(), timeout)?;
-        let pods = crate::kube_api::node_pods(&client, node).await?;
-        let directory = crate::kube_api::ApiDirectory::new(client.clone());
-        let (drivers, app_drivers) = tokio::time::timeout(
-            std::time::Duration::from_secs(20),
-            crate::spark::resolve_all(&directory, &pods),
-        )
-        .await
-        .map_err(|_| "driver lookups took over 20 s".to_string())?;
-        // One round of probes, with the API server's metrics read before and after it so that
-        // each webhook's latency during the round's dry-run create is known.
-        let api = match crate::probe::Target::from_config(&config, &config.default_namespace, node) {
-            Ok(target) => {
-                let mut monitor = crate::apimon::ApiMonitor::new(target, client, std::time::Duration::from_secs(60));
-                let metrics = crate::metrics::Metrics::new().map_err(|e| e.to_string())?;
-                monitor.prime().await;
-                monitor.round(&metrics).await;
-                let spark_pods: Vec<(String, std::collections::BTreeMap<String, String>)> = pods
-                    .iter()
-                    .filter(|p| p.spark_role().is_some())
-                    .map(|p| (p.namespace.clone(), p.labels.clone()))
-                    .collect();
-                Some(monitor.observe(&spark_pods).await)
-            }
-            Err(_) => None,
-        };
-        Ok((pods, (drivers, app_drivers, api)))
-    })
+/// Where a command's pods come from, as plain values.
+fn source(a: &args::PodSourceArgs) -> scan::Source {
+    scan::Source {
+        node: a.node.clone(),
+        pods_file: a.pods.clone(),
+        offline: a.offline,
+        kubeconfig: a.kubeconfig.clone(),
+    }
 }
 
 /// `nodemedic scan`.
-pub fn scan(args: ScanArgs) -> Result<u8, String> {
-    let host = HostPaths::new(args.host.host_root, args.host.kubelet_dir);
+pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
+    let host = HostPaths::new(args.host.host_root.clone(), args.host.kubelet_dir.clone());
     if !host.root().is_dir() {
         return Err(format!(
             "{}: host root does not exist or is not a directory",
             host.root().display()
-        ));
+        )
+        .into());
     }
-    // The API when it can be used: not with --pods or --offline, and only if a configuration
-    // exists and answers; otherwise liveness comes from the cgroup tree, and a note says why.
-    let mut api_note = None;
-    let mut api = None;
-    if let Some(node) = args.source.api_node(&host) {
-        match scan_api(args.source.kubeconfig.as_deref(), &node) {
-            Ok(found) => api = Some((node, found)),
-            Err(e) => api_note = Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),
-        }
-    }
-    let opts = ScanOptions {
-        node: args
-            .source
-            .node
-            .clone()
-            .or_else(|| api.as_ref().map(|(n, _)| n.clone())),
-        pods_file: args.source.pods,
-        pods: api
-            .as_ref()
-            .map(|(_, (pods, _))| (pods.clone(), nodemedic_rules::snapshot::PodSource::Api)),
-        local_dir_roots: args.local_dir_root,
-        ..Default::default()
-    };
-    let collected = collect::collect(&host, &opts).map_err(|e| e.to_string())?;
-    let mut snapshot = collected.snapshot;
-    snapshot.notes.extend(api_note);
-    if opts.pods_file.is_some() {
-        // Offline, the pods file is the whole directory of pods: drivers are looked up in it.
-        let directory = crate::spark::ListDirectory::new(collected.cluster_pods);
-        let (drivers, app_drivers) = futures::executor::block_on(crate::spark::resolve_all(&directory, &snapshot.pods));
-        snapshot.drivers = drivers;
-        snapshot.app_drivers = app_drivers;
-    } else if let Some((_, (_, (drivers, app_drivers, observation)))) = api {
-        snapshot.drivers = drivers;
-        snapshot.app_drivers = app_drivers;
-        if let Some(o) = observation {
-            snapshot.api = nodemedic_rules::snapshot::Observed::Ok(o);
-        }
-    }
-    let settings = settings_from(Settings::default(), &args.rule_setting, args.disable_rule)?;
+    let settings = config::settings_from(
+        Settings::default(),
+        &args.rules.rule_setting,
+        args.rules.disable_rule.clone(),
+    )?;
+    let source = source(&args.source);
+    let scanned = crate::block_on(async {
+        let (pods, note) = source.pods(&host).await;
+        let opts = scan::Options {
+            node: source.node.clone(),
+            local_dir_roots: args.local_dir_root.clone(),
+            probe_api: true,
+            notes: note.into_iter().collect(),
+            ..Default::default()
+        };
+        scan::snapshot::<crate::spark::ListDirectory>(&host, pods, None, &opts).await
+    })
+    .map_err(|e| format!("tokio runtime: {e}"))??;
+    let snapshot = scanned.snapshot;
     let findings = rules::evaluate(&snapshot, &settings);
-    let report = Report::new(&snapshot, findings);
-    match args.format.format {
+    let report = Report::new(&snapshot, findings, &scanned.records);
+    match args.format.get() {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),
     }
@@ -384,10 +315,138 @@ pub fn scan(args: ScanArgs) -> Result<u8, String> {
     })
 }
 
-fn checkpoint(action: CheckpointAction) -> Result<u8, String> {
+/// Asks on stdin: a line `y`/`yes` says yes; no terminal and nothing piped says no.
+fn stdin_answer(_: &str) -> Result<bool, String> {
+    let stdin = std::io::stdin();
+    command::read_answer(&mut stdin.lock())
+}
+
+/// The instance named in a repair's Events: the agent's pod name in the DaemonSet.
+fn instance() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "nodemedic".into())
+}
+
+/// `apply` and `yes` as the repair flow's.
+fn flow(apply: bool, yes: bool, format: &args::FormatArg) -> Flow {
+    Flow {
+        apply,
+        yes,
+        format: format.get(),
+    }
+}
+
+/// The options of `repair cpu-state`.
+pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
+    let host = HostPaths::new(a.host.host_root.clone(), a.host.kubelet_dir.clone());
+    let mut opts = cpu_state::Options::new(host, source(&a.source));
+    opts.force_unknown_layout = a.force_unknown_layout;
+    opts.apply.restart_kubelet = a.restart_kubelet;
+    opts.apply.backup_dir = a.backup_dir.clone();
+    opts.apply.control.systemctl = a.systemctl.clone();
+    opts.apply.control.unit = a.kubelet_unit.clone();
+    opts.apply.control.timeout = std::time::Duration::from_secs_f64(a.kubelet_timeout_seconds.clamp(0.1, 3600.0));
+    opts.apply.settle = std::time::Duration::from_secs_f64(a.settle_seconds.clamp(0.0, 3600.0));
+    opts.flow = flow(a.apply, a.yes, &a.format);
+    opts
+}
+
+/// The options of `repair orphans` and `repair failed-pods`.
+pub fn pod_repair_options(action: args::RepairAction) -> Result<pods::Options, CliError> {
+    use crate::repair::audit::RepairAction;
+    let (action, common, older, include_running) = match action {
+        args::RepairAction::Orphans(a) => (RepairAction::Orphans, a.common, a.older_than_seconds, a.include_running),
+        args::RepairAction::FailedPods(a) => (RepairAction::FailedPods, a.common, Some(a.older_than_seconds), false),
+        _ => return Err("not a pod repair".to_string().into()),
+    };
+    if let Some(s) = older.filter(|s| *s < 0) {
+        return Err(format!("--older-than-seconds: {s} is negative").into());
+    }
+    let mut settings = config::repair_settings(common.config.as_ref(), &common.rule_setting)?;
+    let older_than_seconds = match action {
+        RepairAction::Orphans => {
+            if let Some(s) = older {
+                settings.orphan_grace_seconds = s;
+            }
+            settings.orphan_grace_seconds
+        }
+        _ => older.unwrap_or(pods::DEFAULT_FAILED_POD_MIN_AGE_SECONDS),
+    };
+    Ok(pods::Options {
+        action,
+        node: common.node.clone(),
+        kubeconfig: common.kube.kubeconfig.clone(),
+        host: common
+            .host_root
+            .as_ref()
+            .map(|r| HostPaths::new(r, common.kubelet_dir.clone())),
+        settings,
+        include_running,
+        older_than_seconds,
+        instance: instance(),
+        flow: flow(common.apply.apply, common.apply.yes, &common.format),
+    })
+}
+
+/// The options of `repair local-dirs`.
+pub fn local_dirs_options(a: &args::LocalDirsArgs) -> Result<local_dirs::Options, CliError> {
+    let file = config::load(a.config.as_ref())?;
+    let roots = if a.local_dir_root.is_empty() {
+        file.local_dir_roots.clone().unwrap_or_default()
+    } else {
+        a.local_dir_root.clone()
+    };
+    let mut settings = config::repair_settings(a.config.as_ref(), &a.rule_setting)?;
+    if let Some(s) = a.older_than_seconds {
+        if s < 0 {
+            return Err(format!("--older-than-seconds: {s} is negative").into());
+        }
+        settings.local_dir_min_age_seconds = s;
+    }
+    if a.source.offline && a.source.pods.is_none() {
+        return Err(
+            "--offline needs --pods FILE: whether a pod still uses a hostPath root is judged from a pod list"
+                .to_string()
+                .into(),
+        );
+    }
+    Ok(local_dirs::Options {
+        host: HostPaths::new(a.host.host_root.clone(), a.host.kubelet_dir.clone()),
+        node: a.source.node.clone(),
+        roots,
+        pods_file: a.source.pods.clone(),
+        kubeconfig: a.source.kubeconfig.clone(),
+        settings,
+        instance: instance(),
+        flow: flow(a.apply.apply, a.apply.yes, &a.format),
+    })
+}
+
+/// `nodemedic repair ...`: the exit code of the flow's end; a run that could not start is an
+/// error (exit 2).
+fn repair(action: args::RepairAction) -> Result<u8, CliError> {
+    let mut out = std::io::stdout();
+    let end = match action {
+        args::RepairAction::CpuState(a) => {
+            let opts = cpu_state_options(&a);
+            crate::telemetry::init(opts.flow.format);
+            cpu_state::run_with(&opts, &mut out, &mut stdin_answer)?.end
+        }
+        args::RepairAction::LocalDirs(a) => local_dirs::run(&local_dirs_options(&a)?, &mut out, &mut stdin_answer)?.end,
+        other => pods::run(&pod_repair_options(other)?, &mut out, &mut stdin_answer)?.end,
+    };
+    match end {
+        command::End::Failed(e @ RepairError::ActionsFailed(_)) => Err(e.into()),
+        end => Ok(end.exit_code()),
+    }
+}
+
+fn checkpoint(action: CheckpointAction) -> Result<u8, CliError> {
     let (file, format, show) = match action {
-        CheckpointAction::Verify { file, format } => (file, format.format, false),
-        CheckpointAction::Show { file, format } => (file, format.format, true),
+        CheckpointAction::Verify { file, format } => (file, format.get(), false),
+        CheckpointAction::Show { file, format } => (file, format.get(), true),
     };
     let shown = file.display().to_string();
     let parsed = read_checkpoint_file(&file)?;
@@ -492,46 +551,4 @@ fn list_rules(format: Format) -> u8 {
         }
     }
     EXIT_OK
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rule_settings() {
-        let s = settings_from(
-            Settings::default(),
-            &[
-                "reconcile_grace_seconds=2.5".into(),
-                "rejection_window_seconds=60".into(),
-            ],
-            vec!["cpuset-drift".into()],
-        )
-        .unwrap();
-        assert_eq!(s.reconcile_grace_seconds, Some(2.5));
-        assert_eq!(s.rejection_window_seconds, 60);
-        assert!(!s.enabled("cpuset-drift"));
-        assert!(
-            settings_from(Settings::default(), &["nope=1".into()], vec![])
-                .unwrap_err()
-                .contains("unknown field `nope`")
-        );
-        assert!(
-            settings_from(Settings::default(), &["rejection_window_seconds=soon".into()], vec![])
-                .unwrap_err()
-                .contains("invalid type: string \"soon\"")
-        );
-        assert!(
-            settings_from(Settings::default(), &["novalue".into()], vec![])
-                .unwrap_err()
-                .contains("expected KEY=VALUE")
-        );
-        assert!(
-            settings_from(Settings::default(), &[], vec!["no-such-rule".into()])
-                .unwrap_err()
-                .contains("unknown rule id")
-        );
-        assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
-    }
 }

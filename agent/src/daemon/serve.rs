@@ -32,6 +32,8 @@ pub struct Health {
     pub scanned: AtomicBool,
     /// The watch of this node's pods has listed once.
     pub pods_synced: AtomicBool,
+    /// The task that watches this node's pods is running (it is restarted when it ends).
+    pub watch_running: AtomicBool,
 }
 
 fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -54,7 +56,8 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
         "/readyz" => {
             let scanned = health.scanned.load(Ordering::Relaxed);
             let synced = health.pods_synced.load(Ordering::Relaxed);
-            if scanned && synced {
+            let watching = health.watch_running.load(Ordering::Relaxed);
+            if scanned && synced && watching {
                 reply(StatusCode::OK, "text/plain", "ok\n".into())
             } else {
                 let mut why = vec![];
@@ -63,6 +66,9 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
                 }
                 if !synced {
                     why.push("the pod watch has not synced yet");
+                }
+                if !watching {
+                    why.push("the pod watch is not running (its task is being restarted)");
                 }
                 reply(
                     StatusCode::SERVICE_UNAVAILABLE,

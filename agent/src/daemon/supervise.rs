@@ -1,0 +1,98 @@
+//! Supervised tasks: a task of the daemon that ends or panics is logged, counted in
+//! `nodemedic_task_restarts_total{task}` and started again after a backoff that doubles from
+//! one second up to a minute (and starts over once a run lasted a minute).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::serve::Health;
+use crate::metrics::Metrics;
+
+/// The first pause before a restart.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest pause before a restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The pause after `previous` when a run lasted `ran`.
+pub fn next_backoff(previous: Duration, ran: Duration) -> Duration {
+    if ran >= MAX_BACKOFF {
+        FIRST_BACKOFF
+    } else {
+        (previous * 2).min(MAX_BACKOFF)
+    }
+}
+
+/// Runs `start()` as task `name` forever: each run on a task of its own, so a panic ends only
+/// that run. While the `pod_watch` task is between runs, `/readyz` says it is not running.
+pub fn spawn<F, Fut>(name: &'static str, metrics: Metrics, health: Arc<Health>, start: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut backoff = FIRST_BACKOFF / 2;
+        loop {
+            let began = Instant::now();
+            if name == "pod_watch" {
+                health.watch_running.store(true, Ordering::Relaxed);
+            }
+            match tokio::spawn(start()).await {
+                Ok(()) => tracing::warn!(task = name, "task ended; restarting it"),
+                Err(e) if e.is_panic() => tracing::error!(task = name, error = %e, "task panicked; restarting it"),
+                Err(e) => tracing::error!(task = name, error = %e, "task was cancelled; restarting it"),
+            }
+            if name == "pod_watch" {
+                health.watch_running.store(false, Ordering::Relaxed);
+                health.pods_synced.store(false, Ordering::Relaxed);
+                metrics.pod_watch_up.set(0);
+            }
+            metrics.task_restarts_total.with_label_values(&[name]).inc();
+            backoff = next_backoff(backoff, began.elapsed());
+            tokio::time::sleep(backoff).await;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_minute_and_starts_over_after_a_long_run() {
+        let mut b = FIRST_BACKOFF / 2;
+        let mut seen = vec![];
+        for _ in 0..9 {
+            b = next_backoff(b, Duration::from_millis(10));
+            seen.push(b.as_secs());
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(
+            next_backoff(Duration::from_secs(60), Duration::from_secs(61)),
+            FIRST_BACKOFF
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_restarted_and_counted() {
+        tokio::time::pause();
+        let metrics = Metrics::new().unwrap();
+        let health = Arc::new(Health::default());
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = runs.clone();
+        spawn("pod_watch", metrics.clone(), health.clone(), move || {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, Ordering::SeqCst) < 2 {
+                    panic!("boom");
+                }
+                std::future::pending::<()>().await;
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(metrics.task_restarts_total.with_label_values(&["pod_watch"]).get(), 2);
+        assert!(health.watch_running.load(Ordering::Relaxed));
+    }
+}

@@ -1,0 +1,527 @@
+//! The cpu-state plan: the stale entries, the new file, and every reason not to write it.
+
+use std::path::{Path, PathBuf};
+
+use nodemedic_rules::checkpoint::rewrite::{Target, rewrite};
+use nodemedic_rules::checkpoint::{Checkpoint, CpuState, MAX_CHECKPOINT_BYTES};
+use nodemedic_rules::facts::{StaleEntry, stale_entries_of};
+use nodemedic_rules::snapshot::{CgroupTree, NodeSnapshot, Observed, PodInfo, PodSource};
+use nodemedic_rules::validate::validate_static_state;
+use nodemedic_rules::{CpuSet, Settings, Verification};
+
+use super::Options;
+use crate::collect;
+use crate::collect::checkpoint::FILE_NAME;
+use crate::collect::read::read_bytes;
+use crate::host::HostPaths;
+use crate::repair::kubelet::{KubeletProcess, running_kubelet};
+use crate::scan::{self, Pods};
+use crate::spark::ListDirectory;
+
+/// The entry a stale entry names.
+pub(super) fn target_of_stale(e: &StaleEntry) -> Option<Target> {
+    match (&e.container_id, &e.pod_uid, &e.container) {
+        (Some(id), _, _) => Some(Target::ContainerId {
+            container_id: id.clone(),
+        }),
+        (None, Some(uid), Some(c)) => Some(Target::Container {
+            pod_uid: uid.clone(),
+            container: c.clone(),
+        }),
+        (None, Some(uid), None) => Some(Target::Pod { pod_uid: uid.clone() }),
+        (None, None, _) => None,
+    }
+}
+
+/// A stale entry the plan removes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Removal {
+    #[serde(flatten)]
+    pub target: Target,
+    /// The cpuset as written in the file.
+    pub cpus: String,
+    /// Why it is stale.
+    pub reason: String,
+    /// `namespace/name` when the pod is still in the pod list.
+    pub pod: Option<String>,
+    /// Host path of the pod's (or V1 container's) cgroup, when there is one.
+    pub cgroup: Option<String>,
+    /// Processes in that cgroup (`None`: no cgroup).
+    pub cgroup_processes: Option<usize>,
+}
+
+/// An entry the plan keeps as it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Kept {
+    #[serde(flatten)]
+    pub target: Target,
+    /// The cpuset as written in the file, and as it will be written again.
+    pub cpus: String,
+}
+
+/// What the kubelet's start-up checks (docs/kubelet.md, "Why a kubelet refuses to start") ran
+/// against.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Checks {
+    pub online_cpus: Option<String>,
+    pub reserved_cpus: Option<String>,
+    pub strict_cpu_reservation: bool,
+    /// The kubelet's messages for each broken rule of the resulting state.
+    pub problems: Vec<String>,
+}
+
+/// What the plan says to do.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Nothing is stale (or there is nothing to repair).
+    NothingToDo { reason: String },
+    /// The new file is ready to be written.
+    Ready,
+    /// It must not be written, for these reasons.
+    Refused { reasons: Vec<String> },
+}
+
+/// A computed repair: everything [`apply`] needs, and everything the output shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Plan {
+    pub node: String,
+    /// Local path of the checkpoint.
+    #[serde(rename = "local_path")]
+    pub checkpoint: PathBuf,
+    /// The checkpoint's path as the host sees it.
+    #[serde(rename = "checkpoint")]
+    pub shown: String,
+    /// The file's bytes when planned.
+    #[serde(skip)]
+    pub original: Vec<u8>,
+    /// Permission bits of the file (shown in octal).
+    #[serde(serialize_with = "octal")]
+    pub mode: u32,
+    #[serde(skip)]
+    pub owner: (u32, u32),
+    /// The file's layout by shape (`V1`, `V2`, `V3`, `V4`; `None`: unreadable).
+    pub layout: Option<&'static str>,
+    pub verification: Option<Verification>,
+    pub policy: Option<String>,
+    /// Where liveness came from.
+    pub pod_source: PodSource,
+    pub notes: Vec<String>,
+    /// The kubelet process when planned (`None`: not running).
+    pub kubelet: Option<KubeletProcess>,
+    pub removals: Vec<Removal>,
+    pub kept: Vec<Kept>,
+    /// CPUs that go back to the default set.
+    pub cpus_returned: String,
+    /// CPUs of stale entries that a live entry also holds: they stay with it.
+    pub cpus_withheld: String,
+    /// `defaultCpuSet` as written now, and as it will be written.
+    pub old_default: String,
+    pub new_default: String,
+    /// The bytes to write (empty when there is nothing to write).
+    #[serde(skip)]
+    pub new_bytes: Vec<u8>,
+    /// Layout and checksum of the new file.
+    pub new_layout: Option<&'static str>,
+    pub new_checksum: Option<u64>,
+    pub checks: Checks,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// The host and pods the plan judged with, for the re-check before the write.
+    #[serde(skip)]
+    pub(super) host: Option<HostPaths>,
+    #[serde(skip)]
+    pub(super) rescan: Option<Pods>,
+    #[serde(skip)]
+    pub(super) state: Option<CpuState>,
+}
+
+fn octal<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{mode:o}"))
+}
+
+impl Plan {
+    /// Whether [`apply`] may act on it.
+    pub fn ready(&self) -> bool {
+        self.verdict == Verdict::Ready
+    }
+}
+
+/// A file's bytes, permission bits and `(uid, gid)`.
+type FileRead = (Vec<u8>, u32, (u32, u32));
+
+/// Reads the checkpoint's bytes and attributes; `Ok(None)` when there is no file.
+pub(super) fn read_file(path: &Path, shown: &str) -> Result<Option<FileRead>, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(bytes) = read_bytes(path, &shown, MAX_CHECKPOINT_BYTES).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(Some((bytes, meta.mode() & 0o7777, (meta.uid(), meta.gid()))))
+}
+
+/// Live processes below a cgroup directory, counted from every `cgroup.procs` (independent
+/// of whether `/proc` is readable: a pid listed there is a process that exists).
+fn count_cgroup_processes(dir: &Path, depth: usize) -> usize {
+    let own = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.split_whitespace().count())
+        .unwrap_or(0);
+    if depth == 0 {
+        return own;
+    }
+    let below: usize = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| count_cgroup_processes(&e.path(), depth - 1))
+                .sum()
+        })
+        .unwrap_or(0);
+    own + below
+}
+
+/// The cgroup of a stale entry and its processes: the snapshot's count, or a recount of
+/// `cgroup.procs` when that finds more.
+pub(super) fn cgroup_of(host: &HostPaths, tree: &CgroupTree, entry: &StaleEntry) -> (Option<String>, Option<usize>) {
+    let path = match (&entry.container_id, &entry.pod_uid) {
+        (_, Some(uid)) if tree.pod(uid).is_some() => tree.pod(uid).map(|p| (p.path.clone(), p.process_count())),
+        (Some(id), _) => tree.container(id).map(|(_, c)| (c.path.clone(), c.processes.len())),
+        _ => None,
+    };
+    match path {
+        None => (None, entry.cgroup_processes),
+        Some((shown, counted)) => {
+            let recount = count_cgroup_processes(&host.host(&shown), 8);
+            (
+                Some(shown),
+                Some(counted.max(recount).max(entry.cgroup_processes.unwrap_or(0))),
+            )
+        }
+    }
+}
+
+/// Computes the repair. `Err` only when it cannot run at all (no host root, no checkpoint,
+/// an unusable `--pods` file); every reason not to write is in [`Plan::verdict`].
+pub fn plan(opts: &Options) -> Result<Plan, String> {
+    let host = opts.host.clone();
+    if !host.root().is_dir() {
+        return Err(format!(
+            "{}: host root does not exist or is not a directory",
+            host.root().display()
+        ));
+    }
+    let discovery = collect::kubelet::read_kubelet(&host);
+    let path = host.kubelet_dir(discovery.root_dir.as_deref()).join(FILE_NAME);
+    let shown = host.display(&path);
+    let scan_opts = scan::Options {
+        node: opts.source.node.clone(),
+        skip_local_dirs: true,
+        ..Default::default()
+    };
+
+    // Pods as `scan` gets them (the file, else the API when it answers, else the cgroups), and
+    // the bytes the plan is for, read on both sides of the snapshot: a file that changes
+    // meanwhile is being written by a running kubelet, and is read again.
+    let read = crate::block_on(async {
+        let (pods, note) = opts.source.pods(&host).await;
+        let mut scan_opts = scan_opts.clone();
+        scan_opts.notes.extend(note);
+        let mut attempt = 0;
+        loop {
+            let before = read_file(&path, &shown)?.ok_or_else(|| {
+                format!("{shown}: no such file (no CPU manager checkpoint on this node; is --kubelet-dir right?)")
+            })?;
+            let scanned = scan::snapshot::<ListDirectory>(&host, pods.clone(), None, &scan_opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            let after = read_file(&path, &shown)?.map(|(b, _, _)| b);
+            if after.as_deref() == Some(before.0.as_slice()) {
+                return Ok::<_, String>((scanned.snapshot, before));
+            }
+            attempt += 1;
+            if attempt == 3 {
+                return Err(format!(
+                    "{shown} changed during each of 3 reads: a running kubelet is writing it; try again"
+                ));
+            }
+        }
+    });
+    let (snapshot, (original, mode, owner)) = read.map_err(|e| format!("tokio runtime: {e}"))??;
+    let mut notes: Vec<String> = snapshot.notes.clone();
+    let kubelet = match running_kubelet(&host) {
+        Ok(k) => k,
+        Err(e) => {
+            notes.push(e);
+            None
+        }
+    };
+    let rescan = match snapshot.pod_source {
+        PodSource::Cgroups => Pods::Cgroups,
+        _ => Pods::Given {
+            node: snapshot.node.clone(),
+            pods: snapshot.pods.clone(),
+            source: snapshot.pod_source.clone(),
+        },
+    };
+    let mut plan = Plan {
+        node: snapshot.node.clone(),
+        checkpoint: path,
+        shown,
+        original,
+        mode,
+        owner,
+        layout: None,
+        verification: None,
+        policy: None,
+        pod_source: snapshot.pod_source.clone(),
+        notes,
+        kubelet,
+        removals: vec![],
+        kept: vec![],
+        cpus_returned: String::new(),
+        cpus_withheld: String::new(),
+        old_default: String::new(),
+        new_default: String::new(),
+        new_bytes: vec![],
+        new_layout: None,
+        new_checksum: None,
+        checks: Checks::default(),
+        verdict: Verdict::Ready,
+        host: Some(host),
+        rescan: Some(rescan),
+        state: None,
+    };
+    compute(&mut plan, &snapshot, opts.force_unknown_layout);
+    Ok(plan)
+}
+
+fn refuse(plan: &mut Plan, reason: String) {
+    plan.verdict = Verdict::Refused { reasons: vec![reason] };
+}
+
+/// Fills `plan` from the checkpoint's bytes and the snapshot.
+fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
+    let cp = match Checkpoint::parse(&plan.original) {
+        Ok(cp) => cp,
+        Err(e) => {
+            return refuse(
+                plan,
+                format!(
+                    "{} is unreadable ({e}): the kubelet cannot read it either; the remedy is the documented one (drain, stop the kubelet, delete the file)",
+                    plan.shown
+                ),
+            );
+        }
+    };
+    plan.layout = Some(cp.layout());
+    let verification = cp.verify();
+    plan.verification = Some(verification.clone());
+    if cp.v4.is_some() {
+        return refuse(
+            plan,
+            format!(
+                "{} has the V4 layout of unreleased kubelet builds (1.37 development): not repaired",
+                plan.shown
+            ),
+        );
+    }
+    let state = match cp.state() {
+        Ok(s) => s,
+        Err(e) => {
+            return refuse(
+                plan,
+                format!(
+                    "{} is unreadable ({e}): the kubelet cannot read it either; the remedy is the documented one (drain, stop the kubelet, delete the file)",
+                    plan.shown
+                ),
+            );
+        }
+    };
+    plan.policy = Some(state.policy_name.clone());
+    plan.old_default = cp.default_cpu_set.clone();
+    plan.new_default = cp.default_cpu_set.clone();
+    plan.state = Some(state.clone());
+
+    // Liveness must be judgeable, and the stale entries' cgroups readable.
+    if snap.pod_source == PodSource::Cgroups && snap.cgroups.ok().is_none() {
+        return refuse(
+            plan,
+            format!(
+                "no pod list (--pods, or the API) and the cgroups are not readable ({}): cannot tell which entries are stale",
+                snap.cgroups.status()
+            ),
+        );
+    }
+    let settings = Settings::default();
+    let stale = stale_entries_of(snap, &settings, &state);
+    let mut reasons = Vec::new();
+    if let Verification::Mismatch { stored, .. } = &verification {
+        if !force_unknown_layout {
+            reasons.push(format!(
+                "the stored checksum {stored} matches no known kubelet layout (see `nodemedic checkpoint verify`): \
+                 a kubelet of an unknown version may have written it; pass --force-unknown-layout to rewrite it \
+                 with a checksum every kubelet since 1.18 accepts"
+            ));
+        }
+    }
+    if stale.is_empty() && reasons.is_empty() {
+        plan.verdict = Verdict::NothingToDo {
+            reason: format!(
+                "no stale entries in {} (liveness from {})",
+                plan.shown,
+                snap.pod_source.as_str()
+            ),
+        };
+        plan.kept = kept_entries(&cp, &state, &[]);
+        return;
+    }
+
+    // The removals, with their cgroups' processes counted again.
+    let tree = snap.cgroups.ok();
+    let host = plan.host.clone().unwrap_or_else(|| HostPaths::new("/", None));
+    for e in &stale {
+        let Some(target) = target_of_stale(e) else { continue };
+        let (cgroup, processes) = match tree {
+            Some(t) => cgroup_of(&host, t, e),
+            None => (None, e.cgroup_processes),
+        };
+        plan.removals.push(Removal {
+            cpus: target.raw_in(&cp).unwrap_or_else(|| e.cpus.to_string()),
+            target,
+            reason: e.reason.clone(),
+            pod: e.pod.as_ref().map(PodInfo::display),
+            cgroup,
+            cgroup_processes: processes,
+        });
+    }
+    plan.removals.sort_by(|a, b| a.target.cmp(&b.target));
+    let targets: Vec<Target> = plan.removals.iter().map(|r| r.target.clone()).collect();
+    plan.kept = kept_entries(&cp, &state, &targets);
+
+    if tree.is_none() {
+        reasons.push(format!(
+            "the cgroups are not readable ({}): cannot check that the stale entries' pods have no processes left",
+            snap.cgroups.status()
+        ));
+    }
+    for r in &plan.removals {
+        if let Some(n) = r.cgroup_processes.filter(|n| *n > 0) {
+            reasons.push(format!(
+                "{} is stale by the pod list ({}) but its cgroup {} still has {n} process{}: something still runs there; not freeing its CPUs",
+                r.target.display(),
+                r.reason,
+                r.cgroup.as_deref().unwrap_or("?"),
+                if n == 1 { "" } else { "es" }
+            ));
+        }
+    }
+    if state.policy_name != "static" {
+        reasons.push(format!(
+            "the checkpoint's policy is {:?}, not static: only static-policy checkpoints are repaired",
+            state.policy_name
+        ));
+    }
+    if let Observed::Ok(k) = &snap.kubelet {
+        if k.cpu_manager.policy != state.policy_name {
+            reasons.push(format!(
+                "the kubelet is configured with policy {:?} but the file has {:?} (configured policy \"{}\" differs from state checkpoint policy \"{}\"): \
+                 the kubelet refuses this file whatever its entries",
+                k.cpu_manager.policy, state.policy_name, k.cpu_manager.policy, state.policy_name
+            ));
+        }
+    }
+
+    // CPUs: a stale CPU that a live entry also holds stays with the live entry.
+    let stale_cpus = plan.removals.iter().fold(CpuSet::new(), |acc, r| {
+        acc.union(&CpuSet::parse(&r.cpus).unwrap_or_default())
+    });
+    let live_cpus = plan.kept.iter().fold(CpuSet::new(), |acc, k| {
+        acc.union(&CpuSet::parse(&k.cpus).unwrap_or_default())
+    });
+    let returned = stale_cpus.difference(&live_cpus).difference(&state.default_cpus);
+    plan.cpus_returned = returned.to_string();
+    plan.cpus_withheld = stale_cpus.intersection(&live_cpus).to_string();
+    let new_default = if returned.is_empty() {
+        cp.default_cpu_set.clone()
+    } else {
+        state.default_cpus.union(&returned).to_string()
+    };
+    let (new_cp, candidate) = rewrite(&cp, &targets, &new_default);
+    plan.new_default = new_default;
+    plan.new_bytes = new_cp.to_json().into_bytes();
+    plan.new_layout = Some(candidate.layout());
+    plan.new_checksum = Some(new_cp.checksum);
+
+    // The new file as the kubelet will read it: it must verify and pass section 3.
+    match Checkpoint::parse(&plan.new_bytes).map(|c| (c.verify(), c.state())) {
+        Ok((Verification::Matched { .. }, Ok(new_state))) => {
+            check_state(plan, snap, &new_state, &mut reasons);
+        }
+        other => reasons.push(format!("internal error: the new file does not verify ({other:?})")),
+    }
+    plan.verdict = if reasons.is_empty() {
+        Verdict::Ready
+    } else {
+        Verdict::Refused { reasons }
+    };
+}
+
+fn check_state(plan: &mut Plan, snap: &NodeSnapshot, new_state: &CpuState, reasons: &mut Vec<String>) {
+    let Observed::Ok(topology) = &snap.cpus else {
+        reasons.push(format!(
+            "the online CPUs are unknown ({}): cannot check the result against the kubelet's start-up checks",
+            snap.cpus.status()
+        ));
+        return;
+    };
+    let online = topology.all();
+    if snap.kubelet.ok().is_none() {
+        plan.notes.push(format!(
+            "kubelet configuration {}: the checks assume no reserved CPUs and no policy options",
+            snap.kubelet.status()
+        ));
+    }
+    let config = snap.cpu_manager();
+    let strict = config.strict_cpu_reservation();
+    plan.checks.online_cpus = Some(online.to_string());
+    plan.checks.strict_cpu_reservation = strict;
+    let reserved = match config.reserved_cpus(topology) {
+        Ok(r) => r,
+        Err(e) => {
+            reasons.push(format!(
+                "the reserved CPUs cannot be computed ({e}): cannot check the result against the kubelet's start-up checks"
+            ));
+            return;
+        }
+    };
+    plan.checks.reserved_cpus = Some(reserved.to_string());
+    for p in validate_static_state(new_state, &online, &reserved, strict) {
+        plan.checks.problems.push(p.kubelet_message());
+        reasons.push(format!(
+            "the result would fail the kubelet's start-up checks ({}): the kubelet would refuse to start with it",
+            p.kubelet_message()
+        ));
+    }
+}
+
+fn kept_entries(cp: &Checkpoint, state: &CpuState, removed: &[Target]) -> Vec<Kept> {
+    let mut kept: Vec<Kept> = state
+        .assignments
+        .iter()
+        .map(|a| Target::of_key(&a.key))
+        .chain(
+            state
+                .pod_assignments
+                .iter()
+                .map(|(uid, _)| Target::Pod { pod_uid: uid.clone() }),
+        )
+        .filter(|t| !removed.contains(t))
+        .map(|t| Kept {
+            cpus: t.raw_in(cp).unwrap_or_default(),
+            target: t,
+        })
+        .collect();
+    kept.sort_by(|a, b| a.target.cmp(&b.target));
+    kept
+}

@@ -1,0 +1,267 @@
+//! The one snapshot assembler: every command, the daemon and every repair get their
+//! [`NodeSnapshot`] from [`snapshot`], so a repair acts on exactly the truth that `nodemedic
+//! scan` reports.
+//!
+//! ```text
+//!  Pods::Api (LIST this node's pods) ─┐
+//!  Pods::Watch (the daemon's store) ──┤
+//!  Pods::File (kubectl get pods -o json)┼─> collect::collect (host, blocking thread) ─> drivers ─> NodeSnapshot
+//!  Pods::Cgroups (no pod list) ───────┘        (records per collector)        (PodDirectory)
+//! ```
+//!
+//! Where liveness comes from decides where Spark drivers are looked up: the API for `Api`, the
+//! caller's (cached) directory for `Watch`, the whole file for `File` (a support bundle judged
+//! offline), nowhere for `Cgroups`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodemedic_rules::snapshot::{ApiObservation, NodeSnapshot, Observed, PodInfo, PodSource};
+
+use crate::collect::{self, CollectError, Records, ScanOptions};
+use crate::host::HostPaths;
+use crate::kube_api::{self, ApiDirectory};
+use crate::spark::{self, ListDirectory, PodDirectory};
+
+/// Where the pods bound to this node come from.
+#[derive(Clone)]
+pub enum Pods {
+    /// Listed from the API server; drivers are looked up there. With `fallback`, a list that
+    /// fails becomes a note and liveness comes from the cgroups; without it, an error.
+    Api {
+        api: Box<kube_api::Connection>,
+        node: String,
+        fallback: bool,
+    },
+    /// Already known: the daemon's watch of this node's pods (`source` [`PodSource::Api`]), or
+    /// the list an earlier snapshot judged with; drivers are looked up in the directory passed
+    /// to [`snapshot`].
+    Given {
+        node: String,
+        pods: Vec<PodInfo>,
+        source: PodSource,
+    },
+    /// A `kubectl get pods -o json` file: this node's pods, and the directory drivers are
+    /// looked up in.
+    File(PathBuf),
+    /// No pod list: liveness from the cgroup tree.
+    Cgroups,
+}
+
+impl std::fmt::Debug for Pods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pods::Api { node, fallback, .. } => write!(f, "Api({node}, fallback {fallback})"),
+            Pods::Given { node, pods, source } => write!(f, "Given({node}, {} pods, {})", pods.len(), source.as_str()),
+            Pods::File(p) => write!(f, "File({})", p.display()),
+            Pods::Cgroups => write!(f, "Cgroups"),
+        }
+    }
+}
+
+/// What else a scan reads or is told.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The node's name; inferred when `None` (the kubelet's `--hostname-override`, the pods
+    /// file's most common node among this host's pod cgroups, `/etc/hostname`).
+    pub node: Option<String>,
+    /// hostPath roots (host paths) where Spark local dirs live, besides emptyDir volumes.
+    pub local_dir_roots: Vec<String>,
+    /// Skip measuring local dirs (the daemon walks them less often than the rest).
+    pub skip_local_dirs: bool,
+    /// Run one round of API probes (with `Pods::Api`): the one-shot scan's view of the API.
+    pub probe_api: bool,
+    /// The API as the daemon's probe task last saw it.
+    pub api: Option<ApiObservation>,
+    /// Notes the caller adds to the report (why the API was not used, ...).
+    pub notes: Vec<String>,
+    /// Timeout of all driver lookups together.
+    pub lookups_timeout: Option<Duration>,
+    /// Read no host file: the snapshot holds the pods and their drivers only (a pod repair
+    /// run without a host root).
+    pub skip_host: bool,
+}
+
+/// Where a one-shot command takes its pods from: the command line, as plain values.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// The node's name; default: see [`Options::node`].
+    pub node: Option<String>,
+    /// A pods file, instead of the API.
+    pub pods_file: Option<PathBuf>,
+    /// Never contact the API.
+    pub offline: bool,
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// How long a one-shot command waits for each API request.
+pub const COMMAND_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Source {
+    /// The pods this source names, and a note when the API was not used: the file when one is
+    /// given, no pods offline, else the API when a configuration loads (this node's name:
+    /// `node`, else the kubelet's `--hostname-override` or `/etc/hostname`).
+    pub async fn pods(&self, host: &HostPaths) -> (Pods, Option<String>) {
+        if let Some(path) = &self.pods_file {
+            return (Pods::File(path.clone()), None);
+        }
+        if self.offline {
+            return (Pods::Cgroups, None);
+        }
+        let node = self.node.clone().unwrap_or_else(|| collect::host_node_name(host));
+        api_or_cgroups(self.kubeconfig.as_deref(), &node, COMMAND_REQUEST_TIMEOUT).await
+    }
+}
+
+/// Why there is no snapshot at all (everything short of this is a note or a source's status).
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// The host root or a pods file the user named is unusable.
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    /// The pod list from the API was required and failed.
+    #[error(transparent)]
+    Api(#[from] kube_api::Error),
+    /// The host scan's thread or the command's runtime failed.
+    #[error("host scan task: {0}")]
+    Task(String),
+}
+
+/// A snapshot and how its collectors went.
+#[derive(Debug)]
+pub struct Scanned {
+    pub snapshot: NodeSnapshot,
+    /// One record per collector: name, duration, outcome (the report's `sources` and the
+    /// collector metrics are made from these).
+    pub records: Records,
+}
+
+/// Driver lookups of one scan take at most this long together unless the caller says.
+pub const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builds the snapshot of the node under `host`. `directory` is where `Pods::Watch` looks
+/// drivers up (the daemon's cache); the other sources bring their own. Host files are read on
+/// a blocking thread, so a hung mount never stalls the runtime.
+pub async fn snapshot<D: PodDirectory>(
+    host: &HostPaths,
+    pods: Pods,
+    directory: Option<&D>,
+    opts: &Options,
+) -> Result<Scanned, ScanError> {
+    let mut notes = opts.notes.clone();
+    let mut scan_opts = ScanOptions {
+        node: opts.node.clone(),
+        pods_file: None,
+        pods: None,
+        local_dir_roots: opts.local_dir_roots.clone(),
+        skip_local_dirs: opts.skip_local_dirs,
+    };
+    let mut api = None;
+    match &pods {
+        Pods::Api {
+            api: conn,
+            node,
+            fallback,
+        } => match kube_api::node_pods(&conn.client, node).await {
+            Ok(list) => {
+                scan_opts.node = Some(node.clone());
+                scan_opts.pods = Some((list, PodSource::Api));
+                api = Some(conn);
+            }
+            Err(e) if *fallback => notes.push(format!("Kubernetes API not used ({e}): liveness from cgroups")),
+            Err(e) => return Err(ScanError::Api(e)),
+        },
+        Pods::Given { node, pods, source } => {
+            scan_opts.node = Some(node.clone());
+            scan_opts.pods = Some((pods.clone(), source.clone()));
+        }
+        Pods::File(path) => scan_opts.pods_file = Some(path.clone()),
+        Pods::Cgroups => {}
+    }
+    let collected = if opts.skip_host {
+        collect::pods_only(&scan_opts)?
+    } else {
+        let task_host = host.clone();
+        tokio::task::spawn_blocking(move || collect::collect(&task_host, &scan_opts))
+            .await
+            .map_err(|e| ScanError::Task(e.to_string()))??
+    };
+    let mut snapshot = collected.snapshot;
+    snapshot.notes.splice(0..0, notes);
+    let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
+    let lookups = async {
+        match (&pods, snapshot.pod_source == PodSource::Cgroups) {
+            (_, true) => None,
+            (Pods::File(_), _) => {
+                let dir = ListDirectory::new(collected.cluster_pods);
+                Some(spark::resolve_all(&dir, &snapshot.pods).await)
+            }
+            (Pods::Api { api: conn, .. }, _) => {
+                let dir = ApiDirectory::new(conn.client.clone());
+                Some(spark::resolve_all(&dir, &snapshot.pods).await)
+            }
+            (Pods::Given { .. }, _) => match directory {
+                Some(dir) => Some(spark::resolve_all(dir, &snapshot.pods).await),
+                None => None,
+            },
+            (Pods::Cgroups, _) => None,
+        }
+    };
+    match tokio::time::timeout(timeout, lookups).await {
+        Ok(Some((drivers, app_drivers))) => {
+            snapshot.drivers = drivers;
+            snapshot.app_drivers = app_drivers;
+        }
+        Ok(None) => {}
+        Err(_) => snapshot.notes.push(format!(
+            "Spark driver lookups took over {} s: drivers are unknown this scan",
+            timeout.as_secs()
+        )),
+    }
+    if let Some(o) = &opts.api {
+        snapshot.api = Observed::Ok(o.clone());
+    } else if let (true, Some(conn)) = (opts.probe_api, api) {
+        let spark_pods: Vec<_> = snapshot
+            .pods
+            .iter()
+            .filter(|p| p.spark_role().is_some())
+            .map(|p| (p.namespace.clone(), p.labels.clone()))
+            .collect();
+        match crate::apimon::probe_once(conn, &snapshot.node, &spark_pods).await {
+            Ok(o) => snapshot.api = Observed::Ok(o),
+            Err(e) => snapshot.notes.push(format!("API probes not run: {e}")),
+        }
+    }
+    Ok(Scanned {
+        snapshot,
+        records: collected.records,
+    })
+}
+
+/// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own.
+pub fn snapshot_blocking(host: &HostPaths, pods: Pods, opts: &Options) -> Result<Scanned, ScanError> {
+    crate::block_on(snapshot::<ListDirectory>(host, pods, None, opts)).map_err(|e| ScanError::Task(e.to_string()))?
+}
+
+/// The API when the command may use it (not offline, no pods file) and a configuration loads;
+/// else the cgroups, with a note that says why.
+pub async fn api_or_cgroups(
+    kubeconfig: Option<&std::path::Path>,
+    node: &str,
+    timeout: Duration,
+) -> (Pods, Option<String>) {
+    match kube_api::Connection::load(kubeconfig, timeout).await {
+        Ok(api) => (
+            Pods::Api {
+                api: Box::new(api),
+                node: node.to_string(),
+                fallback: true,
+            },
+            None,
+        ),
+        Err(e) => (
+            Pods::Cgroups,
+            Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),
+        ),
+    }
+}

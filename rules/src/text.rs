@@ -1,0 +1,107 @@
+//! How findings say things: the shared pieces of summaries, evidence and remedies.
+//!
+//! List lengths (`LISTED`), human sizes and durations, evidence numbers (`ms`, `counts`),
+//! and the command lines and remedy texts that more than one rule (and the repairs) hand to
+//! people. Nothing here judges; the judgements are in [`crate::facts`].
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::snapshot::PodInfo;
+
+/// How many names or paths a finding lists.
+pub(crate) const LISTED: usize = 20;
+
+/// Human size: `1.5 GiB` (binary units, one decimal; bytes as they are below 1 KiB).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Human duration, rounded down to its largest unit: `45s`, `47m`, `19h`, `4d`.
+pub(crate) fn human_seconds(seconds: i64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// Seconds rounded to the millisecond, for evidence.
+pub(crate) fn ms(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+/// A JSON object of counts.
+pub(crate) fn counts(map: &BTreeMap<&str, usize>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect())
+}
+
+/// `kubectl delete pod -n NS NAME`.
+pub(crate) fn kubectl_delete(pod: &PodInfo) -> String {
+    format!("kubectl delete pod -n {} {}", pod.namespace, pod.name)
+}
+
+/// How to get rid of rejected pods, which nothing retries or removes.
+pub(crate) fn cleanup_remedy(node: &str, reason: &str) -> String {
+    format!(
+        "rejected pods are never retried and stay until deleted: list them with \
+         kubectl get pods -A --field-selector spec.nodeName={node},status.phase=Failed -o wide \
+         and delete those with reason {reason} (kubectl delete pod -n NS NAME; Spark drivers ask for new executors \
+         themselves); to clean them up automatically, use the descheduler's RemoveFailedPods with reasons [{reason}] \
+         (Spark executors also need evictLocalStoragePods: true, client-mode executors evictFailedBarePods: true)"
+    )
+}
+
+/// The documented remedy for a checkpoint the kubelet cannot use or that holds stale CPUs
+/// (<https://kubernetes.io/docs/tasks/administer-cluster/cpu-management-policies/#changing-the-cpu-manager-policy>):
+/// drain, stop the kubelet, move the file (and the memory manager's) aside, start the kubelet,
+/// uncordon.
+pub(crate) fn reset_checkpoint_remedy(node: &str, checkpoint_path: &str) -> String {
+    let dir = checkpoint_path.rsplit_once('/').map_or(".", |(d, _)| d);
+    let dir = if dir.is_empty() { "/" } else { dir };
+    format!(
+        "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: \
+         systemctl stop kubelet && mv {checkpoint_path} {checkpoint_path}.bak && \
+         rm -f {dir}/memory_manager_state && systemctl start kubelet; then kubectl uncordon {node}"
+    )
+}
+
+/// The remedy for stale entries: `nodemedic repair cpu-state`, which frees only the stale
+/// entries and keeps every live pod's pinning (the kubelet is stopped and started around the
+/// write), instead of the drain-and-delete reset.
+pub(crate) fn repair_cpu_state_remedy(node: &str) -> String {
+    format!(
+        "kubectl nodemedic repair {node} cpu-state (shows the plan), then kubectl nodemedic repair {node} cpu-state \
+         --apply --restart-kubelet --yes (frees only the stale entries, keeps live pinning, backs the file up); \
+         on the node itself: nodemedic repair cpu-state --apply --restart-kubelet --yes"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 40), "5.0 TiB");
+        assert_eq!(human_seconds(-3), "-3s");
+        assert_eq!(human_seconds(2820), "47m");
+        assert_eq!(human_seconds(68400), "19h");
+        assert_eq!(human_seconds(345600), "4d");
+    }
+}

