@@ -27,7 +27,7 @@ LAYERS = [
 ]
 
 # Items of the crate root (lib.rs), which every layer may use.
-ROOT_ITEMS = {"block_on"}
+ROOT_ITEMS = {"block_on", "runtime"}
 
 CRATE_PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 USE_GROUP = re.compile(r"\buse\s+crate::\{([^;]*)\}", re.S)

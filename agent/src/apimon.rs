@@ -22,6 +22,7 @@ use nodemedic_rules::admission::{
 use nodemedic_rules::promtext;
 use nodemedic_rules::snapshot::{ApiObservation, Observed, ProbeSample, WebhookInfo};
 
+use crate::kube_api;
 use crate::probe::{Probe, Target};
 
 /// The labels of the probe pod (as [`crate::probe`] creates it).
@@ -125,7 +126,7 @@ pub struct ApiMonitor {
     samples: VecDeque<ProbeSample>,
     probing_since: i64,
     last_success_at: Option<i64>,
-    webhooks: Option<(Instant, Result<Vec<WebhookSpec>, String>)>,
+    webhooks: Option<(Instant, Result<Vec<WebhookSpec>, kube_api::Error>)>,
     namespaces: HashMap<String, (Instant, BTreeMap<String, String>)>,
     metrics_before: Option<BTreeMap<String, (f64, f64)>>,
     latency: BTreeMap<String, f64>,
@@ -243,18 +244,18 @@ impl ApiMonitor {
         }
     }
 
-    async fn list_webhooks(&self) -> Result<Vec<WebhookSpec>, String> {
+    async fn list_webhooks(&self) -> Result<Vec<WebhookSpec>, kube_api::Error> {
         let m: Api<adm::MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let v: Api<adm::ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         let lp = kube::api::ListParams::default();
         let mutating = m
             .list(&lp)
             .await
-            .map_err(|e| format!("LIST mutatingwebhookconfigurations: {e}"))?;
+            .map_err(|e| kube_api::Error::request("LIST", "mutatingwebhookconfigurations", &e))?;
         let validating = v
             .list(&lp)
             .await
-            .map_err(|e| format!("LIST validatingwebhookconfigurations: {e}"))?;
+            .map_err(|e| kube_api::Error::request("LIST", "validatingwebhookconfigurations", &e))?;
         Ok(webhook_specs(&mutating.items, &validating.items))
     }
 
@@ -286,7 +287,7 @@ impl ApiMonitor {
             None => Observed::NotApplicable {
                 reason: "not listed yet".into(),
             },
-            Some((_, Err(e))) => Observed::Error { reason: e.clone() },
+            Some((_, Err(e))) => Observed::Error { reason: e.to_string() },
             Some((_, Ok(specs))) => {
                 let specs = specs.clone();
                 let probe_ns = self.target.namespace.clone();
@@ -335,7 +336,7 @@ pub async fn probe_once(
     api: &crate::kube_api::Connection,
     node: &str,
     spark_pods: &[(String, BTreeMap<String, String>)],
-) -> Result<ApiObservation, String> {
+) -> Result<ApiObservation, crate::probe::ProbeError> {
     let target = Target::from_config(&api.config, &api.config.default_namespace, node)?;
     let mut monitor = ApiMonitor::new(target, api.client.clone(), Duration::from_secs(60));
     monitor.prime().await;

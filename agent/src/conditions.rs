@@ -113,7 +113,7 @@ impl NodeConditions {
 
     /// Patches the node's status when a condition changed or the heartbeat is due; returns
     /// whether it patched.
-    pub async fn sync(&mut self, findings: &[Finding]) -> Result<bool, String> {
+    pub async fn sync(&mut self, findings: &[Finding]) -> Result<bool, crate::kube_api::Error> {
         let wanted = wanted(findings);
         // A new status or reason is patched at once; a new message waits for the heartbeat,
         // so a count in the message does not make a patch per scan.
@@ -149,7 +149,7 @@ impl NodeConditions {
         nodes
             .patch_status(&self.node, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
-            .map_err(|e| format!("PATCH nodes/{}/status: {e}", self.node))?;
+            .map_err(|e| crate::kube_api::Error::request("PATCH", format!("nodes/{}/status", self.node), &e))?;
         for w in wanted {
             let transition = match self.last.get(w.type_) {
                 Some((l, t)) if l.status == w.status => *t,

@@ -75,15 +75,22 @@ impl std::fmt::Debug for EventRecorder {
     }
 }
 
-fn reference(f: &Finding, node: &str) -> ObjectReference {
-    let s = &f.subject;
-    match (&s.namespace, &s.name) {
-        (Some(ns), Some(name)) if s.kind == "Pod" => ObjectReference {
+/// What an Event is about: the pod `namespace/name` (with its UID) when the subject is a pod,
+/// else this node.
+pub fn regarding(
+    kind: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    uid: Option<&str>,
+    node: &str,
+) -> ObjectReference {
+    match (namespace, name) {
+        (Some(ns), Some(name)) if kind == "Pod" => ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            namespace: Some(ns.clone()),
-            name: Some(name.clone()),
-            uid: s.uid.clone(),
+            namespace: Some(ns.to_string()),
+            name: Some(name.to_string()),
+            uid: uid.map(str::to_string),
             ..Default::default()
         },
         _ => ObjectReference {
@@ -97,9 +104,19 @@ fn reference(f: &Finding, node: &str) -> ObjectReference {
     }
 }
 
-/// The Event's note: the summary, cut to the API's 1 kB limit on a character boundary.
-fn note(f: &Finding) -> String {
-    let mut text = f.summary.clone();
+fn reference(f: &Finding, node: &str) -> ObjectReference {
+    let s = &f.subject;
+    regarding(
+        &s.kind,
+        s.namespace.as_deref(),
+        s.name.as_deref(),
+        s.uid.as_deref(),
+        node,
+    )
+}
+
+/// A note cut to the API's 1 kB limit on a character boundary, with `...` where it was cut.
+pub fn note_text(mut text: String) -> String {
     if text.len() > 1024 {
         let mut cut = 1021;
         while !text.is_char_boundary(cut) {
@@ -109,6 +126,51 @@ fn note(f: &Finding) -> String {
         text.push_str("...");
     }
     text
+}
+
+/// One of nodemedic's Events (events.k8s.io/v1), as findings and repairs both record them.
+#[derive(Debug, Clone)]
+pub struct EventSpec {
+    pub regarding: ObjectReference,
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    /// PascalCase, one per rule or repair.
+    pub reason: String,
+    /// `Detected`, `Delete`, `Remove`, `Rewrite`.
+    pub action: &'static str,
+    pub note: String,
+    /// The label that says what recorded it: (`nodemedic.io/rule`, id) or (`nodemedic.io/repair`, action).
+    pub label: (&'static str, String),
+    /// This agent's instance (its pod name).
+    pub instance: String,
+}
+
+impl EventSpec {
+    /// The Event object and the namespace it is created in (the pod's, or `default` for the node).
+    pub fn build(self) -> (String, Event) {
+        let namespace = self.regarding.namespace.clone().unwrap_or_else(|| "default".into());
+        let stamp = jiff::Timestamp::now();
+        let base = self.regarding.name.clone().unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{base}.{:x}", stamp.as_nanosecond())),
+                namespace: Some(namespace.clone()),
+                labels: Some([(self.label.0.to_string(), self.label.1)].into()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(stamp)),
+            type_: Some(self.type_.into()),
+            reason: Some(self.reason),
+            action: Some(self.action.into()),
+            note: Some(note_text(self.note)),
+            regarding: Some(self.regarding),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance),
+            series: None::<EventSeries>,
+            ..Default::default()
+        };
+        (namespace, event)
+    }
 }
 
 impl EventRecorder {
@@ -173,36 +235,21 @@ impl EventRecorder {
                     }
                 }
                 None => {
-                    let regarding = reference(f, &self.node);
-                    let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
-                    let stamp = jiff::Timestamp::now();
-                    let base = regarding.name.clone().unwrap_or_else(|| self.node.clone());
-                    let name = format!("{base}.{:x}", stamp.as_nanosecond());
-                    let event = Event {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            namespace: Some(namespace.clone()),
-                            labels: Some([("nodemedic.io/rule".to_string(), f.rule.clone())].into()),
-                            ..Default::default()
+                    let (namespace, event) = EventSpec {
+                        regarding: reference(f, &self.node),
+                        type_: if f.severity >= Severity::Warning {
+                            "Warning"
+                        } else {
+                            "Normal"
                         },
-                        event_time: Some(MicroTime(stamp)),
-                        type_: Some(
-                            if f.severity >= Severity::Warning {
-                                "Warning"
-                            } else {
-                                "Normal"
-                            }
-                            .into(),
-                        ),
-                        reason: Some(reason.clone()),
-                        action: Some("Detected".into()),
-                        note: Some(note(f)),
-                        regarding: Some(regarding),
-                        reporting_controller: Some(REPORTING_CONTROLLER.into()),
-                        reporting_instance: Some(self.instance.clone()),
-                        series: None::<EventSeries>,
-                        ..Default::default()
-                    };
+                        reason: reason.clone(),
+                        action: "Detected",
+                        note: f.summary.clone(),
+                        label: ("nodemedic.io/rule", f.rule.clone()),
+                        instance: self.instance.clone(),
+                    }
+                    .build();
+                    let name = event.metadata.name.clone().unwrap_or_default();
                     let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
                     match api.create(&PostParams::default(), &event).await {
                         Ok(_) => {
@@ -265,7 +312,7 @@ mod tests {
             (r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()),
             (Some("Node"), Some("n1"), None)
         );
-        assert!(note(&gone).len() <= 1024);
+        assert!(note_text(gone.summary.clone()).len() <= 1024);
         let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
         assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");
     }

@@ -17,7 +17,7 @@ use kube::{Api, Client, Config};
 use nodemedic_rules::snapshot::PodInfo;
 
 use crate::collect::pods::{PodObject, pod_info};
-use crate::spark::PodDirectory;
+use crate::spark::{LookupError, PodDirectory};
 
 impl kube::Resource for PodObject {
     type DynamicType = ();
@@ -219,14 +219,16 @@ fn infos(list: Vec<PodObject>) -> Vec<PodInfo> {
 }
 
 impl PodDirectory for ApiDirectory {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
         let api: Api<PodObject> = Api::namespaced(self.client.clone(), namespace);
         match api.get_opt(name).await {
             Ok(p) => Ok(p.as_ref().and_then(pod_info)),
-            Err(e) => Err(Error::request("GET", format!("pod {namespace}/{name}"), &e).to_string()),
+            Err(e) => Err(LookupError::Failed(
+                Error::request("GET", format!("pod {namespace}/{name}"), &e).to_string(),
+            )),
         }
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
         let api: Api<PodObject> = match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
@@ -236,14 +238,14 @@ impl PodDirectory for ApiDirectory {
         api.list(&params)
             .await
             .map(|l| infos(l.items))
-            .map_err(|e| Error::request("LIST", format!("pods {label_selector}"), &e).to_string())
+            .map_err(|e| LookupError::Failed(Error::request("LIST", format!("pods {label_selector}"), &e).to_string()))
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
         let api: Api<PodObject> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("status.podIP={ip}")).match_any();
         api.list(&params)
             .await
             .map(|l| infos(l.items))
-            .map_err(|e| Error::request("LIST", format!("pods status.podIP={ip}"), &e).to_string())
+            .map_err(|e| LookupError::Failed(Error::request("LIST", format!("pods status.podIP={ip}"), &e).to_string()))
     }
 }

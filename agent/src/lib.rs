@@ -51,9 +51,14 @@ pub mod scan;
 pub mod spark;
 pub mod telemetry;
 
-/// Runs `future` to completion on a runtime of its own: the one way a one-shot command (or a
-/// test) that is not in a runtime runs async code. The daemon has its own, single runtime.
+/// The one kind of runtime nodemedic uses: current-thread, with I/O and timers (blocking host
+/// reads go to its blocking pool). The daemon runs on one; a one-shot command on one.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+/// Runs `future` to completion on a [`runtime`] of its own: the way a one-shot command (or a
+/// test) that is not in a runtime runs async code.
 pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    Ok(runtime.block_on(future))
+    Ok(runtime()?.block_on(future))
 }

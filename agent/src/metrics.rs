@@ -168,6 +168,9 @@ impl Metrics {
         m.registry.register(Box::new(m.api_up.clone()))?;
         m.registry.register(Box::new(m.repair_actions_total.clone()))?;
         m.registry.register(Box::new(m.task_restarts_total.clone()))?;
+        for task in ["pod_watch", "api_probes"] {
+            m.task_restarts_total.with_label_values(&[task]);
+        }
         for action in ["orphans", "failed-pods", "local-dirs"] {
             for result in ["applied", "skipped", "failed"] {
                 m.repair_actions_total.with_label_values(&[action, result]);
@@ -227,12 +230,8 @@ impl Metrics {
                 self.findings.with_label_values(&[rule.id, sev.as_str()]).set(n as i64);
             }
         }
-        let state = snap
-            .checkpoint
-            .ok()
-            .and_then(|f| f.content.as_ref().ok())
-            .and_then(|cp| cp.state().ok());
-        if let Some(state) = &state {
+        let state = snap.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
+        if let Some(state) = state {
             let exclusive = state
                 .assignments
                 .iter()

@@ -39,6 +39,40 @@ impl Probe {
     }
 }
 
+/// Why a probe target cannot be built, or a probe failed: what and why. A failed probe's
+/// error becomes its sample's `error` text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// The client configuration cannot be used (server URL, CA, client certificate, token).
+    #[error("{0}")]
+    Config(String),
+    /// A phase of the request failed (DNS, connect, TLS, HTTP), or the server said no.
+    #[error("{0}")]
+    Request(String),
+}
+
+/// Where the bearer token comes from. A token file (a projected service-account token,
+/// rotated by the kubelet about hourly) is read again for every probe, so a rotated token is
+/// used as soon as it is on disk.
+#[derive(Clone)]
+enum Token {
+    None,
+    Static(String),
+    File(std::path::PathBuf),
+}
+
+impl Token {
+    fn get(&self) -> Result<Option<String>, ProbeError> {
+        match self {
+            Token::None => Ok(None),
+            Token::Static(t) => Ok(Some(t.clone())),
+            Token::File(path) => std::fs::read_to_string(path)
+                .map(|t| Some(t.trim().to_string()))
+                .map_err(|e| ProbeError::Config(format!("token file {}: {e}", path.display()))),
+        }
+    }
+}
+
 /// Where and how to reach the API server, from the client configuration.
 #[derive(Clone)]
 pub struct Target {
@@ -48,7 +82,7 @@ pub struct Target {
     tls: Option<Arc<rustls::ClientConfig>>,
     /// The base path of the server URL (usually empty).
     base: String,
-    token: Option<String>,
+    token: Token,
     /// The namespace the dry-run pod is created in (the agent's own).
     pub namespace: String,
     /// This node, for the pod list.
@@ -74,56 +108,58 @@ fn pem_or_der_certs(der: &[Vec<u8>]) -> Vec<rustls::pki_types::CertificateDer<'s
 impl Target {
     /// The target of a kube client configuration: its server, CA and bearer token. Client
     /// certificates are used when the configuration has them as data.
-    pub fn from_config(config: &kube::Config, namespace: &str, node: &str) -> Result<Target, String> {
+    pub fn from_config(config: &kube::Config, namespace: &str, node: &str) -> Result<Target, ProbeError> {
+        let config_error = ProbeError::Config;
         use secrecy::ExposeSecret as _;
         let uri = &config.cluster_url;
         let https = uri.scheme_str() == Some("https");
         let host = uri
             .host()
-            .ok_or_else(|| format!("server URL {uri} has no host"))?
+            .ok_or_else(|| config_error(format!("server URL {uri} has no host")))?
             .trim_matches(['[', ']'])
             .to_string();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let token = match (&config.auth_info.token, &config.auth_info.token_file) {
-            (Some(t), _) => Some(t.expose_secret().to_string()),
-            (None, Some(file)) => Some(
-                std::fs::read_to_string(file)
-                    .map_err(|e| format!("token file {file}: {e}"))?
-                    .trim()
-                    .to_string(),
-            ),
-            _ => None,
+            (Some(t), _) => Token::Static(t.expose_secret().to_string()),
+            (None, Some(file)) => Token::File(file.into()),
+            _ => Token::None,
         };
+        // A token file that cannot be read now is a configuration error now.
+        token.get()?;
         let tls = if https {
             let mut roots = rustls::RootCertStore::empty();
             let ca: Vec<Vec<u8>> = match (&config.root_cert_file, &config.root_cert) {
                 (Some(path), _) => {
-                    let pem = std::fs::read(path).map_err(|e| format!("CA file {}: {e}", path.display()))?;
+                    let pem =
+                        std::fs::read(path).map_err(|e| config_error(format!("CA file {}: {e}", path.display())))?;
                     pem_blocks(&pem)
                 }
                 (None, Some(der)) => der.clone(),
                 (None, None) => vec![],
             };
             for cert in pem_or_der_certs(&ca) {
-                roots.add(cert).map_err(|e| format!("CA certificate: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| config_error(format!("CA certificate: {e}")))?;
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let builder = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS: {e}"))?
+                .map_err(|e| config_error(format!("TLS: {e}")))?
                 .with_root_certificates(roots);
             let cfg = match (
                 &config.auth_info.client_certificate_data,
                 &config.auth_info.client_key_data,
             ) {
                 (Some(cert), Some(key)) => {
-                    let cert = decode_b64_pem(cert)?;
-                    let key = decode_b64_pem(key.expose_secret())?;
+                    let cert = decode_b64_pem(cert).map_err(config_error)?;
+                    let key = decode_b64_pem(key.expose_secret()).map_err(config_error)?;
                     let certs = pem_or_der_certs(&pem_blocks(&cert));
-                    let key = pem_private_key(&key).ok_or("client key: no PEM private key")?;
+                    let key =
+                        pem_private_key(&key).ok_or_else(|| config_error("client key: no PEM private key".into()))?;
                     builder
                         .with_client_auth_cert(certs, key)
-                        .map_err(|e| format!("client certificate: {e}"))?
+                        .map_err(|e| config_error(format!("client certificate: {e}")))?
                 }
                 _ => builder.with_no_client_auth(),
             };
@@ -187,7 +223,7 @@ impl Target {
         sample.total_seconds = start.elapsed().as_secs_f64();
         match result {
             Err(_) => sample.error = Some(format!("no complete answer within {:.0} s", timeout.as_secs_f64())),
-            Ok(Err(e)) => sample.error = Some(e),
+            Ok(Err(e)) => sample.error = Some(e.to_string()),
             Ok(Ok(())) => {}
         }
         // Phases not reached stay at 0; make the breakdown monotonic for readers.
@@ -195,21 +231,22 @@ impl Target {
         sample
     }
 
-    async fn run(&self, probe: Probe, start: Instant, s: &mut ProbeSample) -> Result<(), String> {
+    async fn run(&self, probe: Probe, start: Instant, s: &mut ProbeSample) -> Result<(), ProbeError> {
+        let fail = ProbeError::Request;
         let addrs: Vec<std::net::SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![std::net::SocketAddr::new(ip, self.port)],
             Err(_) => tokio::net::lookup_host((self.host.as_str(), self.port))
                 .await
-                .map_err(|e| format!("DNS lookup of {}: {e}", self.host))?
+                .map_err(|e| fail(format!("DNS lookup of {}: {e}", self.host)))?
                 .collect(),
         };
         s.dns_seconds = start.elapsed().as_secs_f64();
         let addr = *addrs
             .first()
-            .ok_or_else(|| format!("DNS lookup of {}: no address", self.host))?;
+            .ok_or_else(|| fail(format!("DNS lookup of {}: no address", self.host)))?;
         let tcp = TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("connect to {addr}: {e}"))?;
+            .map_err(|e| fail(format!("connect to {addr}: {e}")))?;
         let _ = tcp.set_nodelay(true);
         s.connect_seconds = start.elapsed().as_secs_f64();
         match &self.tls {
@@ -219,24 +256,24 @@ impl Target {
             }
             Some(cfg) => {
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
-                    .map_err(|e| format!("server name {}: {e}", self.host))?;
+                    .map_err(|e| fail(format!("server name {}: {e}", self.host)))?;
                 let tls = tokio_rustls::TlsConnector::from(cfg.clone())
                     .connect(name, tcp)
                     .await
-                    .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+                    .map_err(|e| fail(format!("TLS handshake with {addr}: {e}")))?;
                 s.tls_seconds = start.elapsed().as_secs_f64();
                 self.exchange(probe, tls, start, s).await
             }
         }
     }
 
-    async fn exchange<IO>(&self, probe: Probe, io: IO, start: Instant, s: &mut ProbeSample) -> Result<(), String>
+    async fn exchange<IO>(&self, probe: Probe, io: IO, start: Instant, s: &mut ProbeSample) -> Result<(), ProbeError>
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
-            .map_err(|e| format!("HTTP: {e}"))?;
+            .map_err(|e| ProbeError::Request(format!("HTTP: {e}")))?;
         let driver = tokio::spawn(conn);
         let (method, path, body) = self.request(probe);
         let mut req = http::Request::builder()
@@ -248,7 +285,7 @@ impl Target {
                 concat!("nodemedic/", env!("CARGO_PKG_VERSION"), " probe"),
             )
             .header(http::header::ACCEPT, "application/json");
-        if let Some(t) = &self.token {
+        if let Some(t) = self.token.get()? {
             req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
         }
         if body.is_some() {
@@ -256,8 +293,11 @@ impl Target {
         }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| format!("request: {e}"))?;
-        let resp = sender.send_request(req).await.map_err(|e| format!("HTTP: {e}"))?;
+            .map_err(|e| ProbeError::Request(format!("request: {e}")))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| ProbeError::Request(format!("HTTP: {e}")))?;
         s.first_byte_seconds = start.elapsed().as_secs_f64();
         let status = resp.status().as_u16();
         s.status = Some(status);
@@ -265,7 +305,7 @@ impl Target {
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(|e| ProbeError::Request(format!("reading the answer: {e}")))?
             .to_bytes();
         driver.abort();
         if !(200..300).contains(&status) {
@@ -273,7 +313,7 @@ impl Target {
                 .ok()
                 .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
                 .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned());
-            return Err(format!("HTTP {status}: {message}"));
+            return Err(ProbeError::Request(format!("HTTP {status}: {message}")));
         }
         Ok(())
     }

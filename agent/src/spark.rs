@@ -17,15 +17,29 @@ use std::time::{Duration, Instant};
 
 use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, PodInfo};
 
+/// Why a driver lookup has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The cache's budget of lookups for this period is spent; a later cycle tries again.
+    #[error("rate limited: driver lookups over budget for this period")]
+    RateLimited,
+    /// The directory could not answer (the API request failed: its verb, resource and why).
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Where pods can be looked up.
 pub trait PodDirectory {
     /// The pod `namespace/name`, if it exists.
-    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<PodInfo>, String>>;
+    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<PodInfo>, LookupError>>;
     /// Pods in `namespace` (all namespaces when `None`) matching `label_selector`.
-    fn list(&self, namespace: Option<&str>, label_selector: &str)
-    -> impl Future<Output = Result<Vec<PodInfo>, String>>;
+    fn list(
+        &self,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
     /// Pods whose `status.podIP` is `ip`.
-    fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, String>>;
+    fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
 }
 
 /// A directory over a list of pods (a cluster-wide pods file).
@@ -52,14 +66,14 @@ fn matches(pod: &PodInfo, selector: &str) -> bool {
 }
 
 impl PodDirectory for ListDirectory {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
         Ok(self
             .pods
             .iter()
             .find(|p| p.namespace == namespace && p.name == name)
             .cloned())
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
         Ok(self
             .pods
             .iter()
@@ -67,7 +81,7 @@ impl PodDirectory for ListDirectory {
             .cloned()
             .collect())
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
         Ok(self
             .pods
             .iter()
@@ -99,7 +113,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     let unknown = |reason: String| DriverLookup::Unknown { reason };
     if let Some(owner) = executor.controller().filter(|o| o.kind == "Pod") {
         return match dir.get(&executor.namespace, &owner.name).await {
-            Err(e) => unknown(e),
+            Err(e) => unknown(e.to_string()),
             Ok(None) => DriverLookup::Gone {
                 by: LookupMethod::OwnerReference,
                 expected: format!("{}/{} (uid {})", executor.namespace, owner.name, owner.uid),
@@ -117,7 +131,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     if let Some(app) = executor.spark_app() {
         let selector = format!("spark-role=driver,spark-app-selector={app}");
         match dir.list(Some(&executor.namespace), &selector).await {
-            Err(e) => return unknown(e),
+            Err(e) => return unknown(e.to_string()),
             Ok(found) => {
                 if let Some(driver) = best(found) {
                     return DriverLookup::Found {
@@ -142,7 +156,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     };
     if host.parse::<std::net::IpAddr>().is_ok() {
         return match dir.by_ip(host).await {
-            Err(e) => unknown(e),
+            Err(e) => unknown(e.to_string()),
             Ok(found) => match best(found) {
                 Some(driver) => DriverLookup::Found {
                     by: LookupMethod::DriverUrl,
@@ -158,7 +172,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     if let Some(prefix) = first.strip_suffix("-driver-svc") {
         let name = format!("{prefix}-driver");
         return match dir.get(namespace, &name).await {
-            Err(e) => unknown(e),
+            Err(e) => unknown(e.to_string()),
             Ok(Some(driver)) => DriverLookup::Found {
                 by: LookupMethod::DriverUrl,
                 driver: Box::new(driver),
@@ -241,7 +255,7 @@ impl DriverMemory {
                 DriverLookup::External { .. } => {
                     let Some(before) = self.known.get(exec) else { continue };
                     *lookup = match dir.get(&before.namespace, &before.name).await {
-                        Err(reason) => DriverLookup::Unknown { reason },
+                        Err(e) => DriverLookup::Unknown { reason: e.to_string() },
                         Ok(None) => DriverLookup::Gone {
                             by: LookupMethod::DriverUrl,
                             expected: format!(
@@ -280,7 +294,7 @@ pub struct CachedDirectory<D> {
 
 #[derive(Debug, Default)]
 struct CacheState {
-    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, String>)>,
+    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, LookupError>)>,
     window_start: Option<Instant>,
     used: u32,
     lookups_total: u64,
@@ -301,7 +315,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
         self.state.lock().map_or(0, |s| s.lookups_total)
     }
 
-    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, String>> {
+    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, LookupError>> {
         let mut st = self.state.lock().ok()?;
         let ttl = self.ttl;
         st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
@@ -324,7 +338,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
         true
     }
 
-    fn remember(&self, key: String, value: Result<Vec<PodInfo>, String>) {
+    fn remember(&self, key: String, value: Result<Vec<PodInfo>, LookupError>) {
         if let Ok(mut st) = self.state.lock() {
             // Errors are not remembered: the next cycle tries again.
             if value.is_ok() {
@@ -333,16 +347,16 @@ impl<D: PodDirectory> CachedDirectory<D> {
         }
     }
 
-    async fn through<F: Future<Output = Result<Vec<PodInfo>, String>>>(
+    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
         &self,
         key: String,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Vec<PodInfo>, String> {
+    ) -> Result<Vec<PodInfo>, LookupError> {
         if let Some(hit) = self.cached(&key) {
             return hit;
         }
         if !self.admit() {
-            return Err("rate limited: driver lookups over budget for this period".into());
+            return Err(LookupError::RateLimited);
         }
         let value = fetch().await;
         self.remember(key, value.clone());
@@ -351,7 +365,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
 }
 
 impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, String> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
         let key = format!("get {namespace}/{name}");
         let v = self
             .through(key, || async {
@@ -360,11 +374,11 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
             .await?;
         Ok(v.into_iter().next())
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, String> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
         let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
         self.through(key, || self.inner.list(namespace, label_selector)).await
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
         self.through(format!("ip {ip}"), || self.inner.by_ip(ip)).await
     }
 }
@@ -539,15 +553,15 @@ mod tests {
     /// Counts the lookups that reach it.
     struct Counting(ListDirectory, std::sync::atomic::AtomicU32);
     impl PodDirectory for Counting {
-        async fn get(&self, ns: &str, name: &str) -> Result<Option<PodInfo>, String> {
+        async fn get(&self, ns: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.get(ns, name).await
         }
-        async fn list(&self, ns: Option<&str>, sel: &str) -> Result<Vec<PodInfo>, String> {
+        async fn list(&self, ns: Option<&str>, sel: &str) -> Result<Vec<PodInfo>, LookupError> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.list(ns, sel).await
         }
-        async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, String> {
+        async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.by_ip(ip).await
         }

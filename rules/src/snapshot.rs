@@ -55,6 +55,23 @@ pub struct CheckpointFile {
     pub age_seconds: Option<f64>,
     /// The parsed file, or why the kubelet could not read it either.
     pub content: Result<Checkpoint, CheckpointError>,
+    /// Its state (cpusets parsed), computed once when the file is read; every rule, the
+    /// metrics and the repairs use this one.
+    pub state: Result<crate::checkpoint::CpuState, CheckpointError>,
+}
+
+impl CheckpointFile {
+    /// The file at host path `path`, `age_seconds` old, as parsed: its state is computed here,
+    /// once.
+    pub fn new(path: String, age_seconds: Option<f64>, content: Result<Checkpoint, CheckpointError>) -> Self {
+        let state = content.as_ref().map_err(Clone::clone).and_then(Checkpoint::state);
+        CheckpointFile {
+            path,
+            age_seconds,
+            content,
+            state,
+        }
+    }
 }
 
 /// The kubelet's configuration as far as nodemedic uses it.
@@ -121,13 +138,57 @@ pub struct PodCgroup {
     pub path: String,
     /// Processes directly in the pod cgroup (rare).
     pub pids: Vec<u32>,
+    /// Each container leaf; its `processes` are those of the leaf's whole subtree (a container
+    /// that runs systemd, Docker-in-Docker or kind nests cgroups below its leaf).
     pub containers: Vec<ContainerCgroup>,
+    /// Processes in the pod's other cgroups: neither the pod's own nor below a container leaf
+    /// (CRI-O's conmon monitor, intermediate directories).
+    pub other_pids: Vec<u32>,
+    /// How the whole subtree was looked at.
+    pub subtree: Subtree,
+}
+
+/// How a pod's whole cgroup subtree was looked at: at any depth, within a limit on the
+/// directories visited (a pathological tree cannot stall a scan).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Subtree {
+    /// cgroup directories visited, the pod's own included.
+    pub dirs: usize,
+    /// The walk stopped at its limit: what was not visited may hold processes, so the pod
+    /// counts as alive.
+    pub truncated: bool,
+    /// cgroup v2's `cgroup.events` of the pod: `populated 1` means a process somewhere below,
+    /// whatever the walk found (`None`: v1, or the file is missing).
+    pub populated: Option<bool>,
 }
 
 impl PodCgroup {
-    /// Live processes anywhere in the pod's cgroup.
+    /// Processes found anywhere in the pod's cgroup subtree.
     pub fn process_count(&self) -> usize {
-        self.pids.len() + self.containers.iter().map(|c| c.processes.len()).sum::<usize>()
+        self.pids.len() + self.other_pids.len() + self.containers.iter().map(|c| c.processes.len()).sum::<usize>()
+    }
+
+    /// Whether anything may still run in the pod's cgroups: a process found at any depth, the
+    /// kernel saying the subtree is populated, or a walk that stopped before it saw everything.
+    pub fn alive(&self) -> bool {
+        self.process_count() > 0 || self.subtree.populated == Some(true) || self.subtree.truncated
+    }
+
+    /// Why [`alive`](Self::alive) says so, for evidence and refusals.
+    pub fn alive_because(&self) -> Option<String> {
+        let n = self.process_count();
+        if n > 0 {
+            Some(format!("{n} process{} in its cgroups", if n == 1 { "" } else { "es" }))
+        } else if self.subtree.populated == Some(true) {
+            Some("its cgroup.events says populated 1 (a process somewhere below)".into())
+        } else if self.subtree.truncated {
+            Some(format!(
+                "its cgroup tree is larger than the {} directories looked at, so it may hold processes",
+                self.subtree.dirs
+            ))
+        } else {
+            None
+        }
     }
 }
 

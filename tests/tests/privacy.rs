@@ -33,6 +33,7 @@ const ALLOWED_LABELS: &[&str] = &[
     "result",
     "version",
     "le",
+    "task",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,6 +167,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
+                "task" => ["pod_watch", "api_probes"].contains(&v.as_str()),
                 // Ids of our own (collectors, actions, results, reasons): short identifiers.
                 _ => {
                     !v.is_empty()

@@ -252,7 +252,8 @@ fn dry_run_shows_the_plan_and_changes_nothing() {
     assert_eq!(
         *gone_removal,
         json!({"kind": "container", "pod_uid": gone, "container": EXEC, "cpus": "8-9",
-               "reason": format!("pod {gone} is not bound to node worker-1"), "pod": null, "cgroup": null, "cgroup_processes": null})
+               "reason": format!("pod {gone} is not bound to node worker-1"), "pod": null, "cgroup": null, "cgroup_processes": null,
+               "still_running": null})
     );
     assert_eq!(v["kept"].as_array().unwrap().len(), 2);
     assert_repaired(v["new_file"].as_str().unwrap().as_bytes());
@@ -987,7 +988,7 @@ fn real_cgroups_refuse_while_a_stale_pod_still_has_processes() {
     assert_eq!(reasons.len(), 1, "{reasons:?}");
     assert!(
         reasons[0].starts_with(&format!(
-            "pod {} container app is stale by the pod list (pod {} is not bound to node cg-node) but its cgroup /sys/fs/cgroup/cpuset/{}/kubepods/pod{} still has 1 process",
+            "pod {} container app is stale by the pods file (pod {} is not bound to node cg-node) but its cgroup /sys/fs/cgroup/cpuset/{}/kubepods/pod{} shows 1 process in its cgroups: something still runs there",
             h.busy, h.busy, h._sandbox.name, h.busy
         )),
         "{reasons:?}"

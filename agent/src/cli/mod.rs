@@ -41,6 +41,10 @@ pub enum CliError {
     Api(#[from] crate::kube_api::Error),
     #[error(transparent)]
     Repair(#[from] RepairError),
+    #[error(transparent)]
+    Probe(#[from] crate::probe::ProbeError),
+    #[error(transparent)]
+    Daemon(#[from] crate::daemon::DaemonError),
     #[error("{0}")]
     Other(String),
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::{
-    CgroupTree, CgroupVersion, ContainerCgroup, KubeletConfig, Observed, PodCgroup, ProcessInfo, Runtime,
+    CgroupTree, CgroupVersion, ContainerCgroup, KubeletConfig, Observed, PodCgroup, ProcessInfo, Runtime, Subtree,
 };
 
 use super::procfs::read_process;
@@ -22,8 +22,10 @@ use crate::host::HostPaths;
 const SMALL_FILE: u64 = 64 * 1024;
 /// `cgroup.procs` of a container with a few thousand threads' worth of processes.
 const PROCS_LIMIT: u64 = 4 * 1024 * 1024;
-/// Leaves sit at most this deep below their pod (CRI-O on v2 nests `container/` in its scope).
-const MAX_DEPTH: usize = 4;
+/// At most this many cgroup directories are visited in one pod's subtree (a container that runs
+/// systemd or Docker-in-Docker nests a few dozen; a pathological tree must not stall a scan).
+/// Past it the walk stops, says so, and the pod counts as alive.
+pub const SUBTREE_DIR_LIMIT: usize = 4096;
 
 /// The pod UID of a pod cgroup directory name: `pod<uid>` (cgroupfs) or
 /// `kubepods[-qos]-pod<uid_>.slice` (systemd, `_` for `-`).
@@ -95,6 +97,17 @@ pub fn parse_cgroup_procs(text: &str) -> Result<Vec<u32>, String> {
     text.split_whitespace()
         .map(|t| t.parse::<u32>().map_err(|_| format!("not a pid: {t:?}")))
         .collect()
+}
+
+/// `populated` of a cgroup v2 `cgroup.events` file: `Some(true)` when a process runs anywhere
+/// in the cgroup's subtree; `None` when the line is missing or not 0/1.
+pub fn parse_cgroup_events_populated(text: &str) -> Option<bool> {
+    text.lines()
+        .find_map(|l| match l.trim().strip_prefix("populated ")?.trim() {
+            "1" => Some(true),
+            "0" => Some(false),
+            _ => None,
+        })
 }
 
 /// Where the cgroup hierarchy that holds cpusets is mounted, and its version.
@@ -219,12 +232,14 @@ impl Walk<'_> {
         out
     }
 
-    fn leaf(&mut self, pod_uid: &str, runtime: Runtime, id: String, dir: &Path) -> Option<ContainerCgroup> {
+    /// A container leaf's own files (cpusets); its processes are added by the pod's walk.
+    /// `None` when the leaf vanished since it was listed.
+    fn leaf(&mut self, pod_uid: &str, runtime: Runtime, id: String, dir: &Path) -> Option<(ContainerCgroup, Vec<u32>)> {
         let (cpus_file, effective_file) = match self.version {
             CgroupVersion::V1 => ("cpuset.cpus", "cpuset.effective_cpus"),
             CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
         };
-        let Some(mut pids) = self.procs_if_present(dir) else {
+        let Some(pids) = self.procs_if_present(dir) else {
             self.notes
                 .push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
             return None;
@@ -238,59 +253,117 @@ impl Walk<'_> {
         } else {
             None
         };
-        // Processes of the leaf and of anything nested in it (CRI-O on cgroup v2 puts them in
-        // a `container` cgroup inside its scope; other runtimes use the leaf itself).
-        let nested = if runtime == Runtime::Crio { subdirs(dir) } else { vec![] };
-        let mut stack: Vec<(PathBuf, usize)> = nested.into_iter().map(|(_, p)| (p, 1)).collect();
-        while let Some((d, depth)) = stack.pop() {
-            pids.extend(self.procs(&d));
-            if depth < MAX_DEPTH {
-                stack.extend(subdirs(&d).into_iter().map(|(_, p)| (p, depth + 1)));
-            }
-        }
-        pids.sort_unstable();
-        pids.dedup();
-        let processes = if pinned {
-            self.processes(pids)
-        } else {
-            pids.into_iter()
-                .map(|pid| ProcessInfo {
-                    pid,
-                    cpus_allowed: None,
-                })
-                .collect()
-        };
-        Some(ContainerCgroup {
+        let leaf = ContainerCgroup {
             id,
             runtime,
             path: self.host.display(dir),
             cpus,
             effective_cpus,
-            processes,
-        })
+            processes: vec![],
+        };
+        Some((leaf, pids))
     }
 
+    /// `cgroup.events` of a v2 cgroup: whether any process runs in its subtree.
+    fn populated(&mut self, dir: &Path) -> Option<bool> {
+        if self.version != CgroupVersion::V2 {
+            return None;
+        }
+        let path = dir.join("cgroup.events");
+        let text = read_text(&path, &self.host.shown(&path), SMALL_FILE).ok()??;
+        parse_cgroup_events_populated(&text)
+    }
+
+    /// A pod cgroup and everything below it, at any depth: the container leaves (found by
+    /// name), each with the processes of its whole subtree, and the processes of every other
+    /// cgroup of the pod. At most [`SUBTREE_DIR_LIMIT`] directories are visited; past that the
+    /// walk stops and says so, and the pod counts as alive.
     fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
-        let pids = self.procs(dir);
-        let mut containers = Vec::new();
-        let mut stack: Vec<(PathBuf, usize)> = vec![(dir.to_path_buf(), 0)];
-        while let Some((d, depth)) = stack.pop() {
+        /// Whose processes a directory's are.
+        #[derive(Clone, Copy)]
+        enum Owner {
+            Pod,
+            /// A container leaf itself (its processes were read with its cpusets).
+            LeafRoot(usize),
+            /// A cgroup below a container leaf.
+            Leaf(usize),
+            Other,
+        }
+        let populated = self.populated(dir);
+        let mut pids = Vec::new();
+        let mut other_pids = Vec::new();
+        let mut leaves: Vec<(ContainerCgroup, Vec<u32>)> = Vec::new();
+        let mut dirs = 0usize;
+        let mut truncated = false;
+        let mut stack: Vec<(PathBuf, Owner)> = vec![(dir.to_path_buf(), Owner::Pod)];
+        while let Some((d, owner)) = stack.pop() {
+            if dirs == SUBTREE_DIR_LIMIT {
+                truncated = true;
+                break;
+            }
+            dirs += 1;
+            match owner {
+                Owner::Pod => pids = self.procs(&d),
+                Owner::LeafRoot(_) => {}
+                Owner::Leaf(i) => leaves[i].1.extend(self.procs(&d)),
+                Owner::Other => other_pids.extend(self.procs(&d)),
+            }
             for (name, path) in subdirs(&d) {
-                match parse_leaf_name(&name) {
-                    LeafName::Container(runtime, id) => containers.extend(self.leaf(&uid, runtime, id, &path)),
-                    LeafName::Conmon => {}
-                    LeafName::Other if depth + 1 < MAX_DEPTH => stack.push((path, depth + 1)),
-                    LeafName::Other => {}
-                }
+                let below = match owner {
+                    Owner::LeafRoot(i) | Owner::Leaf(i) => Owner::Leaf(i),
+                    Owner::Pod | Owner::Other => match parse_leaf_name(&name) {
+                        LeafName::Container(runtime, id) => match self.leaf(&uid, runtime, id, &path) {
+                            Some(leaf) => {
+                                leaves.push(leaf);
+                                Owner::LeafRoot(leaves.len() - 1)
+                            }
+                            None => continue,
+                        },
+                        LeafName::Conmon | LeafName::Other => Owner::Other,
+                    },
+                };
+                stack.push((path, below));
             }
         }
+        if truncated {
+            self.notes.push(format!(
+                "the cgroups of pod {uid} ({}) hold more than {SUBTREE_DIR_LIMIT} directories: not all were \
+                 looked at, so the pod counts as alive",
+                self.host.display(dir)
+            ));
+        }
+        let mut containers: Vec<ContainerCgroup> = Vec::with_capacity(leaves.len());
+        for (mut leaf, mut leaf_pids) in leaves {
+            leaf_pids.sort_unstable();
+            leaf_pids.dedup();
+            leaf.processes = if self.pinned.wants(&uid, &leaf.id) {
+                self.processes(leaf_pids)
+            } else {
+                leaf_pids
+                    .into_iter()
+                    .map(|pid| ProcessInfo {
+                        pid,
+                        cpus_allowed: None,
+                    })
+                    .collect()
+            };
+            containers.push(leaf);
+        }
         containers.sort_by(|a, b| a.id.cmp(&b.id));
+        other_pids.sort_unstable();
+        other_pids.dedup();
         PodCgroup {
             uid,
             qos: qos.to_string(),
             path: self.host.display(dir),
             pids,
             containers,
+            other_pids,
+            subtree: Subtree {
+                dirs,
+                truncated,
+                populated,
+            },
         }
     }
 }

@@ -38,11 +38,7 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
         }),
         Err(e) => return Observed::Error { reason: e.to_string() },
     };
-    Observed::Ok(CheckpointFile {
-        path,
-        age_seconds,
-        content,
-    })
+    Observed::Ok(CheckpointFile::new(path, age_seconds, content))
 }
 
 /// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):

@@ -9,6 +9,7 @@ pub mod cgroups;
 pub mod checkpoint;
 pub mod kubelet;
 pub mod localdirs;
+pub mod pod_object;
 pub mod pods;
 pub mod procfs;
 pub mod read;
@@ -339,11 +340,7 @@ pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
 /// The pods and containers the checkpoint pins (whose processes' affinity is worth reading).
 fn pinned_by(checkpoint: &Observed<nodemedic_rules::snapshot::CheckpointFile>) -> cgroups::Pinned {
     let mut pinned = cgroups::Pinned::default();
-    let Some(Ok(state)) = checkpoint
-        .ok()
-        .and_then(|f| f.content.as_ref().ok())
-        .map(|cp| cp.state())
-    else {
+    let Some(Ok(state)) = checkpoint.ok().map(|f| &f.state) else {
         return pinned;
     };
     for a in &state.assignments {

@@ -69,17 +69,36 @@ pub struct DaemonConfig {
 /// The pods the watch keeps: a store that a restarted watch replaces.
 type SharedStore = Arc<RwLock<Store<PodObject>>>;
 
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Api(#[from] kube_api::Error),
+    #[error("listen on {address}: {message}")]
+    Listen { address: String, message: String },
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
 /// Runs until SIGTERM/SIGINT. Errors only when it cannot start (no API configuration, the
 /// listen address is taken).
-pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
+pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let config = kube_api::config(cfg.kubeconfig.as_deref()).await?;
     let client = kube_api::request_client(config.clone(), cfg.effective.request_timeout)?;
-    let metrics = Metrics::new().map_err(|e| format!("metrics: {e}"))?;
+    let metrics = Metrics::new()?;
     let health = Arc::new(Health::default());
     let listener = tokio::net::TcpListener::bind(&cfg.effective.listen)
         .await
-        .map_err(|e| format!("listen on {}: {e}", cfg.effective.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| DaemonError::Listen {
+            address: cfg.effective.listen.clone(),
+            message: e.to_string(),
+        })?;
+    let addr = listener.local_addr().map_err(|e| DaemonError::Listen {
+        address: cfg.effective.listen.clone(),
+        message: e.to_string(),
+    })?;
     tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
 
@@ -176,7 +195,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), String> {
     }
     let mut tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let signal = |kind| tokio::signal::unix::signal(kind).map_err(|e| format!("signal handler: {e}"));
+    let signal = |kind| tokio::signal::unix::signal(kind).map_err(DaemonError::Signal);
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
     daemon.metrics.config_last_reload_successful.set(1);

@@ -13,12 +13,12 @@ use std::collections::VecDeque;
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Map, Value};
+
+use crate::events::{EventSpec, regarding};
 
 /// Which repair acted: the `action` label of `nodemedic_repair_actions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -309,47 +309,27 @@ impl Audit {
         if rec.result != ActionResult::Applied {
             return None;
         }
-        let regarding = match (&rec.target.namespace, &rec.target.name) {
-            (Some(ns), Some(name)) if rec.target.kind == "Pod" => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(ns.clone()),
-                name: Some(name.clone()),
-                uid: rec.target.uid.clone(),
-                ..Default::default()
-            },
-            _ => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.node.clone()),
-                uid: Some(self.node.clone()),
-                ..Default::default()
-            },
-        };
-        let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
-        let stamp = jiff::Timestamp::now();
-        let base = regarding.name.clone().unwrap_or_else(|| self.node.clone());
+        let t = &rec.target;
         let mut note = format!("nodemedic repair {}: {}: {}", rec.action.as_str(), rec.what, rec.why);
         if let Some(b) = rec.bytes_freed {
             note.push_str(&format!(" ({} freed)", human_bytes(b)));
         }
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{base}.{:x}", stamp.as_nanosecond())),
-                namespace: Some(namespace.clone()),
-                labels: Some([("nodemedic.io/repair".to_string(), rec.action.as_str().to_string())].into()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(stamp)),
-            type_: Some("Normal".into()),
-            reason: Some(rec.action.event_reason().into()),
-            action: Some(rec.action.event_action().into()),
-            note: Some(truncate(note, 1024)),
-            regarding: Some(regarding),
-            reporting_controller: Some(crate::events::REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Default::default()
-        };
+        let (namespace, event) = EventSpec {
+            regarding: regarding(
+                &t.kind,
+                t.namespace.as_deref(),
+                t.name.as_deref(),
+                t.uid.as_deref(),
+                &self.node,
+            ),
+            type_: "Normal",
+            reason: rec.action.event_reason().into(),
+            action: rec.action.event_action(),
+            note,
+            label: ("nodemedic.io/repair", rec.action.as_str().to_string()),
+            instance: self.instance.clone(),
+        }
+        .build();
         let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => Some(true),
@@ -378,19 +358,6 @@ impl Audit {
             rec.event_recorded = self.event(rec).await;
         }
     }
-}
-
-/// `text` cut to `max` bytes on a character boundary.
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut cut = max - 3;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str("...");
-    }
-    text
 }
 
 /// A record as one JSON log line, in the shape of the daemon's JSON log.
@@ -576,6 +543,6 @@ mod tests {
             "skipped: delete pod spark/etl-exec-1 (uid u1): recreated"
         );
         assert_eq!(RepairAction::FailedPods.event_reason(), "RejectedPodDeleted");
-        assert_eq!(truncate("é".repeat(600), 1024).len(), 1023);
+        assert_eq!(crate::events::note_text("é".repeat(600)).len(), 1023);
     }
 }

@@ -33,15 +33,38 @@ pub struct KubeletProcess {
     pub args: Vec<String>,
 }
 
+/// What went wrong stopping, starting or finding the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeletError {
+    /// The host's `/proc` cannot be read: nobody can tell whether the kubelet runs.
+    #[error("{path}: {message}: cannot tell whether the kubelet runs")]
+    Proc { path: String, message: String },
+    /// A command (`systemctl ...`) failed or did not answer in time: the command and why.
+    #[error("{0}")]
+    Command(String),
+    /// The kubelet could not be signalled.
+    #[error("{0}")]
+    Signal(String),
+    /// A kubelet still runs when it should be gone.
+    #[error("{0}")]
+    StillRunning(String),
+}
+
+impl From<KubeletError> for String {
+    fn from(e: KubeletError) -> String {
+        e.to_string()
+    }
+}
+
 /// Whether a kubelet runs on the host. `Err` when the host's `/proc` cannot be read, since
 /// then nobody can tell.
-pub fn running_kubelet(host: &HostPaths) -> Result<Option<KubeletProcess>, String> {
+pub fn running_kubelet(host: &HostPaths) -> Result<Option<KubeletProcess>, KubeletError> {
     let proc = host.proc();
     if let Err(e) = std::fs::read_dir(&proc) {
-        return Err(format!(
-            "{}: {e}: cannot tell whether the kubelet runs",
-            host.display(&proc)
-        ));
+        return Err(KubeletError::Proc {
+            path: host.display(&proc),
+            message: e.to_string(),
+        });
     }
     Ok(find_kubelet(host).map(|(pid, args)| KubeletProcess { pid, args }))
 }
@@ -114,7 +137,7 @@ impl KubeletControl {
     }
 
     /// Stops the kubelet `process` and waits until no kubelet runs.
-    pub fn stop(&self, process: &KubeletProcess) -> Result<Stopped, String> {
+    pub fn stop(&self, process: &KubeletProcess) -> Result<Stopped, KubeletError> {
         let start = Instant::now();
         let command = self.command("stop");
         let systemctl_error = match run_bounded(&command, self.timeout) {
@@ -129,7 +152,7 @@ impl KubeletControl {
                 }
                 Err(still) => format!("it succeeded, but {still}"),
             },
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         tracing::warn!(
             command = command.join(" "),
@@ -140,11 +163,11 @@ impl KubeletControl {
         sigterm(&self.host, process.pid)?;
         let sent = Instant::now();
         self.wait_gone(self.timeout).map_err(|still| {
-            format!(
+            KubeletError::StillRunning(format!(
                 "{} failed ({systemctl_error}) and after SIGTERM to pid {} {still}",
                 command.join(" "),
                 process.pid
-            )
+            ))
         })?;
         tracing::info!(
             pid = process.pid,
@@ -163,7 +186,7 @@ impl KubeletControl {
     pub fn start(&self) -> Started {
         let start = Instant::now();
         let command = self.command("start");
-        let systemctl_error = run_bounded(&command, self.timeout).err();
+        let systemctl_error = run_bounded(&command, self.timeout).err().map(|e| e.to_string());
         let process = self.wait_running(self.timeout.saturating_sub(start.elapsed()));
         Started {
             command,
@@ -174,16 +197,16 @@ impl KubeletControl {
     }
 
     /// Waits until no kubelet runs; `Err` says which one still does.
-    pub fn wait_gone(&self, timeout: Duration) -> Result<(), String> {
+    pub fn wait_gone(&self, timeout: Duration) -> Result<(), KubeletError> {
         let deadline = Instant::now() + timeout;
         loop {
             match find_kubelet(&self.host) {
                 None => return Ok(()),
                 Some((pid, _)) if Instant::now() >= deadline => {
-                    return Err(format!(
+                    return Err(KubeletError::StillRunning(format!(
                         "a kubelet (pid {pid}) still runs after {:.1} s",
                         timeout.as_secs_f64()
-                    ));
+                    )));
                 }
                 Some(_) => std::thread::sleep(POLL),
             }
@@ -222,9 +245,10 @@ pub fn needs_nsenter(host: &HostPaths) -> bool {
 }
 
 /// Runs `argv` and waits at most `timeout`; `Err` with its status and stderr when it fails.
-fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), String> {
+fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), KubeletError> {
+    let fail = KubeletError::Command;
     let Some((program, args)) = argv.split_first() else {
-        return Err("empty command".into());
+        return Err(fail("empty command".into()));
     };
     let shown = argv.join(" ");
     let mut child = Command::new(program)
@@ -233,7 +257,7 @@ fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("{shown}: {e}"))?;
+        .map_err(|e| fail(format!("{shown}: {e}")))?;
     // stderr is read on the side: a child it started in the background (a daemon) may keep
     // the pipe open long after it exited.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -252,10 +276,13 @@ fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), String> {
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{shown}: no answer within {:.0} s", timeout.as_secs_f64()));
+                return Err(fail(format!(
+                    "{shown}: no answer within {:.0} s",
+                    timeout.as_secs_f64()
+                )));
             }
             Ok(None) => std::thread::sleep(POLL),
-            Err(e) => return Err(format!("{shown}: {e}")),
+            Err(e) => return Err(fail(format!("{shown}: {e}"))),
         }
     };
     if status.success() {
@@ -263,11 +290,11 @@ fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), String> {
     }
     let stderr = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
     let stderr = stderr.trim();
-    Err(if stderr.is_empty() {
+    Err(fail(if stderr.is_empty() {
         format!("{shown}: {status}")
     } else {
         format!("{shown}: {status}: {stderr}")
-    })
+    }))
 }
 
 /// The start time (clock ticks since boot, field 22) of a `/proc/<pid>/stat` text.
@@ -278,7 +305,7 @@ pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
 }
 
 /// SIGTERM to `pid` of the host root's `/proc`, only if it is the same process in ours.
-fn sigterm(host: &HostPaths, pid: u32) -> Result<(), String> {
+fn sigterm(host: &HostPaths, pid: u32) -> Result<(), KubeletError> {
     let theirs = host.proc().join(pid.to_string());
     let ours = Path::new("/proc").join(pid.to_string());
     let read = |dir: &Path| -> Option<(Option<u64>, Vec<String>)> {
@@ -290,17 +317,17 @@ fn sigterm(host: &HostPaths, pid: u32) -> Result<(), String> {
         (Some(a), Some(b)) if a == b && a.0.is_some() => {}
         (None, _) => return Ok(()), // exited meanwhile
         _ => {
-            return Err(format!(
+            return Err(KubeletError::Signal(format!(
                 "cannot send SIGTERM to the kubelet: pid {pid} under {} is not the same process in this \
                  process's pid namespace (in a pod, the agent needs hostPID: true)",
                 host.display(&host.proc())
-            ));
+            )));
         }
     }
-    let pid = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
+    let pid = i32::try_from(pid).map_err(|_| KubeletError::Signal(format!("pid {pid} out of range")))?;
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-        Err(e) => Err(format!("SIGTERM to the kubelet (pid {pid}): {e}")),
+        Err(e) => Err(KubeletError::Signal(format!("SIGTERM to the kubelet (pid {pid}): {e}"))),
     }
 }
 
@@ -375,11 +402,18 @@ mod tests {
         let argv = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
         assert_eq!(run_bounded(&argv(&["true"]), Duration::from_secs(5)), Ok(()));
         let e = run_bounded(&argv(&["sh", "-c", "echo nope >&2; exit 3"]), Duration::from_secs(5)).unwrap_err();
-        assert_eq!(e, "sh -c echo nope >&2; exit 3: exit status: 3: nope");
-        let e = run_bounded(&argv(&["/nonexistent/systemctl", "stop"]), Duration::from_secs(5)).unwrap_err();
+        assert_eq!(
+            e,
+            KubeletError::Command("sh -c echo nope >&2; exit 3: exit status: 3: nope".into())
+        );
+        let e = run_bounded(&argv(&["/nonexistent/systemctl", "stop"]), Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("/nonexistent/systemctl stop: "), "{e}");
         let t = Instant::now();
-        let e = run_bounded(&argv(&["sleep", "5"]), Duration::from_millis(200)).unwrap_err();
+        let e = run_bounded(&argv(&["sleep", "5"]), Duration::from_millis(200))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no answer within"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(3));
     }
@@ -387,7 +421,9 @@ mod tests {
     #[test]
     fn unreadable_proc_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let e = running_kubelet(&HostPaths::new(dir.path(), None)).unwrap_err();
+        let e = running_kubelet(&HostPaths::new(dir.path(), None))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("/proc") && e.contains("cannot tell whether the kubelet runs"),
             "{e}"

@@ -282,7 +282,7 @@ pub async fn api_snapshot(
     node: &str,
     host: Option<&HostPaths>,
     local_dir_roots: &[String],
-) -> Result<NodeSnapshot, String> {
+) -> Result<NodeSnapshot, scan::ScanError> {
     let pods = Pods::Api {
         api: Box::new(api.clone()),
         node: node.to_string(),
@@ -296,9 +296,7 @@ pub async fn api_snapshot(
         ..Default::default()
     };
     let root = HostPaths::new("/", None);
-    let scanned = scan::snapshot::<ApiDirectory>(host.unwrap_or(&root), pods, None, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let scanned = scan::snapshot::<ApiDirectory>(host.unwrap_or(&root), pods, None, &opts).await?;
     Ok(scanned.snapshot)
 }
 
@@ -309,7 +307,7 @@ pub async fn refresh_snapshot(
     client: &Client,
     base: &NodeSnapshot,
     executors: &BTreeSet<String>,
-) -> Result<NodeSnapshot, String> {
+) -> Result<NodeSnapshot, kube_api::Error> {
     let pods = kube_api::node_pods(client, &base.node).await?;
     let directory = ApiDirectory::new(client.clone());
     let lookups = async {
@@ -329,7 +327,11 @@ pub async fn refresh_snapshot(
     };
     let drivers = tokio::time::timeout(LOOKUPS_TIMEOUT, lookups)
         .await
-        .map_err(|_| format!("driver lookups took over {} s", LOOKUPS_TIMEOUT.as_secs()))?;
+        .map_err(|_| kube_api::Error::Timeout {
+            verb: "GET",
+            resource: "the executors' driver pods".into(),
+            seconds: LOOKUPS_TIMEOUT.as_secs(),
+        })?;
     let mut fresh = base.clone();
     fresh.taken_at = now_unix();
     fresh.pod_source = PodSource::Api;
@@ -510,7 +512,9 @@ impl Repair for PodRepair<'_> {
         let client = &self.api.client;
         let audit = Audit::new(Some(client.clone()), &plan.node, &self.opts.instance).echoing();
         self.runtime.block_on(async {
-            let fresh = refresh_snapshot(client, &self.snapshot, &plan.lookups()).await?;
+            let fresh = refresh_snapshot(client, &self.snapshot, &plan.lookups())
+                .await
+                .map_err(|e| RepairError::CouldNotRun(e.to_string()))?;
             let (confirmed, skipped) = recheck(plan, &self.opts.judge(&fresh));
             let mut records = vec![];
             for mut rec in skipped {
@@ -543,10 +547,7 @@ pub fn run(
     out: &mut dyn Write,
     confirm: Confirm<'_>,
 ) -> Result<Ran<PodPlan, Vec<ActionRecord>>, RepairError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let runtime = crate::runtime().map_err(|e| format!("tokio runtime: {e}"))?;
     let node = opts
         .node
         .clone()
@@ -558,7 +559,9 @@ pub fn run(
     }
     let (api, snapshot) = runtime.block_on(async {
         let api = kube_api::Connection::load(opts.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
-        let snapshot = api_snapshot(&api, &node, opts.host.as_ref(), &[]).await?;
+        let snapshot = api_snapshot(&api, &node, opts.host.as_ref(), &[])
+            .await
+            .map_err(|e| e.to_string())?;
         Ok::<_, String>((api, snapshot))
     })?;
     let plan = opts.judge(&snapshot);

@@ -16,8 +16,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
-    let Ok(cp) = &file.content else { return vec![] };
-    let Ok(state) = cp.state() else { return vec![] };
+    let Ok(state) = &file.state else { return vec![] };
     let path = checkpoint_path(snap);
     let remedy = reset_checkpoint_remedy(&snap.node, &path);
     let mut findings = Vec::new();
@@ -60,7 +59,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
         Ok(r) => (r, None),
         Err(e) => (crate::CpuSet::new(), Some(e)),
     };
-    for problem in validate_static_state(&state, &online, &reserved, config.strict_cpu_reservation()) {
+    for problem in validate_static_state(state, &online, &reserved, config.strict_cpu_reservation()) {
         findings.push(
             Finding::new(
                 ID,

@@ -63,7 +63,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
             .with("computed_checksums", computed),
         ];
     }
-    match cp.state() {
+    match &file.state {
         Err(e) => vec![finding(
             format!("The CPU manager checkpoint {path} has an unreadable cpuset: {e}"),
             e.to_string(),

@@ -62,8 +62,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
-    let Ok(cp) = &file.content else { return vec![] };
-    let Ok(state) = cp.state() else { return vec![] };
+    let Ok(state) = &file.state else { return vec![] };
     if state.policy_name != "static" {
         return vec![];
     }
@@ -85,7 +84,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 }
             }
         }
-        PodSource::Cgroups => judged.extend(v1_leaves(&state, tree).into_iter().map(|l| (None, None, l))),
+        PodSource::Cgroups => judged.extend(v1_leaves(state, tree).into_iter().map(|l| (None, None, l))),
     }
 
     let mut findings = Vec::new();
@@ -93,7 +92,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         if leaf.processes.is_empty() {
             continue; // an exited container's leaf about to be removed
         }
-        let want = expected_for(&state, pod, container.as_deref(), &leaf.id);
+        let want = expected_for(state, pod, container.as_deref(), &leaf.id);
         if !want.exclusive && !shared_judged {
             continue;
         }

@@ -22,8 +22,7 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
-    let Ok(cp) = &file.content else { return vec![] };
-    let Ok(state) = cp.state() else { return vec![] };
+    let Ok(state) = &file.state else { return vec![] };
     // pod uid -> [(holder label, cpus)]
     let mut by_pod: BTreeMap<String, Vec<(String, CpuSet)>> = BTreeMap::new();
     for a in &state.assignments {

@@ -39,17 +39,17 @@ pub fn exclusive_cpus_needed(pod: &PodInfo) -> usize {
     init.max(app)
 }
 
-struct Pool {
+struct Pool<'a> {
     free: CpuSet,
     stale: CpuSet,
-    state: CpuState,
+    state: &'a CpuState,
 }
 
-fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
+fn pool<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Pool<'a>> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return None;
     };
-    let state = file.content.as_ref().ok()?.state().ok()?;
+    let state = file.state.as_ref().ok()?;
     if state.policy_name != "static" {
         return None;
     }
@@ -58,7 +58,7 @@ fn pool(snap: &NodeSnapshot, settings: &Settings) -> Option<Pool> {
         Observed::Ok(topo) => config.reserved_cpus(topo).unwrap_or_default(),
         _ => config.reserved_system_cpus.clone().unwrap_or_default(),
     };
-    let stale = stale_cpus(&stale_entries_of(snap, settings, &state));
+    let stale = stale_cpus(&stale_entries_of(snap, settings, state));
     Some(Pool {
         free: state.default_cpus.difference(&reserved),
         stale,

@@ -20,7 +20,7 @@ use crate::facts::{checkpoint_path, stale_entries};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
-use crate::text::repair_cpu_state_remedy;
+use crate::text::{repair_cpu_state_remedy, stop_containers_then_repair_remedy};
 
 pub const ID: &str = "stale-cpu-assignment";
 
@@ -32,7 +32,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             let subject = match (&e.pod, &e.pod_uid) {
                 (Some(p), _) => Subject::pod(p),
                 (None, Some(uid)) => Subject::pod_uid(uid),
-                (None, None) => Subject { kind: "Pod".into(), ..Default::default() },
+                (None, None) => Subject {
+                    kind: "Pod".into(),
+                    ..Default::default()
+                },
             }
             .with_container(e.container.clone());
             let whose = match (&e.container, &e.container_id) {
@@ -40,31 +43,47 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 (None, Some(id)) => format!("container {id}"),
                 (None, None) => subject.display(),
             };
-            // Only a V2 entry judged against a pod list can say the pod object is gone.
-            let object_gone = e.pod.is_none() && e.container_id.is_none() && snap.pod_source != PodSource::Cgroups;
-            let still_running = match (e.cgroup_processes, &e.pod) {
-                (Some(n), None) if n > 0 && object_gone => {
-                    Some(format!("its pod cgroup still has {n} process(es): the pod object is gone but its containers are not (force-deleted?)"))
+            // Stale by the pod list, yet something runs in the pod's cgroups: the pod object is
+            // gone (force-deleted?) or finished while its containers are not. A different case:
+            // the checkpoint must not be edited before they are stopped.
+            let by_list = snap.pod_source != PodSource::Cgroups;
+            let still_running = match (&e.still_running, &e.pod) {
+                (Some(why), None) if by_list => Some(format!(
+                    "{why}: the pod object is gone but its containers are not (force-deleted?)"
+                )),
+                (Some(why), Some(p)) if by_list && p.is_terminal() => {
+                    Some(format!("{why}: the pod has finished but its containers are not gone"))
                 }
-                (Some(n), Some(p)) if n > 0 && p.is_terminal() => Some(format!("its pod cgroup still has {n} process(es)")),
+                // A running pod's cgroups hold its other containers: no news.
                 _ => None,
             };
-            Finding::new(
-                ID,
-                Severity::Critical,
-                subject,
-                format!("CPUs {} are held for {whose}, which no longer runs on this node: {}", e.cpus, e.reason),
-                repair_cpu_state_remedy(&snap.node),
-            )
-            .with("pod_uid", e.pod_uid.clone())
-            .with("container", e.container.clone())
-            .with("container_id", e.container_id.clone())
-            .with("cpus", e.cpus.to_string())
-            .with("reason", e.reason.clone())
-            .with("liveness_source", snap.pod_source.as_str())
-            .with("pod_cgroup_processes", e.cgroup_processes)
-            .with("note", still_running)
-            .with("path", path.as_str())
+            let (summary, remedy) = match (&still_running, &e.pod_uid) {
+                (Some(why), Some(uid)) => (
+                    format!(
+                        "CPUs {} are held for {whose}, which is not alive by the pod list ({}), yet {why}: stop its \
+                         containers before freeing the CPUs",
+                        e.cpus, e.reason
+                    ),
+                    stop_containers_then_repair_remedy(&snap.node, uid),
+                ),
+                _ => (
+                    format!(
+                        "CPUs {} are held for {whose}, which no longer runs on this node: {}",
+                        e.cpus, e.reason
+                    ),
+                    repair_cpu_state_remedy(&snap.node),
+                ),
+            };
+            Finding::new(ID, Severity::Critical, subject, summary, remedy)
+                .with("pod_uid", e.pod_uid.clone())
+                .with("container", e.container.clone())
+                .with("container_id", e.container_id.clone())
+                .with("cpus", e.cpus.to_string())
+                .with("reason", e.reason.clone())
+                .with("liveness_source", snap.pod_source.as_str())
+                .with("pod_cgroup_processes", e.cgroup_processes)
+                .with("note", still_running)
+                .with("path", path.as_str())
         })
         .collect()
 }
@@ -147,12 +166,83 @@ mod tests {
             .build();
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Critical);
         assert!(
             f[0].evidence["note"]
                 .as_str()
                 .unwrap()
-                .contains("3 process(es): the pod object is gone")
+                .contains("3 processes in its cgroups: the pod object is gone")
         );
+        // The finding says so, and sends the operator to stop the containers first: the repair
+        // alone would refuse.
+        assert!(
+            f[0].summary.contains("yet 3 processes in its cgroups"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].summary.contains("stop its containers before freeing the CPUs"));
+        let remedy = &f[0].remedy;
+        assert!(
+            remedy.contains("crictl ps --label io.kubernetes.pod.uid=ghost"),
+            "{remedy}"
+        );
+        let (stop, repair) = (remedy.find("crictl stop"), remedy.find("repair node-a cpu-state"));
+        assert!(stop.is_some() && repair.is_some() && stop < repair, "{remedy}");
+    }
+
+    #[test]
+    fn nested_processes_populated_and_cut_walks_keep_a_pod_alive() {
+        use crate::snapshot::Subtree;
+        let entries = [("deep", "app", "2-3")];
+        let judged = |mut pc: crate::snapshot::PodCgroup| {
+            pc.containers[0].processes.clear();
+            let snap = SnapshotBuilder::static_node("0-1", &entries)
+                .with_pod_cgroups(vec![pc])
+                .build();
+            check(&snap, &Settings::default())
+        };
+        let base = pod_cgroup("deep", vec![leaf("c1", "2-3", 0)]);
+        // Nothing anywhere: stale.
+        assert_eq!(judged(base.clone()).len(), 1);
+        // A process in a cgroup of the pod that is not a container leaf (conmon, a nested tree).
+        assert!(
+            judged(crate::snapshot::PodCgroup {
+                other_pids: vec![42],
+                ..base.clone()
+            })
+            .is_empty()
+        );
+        // cgroup v2 says a process runs somewhere below.
+        let populated = Subtree {
+            populated: Some(true),
+            ..Default::default()
+        };
+        assert!(
+            judged(crate::snapshot::PodCgroup {
+                subtree: populated,
+                ..base.clone()
+            })
+            .is_empty()
+        );
+        // The walk stopped at its limit: what it did not see may hold processes.
+        let cut = Subtree {
+            dirs: 4096,
+            truncated: true,
+            populated: None,
+        };
+        assert!(
+            judged(crate::snapshot::PodCgroup {
+                subtree: cut,
+                ..base.clone()
+            })
+            .is_empty()
+        );
+        // v2 says the subtree is empty: stale.
+        let empty = Subtree {
+            populated: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(judged(crate::snapshot::PodCgroup { subtree: empty, ..base }).len(), 1);
     }
 
     #[test]

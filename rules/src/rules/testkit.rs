@@ -65,6 +65,8 @@ pub fn pod_cgroup(uid: &str, leaves: Vec<ContainerCgroup>) -> PodCgroup {
         path: format!("/sys/fs/cgroup/cpuset/kubepods/pod{uid}"),
         pids: vec![],
         containers: leaves,
+        other_pids: vec![],
+        subtree: Default::default(),
     }
 }
 
@@ -112,11 +114,11 @@ impl SnapshotBuilder {
         let topo = flat_topology(&online);
         let content = crate::Checkpoint::parse(state.to_checkpoint_json().as_bytes());
         let mut snap = NodeSnapshot::empty("node-a", 1_700_000_000);
-        snap.checkpoint = Observed::Ok(CheckpointFile {
-            path: "/var/lib/kubelet/cpu_manager_state".into(),
-            age_seconds: Some(3600.0),
+        snap.checkpoint = Observed::Ok(CheckpointFile::new(
+            "/var/lib/kubelet/cpu_manager_state".into(),
+            Some(3600.0),
             content,
-        });
+        ));
         snap.cpus = Observed::Ok(topo);
         snap.kubelet = Observed::Ok(KubeletConfig {
             path: Some("/var/lib/kubelet/config.yaml".into()),
@@ -173,7 +175,7 @@ impl SnapshotBuilder {
 
     pub fn with_raw_checkpoint(mut self, bytes: &[u8]) -> Self {
         if let Observed::Ok(f) = &mut self.snap.checkpoint {
-            f.content = crate::Checkpoint::parse(bytes);
+            *f = CheckpointFile::new(f.path.clone(), f.age_seconds, crate::Checkpoint::parse(bytes));
         }
         self
     }

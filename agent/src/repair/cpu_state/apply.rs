@@ -246,7 +246,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
     // 1. The kubelet must be stopped: a running one rewrites the file from memory.
     let running = match running_kubelet(host) {
         Ok(r) => r,
-        Err(e) => return rec.end(ApplyOutcome::Refused, e),
+        Err(e) => return rec.end(ApplyOutcome::Refused, e.to_string()),
     };
     rec.report.kubelet_was_running = running.clone();
     let mut stopped_it = false;
@@ -341,7 +341,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
                 ),
             );
         }
-        Err(e) => return abort(rec, ApplyOutcome::Aborted, e),
+        Err(e) => return abort(rec, ApplyOutcome::Aborted, e.to_string()),
     }
 
     // 3. Backup, then the atomic replacement.
@@ -447,9 +447,9 @@ fn recheck(plan: &Plan) -> Result<(), String> {
         else {
             return Err(format!("{} is no longer stale", r.target.display()));
         };
-        let processes = tree.map_or(e.cgroup_processes, |t| cgroup_of(host, t, e).1);
-        if let Some(n) = processes.filter(|n| *n > 0) {
-            return Err(format!("the cgroup of {} has {n} process(es) now", r.target.display()));
+        let still_running = tree.map_or(e.still_running.clone(), |t| cgroup_of(t, e).2);
+        if let Some(why) = still_running {
+            return Err(format!("the cgroup of {} shows {why} now", r.target.display()));
         }
     }
     Ok(())

@@ -14,6 +14,7 @@ use crate::collect;
 use crate::collect::checkpoint::FILE_NAME;
 use crate::collect::read::read_bytes;
 use crate::host::HostPaths;
+use crate::repair::command::RepairError;
 use crate::repair::kubelet::{KubeletProcess, running_kubelet};
 use crate::scan::{self, Pods};
 use crate::spark::ListDirectory;
@@ -46,8 +47,10 @@ pub struct Removal {
     pub pod: Option<String>,
     /// Host path of the pod's (or V1 container's) cgroup, when there is one.
     pub cgroup: Option<String>,
-    /// Processes in that cgroup (`None`: no cgroup).
+    /// Processes in that cgroup's subtree, at any depth (`None`: no cgroup).
     pub cgroup_processes: Option<usize>,
+    /// Why something may still run in it (`None`: nothing does).
+    pub still_running: Option<String>,
 }
 
 /// An entry the plan keeps as it is.
@@ -125,6 +128,11 @@ pub struct Plan {
     pub new_layout: Option<&'static str>,
     pub new_checksum: Option<u64>,
     pub checks: Checks,
+    /// The kubelet's own words for each of its start-up checks the file fails today: a kubelet
+    /// that starts now refuses it (empty: the file is valid, or the checks could not run).
+    pub current_file_problems: Vec<String>,
+    /// The file is invalid today and the new file passes every check: this repair fixes it.
+    pub fixes_current_file: bool,
     #[serde(flatten)]
     pub verdict: Verdict,
     /// The host and pods the plan judged with, for the re-check before the write.
@@ -160,50 +168,38 @@ pub(super) fn read_file(path: &Path, shown: &str) -> Result<Option<FileRead>, St
     Ok(Some((bytes, meta.mode() & 0o7777, (meta.uid(), meta.gid()))))
 }
 
-/// Live processes below a cgroup directory, counted from every `cgroup.procs` (independent
-/// of whether `/proc` is readable: a pid listed there is a process that exists).
-fn count_cgroup_processes(dir: &Path, depth: usize) -> usize {
-    let own = std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|t| t.split_whitespace().count())
-        .unwrap_or(0);
-    if depth == 0 {
-        return own;
+/// Where liveness came from, in words.
+pub(super) fn liveness_words(source: &PodSource) -> &'static str {
+    match source {
+        PodSource::Api => "the API's pod list",
+        PodSource::File => "the pods file",
+        PodSource::Cgroups => "the cgroups",
     }
-    let below: usize = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| count_cgroup_processes(&e.path(), depth - 1))
-                .sum()
-        })
-        .unwrap_or(0);
-    own + below
 }
 
-/// The cgroup of a stale entry and its processes: the snapshot's count, or a recount of
-/// `cgroup.procs` when that finds more.
-pub(super) fn cgroup_of(host: &HostPaths, tree: &CgroupTree, entry: &StaleEntry) -> (Option<String>, Option<usize>) {
-    let path = match (&entry.container_id, &entry.pod_uid) {
-        (_, Some(uid)) if tree.pod(uid).is_some() => tree.pod(uid).map(|p| (p.path.clone(), p.process_count())),
-        (Some(id), _) => tree.container(id).map(|(_, c)| (c.path.clone(), c.processes.len())),
-        _ => None,
-    };
-    match path {
-        None => (None, entry.cgroup_processes),
-        Some((shown, counted)) => {
-            let recount = count_cgroup_processes(&host.host(&shown), 8);
-            (
-                Some(shown),
-                Some(counted.max(recount).max(entry.cgroup_processes.unwrap_or(0))),
-            )
-        }
+/// The cgroup of a stale entry, the processes found anywhere in it, and why something may
+/// still run there (`None`: nothing does). It is the scan's own whole-subtree look
+/// (`collect::cgroups`): processes at any depth, cgroup v2's `populated`, and a walk cut short
+/// counting as alive.
+pub(super) fn cgroup_of(tree: &CgroupTree, entry: &StaleEntry) -> (Option<String>, Option<usize>, Option<String>) {
+    if let Some(p) = entry.pod_uid.as_deref().and_then(|uid| tree.pod(uid)) {
+        return (Some(p.path.clone()), Some(p.process_count()), p.alive_because());
     }
+    if let Some((_, c)) = entry.container_id.as_deref().and_then(|id| tree.container(id)) {
+        let n = c.processes.len();
+        let why = (n > 0).then(|| format!("{n} process{} in its cgroups", if n == 1 { "" } else { "es" }));
+        return (Some(c.path.clone()), Some(n), why);
+    }
+    (None, entry.cgroup_processes, entry.still_running.clone())
 }
 
 /// Computes the repair. `Err` only when it cannot run at all (no host root, no checkpoint,
 /// an unusable `--pods` file); every reason not to write is in [`Plan::verdict`].
-pub fn plan(opts: &Options) -> Result<Plan, String> {
+pub fn plan(opts: &Options) -> Result<Plan, RepairError> {
+    compute_plan(opts).map_err(RepairError::CouldNotRun)
+}
+
+fn compute_plan(opts: &Options) -> Result<Plan, String> {
     let host = opts.host.clone();
     if !host.root().is_dir() {
         return Err(format!(
@@ -252,7 +248,7 @@ pub fn plan(opts: &Options) -> Result<Plan, String> {
     let kubelet = match running_kubelet(&host) {
         Ok(k) => k,
         Err(e) => {
-            notes.push(e);
+            notes.push(e.to_string());
             None
         }
     };
@@ -287,6 +283,8 @@ pub fn plan(opts: &Options) -> Result<Plan, String> {
         new_layout: None,
         new_checksum: None,
         checks: Checks::default(),
+        current_file_problems: vec![],
+        fixes_current_file: false,
         verdict: Verdict::Ready,
         host: Some(host),
         rescan: Some(rescan),
@@ -339,6 +337,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
         }
     };
     plan.policy = Some(state.policy_name.clone());
+    plan.current_file_problems = current_problems(snap, &state);
     plan.old_default = cp.default_cpu_set.clone();
     plan.new_default = cp.default_cpu_set.clone();
     plan.state = Some(state.clone());
@@ -365,6 +364,19 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
             ));
         }
     }
+    if stale.is_empty() && reasons.is_empty() && !plan.current_file_problems.is_empty() {
+        plan.kept = kept_entries(&cp, &state, &[]);
+        return refuse(
+            plan,
+            format!(
+                "{} fails the kubelet's start-up checks today ({}) and has no stale entry to remove: this repair \
+                 cannot fix it; a kubelet that restarts now refuses the file (the documented remedy: drain the node, \
+                 stop the kubelet, delete the file, start the kubelet)",
+                plan.shown,
+                plan.current_file_problems.join("; ")
+            ),
+        );
+    }
     if stale.is_empty() && reasons.is_empty() {
         plan.verdict = Verdict::NothingToDo {
             reason: format!(
@@ -379,12 +391,11 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
 
     // The removals, with their cgroups' processes counted again.
     let tree = snap.cgroups.ok();
-    let host = plan.host.clone().unwrap_or_else(|| HostPaths::new("/", None));
     for e in &stale {
         let Some(target) = target_of_stale(e) else { continue };
-        let (cgroup, processes) = match tree {
-            Some(t) => cgroup_of(&host, t, e),
-            None => (None, e.cgroup_processes),
+        let (cgroup, processes, still_running) = match tree {
+            Some(t) => cgroup_of(t, e),
+            None => (None, e.cgroup_processes, e.still_running.clone()),
         };
         plan.removals.push(Removal {
             cpus: target.raw_in(&cp).unwrap_or_else(|| e.cpus.to_string()),
@@ -393,6 +404,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
             pod: e.pod.as_ref().map(PodInfo::display),
             cgroup,
             cgroup_processes: processes,
+            still_running,
         });
     }
     plan.removals.sort_by(|a, b| a.target.cmp(&b.target));
@@ -406,13 +418,14 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
         ));
     }
     for r in &plan.removals {
-        if let Some(n) = r.cgroup_processes.filter(|n| *n > 0) {
+        if let Some(why) = &r.still_running {
             reasons.push(format!(
-                "{} is stale by the pod list ({}) but its cgroup {} still has {n} process{}: something still runs there; not freeing its CPUs",
+                "{} is stale by {} ({}) but its cgroup {} shows {why}: something still runs there; not freeing its CPUs \
+                 (stop its containers first: crictl ps --label io.kubernetes.pod.uid=<uid>, crictl stop)",
                 r.target.display(),
+                liveness_words(&snap.pod_source),
                 r.reason,
                 r.cgroup.as_deref().unwrap_or("?"),
-                if n == 1 { "" } else { "es" }
             ));
         }
     }
@@ -460,6 +473,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
         }
         other => reasons.push(format!("internal error: the new file does not verify ({other:?})")),
     }
+    plan.fixes_current_file = reasons.is_empty() && !plan.current_file_problems.is_empty();
     plan.verdict = if reasons.is_empty() {
         Verdict::Ready
     } else {
@@ -467,34 +481,51 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
     };
 }
 
-fn check_state(plan: &mut Plan, snap: &NodeSnapshot, new_state: &CpuState, reasons: &mut Vec<String>) {
+/// What the kubelet checks a state against at start: the online CPUs, the reserved CPUs and
+/// whether `strict-cpu-reservation` is on; `Err` says why they are unknown.
+fn kubelet_view(snap: &NodeSnapshot) -> Result<(CpuSet, CpuSet, bool), String> {
     let Observed::Ok(topology) = &snap.cpus else {
-        reasons.push(format!(
-            "the online CPUs are unknown ({}): cannot check the result against the kubelet's start-up checks",
-            snap.cpus.status()
-        ));
-        return;
+        return Err(format!("the online CPUs are unknown ({})", snap.cpus.status()));
     };
-    let online = topology.all();
+    let config = snap.cpu_manager();
+    let reserved = config
+        .reserved_cpus(topology)
+        .map_err(|e| format!("the reserved CPUs cannot be computed ({e})"))?;
+    Ok((topology.all(), reserved, config.strict_cpu_reservation()))
+}
+
+/// The kubelet's messages for the start-up checks `state` fails (empty when the checks cannot
+/// run: [`check_state`] says why for the result).
+fn current_problems(snap: &NodeSnapshot, state: &CpuState) -> Vec<String> {
+    match kubelet_view(snap) {
+        Ok((online, reserved, strict)) if state.policy_name == "static" => {
+            validate_static_state(state, &online, &reserved, strict)
+                .iter()
+                .map(|p| p.kubelet_message())
+                .collect()
+        }
+        _ => vec![],
+    }
+}
+
+fn check_state(plan: &mut Plan, snap: &NodeSnapshot, new_state: &CpuState, reasons: &mut Vec<String>) {
+    let (online, reserved, strict) = match kubelet_view(snap) {
+        Ok(view) => view,
+        Err(e) => {
+            reasons.push(format!(
+                "{e}: cannot check the result against the kubelet's start-up checks"
+            ));
+            return;
+        }
+    };
     if snap.kubelet.ok().is_none() {
         plan.notes.push(format!(
             "kubelet configuration {}: the checks assume no reserved CPUs and no policy options",
             snap.kubelet.status()
         ));
     }
-    let config = snap.cpu_manager();
-    let strict = config.strict_cpu_reservation();
     plan.checks.online_cpus = Some(online.to_string());
     plan.checks.strict_cpu_reservation = strict;
-    let reserved = match config.reserved_cpus(topology) {
-        Ok(r) => r,
-        Err(e) => {
-            reasons.push(format!(
-                "the reserved CPUs cannot be computed ({e}): cannot check the result against the kubelet's start-up checks"
-            ));
-            return;
-        }
-    };
     plan.checks.reserved_cpus = Some(reserved.to_string());
     for p in validate_static_state(new_state, &online, &reserved, strict) {
         plan.checks.problems.push(p.kubelet_message());

@@ -131,6 +131,23 @@ pub fn render_plan(plan: &Plan, dry_run: bool) -> String {
     for n in &plan.notes {
         line(w, format!("  note:       {n}"));
     }
+    if !plan.current_file_problems.is_empty() {
+        line(
+            w,
+            "\nThe file is INVALID today: a kubelet that starts now refuses it, in its own words:".to_string(),
+        );
+        for p in &plan.current_file_problems {
+            line(w, format!("  could not restore state from checkpoint: {p}"));
+        }
+        if plan.fixes_current_file {
+            line(
+                w,
+                "Removing only the stale entries makes it valid: this repair fixes it (the checks on the result \
+                 below pass)."
+                    .to_string(),
+            );
+        }
+    }
     if let Verdict::NothingToDo { reason } = &plan.verdict {
         line(w, format!("\nNothing to do: {reason}."));
         return t;
@@ -144,8 +161,9 @@ pub fn render_plan(plan: &Plan, dry_run: bool) -> String {
         for r in &plan.removals {
             let pod = r.pod.as_ref().map_or(String::new(), |p| format!(" ({p})"));
             line(w, format!("  - {}{pod}: CPUs \"{}\"", r.target.display(), r.cpus));
-            let cgroup = match (&r.cgroup, r.cgroup_processes) {
-                (Some(c), Some(p)) => format!("cgroup {c} has {p} process{}", if p == 1 { "" } else { "es" }),
+            let cgroup = match (&r.cgroup, r.cgroup_processes, &r.still_running) {
+                (Some(c), _, Some(why)) => format!("cgroup {c} shows {why}"),
+                (Some(c), Some(p), None) => format!("cgroup {c} has {p} process{}", if p == 1 { "" } else { "es" }),
                 _ => "no cgroup".to_string(),
             };
             line(w, format!("      why: {}; {cgroup}", r.reason));

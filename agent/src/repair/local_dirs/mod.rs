@@ -278,10 +278,7 @@ pub fn run(
                 .into(),
         ));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let runtime = crate::runtime().map_err(|e| format!("tokio runtime: {e}"))?;
     let node = opts
         .node
         .clone()

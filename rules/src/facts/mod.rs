@@ -1,0 +1,166 @@
+//! The judgements several rules share, and that the agent's metrics and repairs act on.
+//!
+//! A rule turns these into findings; the agent counts them (`nodemedic_cpu_manager_stale_cpus`,
+//! `nodemedic_admission_rejections_total`, `nodemedic_orphaned_executors`) and its repairs
+//! delete or free exactly what they name, so all of them agree on what is stale, rejected or
+//! orphaned:
+//!
+//! - stale checkpoint entries: [`StaleEntry`], [`stale_entries`], [`stale_entries_of`],
+//!   [`stale_cpus`] (rule `stale-cpu-assignment`, also `exclusive-cpu-shortage`);
+//! - pods the kubelet refused at admission: [`Rejection`], [`rejections`], [`rejected_reason`],
+//!   [`rejected_for_cpus`], [`metric_reason`] (rules `admission-rejection`,
+//!   `scheduler-conflict`, `exclusive-cpu-shortage`, `orphaned-local-dir`);
+//! - Spark executors whose driver no longer needs them: [`Orphan`], [`orphaned_executors`]
+//!   (rules `orphaned-executor`, `orphaned-local-dir`; `repair orphans`);
+//! - Spark scratch dirs nothing will read again: [`OrphanedDirs`], [`orphaned_dirs`] (rule
+//!   `orphaned-local-dir`; `repair local-dirs`).
+//!
+//! Each rule's module documentation says how its judgement is made and why.
+
+mod dirs;
+mod orphans;
+mod rejections;
+mod stale;
+
+pub use dirs::*;
+pub use orphans::*;
+pub use rejections::*;
+pub use stale::*;
+
+use crate::snapshot::{NodeSnapshot, Observed};
+
+/// The checkpoint's host path, or the default.
+pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {
+    match &snapshot.checkpoint {
+        Observed::Ok(f) => f.path.clone(),
+        Observed::Missing { path } => path.clone(),
+        _ => "/var/lib/kubelet/cpu_manager_state".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dirs::overlaps;
+    use super::*;
+    use crate::rules::testkit::{SnapshotBuilder, spark_executor};
+    use crate::settings::Settings;
+
+    const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
+
+    #[test]
+    fn stale_cpus_unions_entries() {
+        let entries = vec![
+            ("live", "app", "2-3"),
+            ("gone", "app", "4-5"),
+            ("done", "app", "6"),
+            ("live", "old-sidecar", "7"),
+        ];
+        let snap = SnapshotBuilder::static_node("0-1", &entries).with_pod_list(&[]).build();
+        assert_eq!(
+            stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(),
+            "2-7"
+        );
+    }
+
+    #[test]
+    fn metric_reasons_are_bounded() {
+        assert_eq!(metric_reason("OutOfcpu"), "OutOfcpu");
+        assert_eq!(metric_reason("OutOfnvidia.com/gpu"), "OutOfExtendedResource");
+        assert_eq!(metric_reason("UnexpectedAdmissionError"), "UnexpectedAdmissionError");
+        assert_eq!(metric_reason("Qqre-anything-a-pod-writer-chose"), "Other");
+    }
+
+    #[test]
+    fn parses_both_message_forms() {
+        let want = Insufficient {
+            resource: "cpu".into(),
+            requested: 56033,
+            used: 34036,
+            capacity: 90000,
+        };
+        for msg in [
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+            "Pod Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+            "Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+        ] {
+            assert_eq!(parse_insufficient(msg).as_ref(), Some(&want), "{msg}");
+        }
+        let gpu = parse_insufficient(
+            "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 8, capacity: 8",
+        )
+        .unwrap();
+        assert_eq!(
+            (gpu.resource.as_str(), gpu.unit(), gpu.shortfall()),
+            ("nvidia.com/gpu", "count", 1)
+        );
+        let mem = parse_insufficient(
+            "Pod was rejected: Node didn't have enough resource: memory, requested: 17179869184, used: 120259084288, capacity: 132070244352",
+        )
+        .unwrap();
+        assert_eq!((mem.unit(), mem.shortfall()), ("bytes", 5_368_709_120));
+        assert_eq!(want.shortfall(), 56033 - (90000 - 34036));
+        for bad in [
+            "",
+            "Pod was rejected: Predicate NodeAffinity failed",
+            "Node didn't have enough resource: cpu, requested: x, used: 1, capacity: 2",
+            "Node didn't have enough resource: cpu, requested: 1",
+            "Node didn't have enough resource: , requested: 1, used: 1, capacity: 2",
+        ] {
+            assert_eq!(parse_insufficient(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn which_pods_are_rejections() {
+        let cases = [
+            ("Failed", Some("OutOfcpu"), None, true),
+            ("Failed", Some("OutOfephemeral-storage"), None, true),
+            ("Failed", Some("OutOfnvidia.com/gpu"), None, true),
+            ("Failed", Some("UnexpectedAdmissionError"), None, true),
+            (
+                "Failed",
+                Some("NodeAffinity"),
+                Some("Pod was rejected: Predicate NodeAffinity failed"),
+                true,
+            ),
+            (
+                "Failed",
+                Some("SysctlForbidden"),
+                Some("Pod was rejected: forbidden sysctl"),
+                true,
+            ),
+            (
+                "Failed",
+                Some("Evicted"),
+                Some("The node was low on resource: memory."),
+                false,
+            ),
+            ("Failed", Some("OutOf"), None, false),
+            ("Failed", None, Some("Pod was rejected: x"), false),
+            ("Failed", Some(""), None, false),
+            ("Pending", Some("OutOfcpu"), None, false),
+            ("Failed", Some("Error"), None, false),
+        ];
+        for (phase, reason, message, want) in cases {
+            let mut p = spark_executor("u", APP, "etl", 1, phase);
+            p.reason = reason.map(String::from);
+            p.message = message.map(String::from);
+            assert_eq!(rejected_reason(&p).is_some(), want, "{phase} {reason:?} {message:?}");
+        }
+    }
+
+    #[test]
+    fn host_paths_trim_and_overlap() {
+        assert_eq!(trim_slash("///"), "/");
+        for (a, b, want) in [
+            ("/mnt/nvme0/spark", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0/spark/exec-a", "/mnt/nvme0/spark", true),
+            ("/", "/mnt/nvme0/spark", true),
+            ("/mnt/nvme0/spark2", "/mnt/nvme0/spark", false),
+            ("/mnt/nvme1", "/mnt/nvme0/spark", false),
+        ] {
+            assert_eq!(overlaps(a, b), want, "{a} {b}");
+        }
+    }
+}
