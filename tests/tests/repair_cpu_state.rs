@@ -583,10 +583,30 @@ enum Stop {
     Fails,
 }
 
+/// Shell run by the fakes at the steps of a `--restart-kubelet` repair (`$PPID` is the
+/// repair: `kill -9 $PPID` kills it right there).
+#[derive(Default, Clone)]
+struct Hooks {
+    /// At the end of `systemd-run` (the guard is armed, the kubelet not yet stopped).
+    armed: String,
+    /// After `systemctl stop kubelet` stopped it.
+    stopped: String,
+    /// At `systemctl start kubelet`, before it starts one.
+    starting: String,
+}
+
 impl FakeKubelet {
     /// Starts the kubelet, visible under `root`; `on_start` is shell run after
     /// `systemctl start` started a new one.
     fn start(root: &Path, stop: Stop, on_start: &str) -> FakeKubelet {
+        Self::start_with(root, stop, on_start, &Hooks::default())
+    }
+
+    /// [`Self::start`] with shell run at the other steps too. `systemctl start` starts no second
+    /// kubelet while one runs (as systemd does), and `systemd-run --on-active=N ... --
+    /// <command>` runs `<command>` after N seconds from a process of its own, which
+    /// `systemctl stop <unit>.timer` kills: a guard that outlives the repair, like systemd's.
+    fn start_with(root: &Path, stop: Stop, on_start: &str, hooks: &Hooks) -> FakeKubelet {
         let bin = tempfile::tempdir().unwrap();
         let kubelet = bin.path().join("kubelet");
         std::fs::copy(sleep_binary(), &kubelet).unwrap();
@@ -612,14 +632,35 @@ impl FakeKubelet {
                 "echo 'Failed to stop kubelet.service: Interactive authentication required.' >&2; exit 1".into()
             }
         };
+        let b = bin.path().display();
         let script = format!(
-            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$1\" in\n  stop)\n    {stop_body}\n    ;;\n  start)\n    \
-             {kubelet} 600 </dev/null >/dev/null 2>&1 &\n    echo $! > {pidfile}\n    ln -s /proc/$! {proc}/$!\n    {on_start}\n    ;;\nesac\n",
+            "#!/bin/sh\necho \"$*\" >> {log}\n\
+             running() {{ s=$(awk '{{print $3}}' /proc/$(cat {pidfile})/stat 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != Z ]; }}\n\
+             case \"$1 $2\" in\n\
+             stop\\ *.timer)\n    u=${{2%.timer}}\n    [ -f {b}/guard-$u.pid ] && kill $(cat {b}/guard-$u.pid) 2>/dev/null\n    \
+             rm -f {b}/guard-$u.pid\n    ;;\n\
+             stop\\ *)\n    {stop_body}\n    {stopped}\n    ;;\n\
+             start\\ *)\n    {starting}\n    if running; then exit 0; fi\n    \
+             {kubelet} 600 </dev/null >/dev/null 2>&1 &\n    echo $! > {pidfile}\n    ln -sf /proc/$! {proc}/$!\n    {on_start}\n    ;;\nesac\n",
             log = bin.path().join("calls.log").display(),
             kubelet = kubelet.display(),
             pidfile = pidfile.display(),
             proc = root.join("proc").display(),
+            stopped = hooks.stopped,
+            starting = hooks.starting,
         );
+        let systemd_run = format!(
+            "#!/bin/sh\necho \"systemd-run $*\" >> {log}\nunit=\ndelay=\n\
+             while [ $# -gt 0 ]; do\n  case \"$1\" in\n    --unit=*) unit=${{1#--unit=}} ;;\n    \
+             --on-active=*) delay=${{1#--on-active=}} ;;\n    --) shift; break ;;\n    --*) ;;\n    *) break ;;\n  esac\n  shift\ndone\n\
+             setsid sh -c 'sleep \"$0\"; exec \"$@\"' \"$delay\" \"$@\" </dev/null >/dev/null 2>&1 &\n\
+             echo $! > {b}/guard-$unit.pid\n{armed}\n",
+            log = bin.path().join("calls.log").display(),
+            armed = hooks.armed,
+        );
+        let systemd_run_path = bin.path().join("systemd-run");
+        std::fs::write(&systemd_run_path, systemd_run).unwrap();
+        std::fs::set_permissions(&systemd_run_path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let systemctl = bin.path().join("systemctl");
         std::fs::write(&systemctl, script).unwrap();
         std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -638,6 +679,29 @@ impl FakeKubelet {
             .collect()
     }
 
+    /// [`Self::calls`] with the guard's two shown as `arm guard` and `disarm guard`, once
+    /// checked that the disarmed unit is the armed one and that it starts the kubelet.
+    fn guarded_calls(&self) -> Vec<String> {
+        let calls = self.calls();
+        let unit = calls
+            .iter()
+            .find_map(|c| c.strip_prefix("systemd-run --unit="))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string);
+        calls
+            .into_iter()
+            .map(|c| match &unit {
+                Some(u) if c.starts_with(&format!("systemd-run --unit={u} --on-active="))
+                    && c.ends_with(&format!("-- {} start kubelet", self.systemctl())) =>
+                {
+                    "arm guard".to_string()
+                }
+                Some(u) if c == format!("stop {u}.timer") => "disarm guard".to_string(),
+                _ => c,
+            })
+            .collect()
+    }
+
     /// The current kubelet's pid (the last one started).
     fn pid(&self) -> u32 {
         std::fs::read_to_string(self.bin.path().join("kubelet.pid"))
@@ -652,9 +716,12 @@ impl FakeKubelet {
     }
 
     fn flags(&self, extra: &[&str]) -> Vec<String> {
+        let systemd_run = self.bin.path().join("systemd-run").display().to_string();
         let mut f: Vec<String> = [
             "--systemctl",
             &self.systemctl(),
+            "--systemd-run",
+            &systemd_run,
             "--kubelet-timeout-seconds",
             "10",
             "--settle-seconds",
@@ -670,6 +737,15 @@ impl FakeKubelet {
 
 impl Drop for FakeKubelet {
     fn drop(&mut self) {
+        // Guards still armed: their session (the timer's shell and its sleep), so none fires later.
+        for e in std::fs::read_dir(self.bin.path()).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("guard-") {
+                if let Some(pid) = std::fs::read_to_string(e.path()).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
         let _ = self.first.kill();
         let _ = self.first.wait();
         // A kubelet the fake systemctl started: ours by its command line, ended by its pid.
@@ -734,7 +810,10 @@ fn restart_kubelet_stops_writes_and_starts_it() {
     assert_eq!(code, 0, "{out}");
     let report = outcome.applied.unwrap();
     assert_eq!(report.outcome, ApplyOutcome::Applied, "{report:#?}");
-    assert_eq!(kubelet.calls(), ["stop kubelet", "start kubelet"]);
+    assert_eq!(
+        kubelet.guarded_calls(),
+        ["arm guard", "stop kubelet", "start kubelet", "disarm guard"]
+    );
     assert_eq!(report.kubelet_was_running.as_ref().unwrap().pid, first);
     let stopped = report.stopped.as_ref().unwrap();
     assert_eq!(stopped.method, StopMethod::Systemctl);
@@ -747,7 +826,7 @@ fn restart_kubelet_stops_writes_and_starts_it() {
     assert!(!kubelet.ours(first), "the old one is gone");
     assert_eq!(
         report.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
-        ["stop-kubelet", "backup", "write-checkpoint", "start-kubelet"]
+        ["arm-guard", "stop-kubelet", "backup", "write-checkpoint", "start-kubelet", "disarm-guard"]
     );
     assert!(!report.kubelet_rewrote);
     assert!(report.came_back.is_empty());
@@ -780,7 +859,10 @@ fn sigterm_when_systemctl_cannot_stop_the_kubelet() {
     let mut first_child = kubelet;
     let status = first_child.first.wait().unwrap();
     assert_eq!(status.signal(), Some(15), "the kubelet got SIGTERM");
-    assert_eq!(first_child.calls(), ["stop kubelet", "start kubelet"]);
+    assert_eq!(
+        first_child.guarded_calls(),
+        ["arm guard", "stop kubelet", "start kubelet", "disarm guard"]
+    );
     assert_ne!(first_child.pid(), first);
     assert_repaired(&host.read());
 }
@@ -809,7 +891,7 @@ fn never_signals_a_pid_that_is_another_process_here() {
         "{}",
         report.message
     );
-    assert_eq!(kubelet.calls(), ["stop kubelet"]);
+    assert_eq!(kubelet.guarded_calls(), ["arm guard", "stop kubelet", "disarm guard"]);
     assert!(kubelet.ours(first), "the kubelet was left alone");
     assert_eq!(host.read(), before);
     assert!(host.backups().is_empty());
@@ -838,11 +920,14 @@ fn aborts_when_the_file_changed_between_plan_and_apply() {
     assert_eq!(host.read(), changed);
     assert!(host.backups().is_empty());
     // The kubelet it stopped is running again.
-    assert_eq!(kubelet.calls(), ["stop kubelet", "start kubelet"]);
+    assert_eq!(
+        kubelet.guarded_calls(),
+        ["arm guard", "stop kubelet", "start kubelet", "disarm guard"]
+    );
     assert!(kubelet.ours(kubelet.pid()));
     assert_eq!(
         report.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
-        ["stop-kubelet", "start-kubelet"]
+        ["arm-guard", "stop-kubelet", "start-kubelet", "disarm-guard"]
     );
 
     // Planned again, it applies.

@@ -53,7 +53,9 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum RepairAction {
-    /// Free the CPU manager checkpoint's stale entries and keep every live pod's pinning (the kubelet must be stopped, or --restart-kubelet).
+    /// Free the CPU manager checkpoint's stale entries and keep every live pod's pinning (the kubelet must be stopped, or --restart-kubelet, which arms a guard timer that starts the kubelet again even if nodemedic dies).
+    ///
+    /// The plan says first when the file is invalid today (a kubelet that restarts now refuses it, in its own words) and whether removing only the stale entries makes it valid; it refuses entries whose pod cgroups still hold a process at any depth.
     CpuState(CpuStateArgs),
     /// Delete orphaned Spark executors (driver gone, replaced or long finished), with their UID as a precondition.
     Orphans(OrphansArgs),
@@ -291,6 +293,15 @@ pub struct CpuStateArgs {
     /// The systemctl program that stops and starts the kubelet (run through nsenter into pid 1's namespaces when the agent runs in a pod).
     #[arg(long, env = "NODEMEDIC_SYSTEMCTL", default_value = "systemctl")]
     pub systemctl: PathBuf,
+    /// The systemd-run program that arms the guard: a transient timer on the host that starts the kubelet if nodemedic dies after stopping it.
+    #[arg(long, env = "NODEMEDIC_SYSTEMD_RUN", default_value = "systemd-run")]
+    pub systemd_run: PathBuf,
+    /// With --restart-kubelet: seconds after the stop at which the guard starts the kubelet if nodemedic has not (it is disarmed once nodemedic has started it).
+    #[arg(long, default_value_t = crate::repair::cpu_state::DEFAULT_GUARD_SECONDS)]
+    pub guard_seconds: u64,
+    /// With --restart-kubelet: stop the kubelet without arming the guard (for hosts without systemd; if nodemedic dies meanwhile, nothing starts the kubelet).
+    #[arg(long, default_value_t = false)]
+    pub no_guard: bool,
     /// The kubelet's systemd unit.
     #[arg(long, env = "NODEMEDIC_KUBELET_UNIT", default_value = "kubelet")]
     pub kubelet_unit: String,

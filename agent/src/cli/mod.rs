@@ -350,6 +350,8 @@ pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
     opts.apply.restart_kubelet = a.restart_kubelet;
     opts.apply.backup_dir = a.backup_dir.clone();
     opts.apply.control.systemctl = a.systemctl.clone();
+    opts.apply.control.systemd_run = a.systemd_run.clone();
+    opts.apply.guard_seconds = (!a.no_guard).then_some(a.guard_seconds.max(1));
     opts.apply.control.unit = a.kubelet_unit.clone();
     opts.apply.control.timeout = std::time::Duration::from_secs_f64(a.kubelet_timeout_seconds.clamp(0.1, 3600.0));
     opts.apply.settle = std::time::Duration::from_secs_f64(a.settle_seconds.clamp(0.0, 3600.0));

@@ -19,6 +19,35 @@ use crate::host::HostPaths;
 /// The file name inside the kubelet directory.
 pub const FILE_NAME: &str = "cpu_manager_state";
 
+/// What nodemedic's atomic writes put in the names of their temporary files
+/// (`.cpu_manager_state.nodemedic-tmp-<pid>-<nanos>`, and the same for backups).
+pub const TMP_MARK: &str = ".nodemedic-tmp-";
+
+/// Notes for the temporary files an interrupted `repair cpu-state` left in the kubelet
+/// directory (the next `repair cpu-state --apply` removes them).
+pub fn leftover_notes(host: &HostPaths, kubelet_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(kubelet_dir) else {
+        return vec![];
+    };
+    let ours = |n: &str| n.starts_with(&format!(".{FILE_NAME}")) && n.contains(TMP_MARK);
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| ours(n))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{}: a temporary file of an interrupted `repair cpu-state`; the next `nodemedic repair cpu-state \
+                 --apply` removes it (the kubelet reads only {FILE_NAME}, never this file)",
+                host.display(&kubelet_dir.join(n))
+            )
+        })
+        .collect()
+}
+
 /// Reads the checkpoint in `kubelet_dir`; `now` gives the file's age.
 pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) -> Observed<CheckpointFile> {
     let local = kubelet_dir.join(FILE_NAME);

@@ -155,6 +155,7 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, Collec
     );
     let kubelet_dir = host.kubelet_dir(kubelet.root_dir.as_deref());
     let checkpoint = records.observe("checkpoint", || checkpoint::read_checkpoint(host, &kubelet_dir, now));
+    notes.extend(checkpoint::leftover_notes(host, &kubelet_dir));
     let cpus = records.observe("cpus", || sysfs::read_cpus(host, &mut notes));
     let pinned = pinned_by(&checkpoint);
     let cgroups = records.observe("cgroups", || {

@@ -17,7 +17,7 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 /// Marks our temporary files: `.<name>.nodemedic-tmp-<pid>-<nanos>`.
-const TMP_MARK: &str = ".nodemedic-tmp-";
+const TMP_MARK: &str = crate::collect::checkpoint::TMP_MARK;
 
 /// A step of [`write_atomic_with`], reported to its hook once done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -111,15 +111,32 @@ pub struct KubeletControl {
     pub host: HostPaths,
     /// The systemctl program (a path, or a name looked up on `PATH`).
     pub systemctl: PathBuf,
+    /// The systemd-run program that arms the [`Guard`].
+    pub systemd_run: PathBuf,
     /// The kubelet's systemd unit.
     pub unit: String,
     /// How long a stop or a start may take, each.
     pub timeout: Duration,
 }
 
+/// A restart of the kubelet armed on the host before nodemedic stops it: a transient systemd
+/// timer that runs `systemctl start <unit>` after a delay, whatever happens to nodemedic (OOM,
+/// a cut `kubectl exec`, SIGKILL). Disarmed only once nodemedic has started the kubelet itself
+/// and seen it run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Guard {
+    /// The transient unit's name (`<name>.timer` and `<name>.service` on the host).
+    pub unit: String,
+    /// Seconds after arming that the timer starts the kubelet.
+    pub seconds: u64,
+    /// The command that armed it.
+    pub command: Vec<String>,
+}
+
 impl KubeletControl {
-    /// The command line that runs `systemctl <verb> <unit>` in the host's namespaces.
-    pub fn command(&self, verb: &str) -> Vec<String> {
+    /// `argv` run in the host's namespaces (through `nsenter` into pid 1's when the agent runs
+    /// in a pod).
+    fn on_host(&self, argv: Vec<String>) -> Vec<String> {
         let mut cmd: Vec<String> = if needs_nsenter(&self.host) {
             [
                 "nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
@@ -130,10 +147,46 @@ impl KubeletControl {
         } else {
             vec![]
         };
-        cmd.push(self.systemctl.display().to_string());
-        cmd.push(verb.to_string());
-        cmd.push(self.unit.clone());
+        cmd.extend(argv);
         cmd
+    }
+
+    /// The command line that runs `systemctl <verb> <unit>` in the host's namespaces.
+    pub fn command(&self, verb: &str) -> Vec<String> {
+        self.on_host(vec![self.systemctl.display().to_string(), verb.to_string(), self.unit.clone()])
+    }
+
+    /// Arms the [`Guard`]: `systemd-run --on-active=<seconds>` a transient unit that starts the
+    /// kubelet. `Err` when it cannot be armed (no systemd on the host, no permission): the
+    /// caller must not stop the kubelet then, unless told to go without a guard.
+    pub fn arm_guard(&self, seconds: u64) -> Result<Guard, KubeletError> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let unit = format!("nodemedic-kubelet-guard-{}-{stamp}", std::process::id());
+        let command = self.on_host(vec![
+            self.systemd_run.display().to_string(),
+            format!("--unit={unit}"),
+            format!("--on-active={seconds}"),
+            "--timer-property=AccuracySec=1s".into(),
+            "--collect".into(),
+            "--".into(),
+            self.systemctl.display().to_string(),
+            "start".into(),
+            self.unit.clone(),
+        ]);
+        run_bounded(&command, self.timeout)?;
+        Ok(Guard { unit, seconds, command })
+    }
+
+    /// Disarms `guard` (`systemctl stop <unit>.timer`): the kubelet runs, started by nodemedic.
+    pub fn disarm_guard(&self, guard: &Guard) -> Result<(), KubeletError> {
+        let command = self.on_host(vec![
+            self.systemctl.display().to_string(),
+            "stop".into(),
+            format!("{}.timer", guard.unit),
+        ]);
+        run_bounded(&command, self.timeout)
     }
 
     /// Stops the kubelet `process` and waits until no kubelet runs.
@@ -359,6 +412,7 @@ mod tests {
         let ctl = KubeletControl {
             host: HostPaths::new(dir.path(), None),
             systemctl: "systemctl".into(),
+            systemd_run: "systemd-run".into(),
             unit: "kubelet".into(),
             timeout: Duration::from_secs(1),
         };
@@ -395,6 +449,43 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn the_guard_is_a_transient_timer_that_starts_the_kubelet() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        let log = dir.path().join("calls");
+        let fake = dir.path().join("fake");
+        std::fs::write(&fake, format!("#!/bin/sh\necho \"$0 $*\" >> {}\n", log.display())).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let ctl = KubeletControl {
+            host: HostPaths::new(dir.path(), None),
+            systemctl: fake.clone(),
+            systemd_run: fake.clone(),
+            unit: "kubelet.service".into(),
+            timeout: Duration::from_secs(5),
+        };
+        let guard = ctl.arm_guard(45).unwrap();
+        assert!(guard.unit.starts_with("nodemedic-kubelet-guard-"), "{}", guard.unit);
+        ctl.disarm_guard(&guard).unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap();
+        let f = fake.display();
+        assert_eq!(
+            calls,
+            format!(
+                "{f} --unit={u} --on-active=45 --timer-property=AccuracySec=1s --collect -- {f} start kubelet.service\n\
+                 {f} stop {u}.timer\n",
+                u = guard.unit
+            )
+        );
+        // No systemd: arming fails, and says with what.
+        let ctl = KubeletControl {
+            systemd_run: "/nonexistent/systemd-run".into(),
+            ..ctl
+        };
+        let e = ctl.arm_guard(45).unwrap_err().to_string();
+        assert!(e.starts_with("/nonexistent/systemd-run --unit=nodemedic-kubelet-guard-"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod atomic;
 pub mod audit;
 pub mod auto;
 pub mod command;
+pub mod interrupt;
 pub mod cpu_state;
 pub mod kubelet;
 pub mod local_dirs;

@@ -15,7 +15,8 @@ use super::BACKUP_PREFIX;
 use super::plan::{Plan, Removal, cgroup_of, read_file};
 use crate::repair::atomic::{self, Attrs, Step};
 use crate::repair::command::{End, RepairError};
-use crate::repair::kubelet::{KubeletControl, KubeletProcess, Started, Stopped, running_kubelet};
+use crate::repair::interrupt::Interrupts;
+use crate::repair::kubelet::{Guard, KubeletControl, KubeletProcess, Started, Stopped, running_kubelet};
 use crate::scan;
 
 /// How [`apply`] acts.
@@ -28,6 +29,9 @@ pub struct ApplyOptions {
     pub control: KubeletControl,
     /// How long to watch the restarted kubelet before the final check.
     pub settle: Duration,
+    /// Arm a [`Guard`](crate::repair::kubelet::Guard) that starts the kubelet this many seconds
+    /// after nodemedic stops it, whatever happens to nodemedic; `None` (`--no-guard`): none.
+    pub guard_seconds: Option<u64>,
 }
 
 /// One thing [`apply`] did, with why and the evidence (also logged).
@@ -66,7 +70,16 @@ pub struct ApplyReport {
     pub checkpoint: String,
     pub actions: Vec<Action>,
     /// The backup's local path.
+    #[serde(skip)]
     pub backup: Option<PathBuf>,
+    /// The backup's path as the host sees it.
+    #[serde(rename = "backup")]
+    pub backup_shown: Option<String>,
+    /// The guard armed before the kubelet was stopped (`None`: nothing was stopped, or
+    /// `--no-guard`).
+    pub guard: Option<Guard>,
+    /// The signal received during the apply, if any.
+    pub interrupted_by: Option<&'static str>,
     pub removed: Vec<Removal>,
     pub cpus_returned: String,
     pub old_default: String,
@@ -96,18 +109,27 @@ impl ApplyReport {
     }
 }
 
+/// Now, RFC 3339 UTC to the millisecond, cut (not rounded): an action at 22:59:34.9 is listed
+/// at 22:59:34.900, as the backup it wrote is named `...225934Z`.
 pub(super) fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string())
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 struct Recorder<'a> {
     report: ApplyReport,
     plan: &'a Plan,
+    /// Signals recorded while the kubelet is stopped.
+    interrupts: Option<Interrupts>,
 }
 
 impl Recorder<'_> {
+    /// The signal received so far, if any (also kept in the report).
+    fn interrupted(&mut self) -> Option<&'static str> {
+        let signal = self.interrupts.as_ref()?.received()?;
+        self.report.interrupted_by = Some(signal);
+        Some(signal)
+    }
+
     fn act(&mut self, action: &str, why: &str, evidence: Value) {
         tracing::info!(
             action,
@@ -204,6 +226,9 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
             checkpoint: plan.shown.clone(),
             actions: vec![],
             backup: None,
+            backup_shown: None,
+            guard: None,
+            interrupted_by: None,
             removed: plan.removals.clone(),
             cpus_returned: plan.cpus_returned.clone(),
             old_default: plan.old_default.clone(),
@@ -216,6 +241,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
             problems: vec![],
         },
         plan,
+        interrupts: None,
     };
     if !plan.ready() {
         return rec.end(
@@ -230,10 +256,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
 
     // One repair of this directory at a time.
-    let lock = std::fs::File::open(&dir).map_err(|e| e.to_string()).and_then(|f| {
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.to_string())
-    });
-    let _lock = match lock {
+    let _lock = match lock_dir(&dir) {
         Ok(l) => l,
         Err(e) => {
             return rec.end(
@@ -261,6 +284,37 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
                 ),
             );
         }
+        // Signals no longer end the process: the step in progress finishes, the kubelet starts.
+        let interrupts = match Interrupts::install() {
+            Ok(i) => Some(i),
+            Err(e) => {
+                tracing::warn!(error = %e, "repair cpu-state: signals will end the repair at once (the guard still restarts the kubelet)");
+                None
+            }
+        };
+        // A restart that happens even if nodemedic dies from here on (SIGKILL, OOM).
+        if let Some(seconds) = opts.guard_seconds {
+            match opts.control.arm_guard(seconds) {
+                Ok(guard) => {
+                    rec.act(
+                        "arm-guard",
+                        "if this repair dies after stopping the kubelet, a timer on the host starts it again",
+                        json!({"unit": guard.unit, "seconds": guard.seconds, "command": guard.command.join(" ")}),
+                    );
+                    rec.report.guard = Some(guard);
+                }
+                Err(e) => {
+                    return rec.end(
+                        ApplyOutcome::Refused,
+                        format!(
+                            "cannot arm the guard that starts the kubelet again if this repair dies ({e}): the kubelet \
+                             was not stopped; on a host without systemd, pass --no-guard to stop it without one"
+                        ),
+                    );
+                }
+            }
+        }
+        rec.interrupts = interrupts;
         match opts.control.stop(k) {
             Ok(stopped) => {
                 rec.act(
@@ -276,6 +330,11 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
                 // A stop that gave up may still have stopped it late: never leave it down.
                 if matches!(running_kubelet(host), Ok(None)) {
                     restart_and_watch(&mut rec, opts, None);
+                } else if let Some(guard) = rec.report.guard.clone() {
+                    // It still runs: the guard has nothing to do.
+                    if opts.control.disarm_guard(&guard).is_ok() {
+                        rec.act("disarm-guard", "the kubelet was never stopped", json!({"unit": guard.unit}));
+                    }
                 }
                 return rec.end(
                     ApplyOutcome::Aborted,
@@ -316,11 +375,15 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
     if let Err(e) = recheck(plan) {
         return abort(rec, ApplyOutcome::Aborted, format!("{e}: nothing was written"));
     }
+    if let Some(signal) = rec.interrupted() {
+        return abort(
+            rec,
+            ApplyOutcome::Aborted,
+            format!("interrupted by {signal} before the write: nothing was written"),
+        );
+    }
     let backup_dir = opts.backup_dir.clone().unwrap_or_else(|| dir.clone());
-    let leftovers = atomic::remove_leftovers(&plan.checkpoint)
-        .into_iter()
-        .chain(atomic::remove_leftovers_in(&backup_dir, BACKUP_PREFIX));
-    for leftover in leftovers {
+    for leftover in leftovers(&plan.checkpoint, &backup_dir) {
         rec.act(
             "remove-leftover",
             "a temporary file of an earlier, interrupted write",
@@ -361,6 +424,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
     );
     if done.contains(&CommitStep::BackupWritten) {
         rec.report.backup = Some(backup.clone());
+        rec.report.backup_shown = Some(host.display(&backup));
         rec.act(
             "backup",
             "the original checkpoint, to roll back to",
@@ -400,6 +464,11 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
     } else {
         final_check(&mut rec);
     }
+    if let Some(signal) = rec.interrupted() {
+        rec.report
+            .problems
+            .push(format!("interrupted by {signal}: the write was finished and the kubelet started first"));
+    }
     let problems = rec.report.problems.clone();
     if problems.is_empty() {
         let message = format!(
@@ -420,6 +489,46 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
             format!("{} was rewritten, but: {}", plan.shown, problems.join("; ")),
         )
     }
+}
+
+/// An exclusive lock on the checkpoint's directory: one repair of it at a time.
+fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    std::fs::File::open(dir).map_err(|e| e.to_string()).and_then(|f| {
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.to_string())
+    })
+}
+
+/// Removes the temporary files (of the checkpoint and of backups) that earlier, interrupted
+/// repairs left; returns what it removed. Only under [`lock_dir`].
+fn leftovers(checkpoint: &Path, backup_dir: &Path) -> Vec<PathBuf> {
+    let mut removed = atomic::remove_leftovers(checkpoint);
+    removed.extend(atomic::remove_leftovers_in(backup_dir, BACKUP_PREFIX));
+    removed
+}
+
+/// What every `--apply` run does first, whether or not it has something to write: remove the
+/// temporary files of earlier, interrupted repairs (under the directory's lock, so never a
+/// running repair's). Returns a note per file removed, or why nothing was looked at.
+pub fn remove_leftovers(plan: &Plan, opts: &ApplyOptions) -> Vec<String> {
+    let dir = plan.checkpoint.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let host = &opts.control.host;
+    let _lock = match lock_dir(&dir) {
+        Ok(l) => l,
+        Err(e) => {
+            return vec![format!(
+                "temporary files of earlier repairs were not looked for: cannot lock {} ({e})",
+                host.display(&dir)
+            )];
+        }
+    };
+    let backup_dir = opts.backup_dir.clone().unwrap_or_else(|| dir.clone());
+    leftovers(&plan.checkpoint, &backup_dir)
+        .into_iter()
+        .map(|p| {
+            tracing::info!(path = %host.display(&p), "repair cpu-state: removed a temporary file of an earlier, interrupted repair");
+            format!("removed {}: a temporary file of an earlier, interrupted repair", host.display(&p))
+        })
+        .collect()
 }
 
 /// The planned removals are still stale, and their cgroups still empty.
@@ -467,13 +576,31 @@ fn restart_and_watch(rec: &mut Recorder<'_>, opts: &ApplyOptions, written: Optio
     let up = started.process.is_some();
     rec.report.started = Some(started);
     if !up {
+        let guard = rec.report.guard.as_ref().map_or(String::new(), |g| {
+            format!("; the guard {} tries `systemctl start` once more when its timer fires", g.unit)
+        });
         rec.report.problems.push(format!(
-            "the kubelet did not run again within {:.0} s: start it by hand (systemctl start {}) and check its log",
+            "the kubelet did not run again within {:.0} s: start it by hand (systemctl start {}) and check its log{guard}",
             opts.control.timeout.as_secs_f64(),
             opts.control.unit
         ));
         final_check(rec);
         return;
+    }
+    // nodemedic started it and saw it run: the guard's work is done.
+    if let Some(guard) = rec.report.guard.clone() {
+        match opts.control.disarm_guard(&guard) {
+            Ok(()) => rec.act(
+                "disarm-guard",
+                "the kubelet runs again, started by this repair",
+                json!({"unit": guard.unit}),
+            ),
+            Err(e) => rec.report.problems.push(format!(
+                "could not disarm the guard {} ({e}): its timer will run `systemctl start` on the running kubelet, \
+                 which does nothing",
+                guard.unit
+            )),
+        }
     }
     // The kubelet reads the file at start and writes it when its state changes (admission,
     // its reconcile loop): watch for that, and that it stays up.

@@ -37,11 +37,16 @@ mod render;
 
 pub use apply::apply;
 pub use apply::{
-    Action, ApplyOptions, ApplyOutcome, ApplyReport, CommitStep, backup_path, precheck, replace_with_backup,
+    Action, ApplyOptions, ApplyOutcome, ApplyReport, CommitStep, backup_path, precheck, remove_leftovers,
+    replace_with_backup,
 };
 pub use nodemedic_rules::checkpoint::rewrite::Target;
 pub use plan::{Checks, Kept, Plan, Removal, Verdict, plan};
 pub use render::{line_diff, render_apply, render_json, render_plan};
+
+/// Seconds after which the guard starts a kubelet that nodemedic stopped, if nodemedic has not
+/// started it by then (`--guard-seconds`).
+pub const DEFAULT_GUARD_SECONDS: u64 = 60;
 
 /// The name of a backup: `cpu_manager_state.nodemedic-backup-<UTC timestamp>[.<n>]`.
 pub const BACKUP_PREFIX: &str = "cpu_manager_state.nodemedic-backup-";
@@ -71,10 +76,12 @@ impl Options {
                 control: KubeletControl {
                     host: host.clone(),
                     systemctl: PathBuf::from("systemctl"),
+                    systemd_run: PathBuf::from("systemd-run"),
                     unit: "kubelet".into(),
                     timeout: Duration::from_secs(60),
                 },
                 settle: Duration::from_secs(15),
+                guard_seconds: Some(DEFAULT_GUARD_SECONDS),
             },
             host,
             source,
@@ -145,7 +152,10 @@ impl Repair for CpuState<'_> {
 /// `nodemedic repair cpu-state`: the plan, then the flow of [`command`], writing to `out` and
 /// confirming through `confirm`; a written file is also recorded as an Event on the Node.
 pub fn run_with(opts: &Options, out: &mut dyn Write, confirm: Confirm<'_>) -> Result<RunOutcome, RepairError> {
-    let plan = plan(opts)?;
+    let mut plan = plan(opts)?;
+    if opts.flow.apply {
+        plan.notes.extend(remove_leftovers(&plan, &opts.apply));
+    }
     let ran = command::run(&mut CpuState { opts }, plan, opts.flow, out, confirm)?;
     if let Some(report) = &ran.applied {
         record_event(opts, report);
@@ -174,7 +184,7 @@ fn record_event(opts: &Options, report: &ApplyReport) {
     evidence.insert("new_default".into(), serde_json::json!(report.new_default));
     evidence.insert(
         "backup".into(),
-        serde_json::json!(report.backup.as_ref().map(|b| b.display().to_string())),
+        serde_json::json!(report.backup_shown),
     );
     let mut rec = ActionRecord::new(
         RepairAction::CpuState,
