@@ -68,41 +68,9 @@ impl CpusetSandbox {
     /// `entries` to a container `app`, last written an hour ago so that its entries are past
     /// the kubelet's own reconciling. Returns the checkpoint's path.
     pub fn write_host(&self, root: &Path, online: &str, entries: &[(&str, &str)]) -> io::Result<PathBuf> {
-        use nodemedic_rules::CpuSet;
-        use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
-        let write = |rel: &str, content: &str| crate::hosttree::write_file(&root.join(rel), content);
         std::fs::create_dir_all(root.join("sys/fs"))?;
         std::os::unix::fs::symlink("/sys/fs/cgroup", root.join("sys/fs/cgroup"))?;
-        write("sys/devices/system/cpu/online", &format!("{online}\n"))?;
-        write("var/lib/kubelet/config.yaml", &self.kubelet_config())?;
-        let cpuset =
-            |text: &str| CpuSet::parse(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
-        let mut assignments = entries
-            .iter()
-            .map(|(uid, cpus)| {
-                Ok(Assignment {
-                    key: EntryKey::Container {
-                        pod_uid: uid.to_string(),
-                        container: "app".into(),
-                    },
-                    cpus: cpuset(cpus)?,
-                })
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        assignments.sort_by(|a, b| a.key.cmp(&b.key));
-        let state = CpuState {
-            policy_name: "static".into(),
-            default_cpus: cpuset("0")?,
-            assignments,
-            pod_assignments: vec![],
-        };
-        let checkpoint = root.join("var/lib/kubelet/cpu_manager_state");
-        crate::hosttree::write_file(&checkpoint, state.to_checkpoint_json())?;
-        std::fs::File::options()
-            .write(true)
-            .open(&checkpoint)?
-            .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))?;
-        Ok(checkpoint)
+        write_node_files(root, &self.kubelet_config(), online, entries)
     }
 
     /// The online CPUs of the machine (the cpuset root's).
@@ -176,4 +144,51 @@ impl Drop for CpusetSandbox {
             }
         }
     }
+}
+
+/// Writes under `root` the host files a scan reads besides `/proc` and the cgroups: sysfs's
+/// `online` CPUs, the kubelet's `config.yaml` (`kubelet_config`), and a static-policy checkpoint
+/// (default set `0`) that assigns each `(pod UID, cpus)` of `entries` to a container `app`,
+/// last written an hour ago so that its entries are past the kubelet's own reconciling.
+/// Returns the checkpoint's path.
+pub fn write_node_files(
+    root: &Path,
+    kubelet_config: &str,
+    online: &str,
+    entries: &[(&str, &str)],
+) -> io::Result<PathBuf> {
+    use nodemedic_rules::CpuSet;
+    use nodemedic_rules::checkpoint::{Assignment, CpuState, EntryKey};
+    let write = |rel: &str, content: &str| crate::hosttree::write_file(&root.join(rel), content);
+    write("sys/devices/system/cpu/online", &format!("{online}\n"))?;
+    write("var/lib/kubelet/config.yaml", kubelet_config)?;
+
+    let cpuset =
+        |text: &str| CpuSet::parse(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()));
+    let mut assignments = entries
+        .iter()
+        .map(|(uid, cpus)| {
+            Ok(Assignment {
+                key: EntryKey::Container {
+                    pod_uid: uid.to_string(),
+                    container: "app".into(),
+                },
+                cpus: cpuset(cpus)?,
+            })
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    assignments.sort_by(|a, b| a.key.cmp(&b.key));
+    let state = CpuState {
+        policy_name: "static".into(),
+        default_cpus: cpuset("0")?,
+        assignments,
+        pod_assignments: vec![],
+    };
+    let checkpoint = root.join("var/lib/kubelet/cpu_manager_state");
+    crate::hosttree::write_file(&checkpoint, state.to_checkpoint_json())?;
+    std::fs::File::options()
+        .write(true)
+        .open(&checkpoint)?
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))?;
+    Ok(checkpoint)
 }

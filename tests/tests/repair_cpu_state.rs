@@ -691,8 +691,9 @@ impl FakeKubelet {
         calls
             .into_iter()
             .map(|c| match &unit {
-                Some(u) if c.starts_with(&format!("systemd-run --unit={u} --on-active="))
-                    && c.ends_with(&format!("-- {} start kubelet", self.systemctl())) =>
+                Some(u)
+                    if c.starts_with(&format!("systemd-run --unit={u} --on-active="))
+                        && c.ends_with(&format!("-- {} start kubelet", self.systemctl())) =>
                 {
                     "arm guard".to_string()
                 }
@@ -741,8 +742,12 @@ impl Drop for FakeKubelet {
         for e in std::fs::read_dir(self.bin.path()).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with("guard-") {
-                if let Some(pid) = std::fs::read_to_string(e.path()).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
-                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                if let Some(pid) = std::fs::read_to_string(e.path())
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    let _ =
+                        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
                 }
             }
         }
@@ -826,7 +831,14 @@ fn restart_kubelet_stops_writes_and_starts_it() {
     assert!(!kubelet.ours(first), "the old one is gone");
     assert_eq!(
         report.actions.iter().map(|a| a.action.as_str()).collect::<Vec<_>>(),
-        ["arm-guard", "stop-kubelet", "backup", "write-checkpoint", "start-kubelet", "disarm-guard"]
+        [
+            "arm-guard",
+            "stop-kubelet",
+            "backup",
+            "write-checkpoint",
+            "start-kubelet",
+            "disarm-guard"
+        ]
     );
     assert!(!report.kubelet_rewrote);
     assert!(report.came_back.is_empty());

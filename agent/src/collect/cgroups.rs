@@ -430,6 +430,75 @@ mod tests {
     const ID: &str = "4b1e8d8cbd2e1f6d5a0d2c3b4a5968778695a4b3c2d1e0f9e8d7c6b5a4938271";
 
     #[test]
+    fn cgroup_events() {
+        assert_eq!(parse_cgroup_events_populated("populated 1\nfrozen 0\n"), Some(true));
+        assert_eq!(parse_cgroup_events_populated("frozen 0\npopulated 0\n"), Some(false));
+        assert_eq!(parse_cgroup_events_populated("populated 2\n"), None);
+        assert_eq!(parse_cgroup_events_populated(""), None);
+    }
+
+    /// A v1 host with one pod under `kubepods`, whose leaf holds `tree` below it.
+    fn pod_host(tree: impl FnOnce(&Path)) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let cpuset = dir.path().join("sys/fs/cgroup/cpuset");
+        std::fs::create_dir_all(&cpuset).unwrap();
+        std::fs::write(cpuset.join("cpuset.cpus"), "0-3\n").unwrap();
+        let uid = "39b3c1f2-1d2e-4f50-9a8b-7c6d5e4f3a2b".to_string();
+        let leaf = cpuset.join("kubepods").join(format!("pod{uid}")).join(ID);
+        std::fs::create_dir_all(&leaf).unwrap();
+        std::fs::write(leaf.join("cgroup.procs"), "").unwrap();
+        tree(&leaf);
+        (dir, uid)
+    }
+
+    fn pod_of(dir: &Path, uid: &str) -> (PodCgroup, Vec<String>) {
+        let mut notes = vec![];
+        let tree = read_cgroups(&HostPaths::new(dir, None), None, &Pinned::default(), &mut notes);
+        let Observed::Ok(tree) = tree else { panic!("{tree:?}") };
+        (tree.pod(uid).unwrap().clone(), notes)
+    }
+
+    #[test]
+    fn processes_at_any_depth_below_a_leaf_are_the_containers() {
+        let (dir, uid) = pod_host(|leaf| {
+            let deep = leaf.join("init.scope/a/b/c/d/e/f/g/h/i/j");
+            std::fs::create_dir_all(&deep).unwrap();
+            std::fs::write(deep.join("cgroup.procs"), "77\n").unwrap();
+        });
+        let (pod, notes) = pod_of(dir.path(), &uid);
+        assert_eq!(pod.containers.len(), 1, "{pod:?}");
+        assert_eq!(
+            pod.containers[0].processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            [77]
+        );
+        assert!(pod.alive() && pod.process_count() == 1 && !pod.subtree.truncated);
+        assert_eq!(pod.subtree.dirs, 13, "the pod, its leaf and 11 levels below");
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn a_pathological_tree_stops_the_walk_and_counts_as_alive() {
+        let (dir, uid) = pod_host(|leaf| {
+            for i in 0..SUBTREE_DIR_LIMIT {
+                std::fs::create_dir(leaf.join(format!("d{i}"))).unwrap();
+            }
+        });
+        let (pod, notes) = pod_of(dir.path(), &uid);
+        assert_eq!(pod.process_count(), 0);
+        assert!(pod.subtree.truncated && pod.alive(), "{:?}", pod.subtree);
+        assert_eq!(pod.subtree.dirs, SUBTREE_DIR_LIMIT);
+        assert!(
+            pod.alive_because()
+                .unwrap()
+                .contains("larger than the 4096 directories")
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("hold more than 4096 directories")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
     fn pod_dir_names() {
         let cases: &[(&str, Option<&str>)] = &[
             (

@@ -153,7 +153,11 @@ impl KubeletControl {
 
     /// The command line that runs `systemctl <verb> <unit>` in the host's namespaces.
     pub fn command(&self, verb: &str) -> Vec<String> {
-        self.on_host(vec![self.systemctl.display().to_string(), verb.to_string(), self.unit.clone()])
+        self.on_host(vec![
+            self.systemctl.display().to_string(),
+            verb.to_string(),
+            self.unit.clone(),
+        ])
     }
 
     /// Arms the [`Guard`]: `systemd-run --on-active=<seconds>` a transient unit that starts the
@@ -485,7 +489,10 @@ mod tests {
             ..ctl
         };
         let e = ctl.arm_guard(45).unwrap_err().to_string();
-        assert!(e.starts_with("/nonexistent/systemd-run --unit=nodemedic-kubelet-guard-"), "{e}");
+        assert!(
+            e.starts_with("/nonexistent/systemd-run --unit=nodemedic-kubelet-guard-"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -333,7 +333,11 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
                 } else if let Some(guard) = rec.report.guard.clone() {
                     // It still runs: the guard has nothing to do.
                     if opts.control.disarm_guard(&guard).is_ok() {
-                        rec.act("disarm-guard", "the kubelet was never stopped", json!({"unit": guard.unit}));
+                        rec.act(
+                            "disarm-guard",
+                            "the kubelet was never stopped",
+                            json!({"unit": guard.unit}),
+                        );
                     }
                 }
                 return rec.end(
@@ -465,9 +469,9 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
         final_check(&mut rec);
     }
     if let Some(signal) = rec.interrupted() {
-        rec.report
-            .problems
-            .push(format!("interrupted by {signal}: the write was finished and the kubelet started first"));
+        rec.report.problems.push(format!(
+            "interrupted by {signal}: the write was finished and the kubelet started first"
+        ));
     }
     let problems = rec.report.problems.clone();
     if problems.is_empty() {
@@ -510,7 +514,10 @@ fn leftovers(checkpoint: &Path, backup_dir: &Path) -> Vec<PathBuf> {
 /// temporary files of earlier, interrupted repairs (under the directory's lock, so never a
 /// running repair's). Returns a note per file removed, or why nothing was looked at.
 pub fn remove_leftovers(plan: &Plan, opts: &ApplyOptions) -> Vec<String> {
-    let dir = plan.checkpoint.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = plan
+        .checkpoint
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let host = &opts.control.host;
     let _lock = match lock_dir(&dir) {
         Ok(l) => l,
@@ -577,7 +584,10 @@ fn restart_and_watch(rec: &mut Recorder<'_>, opts: &ApplyOptions, written: Optio
     rec.report.started = Some(started);
     if !up {
         let guard = rec.report.guard.as_ref().map_or(String::new(), |g| {
-            format!("; the guard {} tries `systemctl start` once more when its timer fires", g.unit)
+            format!(
+                "; the guard {} tries `systemctl start` once more when its timer fires",
+                g.unit
+            )
         });
         rec.report.problems.push(format!(
             "the kubelet did not run again within {:.0} s: start it by hand (systemctl start {}) and check its log{guard}",

@@ -182,10 +182,7 @@ fn record_event(opts: &Options, report: &ApplyReport) {
     evidence.insert("cpus_returned".into(), serde_json::json!(report.cpus_returned));
     evidence.insert("old_default".into(), serde_json::json!(report.old_default));
     evidence.insert("new_default".into(), serde_json::json!(report.new_default));
-    evidence.insert(
-        "backup".into(),
-        serde_json::json!(report.backup_shown),
-    );
+    evidence.insert("backup".into(), serde_json::json!(report.backup_shown));
     let mut rec = ActionRecord::new(
         RepairAction::CpuState,
         ActionResult::Applied,
