@@ -1298,3 +1298,347 @@ fn the_runbook_documents_every_flag() {
         "the runbook's flags table and `repair cpu-state --help` differ"
     );
 }
+
+/// `node()`'s state changed by `edit`, written as a V2 file with its checksum.
+fn edited_checkpoint(edit: impl FnOnce(&mut nodemedic_rules::checkpoint::CpuState)) -> Vec<u8> {
+    let mut state = node().state();
+    edit(&mut state);
+    state.assignments.sort_by(|a, b| a.key.cmp(&b.key));
+    state.to_checkpoint_json().into_bytes()
+}
+
+/// Sets the CPUs of `uid`'s entries (container `container`).
+fn set_entry(state: &mut nodemedic_rules::checkpoint::CpuState, uid: &str, container: &str, cpus: &str) {
+    let entry = state
+        .assignments
+        .iter_mut()
+        .find(|a| matches!(&a.key, EntryKey::Container { pod_uid, container: c } if pod_uid == uid && c == container))
+        .unwrap();
+    entry.cpus = CpuSet::parse(cpus).unwrap();
+}
+
+#[test]
+fn a_file_invalid_today_because_of_stale_entries_is_said_plainly_and_fixed() {
+    let gone = pod_uid("etl-exec-2");
+    let batch = pod_uid("batch");
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        (
+            "a stale entry overlaps the default set",
+            edited_checkpoint(|s| s.default_cpus = CpuSet::parse("0,4-6,8,11").unwrap()),
+            format!("pod: {gone}, container: {EXEC} cpuset: \"8-9\" overlaps with default cpuset \"0,4-6,8,11\""),
+        ),
+        (
+            "a reserved CPU is held by a stale entry",
+            edited_checkpoint(|s| {
+                s.default_cpus = CpuSet::parse("0,5-6,11").unwrap();
+                set_entry(s, &batch, "app", "4,10");
+            }),
+            "not all reserved cpus: \"0,4\" are present in defaultCpuSet: \"0,5-6,11\"".to_string(),
+        ),
+        (
+            "the default set is empty (stale entries hold every CPU)",
+            edited_checkpoint(|s| {
+                s.default_cpus = CpuSet::new();
+                s.assignments.retain(
+                    |a| matches!(&a.key, EntryKey::Container { pod_uid, .. } if *pod_uid == gone || *pod_uid == batch),
+                );
+                set_entry(s, &gone, EXEC, "0-9");
+                set_entry(s, &batch, "app", "10-11");
+            }),
+            "default cpuset cannot be empty".to_string(),
+        ),
+    ];
+    for (what, bytes, message) in cases {
+        let host = Host::new(node(), Some(bytes));
+        // The dry run says it first, in the kubelet's words, and that the repair fixes it.
+        let (code, out, outcome) = run(&host.args(&[]));
+        assert_eq!(code, 1, "{what}: {out}");
+        let plan = &outcome.plan;
+        assert!(
+            plan.current_file_problems.contains(&message),
+            "{what}: {:?}",
+            plan.current_file_problems
+        );
+        assert!(plan.fixes_current_file, "{what}");
+        let invalid_at = out
+            .find("The file is INVALID today")
+            .unwrap_or_else(|| panic!("{what}: {out}"));
+        assert!(
+            out.contains(&format!("could not restore state from checkpoint: {message}")),
+            "{what}: {out}"
+        );
+        assert!(out.contains("this repair fixes it"), "{what}: {out}");
+        assert!(
+            invalid_at < out.find("Remove ").unwrap(),
+            "{what}: said before the plan\n{out}"
+        );
+        // JSON says the same.
+        let (_, json_out, _) = run(&host.args(&["--format", "json"]));
+        let v: serde_json::Value = serde_json::from_str(&json_out).unwrap();
+        assert!(
+            v["current_file_problems"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p == message.as_str()),
+            "{what}"
+        );
+        assert_eq!(v["fixes_current_file"], true, "{what}");
+        // Applied, the result verifies and passes every check.
+        let (code, out, _) = run(&host.args(&["--apply", "--yes"]));
+        assert_eq!(code, 0, "{what}: {out}");
+        let cp = Checkpoint::parse(&host.read()).unwrap();
+        assert!(matches!(cp.verify(), Verification::Matched { .. }), "{what}");
+        let state = cp.state().unwrap();
+        let problems = validate_static_state(
+            &state,
+            &CpuSet::parse("0-11").unwrap(),
+            &CpuSet::parse("0,4").unwrap(),
+            false,
+        );
+        assert!(problems.is_empty(), "{what}: {problems:?}");
+        assert!(!String::from_utf8(host.read()).unwrap().contains(&gone), "{what}");
+    }
+}
+
+#[test]
+fn an_invalid_file_with_nothing_stale_is_refused_with_the_documented_remedy() {
+    // CPUs hot-added and no stale entry: the repair cannot fix it and says so.
+    let host = Host::new(
+        node(),
+        Some(edited_checkpoint(|s| {
+            let gone = pod_uid("etl-exec-2");
+            let batch = pod_uid("batch");
+            s.assignments.retain(
+                |a| !matches!(&a.key, EntryKey::Container { pod_uid, .. } if *pod_uid == gone || *pod_uid == batch),
+            );
+            s.default_cpus = CpuSet::parse("0,4-6,8-11").unwrap();
+        })),
+    );
+    std::fs::write(host.root().join("sys/devices/system/cpu/online"), "0-13\n").unwrap();
+    let (code, out, outcome) = run(&host.args(&["--apply", "--yes"]));
+    assert_eq!(code, 1, "{out}");
+    let Verdict::Refused { reasons } = &outcome.plan.verdict else {
+        panic!("{:?}", outcome.plan.verdict)
+    };
+    assert!(
+        reasons[0].contains("has no stale entry to remove: this repair cannot fix it"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[0].contains("current set of available CPUs \"0-13\" doesn't match"),
+        "{reasons:?}"
+    );
+    assert!(out.contains("The file is INVALID today"), "{out}");
+    assert!(!outcome.plan.fixes_current_file);
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(") ").next().and_then(|r| r.chars().next()))
+        .is_some_and(|state| state != 'Z')
+}
+
+/// Runs the real binary: `repair cpu-state --apply --yes --restart-kubelet` on `host` with the
+/// kubelet's fakes and `extra`; returns its status and stdout.
+fn repair_binary(host: &Host, kubelet: &FakeKubelet, extra: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut flags = kubelet.flags(&["--apply", "--yes", "--restart-kubelet", "--format", "json"]);
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let root = host.root().to_str().unwrap().to_string();
+    let pods = format!("{root}/pods.json");
+    let out = Command::new(nodemedic_tests::nodemedic_bin())
+        .args([
+            "repair",
+            "cpu-state",
+            "--host-root",
+            &root,
+            "--node",
+            NODE,
+            "--pods",
+            &pods,
+        ])
+        .args(&flags)
+        .env("KUBECONFIG", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Shell that runs once (the guard's later call of the same fake must not run it again).
+fn once(bin_marker: &Path, body: &str) -> String {
+    format!("if [ ! -e {m} ]; then touch {m}; {body}; fi", m = bin_marker.display())
+}
+
+#[test]
+fn the_guard_starts_the_kubelet_again_whenever_the_repair_is_killed() {
+    const GUARD: u64 = 2;
+    let marker_dir = tempfile::tempdir().unwrap();
+    let kill = "kill -9 $PPID";
+    for step in ["before stop", "after stop", "after write", "after start"] {
+        let marker = marker_dir.path().join(step.replace(' ', "-"));
+        let mut hooks = Hooks::default();
+        let mut on_start = String::new();
+        match step {
+            "before stop" => hooks.armed = once(&marker, kill),
+            "after stop" => hooks.stopped = once(&marker, kill),
+            // Killed at `systemctl start`, before it starts one: only the guard can.
+            "after write" => hooks.starting = once(&marker, &format!("{kill}; exit 1")),
+            _ => on_start = once(&marker, kill),
+        }
+        let host = Host::new(node(), None);
+        let before = host.read();
+        let kubelet = FakeKubelet::start_with(host.root(), Stop::Works, &on_start, &hooks);
+        let (status, out) = repair_binary(&host, &kubelet, &["--guard-seconds", &GUARD.to_string()]);
+        let killed_at = Instant::now();
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "{step}: the repair was killed: {status:?}\n{out}"
+        );
+        // Within the guard's N seconds (and a margin for the machine), a kubelet runs.
+        let deadline = killed_at + Duration::from_secs(GUARD + 5);
+        while !(alive(kubelet.pid()) && kubelet.ours(kubelet.pid())) {
+            assert!(
+                Instant::now() < deadline,
+                "{step}: no kubelet {GUARD} s after the repair died: {:?}",
+                kubelet.calls()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let calls = kubelet.guarded_calls();
+        assert_eq!(calls[0], "arm guard", "{step}: {calls:?}");
+        // The checkpoint is the old file or the new one, nothing else.
+        let now = host.read();
+        match step {
+            "before stop" | "after stop" => assert_eq!(now, before, "{step}"),
+            _ => assert_repaired(&now),
+        }
+        eprintln!(
+            "{step}: killed; a kubelet runs {:?} later; calls {calls:?}",
+            killed_at.elapsed()
+        );
+    }
+}
+
+#[test]
+fn sigterm_while_the_kubelet_is_stopped_starts_it_before_exiting() {
+    let marker = tempfile::tempdir().unwrap();
+    let hooks = Hooks {
+        stopped: once(&marker.path().join("term"), "kill -TERM $PPID"),
+        ..Default::default()
+    };
+    let host = Host::new(node(), None);
+    let before = host.read();
+    let kubelet = FakeKubelet::start_with(host.root(), Stop::Works, "", &hooks);
+    // A long guard: whatever starts the kubelet now is the repair itself.
+    let (status, out) = repair_binary(&host, &kubelet, &["--guard-seconds", "600"]);
+    assert_eq!(status.code(), Some(1), "{status:?}\n{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["apply"]["outcome"], "aborted", "{v:#}");
+    assert_eq!(v["apply"]["interrupted_by"], "SIGTERM");
+    assert!(
+        v["apply"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted by SIGTERM before the write: nothing was written"),
+        "{v:#}"
+    );
+    assert!(
+        alive(kubelet.pid()) && kubelet.ours(kubelet.pid()),
+        "the kubelet runs when the repair exits"
+    );
+    assert_ne!(kubelet.pid(), kubelet.first.id(), "a new one, started by the repair");
+    assert_eq!(
+        kubelet.guarded_calls(),
+        ["arm guard", "stop kubelet", "start kubelet", "disarm guard"]
+    );
+    assert_eq!(host.read(), before, "nothing was written");
+}
+
+#[test]
+fn without_systemd_the_guard_cannot_be_armed_and_the_kubelet_is_not_stopped() {
+    let host = Host::new(node(), None);
+    let before = host.read();
+    let kubelet = FakeKubelet::start(host.root(), Stop::Works, "");
+    // No systemd-run on this "host".
+    std::fs::remove_file(kubelet.bin.path().join("systemd-run")).unwrap();
+    let (code, out, outcome) = run(&args_with(&host, &kubelet, &["--apply", "--yes", "--restart-kubelet"]));
+    assert_eq!(code, 1, "{out}");
+    let report = outcome.applied.unwrap();
+    assert_eq!(report.outcome, ApplyOutcome::Refused);
+    assert!(report.message.contains("cannot arm the guard"), "{}", report.message);
+    assert!(report.message.contains("--no-guard"), "{}", report.message);
+    assert!(kubelet.calls().is_empty(), "nothing was stopped: {:?}", kubelet.calls());
+    assert!(alive(kubelet.first.id()));
+    assert_eq!(host.read(), before);
+    // --no-guard: stopped, written and started, no guard.
+    let (code, out, _) = run(&args_with(
+        &host,
+        &kubelet,
+        &["--apply", "--yes", "--restart-kubelet", "--no-guard"],
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(kubelet.calls(), ["stop kubelet", "start kubelet"]);
+    assert_repaired(&host.read());
+}
+
+#[test]
+fn a_killed_runs_temporary_files_are_gone_after_the_next_apply_even_with_nothing_to_do() {
+    let host = Host::new(node(), None);
+    let dir = host.kubelet_dir();
+    let leftovers = [
+        dir.join(".cpu_manager_state.nodemedic-tmp-4242-1"),
+        dir.join(format!(".{BACKUP_PREFIX}20261124T000000Z.nodemedic-tmp-4242-2")),
+    ];
+    for l in &leftovers {
+        std::fs::write(l, b"half").unwrap();
+    }
+    // scan notes them.
+    let root = host.root().to_str().unwrap().to_string();
+    let scan = nodemedic_tests::nodemedic(&[
+        "scan",
+        "--host-root",
+        &root,
+        "--node",
+        NODE,
+        "--offline",
+        "--format",
+        "json",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&scan.stdout).unwrap();
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    for l in &leftovers {
+        let name = l.file_name().unwrap().to_str().unwrap();
+        assert!(
+            notes.iter().any(|n| n.contains(name) && n.contains("interrupted")),
+            "{name}: {notes:?}"
+        );
+    }
+    // A first apply frees the stale entries; then leftovers again, and an apply with nothing to do.
+    let (code, out, _) = run(&host.args(&["--apply", "--yes"]));
+    assert_eq!(code, 0, "{out}");
+    assert!(leftovers.iter().all(|l| !l.exists()));
+    for l in &leftovers {
+        std::fs::write(l, b"half").unwrap();
+    }
+    let (code, out, outcome) = run(&host.args(&["--apply", "--yes"]));
+    assert_eq!(code, 0, "{out}");
+    assert!(matches!(outcome.plan.verdict, Verdict::NothingToDo { .. }));
+    assert!(leftovers.iter().all(|l| !l.exists()), "{out}");
+    assert!(
+        out.contains("removed /var/lib/kubelet/.cpu_manager_state.nodemedic-tmp-4242-1"),
+        "{out}"
+    );
+    // A dry run leaves them alone.
+    std::fs::write(&leftovers[0], b"half").unwrap();
+    let _ = run(&host.args(&[]));
+    assert!(leftovers[0].exists());
+}
