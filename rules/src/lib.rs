@@ -27,6 +27,7 @@ pub mod checkpoint;
 pub mod cpuset;
 pub mod facts;
 pub mod finding;
+pub mod hostpath;
 pub mod probes;
 pub mod promtext;
 pub mod quantity;

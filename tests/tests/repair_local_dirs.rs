@@ -424,3 +424,151 @@ fn a_file_where_a_directory_is_expected_is_left() {
     );
     assert_eq!(std::fs::read(h.local("/mnt/spark/blockmgr-file")).unwrap().len(), 100);
 }
+
+/// A bind mount, unmounted when dropped (also when a test panics).
+struct BindMount(PathBuf);
+
+impl BindMount {
+    fn new(source: &Path, target: &Path) -> BindMount {
+        std::fs::create_dir_all(target).unwrap();
+        let out = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(target)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount --bind needs root, as CI has: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        BindMount(target.to_path_buf())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_bind_mount_inside_an_orphaned_dir_is_never_crossed() {
+    let h = host_tree();
+    // The mount's source lives outside the root, on the same file system (same device).
+    let outside = h.root.parent().unwrap().join("precious");
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("deep/data"), vec![1u8; 4096]).unwrap();
+    let written = h.scratch("blockmgr-x", &[("0a/shuffle.data", 300)]);
+    let _mount = BindMount::new(&outside, &h.local("/mnt/spark/blockmgr-x/mp"));
+    let pods = h.pods_file(&[unrelated_pod()]);
+
+    // The scan neither counts the mount's bytes nor fails to say why.
+    let (code, v) = run(h.args(&pods, false));
+    assert_eq!(code, Ok(1), "{v:#}");
+    let planned = &v["plan"]["remove"][0];
+    assert_eq!(planned["path"], "/mnt/spark/blockmgr-x");
+    assert_eq!(
+        planned["bytes"], written,
+        "the mount's 4096 bytes are not the dir's: {planned:#}"
+    );
+
+    // Applied: left with the reason, and the mount's source untouched.
+    let (code, v) = run(h.args(&pods, true));
+    assert_eq!(code, Ok(0), "{v:#}");
+    let x = action(&v, "/mnt/spark/blockmgr-x");
+    assert_eq!(x["result"], "skipped", "{x:#}");
+    let detail = x["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("another file system is mounted at mp (a mount point, bind mounts included): left alone"),
+        "{detail}"
+    );
+    assert_eq!(std::fs::read(outside.join("deep/data")).unwrap(), vec![1u8; 4096]);
+    assert!(
+        h.exists("/mnt/spark/blockmgr-x/mp/deep/data"),
+        "still mounted, still there"
+    );
+    assert!(
+        h.exists("/mnt/spark/blockmgr-x/0a/shuffle.data"),
+        "nothing of the dir was removed either"
+    );
+}
+
+#[test]
+fn a_running_pod_mounting_the_root_spelt_another_way_keeps_its_dirs() {
+    let h = host_tree();
+    h.scratch("blockmgr-live", &[("0c/shuffle.data", 10)]);
+    for spelling in ["/mnt//spark", "/mnt/./spark/", "/mnt/spark/", "//mnt/spark"] {
+        let mut user = root_user();
+        user["spec"]["volumes"] = json!([{"name": "spark-local-dir-1", "hostPath": {"path": spelling}}]);
+        let (_, plan) = h.plan(&pod_infos(&[unrelated_pod(), user]));
+        assert!(plan.remove.is_empty(), "{spelling}: {plan:?}");
+        let pods = h.pods_file(&[unrelated_pod(), root_user_with(spelling)]);
+        let (code, v) = run(h.args(&pods, true));
+        assert_eq!(code, Ok(0), "{spelling}: {v:#}");
+        assert!(v["actions"].as_array().unwrap().is_empty(), "{spelling}: {v:#}");
+        assert!(h.exists("/mnt/spark/blockmgr-live/0c/shuffle.data"), "{spelling}");
+    }
+    // A configured root spelt another way is the same root.
+    let pods = h.pods_file(&[unrelated_pod()]);
+    let mut args = h.args(&pods, false);
+    args.local_dir_root = vec!["/mnt//./spark/".into()];
+    let (code, v) = run(args);
+    assert_eq!(code, Ok(1), "{v:#}");
+    assert_eq!(v["plan"]["roots"][0]["root"], "/mnt/spark", "{v:#}");
+    assert_eq!(v["plan"]["remove"][0]["path"], "/mnt/spark/blockmgr-live");
+}
+
+/// [`root_user`] mounting its local dir as `spelling`.
+fn root_user_with(spelling: &str) -> Value {
+    let mut pod = root_user();
+    pod["spec"]["volumes"] = json!([{"name": "spark-local-dir-1", "hostPath": {"path": spelling}}]);
+    pod
+}
+
+#[test]
+fn names_that_are_not_utf8_are_scanned_shown_escaped_and_removed() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let h = host_tree();
+    let name = std::ffi::OsStr::from_bytes(b"blockmgr-\xff\xfe");
+    let dir = h.local("/mnt/spark").join(name);
+    std::fs::create_dir_all(dir.join("0a")).unwrap();
+    std::fs::write(dir.join("0a/x"), vec![0u8; 20]).unwrap();
+    // A name with a newline: quoted in the text plan, so it cannot break a line.
+    h.scratch("spark-two\nlines", &[("f", 3)]);
+    let pods = h.pods_file(&[unrelated_pod()]);
+    let (code, v) = run(h.args(&pods, false));
+    assert_eq!(code, Ok(1), "{v:#}");
+    let paths: Vec<&str> = v["plan"]["remove"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        ["/mnt/spark/blockmgr-\\xff\\xfe", "/mnt/spark/spark-two\nlines"],
+        "{v:#}"
+    );
+    let opts = nodemedic::cli::local_dirs_options(&{
+        let mut a = h.args(&pods, false);
+        a.format.format = Format::Text;
+        a
+    })
+    .unwrap();
+    let mut out = vec![];
+    let ran = local_dirs::run(&opts, &mut out, &mut |_| Ok(false)).unwrap();
+    assert_eq!(ran.code(), 1);
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("  remove \"/mnt/spark/spark-two\\nlines\" (3 B, 3 bytes)\n"),
+        "{text}"
+    );
+    let (code, v) = run(h.args(&pods, true));
+    assert_eq!(code, Ok(0), "{v:#}");
+    assert_eq!(action(&v, "/mnt/spark/blockmgr-\\xff\\xfe")["bytes_freed"], 20, "{v:#}");
+    assert!(
+        !dir.exists(),
+        "the real directory, found again from its escaped name, is gone"
+    );
+}

@@ -4,11 +4,16 @@
 //! Kubernetes a local dir is an emptyDir volume named `spark-local-dir-N`, which lives at
 //! `<kubelet dir>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/spark-local-dir-N/`, or a
 //! hostPath the user mounts (configured here as roots). Each such directory is measured
-//! (bytes, newest mtime) without following symlinks; a root that is itself a symlink is
-//! skipped and noted, since nothing nodemedic does may leave a root.
+//! (bytes, newest mtime) without following symlinks or entering a mount point below it
+//! (another device, or another mount ID: bind mounts of the same file system included); a hard-linked file counts only when all its links are below. A root that is
+//! itself a symlink, missing, or unreadable is skipped and noted, since nothing nodemedic
+//! does may leave a root. Names that are not UTF-8 are scanned too, shown escaped (`\xNN`).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
+use nodemedic_rules::hostpath::{escape, normalize};
 use nodemedic_rules::snapshot::{LocalDir, Observed};
 
 use crate::host::HostPaths;
@@ -19,61 +24,139 @@ const MAX_ENTRIES: usize = 200_000;
 
 /// Whether a directory name is one Spark creates in a local dir.
 pub fn is_spark_scratch_name(name: &str) -> bool {
-    name.starts_with("blockmgr-") || name.starts_with("spark-")
+    is_spark_scratch_bytes(name.as_bytes())
 }
 
-/// Bytes and newest mtime below `dir`, symlinks not followed; `truncated` when the walk
-/// stopped at [`MAX_ENTRIES`].
-fn measure(dir: &Path) -> (u64, Option<i64>, bool) {
+/// [`is_spark_scratch_name`] for a name that need not be UTF-8.
+pub fn is_spark_scratch_bytes(name: &[u8]) -> bool {
+    name.starts_with(b"blockmgr-") || name.starts_with(b"spark-")
+}
+
+/// The mount ID of the file open at `fd`, from `/proc/self/fdinfo/<fd>` (`mnt_id:`, Linux
+/// 3.15+). Unlike the device number, it tells a bind mount of the same file system from the
+/// directory it sits in.
+pub fn mount_id(fd: &impl AsRawFd) -> Result<u64, String> {
+    let path = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot tell which mount a directory is on ({path}: {e})"))?;
+    parse_mnt_id(&text).ok_or_else(|| format!("cannot tell which mount a directory is on (no mnt_id in {path})"))
+}
+
+/// `mnt_id` of a `/proc/<pid>/fdinfo/<fd>` text.
+pub fn parse_mnt_id(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The mount ID of directory `path`, opened without following a symlink.
+fn dir_mount_id(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = (nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW).bits();
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .ok()?;
+    mount_id(&dir).ok()
+}
+
+/// What [`measure`] found below a scratch directory.
+#[derive(Debug, Default)]
+struct Measured {
+    /// Bytes its removal frees: each file once, a hard-linked file only when all its links are below.
+    bytes: u64,
+    newest: Option<i64>,
+    /// The walk stopped at [`MAX_ENTRIES`].
+    truncated: bool,
+    /// Mount points below it, not walked.
+    mounts: Vec<PathBuf>,
+}
+
+/// Bytes and newest mtime below `dir`, symlinks not followed, mount points (another device,
+/// or another mount of the same one: a bind mount) not entered.
+fn measure(dir: &Path) -> Measured {
     use std::os::unix::fs::MetadataExt;
-    let mut bytes = 0u64;
-    let mut newest: Option<i64> = None;
+    let mut m = Measured::default();
+    let dev = std::fs::symlink_metadata(dir).map(|d| d.dev()).ok();
+    let mnt = dir_mount_id(dir);
+    let mut files: HashMap<(u64, u64), (u64, u64, u64)> = HashMap::new();
     let mut seen = 0usize;
     let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    'walk: while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.flatten() {
             seen += 1;
             if seen > MAX_ENTRIES {
-                return (bytes, newest, true);
+                m.truncated = true;
+                break 'walk;
             }
             let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
                 continue;
             };
-            newest = newest.max(Some(meta.mtime()));
+            m.newest = m.newest.max(Some(meta.mtime()));
             if meta.file_type().is_dir() {
-                stack.push(e.path());
+                let path = e.path();
+                if Some(meta.dev()) != dev || (mnt.is_some() && dir_mount_id(&path) != mnt) {
+                    m.mounts.push(path);
+                } else {
+                    stack.push(path);
+                }
             } else if meta.file_type().is_file() {
-                bytes += meta.len();
+                let f = files
+                    .entry((meta.dev(), meta.ino()))
+                    .or_insert((0, meta.nlink(), meta.len()));
+                f.0 += 1;
             }
         }
     }
+    m.bytes = files
+        .values()
+        .filter(|(seen, nlink, _)| seen >= nlink)
+        .map(|f| f.2)
+        .sum();
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        newest = newest.max(Some(meta.mtime()));
+        m.newest = m.newest.max(Some(meta.mtime()));
     }
-    (bytes, newest, false)
+    m
 }
 
 fn scan_root(host: &HostPaths, root: &Path, pod_uid: Option<&str>, out: &mut Vec<LocalDir>, notes: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(root) else { return };
+    use std::os::unix::ffi::OsStrExt as _;
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) => {
+            notes.push(format!("local dir {}: {e}: not scanned", host.display(root)));
+            return;
+        }
+    };
     let mut found: Vec<_> = entries
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| e.file_name().to_str().is_some_and(is_spark_scratch_name))
-        .map(|e| e.path())
+        .filter(|e| is_spark_scratch_bytes(e.file_name().as_bytes()))
+        .map(|e| (e.path(), e.file_name()))
         .collect();
     found.sort();
-    for dir in found {
-        let (bytes, newest_mtime, truncated) = measure(&dir);
-        if truncated {
+    let shown_root = normalize(&host.display(root));
+    for (dir, name) in found {
+        let m = measure(&dir);
+        let path = format!("{}/{}", shown_root.trim_end_matches('/'), escape(name.as_bytes()));
+        if m.truncated {
             notes.push(format!(
-                "{}: more than {MAX_ENTRIES} entries, size counted up to there",
-                host.display(&dir)
+                "{path}: more than {MAX_ENTRIES} entries, size counted up to there"
             ));
         }
+        for mp in &m.mounts {
+            notes.push(format!(
+                "{}: a file system is mounted there, inside {path}: its bytes are not counted, and no repair enters it",
+                host.display(mp)
+            ));
+        }
+        let (bytes, newest_mtime) = (m.bytes, m.newest);
         out.push(LocalDir {
-            path: host.display(&dir),
-            root: host.display(root),
+            path,
+            root: shown_root.clone(),
             pod_uid: pod_uid.map(str::to_string),
             bytes,
             newest_mtime,
@@ -132,7 +215,10 @@ pub fn read_local_dirs(
             }
             Ok(m) if m.is_dir() => scan_root(host, &local, None, &mut out, notes),
             Ok(_) => notes.push(format!("local-dir root {root} is not a directory")),
-            Err(_) => {} // not on this node
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                notes.push(format!("local-dir root {root} does not exist on this node"));
+            }
+            Err(e) => notes.push(format!("local-dir root {root}: {e}: not scanned")),
         }
     }
     Observed::Ok(out)
@@ -141,6 +227,35 @@ pub fn read_local_dirs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fdinfo_mount_ids() {
+        assert_eq!(
+            parse_mnt_id("pos:\t0\nflags:\t02200000\nmnt_id:\t31\nino:\t5\n"),
+            Some(31)
+        );
+        assert_eq!(parse_mnt_id("pos:\t0\n"), None);
+        assert_eq!(parse_mnt_id("mnt_id:\tx\n"), None);
+        // This process's own /proc: a directory and its parent on one mount agree.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        assert!(dir_mount_id(dir.path()).is_some());
+        assert_eq!(dir_mount_id(dir.path()), dir_mount_id(&dir.path().join("a")));
+    }
+
+    #[test]
+    fn hard_links_count_once_and_only_when_all_are_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("blockmgr-1");
+        std::fs::create_dir_all(scratch.join("a")).unwrap();
+        std::fs::write(scratch.join("a/f"), vec![0u8; 100]).unwrap();
+        std::fs::hard_link(scratch.join("a/f"), scratch.join("f-again")).unwrap();
+        std::fs::write(scratch.join("g"), vec![0u8; 10]).unwrap();
+        std::fs::hard_link(scratch.join("g"), dir.path().join("g-outside")).unwrap();
+        std::fs::write(scratch.join("h"), vec![0u8; 1]).unwrap();
+        // f: both links below, once; g: a link outside keeps it; h: alone.
+        assert_eq!(measure(&scratch).bytes, 101);
+    }
 
     #[test]
     fn finds_and_measures_scratch_dirs_without_following_links() {
@@ -195,7 +310,13 @@ mod tests {
         );
         assert_eq!(dirs[2].root, "/mnt/spark");
         assert!(dirs[0].newest_mtime.is_some());
-        assert_eq!(notes, ["local-dir root /mnt/link is a symlink: not followed"]);
+        assert_eq!(
+            notes,
+            [
+                "local-dir root /mnt/link is a symlink: not followed",
+                "local-dir root /mnt/none does not exist on this node"
+            ]
+        );
     }
 
     #[test]

@@ -225,6 +225,13 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, Collec
         None => (PodSource::Cgroups, Vec::new()),
     };
 
+    if pod_source == PodSource::Cgroups && !opts.local_dir_roots.is_empty() && !opts.skip_local_dirs {
+        notes.push(format!(
+            "local-dir roots {} were measured but not judged: who uses a hostPath root can only be read from a pod \
+             list (the API, or --pods)",
+            opts.local_dir_roots.join(", ")
+        ));
+    }
     let pods_duration = records.get("pods").map_or(Duration::ZERO, |r| r.duration);
     records.set(Record {
         name: "pods",

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::hostpath::normalize;
+
 use crate::settings::Settings;
 use crate::snapshot::{LocalDir, NodeSnapshot, Observed, PodInfo, PodSource};
 
@@ -13,7 +15,7 @@ pub struct OrphanedDirs<'a> {
     /// That pod, when it is still in the pod list.
     pub pod: Option<&'a PodInfo>,
     /// The hostPath root they are under.
-    pub host_root: Option<&'a str>,
+    pub host_root: Option<String>,
     pub dirs: Vec<&'a LocalDir>,
     /// Why they are orphaned, for people.
     pub reason: String,
@@ -43,18 +45,13 @@ fn judge_dir_owner(snap: &NodeSnapshot, uid: &str) -> Owner {
         },
         PodSource::Cgroups => match &snap.cgroups {
             Observed::Ok(tree) => match tree.pod(uid) {
-                Some(pc) if pc.process_count() > 0 => Owner::Alive,
+                Some(pc) if pc.alive() => Owner::Alive,
                 Some(_) => Owner::Dead(format!("the cgroup of pod {uid} has no processes left")),
                 None => Owner::Dead(format!("pod {uid} has no cgroup on this node")),
             },
             _ => Owner::Unknown,
         },
     }
-}
-
-pub(crate) fn trim_slash(path: &str) -> &str {
-    let t = path.trim_end_matches('/');
-    if t.is_empty() { "/" } else { t }
 }
 
 /// Whether one of two host paths (without trailing slashes) contains the other: a pod that mounts
@@ -78,11 +75,11 @@ pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orp
     let old_enough = |d: &LocalDir| idle(d).is_none_or(|s| s >= settings.local_dir_min_age_seconds);
 
     let mut by_pod: BTreeMap<&str, Vec<&LocalDir>> = BTreeMap::new();
-    let mut by_root: BTreeMap<&str, Vec<&LocalDir>> = BTreeMap::new();
+    let mut by_root: BTreeMap<String, Vec<&LocalDir>> = BTreeMap::new();
     for d in all.iter().filter(|d| old_enough(d)) {
         match d.pod_uid.as_deref() {
             Some(uid) => by_pod.entry(uid).or_default().push(d),
-            None => by_root.entry(trim_slash(&d.root)).or_default().push(d),
+            None => by_root.entry(normalize(&d.root)).or_default().push(d),
         }
     }
 
@@ -112,7 +109,7 @@ pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orp
             .filter(|p| {
                 p.local_dir_volumes
                     .iter()
-                    .any(|v| v.host_path.as_deref().is_some_and(|h| overlaps(trim_slash(h), root)))
+                    .any(|v| v.host_path.as_deref().is_some_and(|h| overlaps(&normalize(h), &root)))
             })
             .collect();
         // A dir last written before every user was created cannot be theirs.

@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn host_paths_trim_and_overlap() {
-        assert_eq!(trim_slash("///"), "/");
+        assert_eq!(crate::hostpath::normalize("///"), "/");
         for (a, b, want) in [
             ("/mnt/nvme0/spark", "/mnt/nvme0/spark", true),
             ("/mnt/nvme0", "/mnt/nvme0/spark", true),

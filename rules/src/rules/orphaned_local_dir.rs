@@ -26,8 +26,9 @@
 //!
 //! The judgement is [`crate::facts::orphaned_dirs`], which `repair local-dirs` shares.
 
-use crate::facts::{orphaned_dirs, orphaned_executors, rejected_reason, trim_slash};
+use crate::facts::{orphaned_dirs, orphaned_executors, rejected_reason};
 use crate::finding::{Finding, Severity, Subject};
+use crate::hostpath::normalize;
 use crate::settings::Settings;
 use crate::snapshot::{LocalDir, NodeSnapshot, PodInfo, PodSource};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
@@ -47,11 +48,16 @@ fn shell_quote(path: &str) -> String {
     }
 }
 
+/// A shell command that removes `dirs` by hand without crossing a mount: `rm
+/// --one-file-system` stops at another device, and `findmnt` first refuses a directory with
+/// anything mounted below it (a bind mount of the same file system has the same device, which
+/// `rm`, `find -xdev` and `du -x` cannot tell).
 fn rm_command(dirs: &[&LocalDir]) -> String {
     let listed: Vec<String> = dirs.iter().take(LISTED).map(|d| shell_quote(&d.path)).collect();
     let more = dirs.len().saturating_sub(LISTED);
     format!(
-        "rm -rf {}{}",
+        "for d in {}; do if findmnt -rno TARGET | grep -q \"^$d/\"; then echo \"$d: a file system is mounted inside: \
+         unmount it first\"; else rm -rf --one-file-system \"$d\"; fi; done{}",
         listed.join(" "),
         if more > 0 {
             format!(" ({more} more not listed: scan again once these are gone)")
@@ -77,10 +83,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .map(|o| {
             let bytes = o.bytes();
             let newest = o.dirs.iter().filter_map(|d| d.newest_mtime).max();
-            let mut roots: Vec<&str> = o.dirs.iter().map(|d| trim_slash(&d.root)).collect();
+            let mut roots: Vec<String> = o.dirs.iter().map(|d| normalize(&d.root)).collect();
             roots.sort_unstable();
             roots.dedup();
-            let (subject, whose, action) = match (o.pod, o.pod_uid, o.host_root) {
+            let (subject, whose, action) = match (o.pod, o.pod_uid, o.host_root.as_deref()) {
                 (Some(p), _, _) => {
                     let repair = if orphan_uids.contains(&p.uid.as_str()) {
                         Some("orphans")
@@ -268,8 +274,10 @@ mod tests {
         );
         assert_eq!(f[1].subject.uid.as_deref(), Some("gone"));
         assert!(f[1].remedy.contains(
-            "rm -rf /var/lib/kubelet/pods/gone/volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-gone"
-        ));
+            "for d in /var/lib/kubelet/pods/gone/volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-gone; do if \
+             findmnt -rno TARGET | grep -q \"^$d/\"; then echo \"$d: a file system is mounted inside: unmount it \
+             first\"; else rm -rf --one-file-system \"$d\"; fi; done"
+        ), "{}", f[1].remedy);
         assert_eq!(f[2].severity, Severity::Info, "nothing to free");
     }
 
@@ -372,7 +380,9 @@ mod tests {
              (shows the plan), then kubectl nodemedic repair node-a local-dirs --local-dir-root /mnt/nvme0/spark \
              --apply --yes (checks each directory again and that no process uses it; needs the repair overlay, the \
              root mounted read-write and the capabilities in docs/operations/runbooks/repair-local-dirs.md); or on \
-             the node: rm -rf /mnt/nvme0/spark/blockmgr-old"
+             the node: for d in /mnt/nvme0/spark/blockmgr-old; do if findmnt -rno TARGET | grep -q \"^$d/\"; then \
+             echo \"$d: a file system is mounted inside: unmount it first\"; else rm -rf --one-file-system \"$d\"; \
+             fi; done"
         );
     }
 

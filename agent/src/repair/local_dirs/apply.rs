@@ -47,7 +47,8 @@ fn remove_one(
     if Some((root.dev, root.ino)) != root_state.identity {
         return skip(rec, format!("the root {} is not the directory the plan saw", c.root));
     }
-    let name = std::ffi::OsStr::new(&c.name);
+    let raw = nodemedic_rules::hostpath::unescape(&c.name);
+    let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&raw);
     let st = match nix::sys::stat::fstatat(root.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return skip(rec, "it is already gone".into()),
@@ -66,11 +67,8 @@ fn remove_one(
             "it is not the directory the plan saw (replaced since): left alone".into(),
         );
     }
-    if identity(&st).0 != root.dev {
-        return skip(rec, "another file system is mounted there: left alone".into());
-    }
     // Measure it again (bytes, newest change, every inode below it).
-    let measured = open_child(&root.fd, name, &st).and_then(|fd| measure(fd, &st, &root));
+    let measured = open_child(&root.fd, name, &st, &root, "left alone").and_then(|fd| measure(fd, &st, &root));
     let m = match measured {
         Ok(m) => m,
         Err(e) => return skip(rec, e),
@@ -108,7 +106,7 @@ fn remove_one(
     }
     // Open it once more (the process check held no descriptor below it) and remove.
     let mut freed = 0u64;
-    let result = open_child(&root.fd, name, &st)
+    let result = open_child(&root.fd, name, &st, &root, "stopped")
         .and_then(|fd| {
             contained(&fd, &root.canon)?;
             remove_contents(&fd, &root, 0, &mut freed)

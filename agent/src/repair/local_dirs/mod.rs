@@ -338,7 +338,7 @@ fn render_plan(plan: &LocalDirPlan, apply: bool) -> String {
     }
     for c in &plan.remove {
         text.push_str(&format!(
-            "  remove {} ({}, {} bytes)\n",
+            "  remove {:?} ({}, {} bytes)\n",
             c.path,
             human_bytes(c.bytes),
             c.bytes
@@ -350,7 +350,7 @@ fn render_plan(plan: &LocalDirPlan, apply: bool) -> String {
         text.push_str(&format!("left alone: {} director(ies)\n", plan.left.len()));
         for l in &plan.left {
             text.push_str(&format!(
-                "  {} ({}): {}\n    why it was judged: {}\n",
+                "  {:?} ({}): {}\n    why it was judged: {}\n",
                 l.path,
                 human_bytes(l.bytes),
                 l.left_because,
@@ -408,7 +408,7 @@ mod tests {
             ("/alias/spark", "on the way to /alias/spark, is a symlink"),
             ("/mnt/file", "is not a directory"),
             ("/mnt/none", "does not exist"),
-            ("/mnt/../mnt/spark", ". or .."),
+            ("/mnt/../mnt/spark", ".. components"),
             ("mnt/spark", "not an absolute"),
             ("/", "root directory"),
             ("/var/lib/kubelet/spark", "inside the kubelet's directory"),
@@ -432,11 +432,16 @@ mod tests {
         let host = HostPaths::new(root, None);
         let safe = open_root(&host, "/mnt/spark").unwrap();
         let st = nix::sys::stat::fstatat(safe.fd.as_fd(), "blockmgr-1", AtFlags::AT_SYMLINK_NOFOLLOW).unwrap();
-        let m = measure(open_child(&safe.fd, "blockmgr-1".as_ref(), &st).unwrap(), &st, &safe).unwrap();
+        let m = measure(
+            open_child(&safe.fd, "blockmgr-1".as_ref(), &st, &safe, "left alone").unwrap(),
+            &st,
+            &safe,
+        )
+        .unwrap();
         assert_eq!(m.bytes, 1024, "the symlink's target is not counted");
         assert_eq!(m.entries, 5);
         let mut freed = 0;
-        let fd = open_child(&safe.fd, "blockmgr-1".as_ref(), &st).unwrap();
+        let fd = open_child(&safe.fd, "blockmgr-1".as_ref(), &st, &safe, "stopped").unwrap();
         remove_contents(&fd, &safe, 0, &mut freed).unwrap();
         assert_eq!(freed, 1024);
         assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);

@@ -6,7 +6,11 @@ use nodemedic_rules::facts;
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodSource};
 use serde_json::{Map, json};
 
-use super::walk::{open_root, trim_slash};
+use std::os::unix::ffi::OsStrExt as _;
+
+use nodemedic_rules::hostpath::{normalize, unescape};
+
+use super::walk::open_root;
 use super::{DirCandidate, LeftDir, LocalDirPlan, RootState};
 use crate::collect::localdirs::is_spark_scratch_name;
 use crate::host::HostPaths;
@@ -24,13 +28,13 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
     for root in roots {
         let state = match open_root(host, root) {
             Ok(r) => RootState {
-                root: trim_slash(root).to_string(),
+                root: normalize(root),
                 usable: true,
                 problem: None,
                 identity: Some((r.dev, r.ino)),
             },
             Err(problem) => RootState {
-                root: trim_slash(root).to_string(),
+                root: normalize(root),
                 usable: false,
                 problem: Some(problem),
                 identity: None,
@@ -69,7 +73,7 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
                 )));
                 continue;
             }
-            let root = trim_slash(&d.root);
+            let root = normalize(&d.root);
             let Some(state) = plan.roots.iter().find(|r| r.root == root) else {
                 plan.left
                     .push(left(format!("{root} is not a configured local-dir root")));
@@ -80,8 +84,8 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
                 continue;
             }
             let (parent, name) = match d.path.rsplit_once('/') {
-                Some((p, n)) => (trim_slash(if p.is_empty() { "/" } else { p }), n),
-                None => ("", d.path.as_str()),
+                Some((p, n)) => (normalize(if p.is_empty() { "/" } else { p }), n),
+                None => (String::new(), d.path.as_str()),
             };
             if parent != root || !is_spark_scratch_name(name) || name.contains('/') {
                 plan.left.push(left(format!(
@@ -89,7 +93,8 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
                 )));
                 continue;
             }
-            let local = host.host(&d.path);
+            // The name as the scan showed it may be escaped (not UTF-8): the real bytes.
+            let local = host.host(&parent).join(std::ffi::OsStr::from_bytes(&unescape(name)));
             let identity = match std::fs::symlink_metadata(&local) {
                 Ok(m) if m.file_type().is_dir() => {
                     use std::os::unix::fs::MetadataExt;

@@ -12,6 +12,7 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::{MAX_DEPTH, MAX_ENTRIES};
+use crate::collect::localdirs::mount_id;
 use crate::host::HostPaths;
 
 pub(super) fn errno(e: Errno) -> String {
@@ -32,11 +33,6 @@ pub(super) fn is_regular(st: &FileStat) -> bool {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
 }
 
-pub(super) fn trim_slash(path: &str) -> &str {
-    let t = path.trim_end_matches('/');
-    if t.is_empty() { "/" } else { t }
-}
-
 pub(super) const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
     .union(OFlag::O_NOFOLLOW)
@@ -50,6 +46,8 @@ pub(super) struct SafeRoot {
     pub(super) fd: OwnedFd,
     pub(super) dev: u64,
     pub(super) ino: u64,
+    /// Its mount's ID: a directory below it with another one is a mount point.
+    pub(super) mnt_id: u64,
 }
 
 /// Opens the configured root `root` (a host path) under `host`, or says why it is refused.
@@ -66,7 +64,7 @@ pub(super) fn open_root(host: &HostPaths, root: &str) -> Result<SafeRoot, String
             _ => Some(Err(())),
         })
         .collect::<Result<_, _>>()
-        .map_err(|_| format!("{root} has . or .. components"))?;
+        .map_err(|_| format!("{root} has .. components"))?;
     if rel.is_empty() {
         return Err("the host's root directory cannot be a local-dir root".into());
     }
@@ -118,10 +116,12 @@ pub(super) fn open_root(host: &HostPaths, root: &str) -> Result<SafeRoot, String
     if identity(&st) != identity(&again) {
         return Err(format!("{root} changed while it was opened"));
     }
+    let mnt_id = mount_id(&fd).map_err(|e| format!("{root}: {e}"))?;
     Ok(SafeRoot {
         canon,
         dev: identity(&st).0,
         ino: identity(&st).1,
+        mnt_id,
         fd,
     })
 }
@@ -159,13 +159,30 @@ pub(super) fn names(fd: &OwnedFd) -> Result<Vec<std::ffi::OsString>, String> {
 }
 
 /// Opens directory `name` in `parent` without following symlinks and checks it is the inode
-/// `fstatat` saw.
-pub(super) fn open_child(parent: &OwnedFd, name: &std::ffi::OsStr, seen: &FileStat) -> Result<OwnedFd, String> {
+/// `fstatat` saw and on the root's mount: a mount point (another file system, or a bind mount of
+/// the same one, whose device number is the root's) is never entered; `then` ends that message
+/// (`left alone`, `stopped`).
+pub(super) fn open_child(
+    parent: &OwnedFd,
+    name: &std::ffi::OsStr,
+    seen: &FileStat,
+    root: &SafeRoot,
+    then: &str,
+) -> Result<OwnedFd, String> {
+    let shown = name.to_string_lossy();
+    if identity(seen).0 != root.dev {
+        return Err(format!("another file system is mounted at {shown}: {then}"));
+    }
     let fd = nix::fcntl::openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty())
-        .map_err(|e| format!("{}: open: {}", name.to_string_lossy(), errno(e)))?;
+        .map_err(|e| format!("{shown}: open: {}", errno(e)))?;
     let st = nix::sys::stat::fstat(&fd).map_err(errno)?;
     if identity(&st) != identity(seen) {
-        return Err(format!("{} changed while it was opened", name.to_string_lossy()));
+        return Err(format!("{shown} changed while it was opened"));
+    }
+    if mount_id(&fd)? != root.mnt_id {
+        return Err(format!(
+            "another file system is mounted at {shown} (a mount point, bind mounts included): {then}"
+        ));
     }
     Ok(fd)
 }
@@ -173,6 +190,8 @@ pub(super) fn open_child(parent: &OwnedFd, name: &std::ffi::OsStr, seen: &FileSt
 /// What is below a scratch directory.
 #[derive(Debug, Default)]
 pub(super) struct Measure {
+    /// Bytes its removal frees: each regular file's size once, and a file with other hard
+    /// links only when all of them are below it.
     pub(super) bytes: u64,
     pub(super) newest_mtime: Option<i64>,
     pub(super) entries: usize,
@@ -186,6 +205,7 @@ pub(super) fn measure(top: OwnedFd, st: &FileStat, root: &SafeRoot) -> Result<Me
     let mut m = Measure::default();
     m.inodes.insert(identity(st));
     m.newest_mtime = Some(st.st_mtime);
+    let mut links = HardLinks::default();
     let mut stack = vec![(top, 0usize)];
     while let Some((dir, depth)) = stack.pop() {
         contained(&dir, &root.canon)?;
@@ -202,21 +222,16 @@ pub(super) fn measure(top: OwnedFd, st: &FileStat, root: &SafeRoot) -> Result<Me
             m.inodes.insert(identity(&st));
             m.newest_mtime = m.newest_mtime.max(Some(st.st_mtime));
             if is_dir(&st) {
-                if identity(&st).0 != root.dev {
-                    return Err(format!(
-                        "another file system is mounted at {}: left alone",
-                        name.to_string_lossy()
-                    ));
-                }
                 if depth + 1 > MAX_DEPTH {
                     return Err(format!("deeper than {MAX_DEPTH} levels: left for removal by hand"));
                 }
-                stack.push((open_child(&dir, &name, &st)?, depth + 1));
+                stack.push((open_child(&dir, &name, &st, root, "left alone")?, depth + 1));
             } else if is_regular(&st) {
-                m.bytes += st.st_size as u64;
+                links.see(identity(&st), st.st_nlink as u64, st.st_size as u64);
             }
         }
     }
+    m.bytes = links.freed();
     Ok(m)
 }
 
@@ -231,16 +246,10 @@ pub(super) fn remove_contents(dir: &OwnedFd, root: &SafeRoot, depth: usize, free
             Err(e) => return Err(format!("{}: {}", name.to_string_lossy(), errno(e))),
         };
         if is_dir(&st) {
-            if identity(&st).0 != root.dev {
-                return Err(format!(
-                    "another file system is mounted at {}: stopped",
-                    name.to_string_lossy()
-                ));
-            }
             if depth + 1 > MAX_DEPTH {
                 return Err(format!("deeper than {MAX_DEPTH} levels: stopped"));
             }
-            let child = open_child(dir, &name, &st)?;
+            let child = open_child(dir, &name, &st, root, "stopped")?;
             remove_contents(&child, root, depth + 1, freed)?;
             drop(child);
             nix::unistd::unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir)
@@ -249,7 +258,8 @@ pub(super) fn remove_contents(dir: &OwnedFd, root: &SafeRoot, depth: usize, free
             // Files, symlinks (the link itself, never its target), fifos, sockets.
             match nix::unistd::unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) => {
-                    if is_regular(&st) {
+                    // Only the last link's removal frees the file's blocks.
+                    if is_regular(&st) && st.st_nlink <= 1 {
                         *freed += st.st_size as u64;
                     }
                 }
@@ -259,4 +269,26 @@ pub(super) fn remove_contents(dir: &OwnedFd, root: &SafeRoot, depth: usize, free
         }
     }
     Ok(())
+}
+
+/// Regular files seen below a directory, by (device, inode): the bytes their removal frees
+/// are each file's size once, and a hard-linked file's only when every link is below it.
+#[derive(Debug, Default)]
+pub(super) struct HardLinks(std::collections::HashMap<(u64, u64), (u64, u64, u64)>);
+
+impl HardLinks {
+    /// One link of file `id`, which has `nlink` links and `size` bytes.
+    pub(super) fn see(&mut self, id: (u64, u64), nlink: u64, size: u64) {
+        let e = self.0.entry(id).or_insert((0, nlink, size));
+        e.0 += 1;
+    }
+
+    /// The bytes freed by removing everything seen.
+    pub(super) fn freed(&self) -> u64 {
+        self.0
+            .values()
+            .filter(|(seen, nlink, _)| seen >= nlink)
+            .map(|(_, _, size)| size)
+            .sum()
+    }
 }
