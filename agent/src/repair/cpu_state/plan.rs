@@ -300,17 +300,15 @@ fn refuse(plan: &mut Plan, reason: String) {
 
 /// Fills `plan` from the checkpoint's bytes and the snapshot.
 fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
+    let unreadable = |shown: &str, e: &dyn std::fmt::Display| {
+        format!(
+            "{shown} is unreadable ({e}): the kubelet cannot read it either; the remedy is the documented one \
+             (drain, stop the kubelet, delete the file)"
+        )
+    };
     let cp = match Checkpoint::parse(&plan.original) {
         Ok(cp) => cp,
-        Err(e) => {
-            return refuse(
-                plan,
-                format!(
-                    "{} is unreadable ({e}): the kubelet cannot read it either; the remedy is the documented one (drain, stop the kubelet, delete the file)",
-                    plan.shown
-                ),
-            );
-        }
+        Err(e) => return refuse(plan, unreadable(&plan.shown, &e)),
     };
     plan.layout = Some(cp.layout());
     let verification = cp.verify();
@@ -326,15 +324,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
     }
     let state = match cp.state() {
         Ok(s) => s,
-        Err(e) => {
-            return refuse(
-                plan,
-                format!(
-                    "{} is unreadable ({e}): the kubelet cannot read it either; the remedy is the documented one (drain, stop the kubelet, delete the file)",
-                    plan.shown
-                ),
-            );
-        }
+        Err(e) => return refuse(plan, unreadable(&plan.shown, &e)),
     };
     plan.policy = Some(state.policy_name.clone());
     plan.current_file_problems = current_problems(snap, &state);
