@@ -191,11 +191,21 @@ pub fn replace_with_backup(
     new: &[u8],
     attrs: Attrs,
     hook: &mut dyn FnMut(CommitStep),
-) -> Result<(), String> {
-    atomic::write_new(backup, original, attrs).map_err(|e| format!("backup: {e}"))?;
+) -> Result<(), CommitError> {
+    atomic::write_new(backup, original, attrs).map_err(CommitError::Backup)?;
     hook(CommitStep::BackupWritten);
-    atomic::write_atomic_with(checkpoint, new, attrs, &mut |s| hook(CommitStep::Replace(s)))
-        .map_err(|e| format!("write: {e}"))
+    atomic::write_atomic_with(checkpoint, new, attrs, &mut |s| hook(CommitStep::Replace(s))).map_err(CommitError::Write)
+}
+
+/// Which half of [`replace_with_backup`] failed, and how.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The backup could not be written: the checkpoint was not touched.
+    #[error("backup: {0}")]
+    Backup(atomic::WriteError),
+    /// The replacement failed: the checkpoint is the old file (the backup is on disk).
+    #[error("write: {0}")]
+    Write(atomic::WriteError),
 }
 
 /// Why [`apply`] would refuse before doing anything (checked again inside it): for asking
