@@ -3,14 +3,15 @@
 //! scan` reports.
 //!
 //! ```text
-//!  Pods::Api (LIST this node's pods) ─┐
-//!  Pods::Watch (the daemon's store) ──┤
-//!  Pods::File (kubectl get pods -o json)┼─> collect::collect (host, blocking thread) ─> drivers ─> NodeSnapshot
-//!  Pods::Cgroups (no pod list) ───────┘        (records per collector)        (PodDirectory)
+//!  Pods::Api (LIST this node's pods) ───┐
+//!  Pods::Given (the daemon's store) ────┤
+//!  Pods::File (kubectl get pods -o json) ┼─> collect::collect ─> drivers ─> NodeSnapshot
+//!  Pods::Cgroups (no pod list) ─────────┘   (blocking thread;   (PodDirectory)
+//!                                            records per collector)
 //! ```
 //!
 //! Where liveness comes from decides where Spark drivers are looked up: the API for `Api`, the
-//! caller's (cached) directory for `Watch`, the whole file for `File` (a support bundle judged
+//! caller's (cached) directory for `Given`, the whole file for `File` (a support bundle judged
 //! offline), nowhere for `Cgroups`.
 
 use std::path::PathBuf;
@@ -80,6 +81,10 @@ pub struct Options {
     /// Read no host file: the snapshot holds the pods and their drivers only (a pod repair
     /// run without a host root).
     pub skip_host: bool,
+    /// Read the host files on the calling thread: a one-shot command, whose runtime does
+    /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
+    /// that a hung mount never stalls its watch or `/metrics`.
+    pub host_reads_inline: bool,
 }
 
 /// Where a one-shot command takes its pods from: the command line, as plain values.
@@ -139,7 +144,7 @@ pub struct Scanned {
 /// Driver lookups of one scan take at most this long together unless the caller says.
 pub const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Builds the snapshot of the node under `host`. `directory` is where `Pods::Watch` looks
+/// Builds the snapshot of the node under `host`. `directory` is where `Pods::Given` looks
 /// drivers up (the daemon's cache); the other sources bring their own. Host files are read on
 /// a blocking thread, so a hung mount never stalls the runtime.
 pub async fn snapshot<D: PodDirectory>(
@@ -180,6 +185,8 @@ pub async fn snapshot<D: PodDirectory>(
     }
     let collected = if opts.skip_host {
         collect::pods_only(&scan_opts)?
+    } else if opts.host_reads_inline {
+        collect::collect(host, &scan_opts)?
     } else {
         let task_host = host.clone();
         tokio::task::spawn_blocking(move || collect::collect(&task_host, &scan_opts))
@@ -240,7 +247,11 @@ pub async fn snapshot<D: PodDirectory>(
 
 /// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own.
 pub fn snapshot_blocking(host: &HostPaths, pods: Pods, opts: &Options) -> Result<Scanned, ScanError> {
-    crate::block_on(snapshot::<ListDirectory>(host, pods, None, opts)).map_err(|e| ScanError::Task(e.to_string()))?
+    let opts = Options {
+        host_reads_inline: true,
+        ..opts.clone()
+    };
+    crate::block_on(snapshot::<ListDirectory>(host, pods, None, &opts)).map_err(|e| ScanError::Task(e.to_string()))?
 }
 
 /// The API when the command may use it (not offline, no pods file) and a configuration loads;

@@ -138,8 +138,10 @@ pub struct PodCgroup {
     pub path: String,
     /// Processes directly in the pod cgroup (rare).
     pub pids: Vec<u32>,
-    /// Each container leaf; its `processes` are those of the leaf's whole subtree (a container
-    /// that runs systemd, Docker-in-Docker or kind nests cgroups below its leaf).
+    /// Each container leaf; its `processes` are the leaf's own, or, when it holds none, those of
+    /// the cgroups nested below it at any depth (a container that runs systemd,
+    /// Docker-in-Docker or kind nests cgroups below its leaf). Either way a container with a
+    /// process anywhere below its leaf has one here.
     pub containers: Vec<ContainerCgroup>,
     /// Processes in the pod's other cgroups: neither the pod's own nor below a container leaf
     /// (CRI-O's conmon monitor, intermediate directories).
@@ -163,7 +165,8 @@ pub struct Subtree {
 }
 
 impl PodCgroup {
-    /// Processes found anywhere in the pod's cgroup subtree.
+    /// Processes found in the pod's cgroup subtree: the pod cgroup's own, its other cgroups',
+    /// and each container's (see `containers`).
     pub fn process_count(&self) -> usize {
         self.pids.len() + self.other_pids.len() + self.containers.iter().map(|c| c.processes.len()).sum::<usize>()
     }

@@ -300,6 +300,9 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
             local_dir_roots: args.local_dir_root.clone(),
             probe_api: true,
             notes: note.into_iter().collect(),
+            // A one-shot scan waits at most this long for Spark drivers, then reports without.
+            lookups_timeout: Some(std::time::Duration::from_secs(20)),
+            host_reads_inline: true,
             ..Default::default()
         };
         scan::snapshot::<crate::spark::ListDirectory>(&host, pods, None, &opts).await

@@ -145,6 +145,12 @@ struct Walk<'a> {
     notes: &'a mut Vec<String>,
 }
 
+/// The link count of directory `dir`.
+fn link_count(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(dir).ok().map(|m| m.nlink())
+}
+
 fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return vec![];
@@ -275,8 +281,8 @@ impl Walk<'_> {
     }
 
     /// A pod cgroup and everything below it, at any depth: the container leaves (found by
-    /// name), each with the processes of its whole subtree, and the processes of every other
-    /// cgroup of the pod. At most [`SUBTREE_DIR_LIMIT`] directories are visited; past that the
+    /// name), each with its processes (when the leaf itself holds none, those of the cgroups
+    /// nested below it), and the processes of every other cgroup of the pod. At most [`SUBTREE_DIR_LIMIT`] directories are visited; past that the
     /// walk stops and says so, and the pod counts as alive.
     fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
         /// Whose processes a directory's are.
@@ -307,6 +313,18 @@ impl Walk<'_> {
                 Owner::LeafRoot(_) => {}
                 Owner::Leaf(i) => leaves[i].1.extend(self.procs(&d)),
                 Owner::Other => other_pids.extend(self.procs(&d)),
+            }
+            match owner {
+                // A container whose leaf holds processes is alive whatever runs below it; only
+                // a leaf that holds none is looked below (systemd, Docker-in-Docker and kind run
+                // their processes in cgroups nested in the leaf): not listing the thousand busy
+                // leaves of a large node keeps the walk as cheap as reading the leaves.
+                Owner::LeafRoot(i) if !leaves[i].1.is_empty() => continue,
+                // A directory whose link count is 2 has no subdirectory (cgroupfs, like ext4 and
+                // tmpfs, counts `.` and each child's `..`); a file system that does not count
+                // (1) is listed.
+                Owner::LeafRoot(_) | Owner::Leaf(_) if link_count(&d) == Some(2) => continue,
+                _ => {}
             }
             for (name, path) in subdirs(&d) {
                 let below = match owner {

@@ -292,6 +292,7 @@ pub async fn api_snapshot(
         node: Some(node.to_string()),
         skip_host: host.is_none(),
         local_dir_roots: local_dir_roots.to_vec(),
+        host_reads_inline: true,
         lookups_timeout: Some(LOOKUPS_TIMEOUT),
         ..Default::default()
     };

@@ -19,7 +19,8 @@ pub struct StaleEntry {
     pub reason: String,
     /// The pod, when it is still in the pod list (finished, or the container left its spec).
     pub pod: Option<PodInfo>,
-    /// Processes still in the pod's cgroups, at any depth (`None`: no pod cgroup).
+    /// Processes found in the pod's cgroups (see [`crate::snapshot::PodCgroup::process_count`]; `None`: no pod
+    /// cgroup).
     pub cgroup_processes: Option<usize>,
     /// Why the pod's cgroups say something still runs although the entry is stale by the pod
     /// list (the pod object is gone or finished, its containers are not): freeing its CPUs

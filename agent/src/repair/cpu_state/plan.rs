@@ -47,7 +47,7 @@ pub struct Removal {
     pub pod: Option<String>,
     /// Host path of the pod's (or V1 container's) cgroup, when there is one.
     pub cgroup: Option<String>,
-    /// Processes in that cgroup's subtree, at any depth (`None`: no cgroup).
+    /// Processes found in that cgroup's subtree (`collect::cgroups`; `None`: no cgroup).
     pub cgroup_processes: Option<usize>,
     /// Why something may still run in it (`None`: nothing does).
     pub still_running: Option<String>,
@@ -213,6 +213,7 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
     let scan_opts = scan::Options {
         node: opts.source.node.clone(),
         skip_local_dirs: true,
+        host_reads_inline: true,
         ..Default::default()
     };
 

@@ -176,6 +176,7 @@ impl LocalDirs<'_> {
         let opts = scan::Options {
             node: Some(self.node.clone()),
             skip_host: true,
+            host_reads_inline: true,
             ..Default::default()
         };
         let scanned = self
@@ -304,6 +305,7 @@ pub fn run(
     let scan_opts = scan::Options {
         node: Some(node),
         local_dir_roots: opts.roots.clone(),
+        host_reads_inline: true,
         ..Default::default()
     };
     let scanned = runtime
