@@ -333,6 +333,84 @@ async fn spark_versions_and_the_operator_as_they_write_pods() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    store.create(node_object());
+    for i in 0..2 {
+        store.create(rejected_pod(
+            "batch",
+            &format!("exec-{i}"),
+            &format!("rej-{i}"),
+            NODE,
+            "default-scheduler",
+            "OutOfcpu",
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
+        ));
+    }
+    // Every write the daemon makes fails from the start: Events, the node's conditions and the
+    // automatic repair's DELETEs.
+    let faults = api.faults();
+    faults.fail("create", "events.events.k8s.io", 500, None, None);
+    faults.fail("patch", "events.events.k8s.io", 500, None, None);
+    faults.fail("patch", "nodes/status", 500, None, None);
+    faults.fail("delete", "pods", 500, None, None);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "repair:\n  automatic_failed_pods: true\n  failed_pods_older_than_seconds: 0\n  max_actions_per_hour: 50\n",
+    )
+    .unwrap();
+    let agent = Agent::start(
+        &api,
+        None,
+        &["--config", config.to_str().unwrap(), "--scan-interval-seconds", "0.5"],
+    );
+    let failures = |kind: &str| {
+        agent
+            .metric(&format!("nodemedic_api_write_failures_total{{kind=\"{kind}\"}}"))
+            .unwrap_or(-1.0)
+    };
+    wait_for("failed writes of every kind", Duration::from_secs(60), &agent, || {
+        failures("event") >= 1.0 && failures("node_condition") >= 1.0 && failures("pod_deletion") >= 1.0
+    })
+    .await;
+    assert_eq!(store.list("pods").len(), 2, "no DELETE went through");
+    assert!(store.list("events.events.k8s.io").is_empty(), "no Event went through");
+    assert!(
+        node_condition(&api, "CPUManagerStateStale").is_none(),
+        "no condition went through"
+    );
+    // Every failed pod action is a failed DELETE here, so the two counters agree.
+    assert_eq!(
+        Some(failures("pod_deletion")),
+        agent.metric("nodemedic_repair_actions_total{action=\"failed-pods\",result=\"failed\"}")
+    );
+
+    // Back: the finding's Event and the condition go through at the next scan. (A pod whose
+    // DELETE failed is left alone for an hour, like any target automatic repair gave up on.)
+    faults.clear();
+    wait_for("the writes through", Duration::from_secs(60), &agent, || {
+        !store.list("events.events.k8s.io").is_empty() && node_condition(&api, "CPUManagerStateStale").is_some()
+    })
+    .await;
+    let settled = WRITE_KINDS.map(failures);
+    let scans = agent.scans();
+    wait_for("three more scans", Duration::from_secs(30), &agent, || {
+        agent.scans() >= scans + 3
+    })
+    .await;
+    assert_eq!(
+        WRITE_KINDS.map(failures),
+        settled,
+        "no failures counted once the API answers"
+    );
+}
+
+const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automatic_repair_deletes_rejected_pods_only_when_switched_on() {
     for on in [false, true] {
         let api = ApiServer::start().await.unwrap();

@@ -34,6 +34,7 @@ const ALLOWED_LABELS: &[&str] = &[
     "version",
     "le",
     "task",
+    "kind",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +169,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
                 "task" => ["pod_watch", "api_probes"].contains(&v.as_str()),
+                "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
                 // Ids of our own (collectors, actions, results, reasons): short identifiers.
                 _ => {
                     !v.is_empty()

@@ -93,6 +93,13 @@ async fn sighup_applies_a_good_configuration_and_keeps_out_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     write_config(&config, "scan_interval_seconds: 0.2\n");
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let launched = unix_now();
     let agent = started(
         &api,
         &["--config", config.to_str().unwrap(), "--scan-interval-seconds", "0.2"],
@@ -104,9 +111,35 @@ async fn sighup_applies_a_good_configuration_and_keeps_out_a_bad_one() {
     })
     .await;
     assert_eq!(agent.metric("nodemedic_config_last_reload_successful"), Some(1.0));
-    assert_eq!(
-        agent.metric("nodemedic_config_last_reload_success_timestamp_seconds"),
-        Some(0.0)
+    // The configuration read at start counts as the first load: not 0 until a SIGHUP.
+    let loaded_at_start = agent
+        .metric("nodemedic_config_last_reload_success_timestamp_seconds")
+        .unwrap();
+    assert!(
+        launched <= loaded_at_start && loaded_at_start <= unix_now(),
+        "loaded at {loaded_at_start}, launched at {launched}"
+    );
+    // CPU seconds keep their fraction: the metric lies between the kernel's tick counts read
+    // just before and just after the scrape (the prometheus crate's own collector rounded down
+    // to whole seconds, below both).
+    let ticks = || -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", agent.pid())).unwrap();
+        let after_command = &stat[stat.rfind(')').unwrap() + 1..];
+        let fields: Vec<u64> = after_command
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse().unwrap())
+            .collect();
+        let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap().unwrap();
+        (fields[0] + fields[1]) as f64 / per_second as f64
+    };
+    let before = ticks();
+    let cpu = agent.metric("process_cpu_seconds_total").unwrap();
+    let after = ticks();
+    assert!(
+        before > 0.0 && before <= cpu && cpu <= after,
+        "process_cpu_seconds_total {cpu}, kernel {before} then {after}"
     );
 
     // A good file: the rule is switched off at once.
@@ -123,7 +156,8 @@ async fn sighup_applies_a_good_configuration_and_keeps_out_a_bad_one() {
         agent
             .metric("nodemedic_config_last_reload_success_timestamp_seconds")
             .unwrap()
-            > 0.0
+            > loaded_at_start,
+        "a good reload moves the timestamp forward"
     );
     assert!(agent.log().contains("configuration reloaded"));
 

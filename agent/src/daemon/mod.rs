@@ -40,7 +40,7 @@ use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
 use crate::metrics::Metrics;
-use crate::repair::audit::Audit;
+use crate::repair::audit::{ActionResult, Audit, RepairAction};
 use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
 use crate::scan::{self, Pods};
 use crate::spark::{self, CachedDirectory};
@@ -198,7 +198,8 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let signal = |kind| tokio::signal::unix::signal(kind).map_err(DaemonError::Signal);
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
-    daemon.metrics.config_last_reload_successful.set(1);
+    // The configuration in force was read at start: that counts as the first load.
+    daemon.configuration_loaded();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -301,6 +302,16 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// The configuration in force was read without error just now.
+    fn configuration_loaded(&self) {
+        self.metrics.config_last_reload_successful.set(1);
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            self.metrics
+                .config_last_reload_success_timestamp_seconds
+                .set(now.as_secs_f64());
+        }
+    }
+
     /// Re-reads the configuration file (SIGHUP). A bad file changes nothing; a good one takes
     /// effect at once, except the listen address, the request timeout and the node, which need
     /// a restart. Returns whether the scan interval changed.
@@ -332,12 +343,7 @@ impl Daemon {
         if old.local_dir_roots != new.local_dir_roots {
             self.last_local_dirs = None;
         }
-        self.metrics.config_last_reload_successful.set(1);
-        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            self.metrics
-                .config_last_reload_success_timestamp_seconds
-                .set(now.as_secs_f64());
-        }
+        self.configuration_loaded();
         tracing::info!(
             scan_interval_seconds = new.scan_interval.as_secs_f64(),
             "configuration reloaded"
@@ -403,10 +409,18 @@ impl Daemon {
         for reason in &stats.reasons {
             self.metrics.events_emitted_total.with_label_values(&[reason]).inc();
         }
+        let write_failures = |kind: &str, n: usize| {
+            self.metrics
+                .api_write_failures_total
+                .with_label_values(&[kind])
+                .inc_by(n as u64);
+        };
+        write_failures("event", stats.failed);
         let conditions = match self.conditions.sync(&findings).await {
             Ok(patched) => patched,
             Err(e) => {
                 tracing::warn!(error = %e, "could not update node conditions");
+                write_failures("node_condition", 1);
                 false
             }
         };
@@ -431,11 +445,21 @@ impl Daemon {
                     .repair_actions_total
                     .with_label_values(&rec.metric_labels())
                     .inc();
-                if rec.event_recorded == Some(true) {
-                    self.metrics
+                match rec.event_recorded {
+                    Some(true) => self
+                        .metrics
                         .events_emitted_total
                         .with_label_values(&[rec.action.event_reason()])
-                        .inc();
+                        .inc(),
+                    Some(false) => write_failures("event", 1),
+                    None => {}
+                }
+                // A pod action fails only when its DELETE did (a gone pod or a changed UID is
+                // skipped, not failed); a local-dir failure is the filesystem's, not the API's.
+                if rec.result == ActionResult::Failed
+                    && matches!(rec.action, RepairAction::Orphans | RepairAction::FailedPods)
+                {
+                    write_failures("pod_deletion", 1);
                 }
             }
         }

@@ -16,6 +16,8 @@ use prometheus::{
 
 use crate::collect::Records;
 
+mod process;
+
 /// Every metric the agent exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -38,10 +40,14 @@ pub struct Metrics {
     pub api_up: IntGauge,
     pub repair_actions_total: IntCounterVec,
     pub task_restarts_total: IntCounterVec,
+    pub api_write_failures_total: IntCounterVec,
     pub config_last_reload_success_timestamp_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
+
+/// The `kind` values of `nodemedic_api_write_failures_total`.
+pub const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
 
 fn opts(name: &str, help: &str) -> Opts {
     Opts::new(format!("nodemedic_{name}"), help)
@@ -147,6 +153,13 @@ impl Metrics {
                 ),
                 &["task"],
             )?,
+            api_write_failures_total: IntCounterVec::new(
+                opts(
+                    "api_write_failures_total",
+                    "Writes to the API server that failed, by kind: event (an Event created or a series updated), node_condition (the status patch), pod_deletion (an automatic repair's DELETE).",
+                ),
+                &["kind"],
+            )?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -168,6 +181,10 @@ impl Metrics {
         m.registry.register(Box::new(m.api_up.clone()))?;
         m.registry.register(Box::new(m.repair_actions_total.clone()))?;
         m.registry.register(Box::new(m.task_restarts_total.clone()))?;
+        m.registry.register(Box::new(m.api_write_failures_total.clone()))?;
+        for kind in WRITE_KINDS {
+            m.api_write_failures_total.with_label_values(&[kind]);
+        }
         for task in ["pod_watch", "api_probes"] {
             m.task_restarts_total.with_label_values(&[task]);
         }
@@ -182,8 +199,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.config_last_reload_success_timestamp_seconds.clone()))?;
         // The process's own RSS, CPU seconds and open fds (process_* families).
-        m.registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        m.registry.register(Box::new(process::ProcessMetrics::new()?))?;
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         // Every rule and severity present from the start, so absent means "not scraped".
         for reason in [

@@ -1,0 +1,268 @@
+//! The agent's own `process_*` metrics, read from `/proc/self` at each scrape.
+//!
+//! The `prometheus` crate's process collector divides clock ticks by the tick rate in integers,
+//! so `process_cpu_seconds_total` of an agent that uses a few milliseconds a minute stays at 0
+//! and `rate()` of it reads 0. Here the ticks are divided as floats: 10 ms resolution at the
+//! usual 100 ticks a second.
+
+use std::sync::Mutex;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{Counter, Gauge, Opts};
+
+/// The fields of `/proc/<pid>/stat` the metrics need (proc_pid_stat(5)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// User plus system time, in clock ticks (fields 14 and 15).
+    pub cpu_ticks: u64,
+    /// Threads (field 20).
+    pub threads: u64,
+    /// Start time in clock ticks after boot (field 22).
+    pub start_ticks: u64,
+    /// Virtual memory in bytes (field 23).
+    pub vsize_bytes: u64,
+    /// Resident set in pages (field 24).
+    pub rss_pages: u64,
+}
+
+/// Parses a `/proc/<pid>/stat` line; `None` when it is cut short or a field is not a number.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    // Field 2, the command, is in parentheses and may hold spaces and ')': count from the last.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the command, index 0 is field 3 (the state).
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some(Stat {
+        cpu_ticks: field(14)?.checked_add(field(15)?)?,
+        threads: field(20)?,
+        start_ticks: field(22)?,
+        vsize_bytes: field(23)?,
+        rss_pages: field(24)?,
+    })
+}
+
+/// The boot time (unix seconds) from the `btime` line of `/proc/stat`.
+pub fn parse_boot_time(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// CPU seconds from clock ticks, with the fraction kept.
+pub fn cpu_seconds(ticks: u64, ticks_per_second: u64) -> f64 {
+    ticks as f64 / ticks_per_second.max(1) as f64
+}
+
+/// Collects `process_*` for this process at each scrape. A file that cannot be read leaves
+/// its metrics out of that scrape rather than exporting a wrong value.
+pub struct ProcessMetrics {
+    cpu_opts: Opts,
+    cpu: Counter,
+    resident: Gauge,
+    virtual_memory: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    start_time: Gauge,
+    threads: Gauge,
+    ticks_per_second: u64,
+    page_size: u64,
+    /// Boot time, read once (it does not change while the process lives).
+    boot_time: Mutex<Option<u64>>,
+}
+
+impl ProcessMetrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let gauge = |name: &str, help: &str| Gauge::with_opts(Opts::new(name, help));
+        let cpu_opts = Opts::new(
+            "process_cpu_seconds_total",
+            "User and system CPU time of the agent, in seconds (10 ms resolution at 100 ticks a second).",
+        );
+        let sysconf = |var| {
+            nix::unistd::sysconf(var)
+                .ok()
+                .flatten()
+                .and_then(|v| u64::try_from(v).ok())
+        };
+        Ok(ProcessMetrics {
+            cpu: Counter::with_opts(cpu_opts.clone())?,
+            cpu_opts,
+            resident: gauge(
+                "process_resident_memory_bytes",
+                "Resident memory of the agent, in bytes.",
+            )?,
+            virtual_memory: gauge("process_virtual_memory_bytes", "Virtual memory of the agent, in bytes.")?,
+            open_fds: gauge("process_open_fds", "Open file descriptors of the agent.")?,
+            max_fds: gauge("process_max_fds", "The agent's limit on open file descriptors.")?,
+            start_time: gauge("process_start_time_seconds", "When the agent started, in unix seconds.")?,
+            threads: gauge("process_threads", "Threads of the agent.")?,
+            ticks_per_second: sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap_or(100),
+            page_size: sysconf(nix::unistd::SysconfVar::PAGE_SIZE).unwrap_or(4096),
+            boot_time: Mutex::new(None),
+        })
+    }
+
+    fn boot_time(&self) -> Option<u64> {
+        let mut cached = self.boot_time.lock().ok()?;
+        if cached.is_none() {
+            *cached = std::fs::read_to_string("/proc/stat")
+                .ok()
+                .as_deref()
+                .and_then(parse_boot_time);
+        }
+        *cached
+    }
+}
+
+impl Collector for ProcessMetrics {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut all = self.cpu.desc();
+        for g in self.gauges() {
+            all.extend(g.desc());
+        }
+        all
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut families = vec![];
+        if let Some(stat) = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(parse_stat)
+        {
+            // A fresh counter each scrape, set to the kernel's total: no drift from summing.
+            if let Ok(cpu) = Counter::with_opts(self.cpu_opts.clone()) {
+                cpu.inc_by(cpu_seconds(stat.cpu_ticks, self.ticks_per_second));
+                families.extend(cpu.collect());
+            }
+            self.resident.set((stat.rss_pages * self.page_size) as f64);
+            self.virtual_memory.set(stat.vsize_bytes as f64);
+            self.threads.set(stat.threads as f64);
+            families.extend(self.resident.collect());
+            families.extend(self.virtual_memory.collect());
+            families.extend(self.threads.collect());
+            if let Some(boot) = self.boot_time() {
+                self.start_time
+                    .set(boot as f64 + cpu_seconds(stat.start_ticks, self.ticks_per_second));
+                families.extend(self.start_time.collect());
+            }
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            // The directory handle being read is one of the entries: leave it out.
+            self.open_fds.set(dir.count().saturating_sub(1) as f64);
+            families.extend(self.open_fds.collect());
+        }
+        if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+            self.max_fds.set(soft as f64);
+            families.extend(self.max_fds.collect());
+        }
+        families
+    }
+}
+
+impl ProcessMetrics {
+    fn gauges(&self) -> [&Gauge; 6] {
+        [
+            &self.resident,
+            &self.virtual_memory,
+            &self.open_fds,
+            &self.max_fds,
+            &self.start_time,
+            &self.threads,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line in the kernel's layout (the first 44 fields) of a process whose command holds ") (".
+    const STAT: &str = "4242 (a) (b) S 1 4242 4242 0 -1 4194560 1190 0 0 0 150 7 0 0 20 0 5 0 \
+                        123456 27774976 3390 18446744073709551615 1 1 0 0 0 0 0 4096 17415 0 0 0 \
+                        17 1 0 0 0 0 0";
+
+    #[test]
+    fn reads_the_fields_after_a_command_with_parentheses() {
+        let s = parse_stat(STAT).unwrap();
+        assert_eq!(
+            s,
+            Stat {
+                cpu_ticks: 157,
+                threads: 5,
+                start_ticks: 123456,
+                vsize_bytes: 27774976,
+                rss_pages: 3390,
+            }
+        );
+    }
+
+    #[test]
+    fn cpu_seconds_keep_their_fraction() {
+        // 157 ticks at 100 a second: the integer division of the prometheus crate gives 1.
+        assert_eq!(cpu_seconds(157, 100), 1.57);
+        assert_eq!(cpu_seconds(3, 100), 0.03);
+        assert_eq!(cpu_seconds(5, 0), 5.0, "a tick rate of 0 does not divide by zero");
+    }
+
+    #[test]
+    fn a_short_or_garbled_line_is_none() {
+        assert_eq!(parse_stat("4242 (a) S 1 2 3"), None);
+        assert_eq!(parse_stat("no parentheses here"), None);
+        assert_eq!(parse_stat(&STAT.replace(" 150 ", " x ")), None);
+    }
+
+    #[test]
+    fn boot_time_from_proc_stat() {
+        assert_eq!(
+            parse_boot_time("cpu  1 2 3\nbtime 1764000000\nprocesses 9\n"),
+            Some(1764000000)
+        );
+        assert_eq!(parse_boot_time("cpu  1 2 3\n"), None);
+    }
+
+    #[test]
+    fn collects_this_process_with_values_that_match_the_kernel() {
+        let m = ProcessMetrics::new().unwrap();
+        // Spend a little CPU so the total is not 0.
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let families = m.collect();
+        let value = |name: &str| -> f64 {
+            let f = families
+                .iter()
+                .find(|f| f.name() == name)
+                .unwrap_or_else(|| panic!("{name}"));
+            let metric = &f.get_metric()[0];
+            if name.ends_with("_total") {
+                metric.get_counter().get_value()
+            } else {
+                metric.get_gauge().get_value()
+            }
+        };
+        let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        let cpu = value("process_cpu_seconds_total");
+        assert!(cpu > 0.0, "CPU seconds {cpu} of a process that spent some");
+        assert!(
+            cpu <= cpu_seconds(stat.cpu_ticks, m.ticks_per_second),
+            "{cpu} is not ahead of the kernel"
+        );
+        assert_eq!(value("process_threads"), value("process_threads").round());
+        assert!(value("process_threads") >= 1.0);
+        assert!(value("process_resident_memory_bytes") > 1_000_000.0);
+        assert!(value("process_open_fds") >= 3.0, "stdin, stdout and stderr at least");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let started = value("process_start_time_seconds");
+        assert!(
+            started <= now + 1.0 && started > now - 3600.0,
+            "start {started}, now {now}"
+        );
+    }
+}
