@@ -35,6 +35,7 @@ const ALLOWED_LABELS: &[&str] = &[
     "le",
     "task",
     "kind",
+    "revision",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,6 +170,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
                 "task" => ["pod_watch", "api_probes"].contains(&v.as_str()),
+                "revision" => v == "unknown" || (v.len() <= 40 && v.bytes().all(|b| b.is_ascii_hexdigit())),
                 "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
                 // Ids of our own (collectors, actions, results, reasons): short identifiers.
                 _ => {

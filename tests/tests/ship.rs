@@ -52,6 +52,27 @@ async fn endpoints_metrics_pass_promtool_and_match_the_docs() {
         body.contains("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"} 1"),
         "{body}"
     );
+    // build_info and --version name the commit this checkout is at (the test binary and the
+    // agent are built from the same tree), or `unknown` outside git.
+    let revision = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo("."))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".to_string(), |o| {
+            String::from_utf8(o.stdout).unwrap().trim().to_string()
+        });
+    let build_info = format!(
+        "nodemedic_build_info{{revision=\"{revision}\",version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(body.contains(&build_info), "{build_info} not in\n{body}");
+    let version = nodemedic_tests::nodemedic(&["--version"]);
+    assert_eq!(
+        version.stdout,
+        format!("nodemedic {} (revision {revision})\n", env!("CARGO_PKG_VERSION"))
+    );
 
     // promtool, as Prometheus' own linter, on the real output.
     let mut promtool = Command::new("promtool")

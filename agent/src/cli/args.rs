@@ -14,7 +14,12 @@ use crate::output;
 
 /// nodemedic: finds and explains kubelet CPU manager and Spark-on-Kubernetes failures on a node.
 #[derive(Debug, Parser)]
-#[command(name = "nodemedic", version, about, long_about = None)]
+#[command(
+    name = "nodemedic",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (revision ", env!("NODEMEDIC_REVISION"), ")"),
+    about,
+    long_about = None
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -59,8 +59,11 @@ impl Metrics {
         let registry = Registry::new();
         let m = Metrics {
             build_info: IntGaugeVec::new(
-                opts("build_info", "Always 1; the version label says which nodemedic runs."),
-                &["version"],
+                opts(
+                    "build_info",
+                    "Always 1; the labels say which nodemedic runs: its version and the git revision it was built from (unknown when built outside git).",
+                ),
+                &["version", "revision"],
             )?,
             collector_success: IntGaugeVec::new(
                 opts(
@@ -200,7 +203,9 @@ impl Metrics {
             .register(Box::new(m.config_last_reload_success_timestamp_seconds.clone()))?;
         // The process's own RSS, CPU seconds and open fds (process_* families).
         m.registry.register(Box::new(process::ProcessMetrics::new()?))?;
-        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("NODEMEDIC_REVISION")])
+            .set(1);
         // Every rule and severity present from the start, so absent means "not scraped".
         for reason in [
             "OutOfcpu",

@@ -1,0 +1,54 @@
+//! Sets `NODEMEDIC_REVISION` for `nodemedic_build_info{revision}` and `--version`: the value of
+//! the environment variable of that name when the build sets it (an image build without the
+//! repository's `.git`), else the short commit of the checkout, else `unknown`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let text = text.trim();
+    (out.status.success() && !text.is_empty()).then(|| text.to_string())
+}
+
+/// A revision is shown in metrics and logs: hex digits (and `-`, `.`) only, at most 40.
+fn clean(revision: &str) -> Option<String> {
+    let ok = !revision.is_empty()
+        && revision.len() <= 40
+        && revision
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+    ok.then(|| revision.to_string())
+}
+
+fn main() {
+    println!("cargo::rerun-if-env-changed=NODEMEDIC_REVISION");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let from_env = std::env::var("NODEMEDIC_REVISION").ok().and_then(|r| clean(&r));
+    let revision = from_env.or_else(|| {
+        let revision = git(&dir, &["rev-parse", "--short=12", "HEAD"]).and_then(|r| clean(&r))?;
+        // Build again when HEAD moves: HEAD itself, the directory of the branch it names (a
+        // commit writes the branch's file there), packed refs. Only paths that exist: cargo
+        // reruns a build script on every build while a watched path is missing.
+        let path = |p: String| {
+            let p = PathBuf::from(p);
+            if p.is_absolute() { p } else { dir.join(p) }
+        };
+        let mut watched = vec![];
+        watched.extend(git(&dir, &["rev-parse", "--git-path", "HEAD"]).map(path));
+        if let Some(branch) = git(&dir, &["symbolic-ref", "-q", "HEAD"]) {
+            let file = git(&dir, &["rev-parse", "--git-path", &branch]).map(path);
+            watched.extend(file.and_then(|f| f.parent().map(Path::to_path_buf)));
+        }
+        watched.extend(git(&dir, &["rev-parse", "--git-path", "packed-refs"]).map(path));
+        for p in watched.iter().filter(|p| p.exists()) {
+            println!("cargo::rerun-if-changed={}", p.display());
+        }
+        Some(revision)
+    });
+    println!(
+        "cargo::rustc-env=NODEMEDIC_REVISION={}",
+        revision.as_deref().unwrap_or("unknown")
+    );
+}
