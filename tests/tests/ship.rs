@@ -318,3 +318,60 @@ async fn slow_clients_cannot_hold_the_endpoint() {
         );
     }
 }
+
+/// Moves `pid` into the v1 memory cgroup `dir` (`cgroup.procs` takes one pid per write).
+fn move_to_cgroup(dir: &Path, pid: u32) {
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+        .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", dir.display()));
+}
+
+/// The agent's own memory limit, read by the kernel's rules from a real cgroup v1 memory
+/// hierarchy (CI runs as root; the machines mount the v1 memory controller): the limit of
+/// whichever cgroup the agent is in at the scrape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_limit_follows_the_agents_own_cgroup_on_real_cgroup_v1() {
+    let api = ApiServer::start().await.unwrap();
+    let agent = started(&api, &[]).await;
+    let pid = agent.pid();
+    let mount = Path::new("/sys/fs/cgroup/memory");
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let own_path = own
+        .lines()
+        .find_map(|l| {
+            let mut p = l.splitn(3, ':');
+            let (_, controllers, path) = (p.next()?, p.next()?, p.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.trim_start_matches('/').to_string())
+        })
+        .expect("a v1 memory line in /proc/PID/cgroup");
+    let home = mount.join(&own_path);
+    let expected_before = std::fs::read_to_string(home.join("memory.limit_in_bytes"))
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap();
+    let metric = || agent.metric("nodemedic_memory_limit_bytes");
+    if expected_before >= 1 << 62 {
+        assert_eq!(metric(), Some(f64::INFINITY), "an unlimited cgroup is +Inf");
+    } else {
+        assert_eq!(metric(), Some(expected_before as f64));
+    }
+
+    let dir = mount.join(format!("nodemedic-test-{}", std::process::id()));
+    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    std::fs::write(dir.join("memory.limit_in_bytes"), "209715200").unwrap();
+    // The kernel keeps the limit rounded to pages: 200 MiB is a whole number of them.
+    move_to_cgroup(&dir, pid);
+    let seen = metric();
+    move_to_cgroup(&home, pid);
+    let back = metric();
+    std::fs::remove_dir(&dir).unwrap();
+    assert_eq!(
+        seen,
+        Some(209_715_200.0),
+        "the limit of the cgroup the agent was moved into"
+    );
+    assert_eq!(back, metric(), "and its home cgroup's again after moving back");
+}

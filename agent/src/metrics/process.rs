@@ -5,6 +5,7 @@
 //! and `rate()` of it reads 0. Here the ticks are divided as floats: 10 ms resolution at the
 //! usual 100 ticks a second.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use prometheus::core::{Collector, Desc};
@@ -55,6 +56,71 @@ pub fn cpu_seconds(ticks: u64, ticks_per_second: u64) -> f64 {
     ticks as f64 / ticks_per_second.max(1) as f64
 }
 
+/// A cgroup v1 limit at or above this is "no limit" (the kernel shows the page-rounded
+/// `LONG_MAX`, 9223372036854771712).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// A cgroup's memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryLimit {
+    Bytes(u64),
+    Unlimited,
+}
+
+impl MemoryLimit {
+    /// As the metric's value: no limit is `+Inf`, so `rss > 0.8 * limit` never holds for it.
+    fn as_f64(self) -> f64 {
+        match self {
+            MemoryLimit::Bytes(b) => b as f64,
+            MemoryLimit::Unlimited => f64::INFINITY,
+        }
+    }
+}
+
+/// The memory limit of this process's own cgroup, from `cgroup_file` (`/proc/self/cgroup`)
+/// and the cgroup mount `root` (`/sys/fs/cgroup`); `None` when it cannot be read.
+///
+/// The memory controller's own line is used: v1 (`N:memory:/path` or with other controllers,
+/// `memory.limit_in_bytes`), else v2 (`0::/path`, `memory.max`). The path is looked up below
+/// the mount first (a host cgroup namespace shows the whole tree), then the mount's root is
+/// read (in a container the runtime mounts the container's own cgroup there).
+pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> {
+    let text = std::fs::read_to_string(cgroup_file).ok()?;
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "memory") {
+            let base = root.join("memory");
+            return read_limit(&[base.join(path), base], "memory.limit_in_bytes");
+        }
+        if controllers.is_empty() {
+            v2 = Some(path.to_string());
+        }
+    }
+    let path = v2?;
+    read_limit(&[root.join(&path), root.to_path_buf()], "memory.max")
+}
+
+/// The first of `dirs` that holds `file`, parsed: `max` (v2) or a v1 value from the kernel's
+/// "unlimited" up is no limit; a file that is not a number is `None`.
+fn read_limit(dirs: &[PathBuf], file: &str) -> Option<MemoryLimit> {
+    let text = dirs.iter().find_map(|d| std::fs::read_to_string(d.join(file)).ok())?;
+    let text = text.trim();
+    if text == "max" {
+        return Some(MemoryLimit::Unlimited);
+    }
+    let value: u64 = text.parse().ok()?;
+    Some(if value < V1_UNLIMITED {
+        MemoryLimit::Bytes(value)
+    } else {
+        MemoryLimit::Unlimited
+    })
+}
+
 /// Collects `process_*` for this process at each scrape. A file that cannot be read leaves
 /// its metrics out of that scrape rather than exporting a wrong value.
 pub struct ProcessMetrics {
@@ -66,6 +132,7 @@ pub struct ProcessMetrics {
     max_fds: Gauge,
     start_time: Gauge,
     threads: Gauge,
+    memory_limit: Gauge,
     ticks_per_second: u64,
     page_size: u64,
     /// Boot time, read once (it does not change while the process lives).
@@ -97,6 +164,10 @@ impl ProcessMetrics {
             max_fds: gauge("process_max_fds", "The agent's limit on open file descriptors.")?,
             start_time: gauge("process_start_time_seconds", "When the agent started, in unix seconds.")?,
             threads: gauge("process_threads", "Threads of the agent.")?,
+            memory_limit: gauge(
+                "nodemedic_memory_limit_bytes",
+                "The memory limit of the agent's own cgroup (its container's limit), in bytes; +Inf when it has none.",
+            )?,
             ticks_per_second: sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap_or(100),
             page_size: sysconf(nix::unistd::SysconfVar::PAGE_SIZE).unwrap_or(4096),
             boot_time: Mutex::new(None),
@@ -153,6 +224,10 @@ impl Collector for ProcessMetrics {
             self.open_fds.set(dir.count().saturating_sub(1) as f64);
             families.extend(self.open_fds.collect());
         }
+        if let Some(limit) = own_memory_limit(Path::new("/proc/self/cgroup"), Path::new("/sys/fs/cgroup")) {
+            self.memory_limit.set(limit.as_f64());
+            families.extend(self.memory_limit.collect());
+        }
         if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
             self.max_fds.set(soft as f64);
             families.extend(self.max_fds.collect());
@@ -162,8 +237,9 @@ impl Collector for ProcessMetrics {
 }
 
 impl ProcessMetrics {
-    fn gauges(&self) -> [&Gauge; 6] {
+    fn gauges(&self) -> [&Gauge; 7] {
         [
+            &self.memory_limit,
             &self.resident,
             &self.virtual_memory,
             &self.open_fds,
@@ -211,6 +287,83 @@ mod tests {
         assert_eq!(parse_stat("4242 (a) S 1 2 3"), None);
         assert_eq!(parse_stat("no parentheses here"), None);
         assert_eq!(parse_stat(&STAT.replace(" 150 ", " x ")), None);
+    }
+
+    fn cgroup_tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn memory_limit_of_the_own_cgroup_v1_v2_and_in_a_container() {
+        let limit = |files: &[(&str, &str)]| {
+            let t = cgroup_tree(files);
+            own_memory_limit(&t.path().join("proc-self-cgroup"), &t.path().join("cg"))
+        };
+        let v1_host = "9:name=systemd:/\n4:memory:/kubepods/pod1/c1\n3:cpu,cpuacct:/\n0::/\n";
+        // v1, the whole tree visible: the own directory's limit, not the root's.
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", v1_host),
+                ("cg/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+                ("cg/memory/kubepods/pod1/c1/memory.limit_in_bytes", "100663296\n"),
+            ]),
+            Some(MemoryLimit::Bytes(100_663_296))
+        );
+        // v1 in a container: the host path is not below the mount; its root is the container's.
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", v1_host),
+                ("cg/memory/memory.limit_in_bytes", "100663296\n"),
+            ]),
+            Some(MemoryLimit::Bytes(100_663_296))
+        );
+        // The memory controller sharing a line with others.
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "4:memory,hugetlb:/a\n"),
+                ("cg/memory/a/memory.limit_in_bytes", "4096\n"),
+            ]),
+            Some(MemoryLimit::Bytes(4096))
+        );
+        // v1 unlimited.
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "4:memory:/\n"),
+                ("cg/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ]),
+            Some(MemoryLimit::Unlimited)
+        );
+        // v2 with a cgroup namespace ("/"), with the whole tree, and unlimited.
+        assert_eq!(
+            limit(&[("proc-self-cgroup", "0::/\n"), ("cg/memory.max", "100663296\n")]),
+            Some(MemoryLimit::Bytes(100_663_296))
+        );
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "0::/kubepods.slice/c1.scope\n"),
+                ("cg/memory.max", "max\n"),
+                ("cg/kubepods.slice/c1.scope/memory.max", "52428800\n"),
+            ]),
+            Some(MemoryLimit::Bytes(52_428_800))
+        );
+        assert_eq!(
+            limit(&[("proc-self-cgroup", "0::/\n"), ("cg/memory.max", "max\n")]),
+            Some(MemoryLimit::Unlimited)
+        );
+        assert_eq!(MemoryLimit::Unlimited.as_f64(), f64::INFINITY);
+        // Nothing readable, or garbage: no value rather than a wrong one.
+        assert_eq!(limit(&[("proc-self-cgroup", "0::/\n")]), None);
+        assert_eq!(
+            limit(&[("proc-self-cgroup", "0::/\n"), ("cg/memory.max", "lots\n")]),
+            None
+        );
+        assert_eq!(limit(&[("proc-self-cgroup", "garbage")]), None);
     }
 
     #[test]
