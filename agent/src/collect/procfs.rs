@@ -39,6 +39,25 @@ pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// The fields of a `/proc/<pid>/stat` line, numbered as proc_pid_stat(5) numbers them, from
+/// field 3 (the state) on. Field 2, the command, is in parentheses and may itself hold spaces
+/// and `)`, so the fields are counted from the last `)`.
+#[derive(Debug)]
+pub struct StatFields<'a>(Vec<&'a str>);
+
+impl<'a> StatFields<'a> {
+    /// `None` when the line has no `)`.
+    pub fn parse(stat: &'a str) -> Option<Self> {
+        Some(StatFields(stat[stat.rfind(')')? + 1..].split_whitespace().collect()))
+    }
+
+    /// Field `n` (3 or more) as a number; `None` when the line is cut short before it or it is
+    /// not a number.
+    pub fn number(&self, n: usize) -> Option<u64> {
+        self.0.get(n.checked_sub(3)?)?.parse().ok()
+    }
+}
+
 /// Whether a command line is the kubelet's (`/usr/bin/kubelet ...`, or `hyperkube kubelet`).
 pub fn is_kubelet(args: &[String]) -> bool {
     let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();

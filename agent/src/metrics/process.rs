@@ -12,6 +12,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Gauge, Opts};
 
+use crate::collect::procfs::StatFields;
+
 /// The fields of `/proc/<pid>/stat` the metrics need (proc_pid_stat(5)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {
@@ -29,11 +31,8 @@ pub struct Stat {
 
 /// Parses a `/proc/<pid>/stat` line; `None` when it is cut short or a field is not a number.
 pub fn parse_stat(text: &str) -> Option<Stat> {
-    // Field 2, the command, is in parentheses and may hold spaces and ')': count from the last.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command, index 0 is field 3 (the state).
-    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    let fields = StatFields::parse(text)?;
+    let field = |n| fields.number(n);
     Some(Stat {
         cpu_ticks: field(14)?.checked_add(field(15)?)?,
         threads: field(20)?,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::collect::procfs::{find_kubelet, parse_cmdline};
+use crate::collect::procfs::{StatFields, find_kubelet, parse_cmdline};
 use crate::host::HostPaths;
 
 /// How often a wait polls `/proc`.
@@ -356,9 +356,7 @@ fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), KubeletError> {
 
 /// The start time (clock ticks since boot, field 22) of a `/proc/<pid>/stat` text.
 pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
-    // The command name (field 2) is in parentheses and may itself hold spaces and ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    StatFields::parse(stat)?.number(22)
 }
 
 /// SIGTERM to `pid` of the host root's `/proc`, only if it is the same process in ours.
