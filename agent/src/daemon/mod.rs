@@ -199,7 +199,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
     // The configuration in force was read at start: that counts as the first load.
-    daemon.configuration_loaded();
+    daemon.metrics.configuration_loaded();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -302,16 +302,6 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// The configuration in force was read without error just now.
-    fn configuration_loaded(&self) {
-        self.metrics.config_last_reload_successful.set(1);
-        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            self.metrics
-                .config_last_reload_success_timestamp_seconds
-                .set(now.as_secs_f64());
-        }
-    }
-
     /// Re-reads the configuration file (SIGHUP). A bad file changes nothing; a good one takes
     /// effect at once, except the listen address, the request timeout and the node, which need
     /// a restart. Returns whether the scan interval changed.
@@ -343,7 +333,7 @@ impl Daemon {
         if old.local_dir_roots != new.local_dir_roots {
             self.last_local_dirs = None;
         }
-        self.configuration_loaded();
+        self.metrics.configuration_loaded();
         tracing::info!(
             scan_interval_seconds = new.scan_interval.as_secs_f64(),
             "configuration reloaded"

@@ -49,6 +49,13 @@ pub struct Metrics {
 /// The `kind` values of `nodemedic_api_write_failures_total`.
 pub const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
 
+/// Sets a timestamp gauge to the current unix time, in seconds.
+fn set_to_now(gauge: &Gauge) {
+    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        gauge.set(now.as_secs_f64());
+    }
+}
+
 fn opts(name: &str, help: &str) -> Opts {
     Opts::new(format!("nodemedic_{name}"), help)
 }
@@ -279,9 +286,13 @@ impl Metrics {
             // Forget pods that are gone, so the set stays as small as the node.
             seen.retain(|uid| here.contains(uid.as_str()));
         }
-        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            self.last_scan_timestamp_seconds.set(now.as_secs_f64());
-        }
+        set_to_now(&self.last_scan_timestamp_seconds);
+    }
+
+    /// The configuration in force was read without error just now (at start or on SIGHUP).
+    pub fn configuration_loaded(&self) {
+        self.config_last_reload_successful.set(1);
+        set_to_now(&self.config_last_reload_success_timestamp_seconds);
     }
 
     /// Records one round of API probes: each probe's duration, and whether any succeeded.
