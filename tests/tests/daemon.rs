@@ -332,12 +332,13 @@ async fn spark_versions_and_the_operator_as_they_write_pods() {
     let _ = Path::new(".");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
+/// An API server holding this node and `n` executors the kubelet rejected with `OutOfcpu`
+/// (`batch/exec-<i>`, UID `rej-<i>`).
+async fn api_with_rejected_pods(n: u32) -> ApiServer {
     let api = ApiServer::start().await.unwrap();
     let store = api.store();
     store.create(node_object());
-    for i in 0..2 {
+    for i in 0..n {
         store.create(rejected_pod(
             "batch",
             &format!("exec-{i}"),
@@ -348,6 +349,13 @@ async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
             "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
         ));
     }
+    api
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
+    let api = api_with_rejected_pods(2).await;
+    let store = api.store();
     // Every write the daemon makes fails from the start: Events, the node's conditions and the
     // automatic repair's DELETEs.
     let faults = api.faults();
@@ -413,20 +421,8 @@ const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automatic_repair_deletes_rejected_pods_only_when_switched_on() {
     for on in [false, true] {
-        let api = ApiServer::start().await.unwrap();
+        let api = api_with_rejected_pods(3).await;
         let store = api.store();
-        store.create(node_object());
-        for i in 0..3 {
-            store.create(rejected_pod(
-                "batch",
-                &format!("exec-{i}"),
-                &format!("rej-{i}"),
-                NODE,
-                "default-scheduler",
-                "OutOfcpu",
-                "Pod was rejected: Node didn't have enough resource: cpu, requested: 56033, used: 34036, capacity: 90000",
-            ));
-        }
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yaml");
         std::fs::write(

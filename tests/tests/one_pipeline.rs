@@ -9,8 +9,8 @@ use std::path::Path;
 
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::hosttree::Node;
+use nodemedic_tests::nodemedic;
 use nodemedic_tests::scenarios::{FIXTURES, example_node, seed_api, spark_node};
-use nodemedic_tests::{Run, nodemedic};
 use serde_json::Value;
 
 /// A cpuset as its CPU numbers (`"3,2"` and `"2-3"` are the same set).
@@ -29,7 +29,21 @@ fn cpus(text: &str) -> BTreeSet<u32> {
 
 type Entry = (String, Option<String>, BTreeSet<u32>);
 
-fn json(run: &Run, what: &str) -> Value {
+/// Runs `nodemedic <command> --host-root <root> --node <node> --format json <extra>` (a scan
+/// or a repair's plan), which must exit 0 (nothing found) or 1 (findings, or a plan shown),
+/// and parses its report.
+fn run_json(command: &[&str], root: &str, node: &str, extra: &[&str], what: &str) -> Value {
+    let mut args = command.to_vec();
+    args.extend_from_slice(&["--host-root", root, "--node", node, "--format", "json"]);
+    args.extend_from_slice(extra);
+    let run = nodemedic(&args);
+    assert!(
+        run.code == 0 || run.code == 1,
+        "{what}: {}: {}\n{}",
+        command.join(" "),
+        run.stdout,
+        run.stderr
+    );
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}\n{}", run.stdout, run.stderr))
 }
@@ -72,35 +86,8 @@ fn planned_removals(plan: &Value) -> BTreeSet<Entry> {
 /// the plan frees exactly the reported stale entries. Returns how many there were.
 fn cpu_state_acts_on_the_report(root: &Path, node: &str, source: &[&str], what: &str) -> usize {
     let r = root.to_str().unwrap();
-    let mut scan = vec!["scan", "--host-root", r, "--node", node, "--format", "json"];
-    scan.extend_from_slice(source);
-    let run = nodemedic(&scan);
-    assert!(
-        run.code == 0 || run.code == 1,
-        "{what}: scan: {}\n{}",
-        run.stdout,
-        run.stderr
-    );
-    let report = json(&run, what);
-    let mut repair = vec![
-        "repair",
-        "cpu-state",
-        "--host-root",
-        r,
-        "--node",
-        node,
-        "--format",
-        "json",
-    ];
-    repair.extend_from_slice(source);
-    let run = nodemedic(&repair);
-    assert!(
-        run.code == 0 || run.code == 1,
-        "{what}: repair: {}\n{}",
-        run.stdout,
-        run.stderr
-    );
-    let plan = json(&run, what);
+    let report = run_json(&["scan"], r, node, source, what);
+    let plan = run_json(&["repair", "cpu-state"], r, node, source, what);
     let reported = reported_stale(&report);
     assert_eq!(
         planned_removals(&plan),
@@ -207,38 +194,11 @@ async fn repairs_act_on_what_scan_reports_from_the_api() {
         let (found, report, plan) = tokio::task::spawn_blocking(move || {
             let r = root.to_str().unwrap();
             let found = cpu_state_acts_on_the_report(&root, &node_name, &["--kubeconfig", &kc], &what);
-            let scan = nodemedic(&[
-                "scan",
-                "--host-root",
-                r,
-                "--node",
-                &node_name,
-                "--kubeconfig",
-                &kc,
-                "--format",
-                "json",
-            ]);
-            let report = json(&scan, &what);
-            let run = nodemedic(&[
-                "repair",
-                "orphans",
-                "--host-root",
-                r,
-                "--node",
-                &node_name,
-                "--kubeconfig",
-                &kc,
-                "--format",
-                "json",
-                "--include-running",
-            ]);
-            assert!(
-                run.code == 0 || run.code == 1,
-                "{what}: repair orphans: {}\n{}",
-                run.stdout,
-                run.stderr
-            );
-            (found, report, json(&run, &what))
+            let api = ["--kubeconfig", kc.as_str()];
+            let report = run_json(&["scan"], r, &node_name, &api, &what);
+            let orphans = ["--kubeconfig", kc.as_str(), "--include-running"];
+            let plan = run_json(&["repair", "orphans"], r, &node_name, &orphans, &what);
+            (found, report, plan)
         })
         .await
         .unwrap();

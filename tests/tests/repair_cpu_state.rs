@@ -24,8 +24,8 @@ use nodemedic::repair::cpu_state::{self, ApplyOutcome, BACKUP_PREFIX, Options, R
 use nodemedic::repair::kubelet::StopMethod;
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::checkpoint::checksum::{self, Candidate};
-use nodemedic_rules::checkpoint::{Checkpoint, Entries, EntryKey, Verification};
-use nodemedic_rules::validate::validate_static_state;
+use nodemedic_rules::checkpoint::{Checkpoint, CpuState, Entries, EntryKey, Verification};
+use nodemedic_rules::validate::{StateProblem, validate_static_state};
 use nodemedic_tests::cgroup_v1::CpusetSandbox;
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime, container_id, pod_uid};
 use serde_json::json;
@@ -115,6 +115,17 @@ impl Host {
     }
 }
 
+/// What the kubelet's start-up checks say of `state` on the test node (CPUs 0-11, 0 and 4
+/// reserved).
+fn startup_problems(state: &CpuState) -> Vec<StateProblem> {
+    validate_static_state(
+        state,
+        &CpuSet::parse("0-11").unwrap(),
+        &CpuSet::parse("0,4").unwrap(),
+        false,
+    )
+}
+
 fn backups_in(dir: &Path) -> Vec<PathBuf> {
     let mut b: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -183,12 +194,7 @@ fn assert_repaired(bytes: &[u8]) {
     assert_eq!(got, want, "live entries exactly as written, stale ones gone");
     assert_eq!(cp.default_cpu_set, "0,4-6,8-11");
     let state = cp.state().unwrap();
-    let problems = validate_static_state(
-        &state,
-        &CpuSet::parse("0-11").unwrap(),
-        &CpuSet::parse("0,4").unwrap(),
-        false,
-    );
+    let problems = startup_problems(&state);
     assert!(problems.is_empty(), "{problems:?}");
 }
 
@@ -532,15 +538,7 @@ fn frees_v3_pod_level_entries() {
     let s = cp.state().unwrap();
     assert_eq!(s.pod_assignments, [(driver, CpuSet::parse("11").unwrap())]);
     assert_eq!(s.assignments.len(), 2);
-    assert!(
-        validate_static_state(
-            &s,
-            &CpuSet::parse("0-11").unwrap(),
-            &CpuSet::parse("0,4").unwrap(),
-            false
-        )
-        .is_empty()
-    );
+    assert!(startup_problems(&s).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1390,12 +1388,7 @@ fn a_file_invalid_today_because_of_stale_entries_is_said_plainly_and_fixed() {
         let cp = Checkpoint::parse(&host.read()).unwrap();
         assert!(matches!(cp.verify(), Verification::Matched { .. }), "{what}");
         let state = cp.state().unwrap();
-        let problems = validate_static_state(
-            &state,
-            &CpuSet::parse("0-11").unwrap(),
-            &CpuSet::parse("0,4").unwrap(),
-            false,
-        );
+        let problems = startup_problems(&state);
         assert!(problems.is_empty(), "{what}: {problems:?}");
         assert!(!String::from_utf8(host.read()).unwrap().contains(&gone), "{what}");
     }

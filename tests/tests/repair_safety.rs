@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use nodemedic_tests::cgroup_v1::{CpusetSandbox, write_node_files};
 use nodemedic_tests::hosttree::{container_id, pod_uid, write_file};
-use nodemedic_tests::nodemedic;
+use nodemedic_tests::{Run, nodemedic};
 use serde_json::{Value, json};
 
 const NODE: &str = "nest-node";
@@ -116,6 +116,14 @@ impl NestedHost {
         assert_eq!(run.code, 1, "findings expected: {}\n{}", run.stdout, run.stderr);
         serde_json::from_str(&run.stdout).unwrap()
     }
+
+    /// `repair cpu-state --apply --yes --format json` with the pod source `source`.
+    fn repair_apply(&self, source: &[&str]) -> Run {
+        let mut args = vec!["repair", "cpu-state", "--host-root", self.r(), "--node", NODE];
+        args.extend_from_slice(source);
+        args.extend_from_slice(&["--apply", "--yes", "--format", "json"]);
+        nodemedic(&args)
+    }
 }
 
 fn stale_findings(report: &Value) -> Vec<&Value> {
@@ -177,20 +185,7 @@ fn judged_alive_at_every_depth(make: fn(usize) -> NestedHost, layout: &str) {
 
         // The repair refuses, and the file stays as it was.
         let before = std::fs::read(h.checkpoint()).unwrap();
-        let run = nodemedic(&[
-            "repair",
-            "cpu-state",
-            "--host-root",
-            h.r(),
-            "--node",
-            NODE,
-            "--pods",
-            &pods,
-            "--apply",
-            "--yes",
-            "--format",
-            "json",
-        ]);
+        let run = h.repair_apply(&["--pods", &pods]);
         assert_eq!(run.code, 1, "{what}: {}\n{}", run.stdout, run.stderr);
         let plan: Value = serde_json::from_str(&run.stdout).unwrap();
         assert_eq!(plan["verdict"], "refused", "{what}: {plan:#}");
@@ -214,19 +209,7 @@ fn judged_alive_at_every_depth(make: fn(usize) -> NestedHost, layout: &str) {
         );
 
         // Judged from the cgroups, the same repair frees the gone pod's CPU and keeps the other.
-        let run = nodemedic(&[
-            "repair",
-            "cpu-state",
-            "--host-root",
-            h.r(),
-            "--node",
-            NODE,
-            "--offline",
-            "--apply",
-            "--yes",
-            "--format",
-            "json",
-        ]);
+        let run = h.repair_apply(&["--offline"]);
         assert_eq!(run.code, 0, "{what}: {}\n{}", run.stdout, run.stderr);
         let after = String::from_utf8(std::fs::read(h.checkpoint()).unwrap()).unwrap();
         assert!(after.contains(&h.nested) && !after.contains(&h.gone), "{what}: {after}");
