@@ -282,8 +282,9 @@ impl Walk<'_> {
 
     /// A pod cgroup and everything below it, at any depth: the container leaves (found by
     /// name), each with its processes (when the leaf itself holds none, those of the cgroups
-    /// nested below it), and the processes of every other cgroup of the pod. At most [`SUBTREE_DIR_LIMIT`] directories are visited; past that the
-    /// walk stops and says so, and the pod counts as alive.
+    /// nested below it), and the processes of every other cgroup of the pod. At most
+    /// [`SUBTREE_DIR_LIMIT`] directories are visited; past that the walk stops and says so,
+    /// and the pod counts as alive.
     fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
         /// Whose processes a directory's are.
         #[derive(Clone, Copy)]
