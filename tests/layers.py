@@ -17,9 +17,9 @@ import sys
 
 # Bottom to top. A module may import from its own layer (without a cycle) and any layer below.
 LAYERS = [
-    {"host", "output", "telemetry"},
+    {"host", "output", "retry", "telemetry"},
     {"collect", "spark", "probe"},
-    {"kube_api", "apimon"},
+    {"kube_api", "leader", "apimon"},
     {"scan"},
     {"report", "metrics", "events", "conditions", "repair"},
     {"config", "daemon"},

@@ -23,7 +23,9 @@ use nodemedic_rules::promtext;
 use nodemedic_rules::snapshot::{ApiObservation, Observed, ProbeSample, WebhookInfo};
 
 use crate::kube_api;
+use crate::leader::{Elector, PUBLISHED_SAMPLES, Published, PublishedWebhook, Role};
 use crate::probe::{Probe, Target};
+use crate::retry::{Gate, Jitter};
 
 /// The labels of the probe pod (as [`crate::probe`] creates it).
 pub fn probe_pod_labels() -> BTreeMap<String, String> {
@@ -135,6 +137,9 @@ pub struct ApiMonitor {
     metrics_refused_until: Option<Instant>,
 }
 
+/// The most of the API server's `/metrics` read in one round.
+const METRICS_READ_LIMIT: usize = 64 * 1024 * 1024;
+
 /// How long a refused `/metrics` read is not retried.
 const METRICS_REFUSED_BACKOFF: Duration = Duration::from_secs(1800);
 
@@ -217,13 +222,8 @@ impl ApiMonitor {
         if self.metrics_refused_until.is_some_and(|t| Instant::now() < t) {
             return;
         }
-        let req = match http::Request::get("/metrics").body(Vec::new()) {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        match self.client.request_text(req).await {
-            Ok(text) => {
-                let now_totals = promtext::webhook_admission_totals(&text);
+        match self.webhook_totals().await {
+            Ok(now_totals) => {
                 if let Some(before) = &self.metrics_before {
                     let fresh = promtext::mean_latency(before, &now_totals);
                     // Keep the last known mean of webhooks not called since.
@@ -234,7 +234,7 @@ impl ApiMonitor {
             Err(e) => {
                 // Forbidden without the apiserver-metrics component: attribution by latency
                 // is then unavailable, which the webhook list says (no mean latency).
-                if matches!(&e, kube::Error::Api(s) if s.code == 403 || s.code == 401) {
+                if matches!(e.status(), Some(401 | 403)) {
                     self.metrics_refused_until = Some(Instant::now() + METRICS_REFUSED_BACKOFF);
                     tracing::info!("API server /metrics refused: webhook latency attribution off for 30 minutes");
                 } else {
@@ -242,6 +242,51 @@ impl ApiMonitor {
                 }
             }
         }
+    }
+
+    /// The webhook admission totals of the API server's `/metrics`, read line by line: only
+    /// the lines of `apiserver_admission_webhook_admission_duration_seconds` are kept, and the
+    /// read stops at [`METRICS_READ_LIMIT`] bytes (a big cluster's exposition is megabytes).
+    async fn webhook_totals(&self) -> Result<BTreeMap<String, (f64, f64)>, kube_api::Error> {
+        use futures::{AsyncBufReadExt as _, StreamExt as _};
+        let failed = |e: &kube::Error| kube_api::Error::request("GET", "/metrics", e);
+        let req = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|e| kube_api::Error::Request {
+                verb: "GET",
+                resource: "/metrics".into(),
+                message: e.to_string(),
+                status: None,
+            })?;
+        let body = self.client.request_stream(req).await.map_err(|e| failed(&e))?;
+        let mut lines = std::pin::pin!(body.lines());
+        let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        let mut read = 0usize;
+        while let Some(line) = lines.next().await {
+            let line = line.map_err(|e| kube_api::Error::Request {
+                verb: "GET",
+                resource: "/metrics".into(),
+                message: format!("reading the answer: {e}"),
+                status: None,
+            })?;
+            read += line.len() + 1;
+            if read > METRICS_READ_LIMIT {
+                tracing::warn!(
+                    limit_bytes = METRICS_READ_LIMIT,
+                    "API server /metrics is larger than the read limit; using what came before it"
+                );
+                break;
+            }
+            // Only `_sum` and `_count` count; each line is folded in as it comes.
+            if line.starts_with(promtext::WEBHOOK_DURATION) && !line.contains("_bucket{") {
+                for (webhook, (sum, count)) in promtext::webhook_admission_totals(&line) {
+                    let entry = totals.entry(webhook).or_insert((0.0, 0.0));
+                    entry.0 += sum;
+                    entry.1 += count;
+                }
+            }
+        }
+        Ok(totals)
     }
 
     async fn list_webhooks(&self) -> Result<Vec<WebhookSpec>, kube_api::Error> {
@@ -344,27 +389,151 @@ pub async fn probe_once(
     Ok(monitor.observe(spark_pods).await)
 }
 
-/// Runs rounds forever on `interval` (±10% jitter), hands each round's samples to
-/// `on_round` (the metrics) and publishes each observation.
+/// What the probe task tells the rest of the daemon about the election.
+#[derive(Debug, Clone, Default)]
+pub struct ElectionView {
+    /// This agent holds the Lease.
+    pub leading: bool,
+    /// The holder, as last read.
+    pub holder: Option<String>,
+    /// What the holder published, as last read.
+    pub published: Option<Published>,
+}
+
+/// Where the probe task publishes, and how the daemon stops it.
+#[derive(Debug, Clone)]
+pub struct ProbeOutputs {
+    pub observation: Arc<Mutex<Option<ApiObservation>>>,
+    pub election: Arc<Mutex<ElectionView>>,
+    /// Set to true to stop: the holder releases the Lease, then `released` is notified.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    pub released: Arc<tokio::sync::Notify>,
+}
+
+impl ApiMonitor {
+    /// A sample taken elsewhere (the election's timed read of the Lease).
+    pub fn push_sample(&mut self, sample: ProbeSample) {
+        if sample.ok {
+            self.last_success_at = Some(sample.at);
+        }
+        self.samples.push_back(sample);
+        while self.samples.len() > WINDOW {
+            self.samples.pop_front();
+        }
+    }
+
+    /// This agent stopped probing for the cluster: its dry-run samples and webhook list go,
+    /// so that cluster-level findings are raised by the new prober only.
+    pub fn forget_admission(&mut self) {
+        self.samples.retain(|s| s.probe != Probe::CreateDryRun.name());
+        self.webhooks = None;
+    }
+
+    /// The admission result to publish on the Lease.
+    pub async fn published(&mut self, node: &str) -> Published {
+        let observed = self.observe(&[]).await;
+        let mut samples: Vec<ProbeSample> = observed
+            .samples
+            .into_iter()
+            .filter(|s| s.probe == Probe::CreateDryRun.name())
+            .collect();
+        let skip = samples.len().saturating_sub(PUBLISHED_SAMPLES);
+        samples.drain(..skip);
+        let webhooks = match observed.webhooks {
+            Observed::Ok(list) => list
+                .into_iter()
+                .map(|w| PublishedWebhook {
+                    name: w.name,
+                    configuration: w.configuration,
+                    mean_latency_seconds: w.mean_latency_seconds,
+                })
+                .collect(),
+            _ => vec![],
+        };
+        Published {
+            node: node.to_string(),
+            at: now(),
+            samples,
+            webhooks,
+        }
+    }
+}
+
+/// The probe task: the election, and the probe rounds while this agent holds the Lease.
+///
+/// Every agent's samples of its own path to the API server are the election's timed reads of
+/// the Lease (every two thirds of the lease duration). The holder also runs the three probes
+/// (`get`, `list`, `create_dry_run`), reads the API server's `/metrics` and lists the webhooks
+/// every `interval` (±10% jitter), and publishes the result on the Lease. A round in which
+/// every probe failed is followed by a pause that doubles up to five minutes instead of the
+/// interval. Each round's samples go to `on_round` (the metrics).
 pub async fn run(
     mut monitor: ApiMonitor,
+    mut elector: Elector,
     interval: Duration,
     on_round: impl Fn(&[ProbeSample]) + Send + 'static,
     spark_pods: impl Fn() -> Vec<(String, BTreeMap<String, String>)> + Send + 'static,
-    out: Arc<Mutex<Option<ApiObservation>>>,
+    mut outputs: ProbeOutputs,
 ) {
-    let mut seed = (now() as u64) ^ u64::from(std::process::id());
+    let node = monitor.target.node.clone();
+    let mut jitter = Jitter::new(u64::from(std::process::id()));
+    let mut round_gate = Gate::new(interval, Duration::from_secs(300).max(interval), 0x5eed);
+    let mut next_round = Instant::now();
+    let mut next_step = Instant::now();
+    let mut leading = false;
     loop {
-        on_round(&monitor.round().await);
-        let observation = monitor.observe(&spark_pods()).await;
-        if let Ok(mut slot) = out.lock() {
-            *slot = Some(observation);
+        let stopped = tokio::select! {
+            biased;
+            _ = outputs.stop.wait_for(|stop| *stop) => true,
+            _ = async {
+                let wake_at = if leading { next_step.min(next_round) } else { next_step };
+                tokio::time::sleep_until(wake_at.into()).await;
+                if Instant::now() >= next_step {
+                    let step = elector.step().await;
+                    if let Some(sample) = step.sample {
+                        on_round(std::slice::from_ref(&sample));
+                        monitor.push_sample(sample);
+                    }
+                    let now_leading = step.role == Role::Leading;
+                    if leading && !now_leading {
+                        monitor.forget_admission();
+                    }
+                    if now_leading && !leading {
+                        next_round = Instant::now();
+                    }
+                    leading = now_leading;
+                    next_step = Instant::now() + step.next;
+                    if let Ok(mut view) = outputs.election.lock() {
+                        view.leading = leading;
+                        view.holder = match &step.role {
+                            Role::Leading => Some(elector.identity().to_string()),
+                            Role::Following { holder } => holder.clone(),
+                        };
+                        view.published = step.published;
+                    }
+                }
+                if leading && Instant::now() >= next_round {
+                    let round = monitor.round().await;
+                    on_round(&round);
+                    let pause = if round.iter().any(|s| s.ok) {
+                        round_gate.succeed();
+                        jitter.spread(interval, 0.1)
+                    } else {
+                        round_gate.fail()
+                    };
+                    next_round = Instant::now() + pause;
+                    elector.publish(monitor.published(&node).await);
+                }
+                let observation = monitor.observe(&if leading { spark_pods() } else { vec![] }).await;
+                if let Ok(mut slot) = outputs.observation.lock() {
+                    *slot = Some(observation);
+                }
+            } => false,
+        };
+        if stopped {
+            elector.release(Duration::from_millis(800)).await;
+            outputs.released.notify_one();
+            return;
         }
-        // xorshift for a jitter of ±10%: agents of a cluster do not probe in step.
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let jitter = (seed % 2001) as f64 / 10_000.0 - 0.1;
-        tokio::time::sleep(interval.mul_f64(1.0 + jitter)).await;
     }
 }

@@ -33,6 +33,8 @@ pub struct FileConfig {
     pub request_timeout_seconds: Option<f64>,
     pub probe_interval_seconds: Option<f64>,
     pub probe_timeout_seconds: Option<f64>,
+    /// The prober election's lease duration (see docs/operations/prober.md).
+    pub lease_duration_seconds: Option<f64>,
     pub log_format: Option<String>,
     pub rules: Option<Settings>,
     pub repair: Option<AutoRepairPolicy>,
@@ -100,6 +102,15 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     positive("request_timeout_seconds", cfg.request_timeout_seconds)?;
     positive("probe_interval_seconds", cfg.probe_interval_seconds)?;
     positive("probe_timeout_seconds", cfg.probe_timeout_seconds)?;
+    positive("lease_duration_seconds", cfg.lease_duration_seconds)?;
+    if let Some(d) = cfg.lease_duration_seconds {
+        if d < 3.0 {
+            return Err(key(
+                "lease_duration_seconds",
+                format!("{d} is too short: the holder renews every third of it (3 s at least)"),
+            ));
+        }
+    }
     if let Some(listen) = &cfg.listen {
         listen
             .parse::<std::net::SocketAddr>()
@@ -143,6 +154,7 @@ pub struct Effective {
     pub request_timeout: Duration,
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
+    pub lease_duration: Duration,
     pub log_format: Format,
     pub settings: Settings,
     pub repair: AutoRepairPolicy,
@@ -168,6 +180,7 @@ pub struct Flags {
     pub request_timeout_seconds: Option<f64>,
     pub probe_interval_seconds: Option<f64>,
     pub probe_timeout_seconds: Option<f64>,
+    pub lease_duration_seconds: Option<f64>,
     pub disable_rule: Vec<String>,
     pub rule_setting: Vec<String>,
     pub log_format: Option<Format>,
@@ -185,6 +198,7 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         ("--request-timeout-seconds", args.request_timeout_seconds),
         ("--probe-interval-seconds", args.probe_interval_seconds),
         ("--probe-timeout-seconds", args.probe_timeout_seconds),
+        ("--lease-duration-seconds", args.lease_duration_seconds),
     ] {
         if let Some(s) = v {
             if !(s.is_finite() && s > 0.0) {
@@ -205,7 +219,7 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         (None, Some("json")) => Format::Json,
         _ => Format::Text,
     };
-    Ok(Effective {
+    Effective {
         listen: args
             .listen
             .clone()
@@ -257,10 +271,42 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
                 .or(file.probe_timeout_seconds)
                 .unwrap_or(60.0),
         ),
+        lease_duration: secs(
+            args.lease_duration_seconds
+                .or(file.lease_duration_seconds)
+                .unwrap_or(60.0)
+                .max(3.0),
+        ),
         log_format,
         settings,
         repair: file.repair.clone().unwrap_or_default(),
-    })
+    }
+    .meaningful()
+}
+
+impl Effective {
+    /// The longest an agent goes between two samples of its path to the API server when all is
+    /// well: the prober's probe interval, the others' Lease reads (two thirds of the lease).
+    pub fn sample_period(&self) -> Duration {
+        self.probe_interval.max(self.lease_duration * 2 / 3)
+    }
+
+    /// Rejects settings that make a rule meaningless, naming the key.
+    fn meaningful(self) -> Result<Effective, ConfigError> {
+        let unreachable = self.settings.apiserver_unreachable_seconds;
+        let period = self.sample_period().as_secs_f64();
+        if (unreachable as f64) <= period {
+            return Err(key(
+                "rules: apiserver_unreachable_seconds",
+                format!(
+                    "{unreachable} s is not above the time between two API samples ({period:.0} s: the larger of \
+                     probe_interval_seconds and two thirds of lease_duration_seconds); the rule would fire \
+                     with no failed probe"
+                ),
+            ));
+        }
+        Ok(self)
+    }
 }
 
 /// Loads the file named by `--config` (none: defaults).

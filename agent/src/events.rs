@@ -55,6 +55,8 @@ pub struct RecordStats {
     pub failed: usize,
     /// Event reasons of what was sent, for `nodemedic_events_emitted_total{reason}`.
     pub reasons: Vec<String>,
+    /// A request failed because the API server is unavailable; the rest was not tried.
+    pub unavailable: bool,
 }
 
 /// Publishes findings as Event series.
@@ -64,7 +66,38 @@ pub struct EventRecorder {
     instance: String,
     series_interval: Duration,
     series: HashMap<String, Series>,
+    /// What cluster-level findings (admission) are recorded on: the prober's Lease.
+    cluster_object: Option<ObjectReference>,
+    /// Findings over the budget, reported in the summary Event.
+    summarized: std::collections::HashSet<String>,
+    summary: Option<Series>,
+    /// The current budget window and the series started in it.
+    window_start: Option<Instant>,
+    created_in_window: usize,
 }
+
+/// Rules about the cluster, not the node: only the elected prober raises them, and their
+/// Events are on its Lease, so the cluster has one series whichever agent probes.
+pub const CLUSTER_RULES: &[&str] = &[
+    nodemedic_rules::rules::slow_pod_admission::ID,
+    nodemedic_rules::rules::webhook_blocks_dry_run::ID,
+];
+
+/// The prober's Lease, as an Event's `regarding`.
+pub fn lease_reference(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("coordination.k8s.io/v1".into()),
+        kind: Some("Lease".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+/// New Event series per series interval, per node; more findings go into one summary Event.
+pub const NEW_EVENTS_PER_WINDOW: usize = 20;
+/// The reason of the summary Event.
+pub const SUMMARY_REASON: &str = "FindingsSummarized";
 
 impl std::fmt::Debug for EventRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -182,6 +215,24 @@ impl EventRecorder {
             instance: instance.to_string(),
             series_interval,
             series: HashMap::new(),
+            cluster_object: None,
+            summarized: Default::default(),
+            summary: None,
+            window_start: None,
+            created_in_window: 0,
+        }
+    }
+
+    /// Records cluster-level findings (see [`CLUSTER_RULES`]) on `object` instead of the Node.
+    pub fn with_cluster_object(mut self, object: ObjectReference) -> Self {
+        self.cluster_object = Some(object);
+        self
+    }
+
+    fn reference(&self, f: &Finding) -> ObjectReference {
+        match &self.cluster_object {
+            Some(o) if CLUSTER_RULES.contains(&f.rule.as_str()) => o.clone(),
+            _ => reference(f, &self.node),
         }
     }
 
@@ -197,6 +248,12 @@ impl EventRecorder {
 
     /// Creates Events for new findings, updates the series of lasting ones when due, and ends
     /// the series of findings that cleared.
+    ///
+    /// At most [`NEW_EVENTS_PER_WINDOW`] new series start per series interval: a burst of
+    /// findings beyond that (a node where 200 pods break at once) becomes one summary Event on
+    /// the Node that counts them by rule, and those findings stay in the summary for as long as
+    /// they last. A request that fails because the API server is unavailable (no answer, 5xx,
+    /// 429, 401) ends the call: the rest waits for the caller's next attempt, after its backoff.
     pub async fn record(&mut self, findings: &[Finding]) -> RecordStats {
         let mut stats = RecordStats::default();
         let now = Instant::now();
@@ -207,76 +264,200 @@ impl EventRecorder {
         let keep = self.series_interval;
         self.series
             .retain(|k, s| current.contains_key(k) || now.duration_since(s.last_seen) < keep);
-        for (key, f) in current {
+        self.summarized.retain(|k| current.contains_key(k));
+        if self.window_start.is_none_or(|w| now.duration_since(w) >= self.series_interval) {
+            self.window_start = Some(now);
+            self.created_in_window = 0;
+        }
+        let mut keys: Vec<&String> = current.keys().collect();
+        // Worst first, so a capped burst spends its Events on what matters most.
+        keys.sort_by(|a, b| current[*b].severity.cmp(&current[*a].severity).then(a.cmp(b)));
+        let mut overflow: Vec<&Finding> = vec![];
+        for key in keys {
+            let f = current[key];
+            if self.summarized.contains(key) {
+                overflow.push(f);
+                continue;
+            }
             let reason = rules::by_id(&f.rule)
                 .map_or("NodemedicFinding", |r| r.event_reason)
                 .to_string();
-            match self.series.get_mut(&key) {
-                Some(s) => {
-                    s.count += 1;
-                    s.last_seen = now;
-                    if now.duration_since(s.last_sent) < self.series_interval {
-                        continue;
-                    }
-                    let patch = serde_json::json!({
-                        "series": {"count": s.count, "lastObservedTime": MicroTime(jiff::Timestamp::now())},
-                    });
-                    let api: Api<Event> = Api::namespaced(self.client.clone(), &s.namespace);
-                    match api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                        Ok(_) => {
+            if let Some(s) = self.series.get_mut(key) {
+                s.count += 1;
+                s.last_seen = now;
+                if now.duration_since(s.last_sent) < self.series_interval {
+                    continue;
+                }
+                let (namespace, name, count) = (s.namespace.clone(), s.name.clone(), s.count);
+                match self.patch_series(&namespace, &name, count).await {
+                    Ok(()) => {
+                        if let Some(s) = self.series.get_mut(key) {
                             s.last_sent = now;
-                            stats.patched += 1;
                             stats.reasons.push(s.reason.clone());
                         }
-                        Err(e) => {
-                            tracing::warn!(event = %s.name, error = %e, "could not update an event series");
-                            stats.failed += 1;
+                        stats.patched += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(event = %name, error = %crate::kube_api::Error::request("PATCH", format!("events {namespace}/{name}"), &e), "could not update an event series");
+                        stats.failed += 1;
+                        if unavailable(&e) {
+                            stats.unavailable = true;
+                            return stats;
                         }
                     }
                 }
-                None => {
-                    let (namespace, event) = EventSpec {
-                        regarding: reference(f, &self.node),
-                        type_: if f.severity >= Severity::Warning {
-                            "Warning"
-                        } else {
-                            "Normal"
+                continue;
+            }
+            if self.created_in_window >= NEW_EVENTS_PER_WINDOW {
+                self.summarized.insert(key.clone());
+                overflow.push(f);
+                continue;
+            }
+            let spec = EventSpec {
+                regarding: self.reference(f),
+                type_: if f.severity >= Severity::Warning {
+                    "Warning"
+                } else {
+                    "Normal"
+                },
+                reason: reason.clone(),
+                action: "Detected",
+                note: f.summary.clone(),
+                label: ("nodemedic.io/rule", f.rule.clone()),
+                instance: self.instance.clone(),
+            };
+            match self.create(spec).await {
+                Ok((namespace, name)) => {
+                    stats.created += 1;
+                    self.created_in_window += 1;
+                    stats.reasons.push(reason.clone());
+                    self.series.insert(
+                        key.clone(),
+                        Series {
+                            last_seen: now,
+                            namespace,
+                            name,
+                            reason,
+                            count: 1,
+                            last_sent: now,
                         },
-                        reason: reason.clone(),
-                        action: "Detected",
-                        note: f.summary.clone(),
-                        label: ("nodemedic.io/rule", f.rule.clone()),
-                        instance: self.instance.clone(),
-                    }
-                    .build();
-                    let name = event.metadata.name.clone().unwrap_or_default();
-                    let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-                    match api.create(&PostParams::default(), &event).await {
-                        Ok(_) => {
-                            stats.created += 1;
-                            stats.reasons.push(reason.clone());
-                            self.series.insert(
-                                key,
-                                Series {
-                                    last_seen: now,
-                                    namespace,
-                                    name,
-                                    reason,
-                                    count: 1,
-                                    last_sent: now,
-                                },
-                            );
-                        }
-                        Err(e) => {
-                            // Not remembered: the next scan tries again.
-                            tracing::warn!(rule = %f.rule, error = %e, "could not create an event");
-                            stats.failed += 1;
-                        }
+                    );
+                }
+                Err(e) => {
+                    // Not remembered: the next attempt tries again.
+                    tracing::warn!(rule = %f.rule, error = %e, "could not create an event");
+                    stats.failed += 1;
+                    if e.status().is_none_or(|c| c >= 500 || c == 429 || c == 401) {
+                        stats.unavailable = true;
+                        return stats;
                     }
                 }
             }
         }
+        self.summarize(&overflow, now, &mut stats).await;
         stats
+    }
+
+    /// The summary Event of findings over the budget: created when the first one overflows,
+    /// its series updated when due while any remain.
+    async fn summarize(&mut self, overflow: &[&Finding], now: Instant, stats: &mut RecordStats) {
+        if overflow.is_empty() {
+            self.summary = None;
+            return;
+        }
+        if let Some(s) = &mut self.summary {
+            s.count += 1;
+            s.last_seen = now;
+            if now.duration_since(s.last_sent) < self.series_interval {
+                return;
+            }
+            let (namespace, name, count) = (s.namespace.clone(), s.name.clone(), s.count);
+            match self.patch_series(&namespace, &name, count).await {
+                Ok(()) => {
+                    if let Some(s) = &mut self.summary {
+                        s.last_sent = now;
+                    }
+                    stats.patched += 1;
+                    stats.reasons.push(SUMMARY_REASON.into());
+                }
+                Err(e) => {
+                    stats.failed += 1;
+                    stats.unavailable |= unavailable(&e);
+                }
+            }
+            return;
+        }
+        let mut by_rule: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in overflow {
+            *by_rule.entry(f.rule.as_str()).or_default() += 1;
+        }
+        let counts: Vec<String> = by_rule.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+        let spec = EventSpec {
+            regarding: regarding("Node", None, None, None, &self.node),
+            type_: "Warning",
+            reason: SUMMARY_REASON.into(),
+            action: "Detected",
+            note: format!(
+                "{} more findings on node {} than nodemedic sends as Events of their own ({NEW_EVENTS_PER_WINDOW} new \
+                 per {} s): {}. `kubectl nodemedic scan {}` lists them all, with evidence.",
+                overflow.len(),
+                self.node,
+                self.series_interval.as_secs(),
+                counts.join(", "),
+                self.node
+            ),
+            label: ("nodemedic.io/rule", "summary".into()),
+            instance: self.instance.clone(),
+        };
+        match self.create(spec).await {
+            Ok((namespace, name)) => {
+                stats.created += 1;
+                stats.reasons.push(SUMMARY_REASON.into());
+                self.summary = Some(Series {
+                    last_seen: now,
+                    namespace,
+                    name,
+                    reason: SUMMARY_REASON.into(),
+                    count: 1,
+                    last_sent: now,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not create the summary event");
+                stats.failed += 1;
+                stats.unavailable |= e.status().is_none_or(|c| c >= 500 || c == 429 || c == 401);
+            }
+        }
+    }
+
+    async fn patch_series(&self, namespace: &str, name: &str, count: i32) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "series": {"count": count, "lastObservedTime": MicroTime(jiff::Timestamp::now())},
+        });
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates one Event; returns its namespace and name.
+    async fn create(&self, spec: EventSpec) -> Result<(String, String), crate::kube_api::Error> {
+        let (namespace, event) = spec.build();
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &event)
+            .await
+            .map_err(|e| crate::kube_api::Error::request("POST", format!("events in {namespace}"), &e))?;
+        Ok((namespace, name))
+    }
+}
+
+/// Whether a failed request says the API server is unavailable to us (no answer, 5xx, 429,
+/// 401) rather than that this one request was wrong.
+pub fn unavailable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 401,
+        _ => true,
     }
 }
 

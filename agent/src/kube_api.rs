@@ -69,27 +69,24 @@ pub enum Error {
 }
 
 impl Error {
-    /// A failed request, classified: kube's own timeouts say "timeout".
+    /// A failed request, classified: a request that ran out of time says "timeout", whatever
+    /// layer of the client noticed (hyper's `SendRequest` wraps the read timeout's I/O error).
     pub fn request(verb: &'static str, resource: impl Into<String>, e: &kube::Error) -> Self {
         let resource = resource.into();
-        let message = e.to_string();
         let status = match e {
             kube::Error::Api(s) => Some(s.code),
             _ => None,
         };
-        let timed_out = status.is_none() && (message.contains("timed out") || message.contains("Elapsed"));
-        if timed_out {
-            return Error::Request {
-                verb,
-                resource,
-                message: format!("timeout ({message})"),
-                status,
-            };
-        }
+        let message = chain_text(e);
+        let timed_out = status.is_none() && is_timeout(e);
         Error::Request {
             verb,
             resource,
-            message,
+            message: if timed_out {
+                format!("timeout ({message})")
+            } else {
+                message
+            },
             status,
         }
     }
@@ -100,6 +97,61 @@ impl Error {
             Error::Request { status, .. } => *status,
             _ => None,
         }
+    }
+}
+
+/// An error and its sources, outermost first, joined by `: ` (repeats left out).
+pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Whether any error in the chain is a timeout (an I/O `TimedOut`, tokio's elapsed deadline).
+pub fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        if err.downcast_ref::<tokio::time::error::Elapsed>().is_some() {
+            return true;
+        }
+        let text = err.to_string().to_ascii_lowercase();
+        if text.contains("timed out") || text.contains("deadline has elapsed") {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// Runs one request with a deadline of its own: when it runs out the error says "timeout" with
+/// the verb and resource.
+pub async fn with_deadline<T>(
+    verb: &'static str,
+    resource: impl Into<String>,
+    deadline: Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, Error> {
+    let resource = resource.into();
+    match tokio::time::timeout(deadline, request).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::request(verb, resource, &e)),
+        Err(_) => Err(Error::Timeout {
+            verb,
+            resource,
+            seconds: deadline.as_secs_f64().ceil() as u64,
+        }),
     }
 }
 

@@ -210,16 +210,39 @@ impl Target {
 
     /// Runs one probe with an overall `timeout`; never fails, the sample says what happened.
     pub async fn probe(&self, probe: Probe, timeout: Duration) -> ProbeSample {
+        self.timed(probe.name(), self.request(probe), timeout).await.0
+    }
+
+    /// A timed `GET` of `path` (under the server's base path), as the read probe `get`: the
+    /// sample, and the answer's status and body when one arrived. A `404` counts as a good
+    /// sample (the API server answered); the caller reads the status.
+    pub async fn get(&self, path: &str, timeout: Duration) -> (ProbeSample, Option<(u16, Bytes)>) {
+        let request = (http::Method::GET, format!("{}{path}", self.base), None);
+        let (mut sample, answer) = self.timed(Probe::Get.name(), request, timeout).await;
+        if sample.status == Some(404) {
+            sample.ok = true;
+            sample.error = None;
+        }
+        (sample, answer)
+    }
+
+    async fn timed(
+        &self,
+        name: &str,
+        request: (http::Method, String, Option<Vec<u8>>),
+        timeout: Duration,
+    ) -> (ProbeSample, Option<(u16, Bytes)>) {
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut sample = ProbeSample {
-            probe: probe.name().into(),
+            probe: name.into(),
             at,
             ..Default::default()
         };
         let start = Instant::now();
-        let result = tokio::time::timeout(timeout, self.run(probe, start, &mut sample)).await;
+        let mut answer = None;
+        let result = tokio::time::timeout(timeout, self.run(request, start, &mut sample, &mut answer)).await;
         sample.total_seconds = start.elapsed().as_secs_f64();
         match result {
             Err(_) => sample.error = Some(format!("no complete answer within {:.0} s", timeout.as_secs_f64())),
@@ -228,10 +251,16 @@ impl Target {
         }
         // Phases not reached stay at 0; make the breakdown monotonic for readers.
         sample.ok = sample.error.is_none() && sample.status.is_some_and(|s| (200..300).contains(&s));
-        sample
+        (sample, answer)
     }
 
-    async fn run(&self, probe: Probe, start: Instant, s: &mut ProbeSample) -> Result<(), ProbeError> {
+    async fn run(
+        &self,
+        request: (http::Method, String, Option<Vec<u8>>),
+        start: Instant,
+        s: &mut ProbeSample,
+        answer: &mut Option<(u16, Bytes)>,
+    ) -> Result<(), ProbeError> {
         let fail = ProbeError::Request;
         let addrs: Vec<std::net::SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![std::net::SocketAddr::new(ip, self.port)],
@@ -252,7 +281,7 @@ impl Target {
         match &self.tls {
             None => {
                 s.tls_seconds = s.connect_seconds;
-                self.exchange(probe, tcp, start, s).await
+                self.exchange(request, tcp, start, s, answer).await
             }
             Some(cfg) => {
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
@@ -262,12 +291,19 @@ impl Target {
                     .await
                     .map_err(|e| fail(format!("TLS handshake with {addr}: {e}")))?;
                 s.tls_seconds = start.elapsed().as_secs_f64();
-                self.exchange(probe, tls, start, s).await
+                self.exchange(request, tls, start, s, answer).await
             }
         }
     }
 
-    async fn exchange<IO>(&self, probe: Probe, io: IO, start: Instant, s: &mut ProbeSample) -> Result<(), ProbeError>
+    async fn exchange<IO>(
+        &self,
+        (method, path, body): (http::Method, String, Option<Vec<u8>>),
+        io: IO,
+        start: Instant,
+        s: &mut ProbeSample,
+        answer: &mut Option<(u16, Bytes)>,
+    ) -> Result<(), ProbeError>
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -275,7 +311,6 @@ impl Target {
             .await
             .map_err(|e| ProbeError::Request(format!("HTTP: {e}")))?;
         let driver = tokio::spawn(conn);
-        let (method, path, body) = self.request(probe);
         let mut req = http::Request::builder()
             .method(method)
             .uri(&path)
@@ -308,6 +343,7 @@ impl Target {
             .map_err(|e| ProbeError::Request(format!("reading the answer: {e}")))?
             .to_bytes();
         driver.abort();
+        *answer = Some((status, bytes.clone()));
         if !(200..300).contains(&status) {
             let message = serde_json::from_slice::<serde_json::Value>(&bytes)
                 .ok()

@@ -426,7 +426,8 @@ impl PodSource {
 
 /// One timed request to the API server, like `curl -w`: seconds from the start of the
 /// request until each phase ended.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ProbeSample {
     /// `get` (`/version`), `list` (this node's pods, `limit=1`) or `create_dry_run` (a minimal
     /// pod created with `dryRun=All`, through the whole admission chain).

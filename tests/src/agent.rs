@@ -85,6 +85,9 @@ impl Agent {
             ("--scan-interval-seconds", "0.3"),
             ("--driver-cache-ttl-seconds", "0.5"),
             ("--request-timeout-seconds", "3"),
+            // The only agent takes the prober Lease at once; a short lease keeps short
+            // `apiserver_unreachable_seconds` settings meaningful.
+            ("--lease-duration-seconds", "3"),
         ] {
             if !extra.contains(&flag) {
                 args.extend([flag.to_string(), value.to_string()]);

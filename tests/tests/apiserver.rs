@@ -193,6 +193,10 @@ impl Client {
         self.call("DELETE", path, Some("application/json"), body).await
     }
 
+    async fn put(&self, path: &str, body: &Value) -> Reply {
+        self.call("PUT", path, Some("application/json"), Some(body)).await
+    }
+
     async fn watch(&self, path: &str) -> Watch {
         let resp = self
             .send(Self::request("GET", path, None, None))
@@ -227,6 +231,26 @@ fn node(name: &str) -> Value {
             {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
             {"type": "Ready", "status": "True", "reason": "KubeletReady"}
         ]}
+    })
+}
+
+/// A node heartbeat Lease as the kubelet writes it, with MicroTime timestamps.
+fn lease(ns: &str, name: &str, holder: &str, renew: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {"nodemedic.io/last-report": "{\"healthy\":true}", "example.com/empty": ""}
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 40,
+            "acquireTime": "2026-11-24T03:39:20.000001Z",
+            "renewTime": renew,
+            "leaseTransitions": 3
+        }
     })
 }
 
@@ -272,7 +296,10 @@ async fn version_health_discovery_and_metrics() {
         .iter()
         .map(|g| g["name"].as_str().unwrap())
         .collect();
-    assert_eq!(group_names, ["events.k8s.io", "admissionregistration.k8s.io"]);
+    assert_eq!(
+        group_names,
+        ["events.k8s.io", "admissionregistration.k8s.io", "coordination.k8s.io"]
+    );
     assert_eq!(
         c.get("/apis/events.k8s.io/v1").await.json()["resources"][0]["name"],
         "events"
@@ -1241,6 +1268,356 @@ async fn bad_requests_get_status_answers() {
     assert_eq!(c.get("/version").await.status, 200, "still serving");
 }
 
+#[tokio::test]
+async fn leases_round_trip_with_optimistic_concurrency() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let coll = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let path = format!("{coll}/n1");
+    let first = lease("kube-node-lease", "n1", "n1", "2026-11-24T03:40:00.123456Z");
+
+    let created = c.post(coll, &first).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let created = created.json();
+    assert_eq!(
+        (&created["apiVersion"], &created["kind"]),
+        (&json!("coordination.k8s.io/v1"), &json!("Lease"))
+    );
+    assert_eq!(created["spec"], first["spec"], "spec round-trips unchanged");
+    assert_eq!(created["metadata"]["annotations"], first["metadata"]["annotations"]);
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["creationTimestamp"].is_string());
+    assert!(created.get("status").is_none(), "Lease has no status");
+    let rv1 = rv_of(&created);
+
+    // Creating it again: 409 AlreadyExists.
+    let again = c.post(coll, &first).await;
+    assert_eq!(again.status, 409);
+    assert_eq!(
+        again.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "leases.coordination.k8s.io \"n1\" already exists", "reason": "AlreadyExists",
+               "details": {"name": "n1", "group": "coordination.k8s.io", "kind": "leases"}, "code": 409})
+    );
+
+    let got = c.get(&path).await.json();
+    assert_eq!(got, created);
+    assert_eq!(
+        api.store().get("leases", Some("kube-node-lease"), "n1").unwrap(),
+        created
+    );
+
+    // Renew with the current resource version.
+    let mut renewed = got.clone();
+    renewed["spec"]["renewTime"] = "2026-11-24T03:40:10.654321Z".into();
+    renewed["spec"]["holderIdentity"] = "n1-restarted".into();
+    renewed["spec"]["leaseTransitions"] = 4.into();
+    renewed["metadata"]["annotations"]["nodemedic.io/last-report"] = "{\"healthy\":false}".into();
+    let r = c.put(&path, &renewed).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let updated = r.json();
+    assert!(rv_of(&updated) > rv1);
+    assert_eq!(updated["spec"], renewed["spec"]);
+    assert_eq!(updated["metadata"]["annotations"], renewed["metadata"]["annotations"]);
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(c.get(&path).await.json(), updated);
+
+    // A writer holding the first version loses: 409 Conflict, nothing written.
+    let mut stale = got.clone();
+    stale["spec"]["holderIdentity"] = "someone-else".into();
+    let r = c.put(&path, &stale).await;
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Operation cannot be fulfilled on leases.coordination.k8s.io \"n1\": the object has been \
+                           modified; please apply your changes to the latest version and try again",
+               "reason": "Conflict",
+               "details": {"name": "n1", "group": "coordination.k8s.io", "kind": "leases"}, "code": 409})
+    );
+    assert_eq!(c.get(&path).await.json()["spec"]["holderIdentity"], "n1-restarted");
+
+    // Without a resource version the update is unconditional (leases allow it).
+    let mut blind = lease("kube-node-lease", "n1", "n2", "2026-11-24T03:41:00.000000Z");
+    blind["spec"]["leaseTransitions"] = 5.into();
+    let r = c.put(&path, &blind).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let taken = r.json();
+    assert_eq!(taken["spec"], blind["spec"]);
+    assert!(rv_of(&taken) > rv_of(&updated));
+    assert_eq!(
+        taken["metadata"]["creationTimestamp"],
+        created["metadata"]["creationTimestamp"]
+    );
+
+    // A merge patch (another way holders renew) keeps the other fields.
+    let patched = c
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &json!({"spec": {"renewTime": "2026-11-24T03:41:05.000007Z"}}),
+        )
+        .await
+        .json();
+    assert_eq!(patched["spec"]["renewTime"], "2026-11-24T03:41:05.000007Z");
+    assert_eq!(patched["spec"]["acquireTime"], "2026-11-24T03:39:20.000001Z");
+    assert_eq!(patched["spec"]["leaseDurationSeconds"], 40);
+
+    // ValidateLeaseSpec.
+    let mut bad = lease("kube-node-lease", "n2", "n2", "2026-11-24T03:40:00.000000Z");
+    bad["spec"]["leaseDurationSeconds"] = 0.into();
+    let r = c.post(coll, &bad).await;
+    assert_eq!((r.status, r.json()["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(
+        r.json()["message"],
+        "Lease \"n2\" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0"
+    );
+
+    // Lists, in one namespace and across all, and discovery.
+    c.post(
+        "/apis/coordination.k8s.io/v1/namespaces/nodemedic/leases",
+        &lease("nodemedic", "nodemedic-leader", "pod-a", "2026-11-24T03:40:00.000000Z"),
+    )
+    .await;
+    let all = c.get("/apis/coordination.k8s.io/v1/leases").await.json();
+    assert_eq!(all["kind"], "LeaseList");
+    assert_eq!(names(&all), ["n1", "nodemedic-leader"]);
+    let one = c
+        .get("/apis/coordination.k8s.io/v1/namespaces/nodemedic/leases?fieldSelector=metadata.name%3Dnodemedic-leader")
+        .await
+        .json();
+    assert_eq!(names(&one), ["nodemedic-leader"]);
+    assert_eq!(
+        c.get("/apis/coordination.k8s.io/v1/leases?fieldSelector=spec.holderIdentity%3Dn1")
+            .await
+            .status,
+        400,
+        "no field labels beyond metadata"
+    );
+    assert_eq!(
+        c.get(&format!("{path}/status")).await.status,
+        404,
+        "no status subresource"
+    );
+    let resources = c.get("/apis/coordination.k8s.io/v1").await.json();
+    assert_eq!(
+        resources["resources"],
+        json!([{"name": "leases", "singularName": "lease", "namespaced": true, "kind": "Lease",
+                "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}])
+    );
+
+    // Deleting answers with a Status.
+    let gone = c.delete(&path, None).await.json();
+    assert_eq!(
+        (&gone["status"], &gone["details"]["kind"]),
+        (&json!("Success"), &json!("leases"))
+    );
+    assert_eq!(c.get(&path).await.status, 404);
+}
+
+#[tokio::test]
+async fn configmaps_create_get_list() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let cm = |ns: &str, name: &str, app: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+            "data": {"nodemedic.yaml": "scan_interval: 30s\nrules:\n  - stale-cpu\n", "empty": ""},
+            "binaryData": {"blob": "AAEC/w=="}
+        })
+    };
+    let body = cm("nodemedic", "nodemedic-config", "nodemedic");
+    let r = c.post("/api/v1/namespaces/nodemedic/configmaps", &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let created = r.json();
+    assert_eq!(created["data"], body["data"]);
+    assert_eq!(created["binaryData"], body["binaryData"]);
+    assert_eq!(created["kind"], "ConfigMap");
+    let got = c
+        .get("/api/v1/namespaces/nodemedic/configmaps/nodemedic-config")
+        .await
+        .json();
+    assert_eq!(got, created);
+    assert_eq!(
+        api.store().get("cm", Some("nodemedic"), "nodemedic-config").unwrap(),
+        created
+    );
+    assert_eq!(
+        c.post("/api/v1/namespaces/nodemedic/configmaps", &body).await.json()["message"],
+        "configmaps \"nodemedic-config\" already exists"
+    );
+
+    api.store().create(cm("nodemedic", "other", "other"));
+    api.store().create(cm("kube-system", "kube-proxy", "kube-proxy"));
+    let list = c.get("/api/v1/namespaces/nodemedic/configmaps").await.json();
+    assert_eq!(list["kind"], "ConfigMapList");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(names(&list), ["nodemedic-config", "other"]);
+    let all = c.get("/api/v1/configmaps").await.json();
+    assert_eq!(names(&all), ["kube-proxy", "nodemedic-config", "other"]);
+    let labelled = c.get("/api/v1/configmaps?labelSelector=app%3Dnodemedic").await.json();
+    assert_eq!(names(&labelled), ["nodemedic-config"]);
+    let by_ns = c
+        .get("/api/v1/configmaps?fieldSelector=metadata.namespace%3Dkube-system")
+        .await
+        .json();
+    assert_eq!(names(&by_ns), ["kube-proxy"]);
+    assert_eq!(c.get("/api/v1/configmaps?fieldSelector=data.x%3Dy").await.status, 400);
+
+    let core = c.get("/api/v1").await.json();
+    let entry = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "configmaps")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&entry["kind"], &entry["namespaced"], &entry["shortNames"]),
+        (&json!("ConfigMap"), &json!(true), &json!(["cm"]))
+    );
+}
+
+#[tokio::test]
+async fn refusing_server_closes_its_ports_then_listens_on_them_again() {
+    use std::io::ErrorKind;
+
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(node("n1"));
+    let plain = Client::http(&api);
+    let tls = Client::https(&api);
+    let mut w = plain.watch("/api/v1/nodes?watch=true").await;
+    assert_eq!(w.event().await["type"], "ADDED");
+    assert_eq!(tls.get("/version").await.status, 200);
+    let (http_addr, https_addr) = (api.http_addr(), api.https_addr());
+
+    api.faults().set_refusing(true);
+    assert!(api.faults().is_refusing());
+    api.clear_requests();
+    for addr in [http_addr, https_addr] {
+        let err = TcpStream::connect(addr).await.expect_err("nothing listens");
+        assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{addr}: {err}");
+    }
+    assert!(
+        matches!(w.next(Duration::from_secs(5)).await, Next::Broken),
+        "open watches are cut"
+    );
+    assert!(plain.try_call("GET", "/version", None, None).await.is_err());
+    assert!(tls.try_call("GET", "/version", None, None).await.is_err());
+    assert!(api.requests().is_empty(), "refused connections never reach the server");
+    // Still refusing a while later: nothing re-opens the ports behind the test's back.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        TcpStream::connect(http_addr).await.unwrap_err().kind(),
+        ErrorKind::ConnectionRefused
+    );
+
+    api.faults().set_refusing(false);
+    assert!(!api.faults().is_refusing());
+    TcpStream::connect(http_addr).await.expect("listening again");
+    TcpStream::connect(https_addr).await.expect("listening again");
+    assert_eq!((api.http_addr(), api.https_addr()), (http_addr, https_addr));
+    let v = plain.get("/version").await;
+    assert_eq!((v.status, v.json()["gitVersion"].clone()), (200, json!(GIT_VERSION)));
+    assert_eq!(tls.get("/api/v1/nodes").await.status, 200);
+    let mut w = plain.watch("/api/v1/nodes?watch=true").await;
+    assert_eq!(w.event().await["type"], "ADDED");
+    assert_eq!(api.requests().len(), 3);
+
+    // Several outages in a row, and `clear` ends one.
+    for _ in 0..3 {
+        api.faults().set_refusing(true);
+        assert!(TcpStream::connect(https_addr).await.is_err());
+        api.faults().set_refusing(false);
+        assert_eq!(tls.get("/version").await.status, 200);
+    }
+    api.faults().set_refusing(true);
+    api.faults().set_refusing(true);
+    api.faults().clear();
+    assert_eq!(plain.get("/version").await.status, 200);
+
+    // A `Faults` handle that outlives the server does not bring its ports back.
+    let faults = api.faults();
+    drop(api);
+    faults.set_refusing(true);
+    faults.set_refusing(false);
+    assert_eq!(
+        TcpStream::connect(http_addr).await.unwrap_err().kind(),
+        ErrorKind::ConnectionRefused
+    );
+}
+
+#[tokio::test]
+async fn injected_401_answers_every_request() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(node("n1"));
+    api.store()
+        .create(lease("kube-node-lease", "n1", "n1", "2026-11-24T03:40:00.123456Z"));
+    api.faults().fail("*", "*", 401, None, None);
+    let unauthorized = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";
+    let merge = Some("application/merge-patch+json");
+    let json_ct = Some("application/json");
+    let node_body = node("n2");
+    let lease_body = lease("kube-node-lease", "n1", "n2", "2026-11-24T03:41:00.000000Z");
+    let status_patch = json!({"status": {}});
+    let cases: Vec<(&str, &str, Option<&str>, Option<&Value>)> = vec![
+        ("GET", "/version", None, None),
+        ("GET", "/metrics", None, None),
+        ("GET", "/healthz", None, None),
+        ("GET", "/readyz?verbose", None, None),
+        ("GET", "/", None, None),
+        ("GET", "/api", None, None),
+        ("GET", "/api/v1", None, None),
+        ("GET", "/apis", None, None),
+        ("GET", "/apis/coordination.k8s.io/v1", None, None),
+        ("GET", "/apis/apps/v1/deployments", None, None),
+        ("GET", "/api/v1/nodes", None, None),
+        ("GET", "/api/v1/pods?limit=1", None, None),
+        ("GET", "/api/v1/nodes?watch=true", None, None),
+        ("GET", "/api/v1/watch/nodes/n1", None, None),
+        ("GET", "/api/v1/nodes?watch=maybe", None, None),
+        ("GET", "/api/v1/nodes/n1", None, None),
+        ("GET", lease_path, None, None),
+        ("POST", "/api/v1/nodes", json_ct, Some(&node_body)),
+        ("PUT", lease_path, json_ct, Some(&lease_body)),
+        ("PATCH", "/api/v1/nodes/n1/status", merge, Some(&status_patch)),
+        ("DELETE", "/api/v1/nodes/n1", None, None),
+        (
+            "DELETE",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            None,
+            None,
+        ),
+        ("PUT", "/api/v1/nodes", json_ct, Some(&node_body)),
+    ];
+    for client in [Client::http(&api), Client::https(&api)] {
+        for (method, path, ct, body) in &cases {
+            let r = client.call(method, path, *ct, *body).await;
+            assert_eq!(r.status, 401, "{method} {path}: {}", r.text);
+            assert_eq!(r.headers["content-type"], "application/json", "{method} {path}");
+            assert_eq!(r.json(), unauthorized, "{method} {path}");
+        }
+    }
+    let seen = api.requests();
+    assert_eq!(seen.len(), 2 * cases.len());
+    assert!(seen.iter().all(|r| r.status == 401));
+    assert!(seen.iter().any(|r| r.is_watch && r.resource == "nodes"));
+    assert!(api.store().get("nodes", None, "n1").is_some(), "nothing was written");
+    assert!(api.store().get("nodes", None, "n2").is_none());
+    assert_eq!(
+        api.store().get("leases", Some("kube-node-lease"), "n1").unwrap()["spec"]["holderIdentity"],
+        "n1"
+    );
+
+    api.faults().clear();
+    let c = Client::http(&api);
+    assert_eq!(c.get("/version").await.status, 200);
+    let mut w = c.watch("/api/v1/nodes?watch=true").await;
+    assert_eq!(w.event().await["type"], "ADDED");
+}
+
 mod kube_compat {
     //! The same double through kube-rs, over HTTPS with a kubeconfig, as the daemon uses it.
 
@@ -1447,6 +1824,60 @@ mod kube_compat {
     }
 
     #[tokio::test]
+    async fn leases_through_kube() {
+        use k8s_openapi::api::coordination::v1::Lease;
+
+        let api = ApiServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&api, dir.path()).await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        let raw = lease("kube-node-lease", "n1", "n1", "2026-11-24T03:40:00.123456Z");
+        let typed: Lease = serde_json::from_value(raw.clone()).unwrap();
+        let created = leases.create(&PostParams::default(), &typed).await.unwrap();
+        assert_eq!(created.spec, typed.spec);
+        assert_eq!(created.metadata.annotations, typed.metadata.annotations);
+        // k8s-openapi writes MicroTime back exactly as the server stored it.
+        assert_eq!(serde_json::to_value(&created).unwrap()["spec"], raw["spec"]);
+
+        let mut renewed = created.clone();
+        renewed.spec.as_mut().unwrap().holder_identity = Some("n1-restarted".into());
+        let renewed = leases.replace("n1", &PostParams::default(), &renewed).await.unwrap();
+        assert_ne!(renewed.metadata.resource_version, created.metadata.resource_version);
+
+        // The second writer, holding the old version, gets the conflict leader election
+        // relies on.
+        let mut stale = created.clone();
+        stale.spec.as_mut().unwrap().holder_identity = Some("other".into());
+        match leases.replace("n1", &PostParams::default(), &stale).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"), "{s:?}");
+                assert!(s.message.contains("the object has been modified"), "{s:?}");
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        match leases.create(&PostParams::default(), &typed).await {
+            Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists")),
+            other => panic!("expected AlreadyExists, got {other:?}"),
+        }
+        let got = leases.get("n1").await.unwrap();
+        assert_eq!(got.spec.unwrap().holder_identity.as_deref(), Some("n1-restarted"));
+
+        // Through an outage in which nothing listens, the client reconnects to the same URL.
+        api.faults().set_refusing(true);
+        assert!(leases.get("n1").await.is_err());
+        api.faults().set_refusing(false);
+        assert!(leases.get("n1").await.is_ok());
+
+        // Unauthorized, as a kube client sees it.
+        api.faults().fail("*", "*", 401, None, None);
+        match leases.get("n1").await {
+            Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (401, "Unauthorized")),
+            other => panic!("expected 401, got {other:?}"),
+        }
+        assert!(client.apiserver_version().await.is_err());
+    }
+
+    #[tokio::test]
     async fn watcher_and_reflector_with_node_field_selector() {
         let api = ApiServer::start().await.unwrap();
         api.set_bookmark_interval(Duration::from_millis(200));
@@ -1534,6 +1965,12 @@ mod kube_compat {
         api.faults().set_down(false);
         store.create(pod("spark", "f", "n1", json!({})));
         events.expect(&["apply f", "init f"]).await;
+        // And one in which nothing listens on its port.
+        api.faults().set_refusing(true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        api.faults().set_refusing(false);
+        store.create(pod("spark", "g", "n1", json!({})));
+        events.expect(&["apply g", "init g"]).await;
         task.abort();
         let _ = task.await;
     }

@@ -356,13 +356,15 @@ async fn api_with_rejected_pods(n: u32) -> ApiServer {
 async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
     let api = api_with_rejected_pods(2).await;
     let store = api.store();
-    // Every write the daemon makes fails from the start: Events, the node's conditions and the
-    // automatic repair's DELETEs.
+    // Every write the daemon makes is refused from the start: Events, the node's conditions
+    // and the automatic repair's DELETEs. (403: each write is refused on its own; a 5xx would
+    // say the API server is unavailable and end the pass at the first write, see the outage
+    // tests.)
     let faults = api.faults();
-    faults.fail("create", "events.events.k8s.io", 500, None, None);
-    faults.fail("patch", "events.events.k8s.io", 500, None, None);
-    faults.fail("patch", "nodes/status", 500, None, None);
-    faults.fail("delete", "pods", 500, None, None);
+    faults.fail("create", "events.events.k8s.io", 403, None, None);
+    faults.fail("patch", "events.events.k8s.io", 403, None, None);
+    faults.fail("patch", "nodes/status", 403, None, None);
+    faults.fail("delete", "pods", 403, None, None);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(

@@ -937,6 +937,7 @@ case "$args" in
   *" exec "*) echo "fake exec"; exit "${FAKE_EXIT:-0}" ;;
   *" logs "*) echo "fake logs"; exit "${FAKE_EXIT:-0}" ;;
   *" get nodes "*) printf '%s' "${FAKE_NODES:-}" ;;
+  *" get lease "*) printf '%s' "${FAKE_LEASE:-}"; exit "${FAKE_LEASE_EXIT:-0}" ;;
   *" get pods "*" -o name "*) printf '%s' "${FAKE_PODS:-}" ;;
   *" get pods "*"jsonpath="*) printf '%s' "${FAKE_POD_NODES:-}" ;;
   *" get pods "*) echo "NODE POD READY"; printf '%s' "${FAKE_POD_NODES:-}" ;;
@@ -1219,21 +1220,45 @@ fn plugin_status_lists_agents_and_nodes_without_one() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("NODE POD READY"), "{stdout}");
-    assert!(stdout.contains("nodes without an agent"), "{stdout}");
-    assert!(stdout.trim_end().ends_with("  worker-3"), "{stdout}");
+    assert!(stdout.contains("nodes without an agent:\n  worker-3\n"), "{stdout}");
     assert!(calls.iter().all(|c| c[0] == "--context=prod"), "{calls:?}");
     assert!(
         calls[0]
             .iter()
             .any(|a| a.starts_with("custom-columns=NODE:.spec.nodeName,POD:.metadata.name,READY:"))
     );
-    // Every node covered: no such section.
-    let (code, stdout, _, _) = fake.run(
+    // Every node covered: no such section. The prober and its last result, from the Lease.
+    let (code, stdout, _, calls) = fake.run(
         &["status"],
-        &[("FAKE_POD_NODES", "worker-1\n"), ("FAKE_NODES", "worker-1\n")],
+        &[
+            ("FAKE_POD_NODES", "worker-1\n"),
+            ("FAKE_NODES", "worker-1\n"),
+            (
+                "FAKE_LEASE",
+                "nodemedic-abcde/worker-1|2026-11-24T03:40:00.000000Z|5 dry-run creates from worker-1: median 0.120 s",
+            ),
+        ],
     );
     assert_eq!(code, 0);
     assert!(!stdout.contains("nodes without an agent"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "admission prober (Lease nodemedic/nodemedic-prober): nodemedic-abcde/worker-1 (renewed 2026-11-24T03:40:00.000000Z)\n  5 dry-run creates from worker-1: median 0.120 s\n"
+        ),
+        "{stdout}"
+    );
+    let lease_call = calls.iter().find(|c| c.contains(&"lease".to_string())).expect("the Lease is read");
+    assert!(lease_call.iter().any(|a| a == "nodemedic-prober"), "{lease_call:?}");
+    // No Lease (or no right to read it): said so, and status still succeeds.
+    let (code, stdout, _, _) = fake.run(
+        &["status"],
+        &[("FAKE_POD_NODES", "worker-1\n"), ("FAKE_NODES", "worker-1\n"), ("FAKE_LEASE_EXIT", "1")],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("admission prober: cannot read Lease nodemedic/nodemedic-prober"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -222,6 +222,7 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         condition_heartbeat_seconds: a.condition_heartbeat_seconds,
         request_timeout_seconds: a.request_timeout_seconds,
         probe_interval_seconds: a.probe_interval_seconds,
+        lease_duration_seconds: a.lease_duration_seconds,
         probe_timeout_seconds: a.probe_timeout_seconds,
         disable_rule: a.rules.disable_rule.clone(),
         rule_setting: a.rules.rule_setting.clone(),
@@ -263,7 +264,11 @@ fn run(args: args::RunArgs) -> Result<u8, CliError> {
         )
         .into());
     }
-    crate::block_on(crate::daemon::run(cfg)).map_err(|e| format!("tokio runtime: {e}"))??;
+    let runtime = crate::runtime().map_err(|e| format!("tokio runtime: {e}"))?;
+    let result = runtime.block_on(crate::daemon::run(cfg));
+    // A host read stuck on a hung mount must not keep the process from exiting.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    result?;
     Ok(EXIT_OK)
 }
 

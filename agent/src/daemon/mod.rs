@@ -1,54 +1,60 @@
 //! `nodemedic run`: the DaemonSet's daemon.
 //!
 //! ```text
-//!  watch pods (spec.nodeName=<node>) ──> reflector store ──┐ (changes wake the loop)
-//!  timer (scan interval) ──────────────────────────────────┤
-//!                                                          ▼
-//!  cycle: collect host (blocking thread) + pods from the store
-//!         -> resolve Spark drivers (cached, budgeted API lookups)
-//!         -> rules::evaluate -> metrics, Events (series), node conditions
+//!  watch pods (spec.nodeName=<node>) ──> store ─────────┐ (changes wake the scan loop)
+//!  timer (scan interval) ───────────────────────────────┤
+//!                                                       ▼
+//!  scan loop: host (blocking thread) + pods from the store + drivers last resolved
+//!             -> rules::evaluate -> metrics, /healthz, the log
+//!                                                       │ newest outcome (watch channel)
+//!                                                       ▼
+//!  API work: driver lookups (cached, budgeted) -> Events, node conditions, auto repair
+//!  API probes: on their own interval (the admission probe only on the elected agent)
 //! ```
 //!
-//! Everything runs on one runtime (the command's). The pod watch and the API probes are
-//! supervised tasks ([`supervise`]): one that ends or panics is logged, counted in
-//! `nodemedic_task_restarts_total{task}` and started again with backoff, and `/readyz` is
-//! unready while the watch is down. Host reads run on the blocking pool.
+//! The scan loop never waits for the API server: it reads the watch's store and the drivers
+//! the API work resolved last, and hands its outcome over without waiting. The API work
+//! ([`apiwork`]), the pod watch ([`watch`]) and the probes each retry with jittered
+//! exponential backoff, so a slow or absent API server costs a bounded number of requests and
+//! never delays a host scan. The pod watch and the probes are supervised tasks
+//! ([`supervise`]): one that ends or panics is logged, counted in
+//! `nodemedic_task_restarts_total{task}` and started again with backoff.
 //!
-//! The API server may go away at any time: the watch retries with backoff and resumes (a
-//! `410 Gone` makes it list again), the store keeps the last known pods, host scans go on,
-//! and Events and condition patches that fail are retried on a later cycle. SIGTERM or
-//! SIGINT ends the loop after the cycle in progress.
+//! SIGTERM or SIGINT ends the daemon at once, whatever it is doing: a scan in progress is
+//! abandoned, requests in flight are dropped, and the runtime gives blocking host reads half
+//! a second before the process exits.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, Event as WatchEvent};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use tokio::sync::Notify;
 
-use crate::collect::pods::{PodObject, pod_info};
+use crate::collect::pods::pod_info;
 use crate::conditions::NodeConditions;
 use crate::config::{Effective, Flags};
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
+use crate::leader::{ElectionConfig, Elector, LEASE_NAME};
 use crate::metrics::Metrics;
-use crate::repair::audit::{ActionResult, Audit, RepairAction};
-use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
+use crate::repair::audit::Audit;
+use crate::repair::auto::AutoRepairState;
+use crate::retry::Gate;
 use crate::scan::{self, Pods};
 use crate::spark::{self, CachedDirectory};
 
+pub mod apiwork;
 pub mod serve;
 pub mod supervise;
+pub mod watch;
 
+use apiwork::{ApiWork, DriverView, ScanOutcome};
 use serve::Health;
+use watch::{PodStore, SharedStore, WatchSignals};
 
 /// Everything the daemon is configured with.
 #[derive(Debug)]
@@ -65,9 +71,6 @@ pub struct DaemonConfig {
     pub flags: Flags,
     pub effective: Effective,
 }
-
-/// The pods the watch keeps: a store that a restarted watch replaces.
-type SharedStore = Arc<RwLock<Store<PodObject>>>;
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +92,10 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let client = kube_api::request_client(config.clone(), cfg.effective.request_timeout)?;
     let metrics = Metrics::new()?;
     let health = Arc::new(Health::default());
+    health
+        .scan_interval_ms
+        .store(cfg.effective.scan_interval.as_millis() as u64, Ordering::Relaxed);
+    health.progressed();
     let listener = tokio::net::TcpListener::bind(&cfg.effective.listen)
         .await
         .map_err(|e| DaemonError::Listen {
@@ -101,82 +108,118 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     })?;
     tracing::info!(node = %cfg.node, listen = %addr, "nodemedic daemon starting");
     tokio::spawn(serve::serve(listener, metrics.clone(), health.clone()));
+    let signal = |kind| tokio::signal::unix::signal(kind).map_err(DaemonError::Signal);
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
 
     // One watch: the pods bound to this node (its own client, without a read timeout).
     let watch_client = kube_api::watch_client(config.clone(), cfg.effective.request_timeout)?;
-    let (first_store, _) = reflector::store::<PodObject>();
-    let store: SharedStore = Arc::new(RwLock::new(first_store));
+    let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
     let wake = Arc::new(Notify::new());
     {
-        let (store, wake, health, metrics, node) = (
-            store.clone(),
-            wake.clone(),
-            health.clone(),
-            metrics.clone(),
-            cfg.node.clone(),
-        );
+        let signals = WatchSignals {
+            health: health.clone(),
+            metrics: metrics.clone(),
+            wake: wake.clone(),
+        };
+        let (store, node) = (store.clone(), cfg.node.clone());
         supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
-            watch_pods(
-                watch_client.clone(),
-                node.clone(),
-                store.clone(),
-                wake.clone(),
-                health.clone(),
-                metrics.clone(),
-            )
+            watch::run(watch_client.clone(), node.clone(), store.clone(), signals.clone())
         });
     }
 
-    // The API server as this node sees it: probes in their own task, never in the scan's way.
+    // The API server as this node sees it, and the election of the agent that probes
+    // admission for the cluster: one task, never in the scan's way.
     let api_observation = Arc::new(std::sync::Mutex::new(None));
+    let election = Arc::new(std::sync::Mutex::new(crate::apimon::ElectionView::default()));
+    let (stop_probes, stop_rx) = tokio::sync::watch::channel(false);
+    let released = Arc::new(Notify::new());
+    let lease_namespace = config.default_namespace.clone();
     match crate::probe::Target::from_config(&config, &config.default_namespace, &cfg.node) {
         Ok(target) => {
-            let (client, store, out, interval, timeout) = (
+            let outputs = crate::apimon::ProbeOutputs {
+                observation: api_observation.clone(),
+                election: election.clone(),
+                stop: stop_rx,
+                released: released.clone(),
+            };
+            let election_cfg = ElectionConfig {
+                namespace: lease_namespace.clone(),
+                name: LEASE_NAME.into(),
+                identity: format!("{}/{}", cfg.instance, cfg.node),
+                duration: cfg.effective.lease_duration,
+                timeout: cfg.effective.request_timeout,
+            };
+            let (client, store, interval, timeout) = (
                 client.clone(),
                 store.clone(),
-                api_observation.clone(),
                 cfg.effective.probe_interval,
                 cfg.effective.probe_timeout,
             );
             let probe_metrics = metrics.clone();
             supervise::spawn("api_probes", metrics.clone(), health.clone(), move || {
                 let monitor = crate::apimon::ApiMonitor::new(target.clone(), client.clone(), timeout);
+                let elector = Elector::new(election_cfg.clone(), client.clone(), target.clone());
                 let reader = store.clone();
                 let spark_pods = move || spark_pods(&reader);
                 let m = probe_metrics.clone();
                 crate::apimon::run(
                     monitor,
+                    elector,
                     interval,
                     move |round| m.observe_probes(round),
                     spark_pods,
-                    out.clone(),
+                    outputs.clone(),
                 )
             });
         }
-        Err(e) => tracing::warn!(error = %e, "API probes disabled"),
+        Err(e) => {
+            tracing::warn!(error = %e, "API probes and the prober election disabled");
+            released.notify_one();
+        }
     }
 
-    let mut daemon = Daemon {
-        auto_repair: AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
-        repair_audit: Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
-        logged: Default::default(),
-        api_observation,
-        host: HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone()),
+    // The API work, beside the scan loop.
+    let view = Arc::new(std::sync::Mutex::new(DriverView::default()));
+    let (outcomes, outcome_rx) = tokio::sync::watch::channel(None);
+    let host = HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone());
+    let work = ApiWork {
+        client: client.clone(),
+        host: host.clone(),
         directory: CachedDirectory::new(
             ApiDirectory::new(client.clone()),
             cfg.effective.driver_cache_ttl,
             cfg.effective.driver_lookup_budget,
         ),
+        directory_settings: (cfg.effective.driver_cache_ttl, cfg.effective.driver_lookup_budget),
+        driver_memory: spark::DriverMemory::default(),
         events: EventRecorder::new(
             client.clone(),
             &cfg.node,
             &cfg.instance,
             cfg.effective.event_series_interval,
-        ),
+        )
+        .with_cluster_object(crate::events::lease_reference(&lease_namespace, LEASE_NAME)),
         conditions: NodeConditions::new(client.clone(), &cfg.node, cfg.effective.condition_heartbeat),
-        client,
+        auto_repair: AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
+        repair_audit: Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
+        metrics: metrics.clone(),
+        view: view.clone(),
+        last_good: Default::default(),
+        wake: wake.clone(),
+        gate: Gate::new(Duration::from_secs(2), Duration::from_secs(300), 0xa91),
+    };
+    tokio::spawn(work.run(outcome_rx));
+
+    let mut daemon = Daemon {
+        election,
+        logged: Default::default(),
+        api_observation,
+        host,
+        view,
+        outcomes,
         last_local_dirs: None,
-        driver_memory: spark::DriverMemory::default(),
         store,
         metrics,
         health,
@@ -190,23 +233,30 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(10), synced).await.is_err() {
-        tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
+    let stop = |released: Arc<Notify>| async move {
+        // The prober gives its Lease up (bounded); everything else is dropped.
+        let _ = stop_probes.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(1), released.notified()).await;
+        stopping()
+    };
+    tokio::select! {
+        biased;
+        _ = sigterm.recv() => return stop(released).await,
+        _ = sigint.recv() => return stop(released).await,
+        r = tokio::time::timeout(Duration::from_secs(10), synced) => if r.is_err() {
+            tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
+        }
     }
     let mut tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let signal = |kind| tokio::signal::unix::signal(kind).map_err(DaemonError::Signal);
-    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
     // The configuration in force was read at start: that counts as the first load.
     daemon.metrics.configuration_loaded();
     loop {
+        // Signals first: a ready tick must never hide a SIGTERM.
         tokio::select! {
-            _ = tick.tick() => {}
-            _ = wake.notified() => {
-                // Let a burst of pod changes settle into one cycle.
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            biased;
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
             _ = sighup.recv() => {
                 if daemon.reload() {
                     tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
@@ -214,11 +264,23 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
                 }
                 continue;
             }
-            _ = sigterm.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = tick.tick() => {}
+            _ = wake.notified() => {
+                // Let a burst of pod changes settle into one cycle.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
-        daemon.cycle().await;
+        tokio::select! {
+            biased;
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = daemon.cycle() => {}
+        }
     }
+    stop(released).await
+}
+
+fn stopping() -> Result<(), DaemonError> {
     tracing::info!("nodemedic daemon stopping");
     Ok(())
 }
@@ -227,8 +289,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
 fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
     let Ok(store) = store.read() else { return vec![] };
     store
-        .state()
-        .iter()
+        .pods()
         .filter_map(|p| {
             let labels = p.metadata.labels.clone()?;
             let namespace = p.metadata.namespace.clone()?;
@@ -239,66 +300,23 @@ fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<St
         .collect()
 }
 
-/// One run of the watch of this node's pods into a fresh store (which replaces the shared
-/// one), until its stream ends. Retries inside are the watcher's, with backoff.
-async fn watch_pods(
-    client: kube::Client,
-    node: String,
-    shared: SharedStore,
-    wake: Arc<Notify>,
-    health: Arc<Health>,
-    metrics: Metrics,
-) {
-    let pods: Api<PodObject> = Api::all(client);
-    let (store, writer) = reflector::store::<PodObject>();
-    if let Ok(mut slot) = shared.write() {
-        *slot = store;
-    }
-    health.pods_synced.store(false, Ordering::Relaxed);
-    let watch_config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = watcher::watcher(pods, watch_config)
-        .default_backoff()
-        .modify(|p: &mut PodObject| p.metadata.managed_fields = None)
-        .reflect(writer);
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(WatchEvent::InitDone) => {
-                health.pods_synced.store(true, Ordering::Relaxed);
-                metrics.pod_watch_up.set(1);
-                wake.notify_one();
-            }
-            Ok(WatchEvent::Apply(_) | WatchEvent::Delete(_)) => {
-                // Events flow again (a resumed watch sends no InitDone).
-                metrics.pod_watch_up.set(1);
-                wake.notify_one();
-            }
-            Ok(_) => metrics.pod_watch_up.set(1),
-            Err(e) => {
-                metrics.pod_watch_up.set(0);
-                tracing::warn!(error = %e, "pod watch failed; retrying with backoff");
-            }
-        }
-    }
-}
-
+/// The scan loop's state.
 struct Daemon {
-    auto_repair: AutoRepairState,
-    repair_audit: Audit,
+    /// The prober election as the probe task last saw it.
+    election: Arc<std::sync::Mutex<crate::apimon::ElectionView>>,
     /// Findings already logged (by key), so a lasting one is logged once.
     logged: std::collections::HashSet<String>,
     api_observation: Arc<std::sync::Mutex<Option<nodemedic_rules::snapshot::ApiObservation>>>,
     cfg: DaemonConfig,
-    client: kube::Client,
     host: HostPaths,
     store: SharedStore,
-    directory: CachedDirectory<ApiDirectory>,
-    events: EventRecorder,
-    conditions: NodeConditions,
+    /// The drivers the API work resolved last.
+    view: Arc<std::sync::Mutex<DriverView>>,
+    /// Where each scan's outcome goes to the API work.
+    outcomes: tokio::sync::watch::Sender<Option<Arc<ScanOutcome>>>,
     metrics: Metrics,
     health: Arc<Health>,
     last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
-    driver_memory: spark::DriverMemory,
 }
 
 impl Daemon {
@@ -321,18 +339,12 @@ impl Daemon {
         if old.listen != new.listen || old.request_timeout != new.request_timeout {
             tracing::warn!("listen and request_timeout_seconds changes take effect at the next restart");
         }
-        if old.driver_cache_ttl != new.driver_cache_ttl || old.driver_lookup_budget != new.driver_lookup_budget {
-            self.directory = CachedDirectory::new(
-                ApiDirectory::new(self.client.clone()),
-                new.driver_cache_ttl,
-                new.driver_lookup_budget,
-            );
-        }
-        self.events.set_series_interval(new.event_series_interval);
-        self.conditions.set_heartbeat(new.condition_heartbeat);
         if old.local_dir_roots != new.local_dir_roots {
             self.last_local_dirs = None;
         }
+        self.health
+            .scan_interval_ms
+            .store(new.scan_interval.as_millis() as u64, Ordering::Relaxed);
         self.metrics.configuration_loaded();
         tracing::info!(
             scan_interval_seconds = new.scan_interval.as_secs_f64(),
@@ -341,13 +353,14 @@ impl Daemon {
         old.scan_interval != new.scan_interval
     }
 
+    /// One scan: host, pods from the store, drivers as last resolved. No API request.
     async fn cycle(&mut self) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
         let pods = match (synced, self.store.read()) {
             (true, Ok(store)) => Pods::Given {
                 node: self.cfg.node.clone(),
-                pods: store.state().iter().filter_map(|p| pod_info(p)).collect(),
+                pods: store.pods().filter_map(pod_info).collect(),
                 source: PodSource::Api,
             },
             _ => Pods::Cgroups,
@@ -363,7 +376,7 @@ impl Daemon {
             api: self.api_observation.lock().ok().and_then(|o| o.clone()),
             ..Default::default()
         };
-        let mut scanned = match scan::snapshot(&self.host, pods, Some(&self.directory), &opts).await {
+        let mut scanned = match scan::snapshot::<ApiDirectory>(&self.host, pods, None, &opts).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "host scan failed");
@@ -386,82 +399,30 @@ impl Daemon {
                 reason: "no probe round has completed yet".into(),
             };
         }
+        let view = self.view.lock().map(|v| v.clone()).unwrap_or_default();
         if snapshot.pod_source == PodSource::Api {
-            self.driver_memory.recall(&self.directory, &mut snapshot.drivers).await;
+            let on_node = |uid: &String| snapshot.pods.iter().any(|p| &p.uid == uid);
+            snapshot.drivers = view
+                .drivers
+                .iter()
+                .filter(|(uid, _)| on_node(uid))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            snapshot.app_drivers = view.app_drivers.clone();
         }
         let snapshot = scanned.snapshot;
-        let findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
+        let mut findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
+        apiwork::mark_stale(&mut findings, &view);
         self.metrics
             .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
         self.health.scanned.store(true, Ordering::Relaxed);
-
-        let stats = self.events.record(&findings).await;
-        for reason in &stats.reasons {
-            self.metrics.events_emitted_total.with_label_values(&[reason]).inc();
-        }
-        let write_failures = |kind: &str, n: usize| {
-            self.metrics
-                .api_write_failures_total
-                .with_label_values(&[kind])
-                .inc_by(n as u64);
-        };
-        write_failures("event", stats.failed);
-        let conditions = match self.conditions.sync(&findings).await {
-            Ok(patched) => patched,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not update node conditions");
-                write_failures("node_condition", 1);
-                false
-            }
-        };
-        // Automatic repair: off unless switched on, rate-limited, never cpu-state.
-        let policy = self.cfg.effective.repair.clone();
-        if policy.any() && snapshot.pod_source == PodSource::Api {
-            let records = auto_repair(
-                &self.client,
-                &self.repair_audit,
-                &snapshot,
-                &self.cfg.effective.settings,
-                &policy,
-                &mut self.auto_repair,
-                Some(LocalDirTarget {
-                    host: &self.host,
-                    roots: &self.cfg.effective.local_dir_roots,
-                }),
-            )
-            .await;
-            for rec in &records {
-                self.metrics
-                    .repair_actions_total
-                    .with_label_values(&rec.metric_labels())
-                    .inc();
-                match rec.event_recorded {
-                    Some(true) => self
-                        .metrics
-                        .events_emitted_total
-                        .with_label_values(&[rec.action.event_reason()])
-                        .inc(),
-                    Some(false) => write_failures("event", 1),
-                    None => {}
-                }
-                // A pod action fails only when its DELETE did (a gone pod or a changed UID is
-                // skipped, not failed); a local-dir failure is the filesystem's, not the API's.
-                if rec.result == ActionResult::Failed
-                    && matches!(rec.action, RepairAction::Orphans | RepairAction::FailedPods)
-                {
-                    write_failures("pod_deletion", 1);
-                }
-            }
-        }
+        self.health.progressed();
+        let leading = self.election.lock().map(|e| e.leading).unwrap_or(false);
+        self.metrics.prober.set(i64::from(leading));
         tracing::info!(
             pods = snapshot.pods.len(),
             pod_source = snapshot.pod_source.as_str(),
             findings = findings.len(),
-            events_created = stats.created,
-            events_updated = stats.patched,
-            events_failed = stats.failed,
-            conditions_patched = conditions,
-            driver_lookups = self.directory.lookups(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "scan"
         );
@@ -482,5 +443,10 @@ impl Daemon {
             );
         }
         self.logged = keys;
+        self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
+            snapshot,
+            findings,
+            effective: self.cfg.effective.clone(),
+        })));
     }
 }

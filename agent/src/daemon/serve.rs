@@ -1,5 +1,6 @@
-//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (the process is alive)
-//! and `/readyz` (a first host scan is done and the pod watch has synced).
+//! The agent's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (the scan loop completed
+//! a scan within the last three scan intervals) and `/readyz` (a host scan is done, the pod
+//! watch has synced and is established now).
 //!
 //! A slow client cannot hold the agent: headers must arrive within 5 s, a connection lives at
 //! most 30 s, and at most 32 connections are served at once (more wait in the kernel's
@@ -7,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,15 +26,48 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_CONNECTIONS: usize = 32;
 
-/// What `/readyz` reports.
+/// What `/readyz` and `/healthz` report.
 #[derive(Debug, Default)]
 pub struct Health {
     /// A host scan has completed.
     pub scanned: AtomicBool,
-    /// The watch of this node's pods has listed once.
+    /// The watch of this node's pods has listed once (the store holds the node's pods).
     pub pods_synced: AtomicBool,
-    /// The task that watches this node's pods is running (it is restarted when it ends).
-    pub watch_running: AtomicBool,
+    /// The watch is established: the API server accepted it and it has not failed since.
+    pub watch_up: AtomicBool,
+    /// When the scan loop last completed a scan (or started), unix milliseconds.
+    pub last_scan_ms: AtomicU64,
+    /// The scan interval in force, milliseconds.
+    pub scan_interval_ms: AtomicU64,
+}
+
+/// `/healthz` fails when the scan loop has not completed a scan for this many intervals.
+pub const STALLED_INTERVALS: u64 = 3;
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Health {
+    /// The scan loop made progress (a scan completed, or the loop started).
+    pub fn progressed(&self) {
+        self.last_scan_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Why the scan loop looks stuck, if it does.
+    pub fn stalled(&self) -> Option<String> {
+        let interval = self.scan_interval_ms.load(Ordering::Relaxed).max(1);
+        let since = unix_ms().saturating_sub(self.last_scan_ms.load(Ordering::Relaxed));
+        (since > STALLED_INTERVALS * interval).then(|| {
+            format!(
+                "no scan completed for {:.0} s ({STALLED_INTERVALS} scan intervals are {:.0} s)",
+                since as f64 / 1000.0,
+                (STALLED_INTERVALS * interval) as f64 / 1000.0
+            )
+        })
+    }
 }
 
 fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -52,11 +86,18 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
-        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/healthz" => match health.stalled() {
+            None => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+            Some(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("unhealthy: {why}\n"),
+            ),
+        },
         "/readyz" => {
             let scanned = health.scanned.load(Ordering::Relaxed);
             let synced = health.pods_synced.load(Ordering::Relaxed);
-            let watching = health.watch_running.load(Ordering::Relaxed);
+            let watching = health.watch_up.load(Ordering::Relaxed);
             if scanned && synced && watching {
                 reply(StatusCode::OK, "text/plain", "ok\n".into())
             } else {
@@ -68,7 +109,7 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respons
                     why.push("the pod watch has not synced yet");
                 }
                 if !watching {
-                    why.push("the pod watch is not running (its task is being restarted)");
+                    why.push("the pod watch is down (retrying with backoff)");
                 }
                 reply(
                     StatusCode::SERVICE_UNAVAILABLE,

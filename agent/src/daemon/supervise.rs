@@ -25,7 +25,7 @@ pub fn next_backoff(previous: Duration, ran: Duration) -> Duration {
 }
 
 /// Runs `start()` as task `name` forever: each run on a task of its own, so a panic ends only
-/// that run. While the `pod_watch` task is between runs, `/readyz` says it is not running.
+/// that run. While the `pod_watch` task is between runs, `/readyz` says the watch is down.
 pub fn spawn<F, Fut>(name: &'static str, metrics: Metrics, health: Arc<Health>, start: F)
 where
     F: Fn() -> Fut + Send + 'static,
@@ -35,16 +35,13 @@ where
         let mut backoff = FIRST_BACKOFF / 2;
         loop {
             let began = Instant::now();
-            if name == "pod_watch" {
-                health.watch_running.store(true, Ordering::Relaxed);
-            }
             match tokio::spawn(start()).await {
                 Ok(()) => tracing::warn!(task = name, "task ended; restarting it"),
                 Err(e) if e.is_panic() => tracing::error!(task = name, error = %e, "task panicked; restarting it"),
                 Err(e) => tracing::error!(task = name, error = %e, "task was cancelled; restarting it"),
             }
             if name == "pod_watch" {
-                health.watch_running.store(false, Ordering::Relaxed);
+                health.watch_up.store(false, Ordering::Relaxed);
                 health.pods_synced.store(false, Ordering::Relaxed);
                 metrics.pod_watch_up.set(0);
             }
@@ -93,6 +90,6 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(runs.load(Ordering::SeqCst), 3);
         assert_eq!(metrics.task_restarts_total.with_label_values(&["pod_watch"]).get(), 2);
-        assert!(health.watch_running.load(Ordering::Relaxed));
+        assert!(!health.watch_up.load(Ordering::Relaxed), "the task never said it was up");
     }
 }

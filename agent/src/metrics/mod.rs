@@ -35,6 +35,7 @@ pub struct Metrics {
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
+    pub prober: IntGauge,
     pub config_last_reload_successful: IntGauge,
     pub api_request_duration_seconds: HistogramVec,
     pub api_up: IntGauge,
@@ -126,7 +127,11 @@ impl Metrics {
             )?,
             pod_watch_up: IntGauge::with_opts(opts(
                 "pod_watch_up",
-                "1 while the watch of this node's pods is connected and synced.",
+                "1 while the watch of this node's pods is established (the API server accepted it and it has not failed since), 0 while it fails.",
+            ))?,
+            prober: IntGauge::with_opts(opts(
+                "prober",
+                "1 on the agent elected (Lease nodemedic-prober) to probe admission for the cluster, 0 on the others.",
             ))?,
             admission_rejections_total: IntCounterVec::new(
                 opts(
@@ -185,6 +190,7 @@ impl Metrics {
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
+        m.registry.register(Box::new(m.prober.clone()))?;
         m.registry.register(Box::new(m.admission_rejections_total.clone()))?;
         m.registry.register(Box::new(m.config_last_reload_successful.clone()))?;
         m.registry.register(Box::new(m.api_request_duration_seconds.clone()))?;
@@ -336,6 +342,7 @@ mod tests {
             "nodemedic_cpu_manager_stale_cpus",
             "nodemedic_orphaned_executors",
             "nodemedic_pod_watch_up",
+            "nodemedic_prober",
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}");
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}");

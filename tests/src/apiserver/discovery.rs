@@ -221,6 +221,7 @@ mod tests {
             .map(|r| r["name"].as_str().unwrap())
             .collect();
         assert!(names.contains(&"pods") && names.contains(&"nodes/status") && names.contains(&"events"));
+        assert!(names.contains(&"configmaps") && !names.contains(&"configmaps/status"));
         assert_eq!(core["groupVersion"], "v1");
         let groups = group_list();
         assert_eq!(groups["groups"][0]["name"], "events.k8s.io");
@@ -229,6 +230,14 @@ mod tests {
         assert!(resource_list("apps", "v1").is_none());
         let agg = aggregated(false);
         assert_eq!(agg["items"][1]["metadata"]["name"], "admissionregistration.k8s.io");
+        assert_eq!(agg["items"][2]["metadata"]["name"], "coordination.k8s.io");
+        let leases = &agg["items"][2]["versions"][0]["resources"][0];
+        assert_eq!(
+            (&leases["resource"], &leases["scope"], leases.get("subresources")),
+            (&json!("leases"), &json!("Namespaced"), None)
+        );
+        let coordination = resource_list("coordination.k8s.io", "v1").unwrap();
+        assert_eq!(coordination["resources"].as_array().unwrap().len(), 1);
         assert!(wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
         ));

@@ -1,16 +1,23 @@
-//! Fault injection: an API server that is down, slow, failing, or cutting watches.
+//! Fault injection: an API server that is down, refusing connections, slow, failing, or
+//! cutting watches.
 //!
 //! Rules name a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
 //! `deletecollection`, or `*`) and a resource (`pods`, `nodes`, `events`, a group-qualified
 //! `events.events.k8s.io`, a subresource `nodes/status`, a non-resource path such as
 //! `/version` or `/metrics`, or `*`). `nodes` also covers `nodes/status`; `events` covers both
-//! Event APIs. Non-resource paths are matched with the verb `get`.
+//! Event APIs. Non-resource paths are matched with the verb `get`. Rules are applied before
+//! the request is checked, as the API server authenticates and authorizes first: a resource
+//! request the handler would refuse (a method the path does not take, a malformed `watch`
+//! flag) still meets the rules for its resource whose verb is `*`, and a path nothing serves
+//! is a non-resource path.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use super::listener::ListenerSlot;
 
 /// What a request is, for matching rules against it.
 #[derive(Debug, Clone)]
@@ -75,6 +82,9 @@ struct Rules {
 #[derive(Debug)]
 struct Inner {
     down: AtomicBool,
+    refusing: AtomicBool,
+    /// The listening sockets of the server using these faults, closed while refusing.
+    listeners: Mutex<Vec<Weak<ListenerSlot>>>,
     rules: Mutex<Rules>,
     /// Bumped to cut every open watch stream.
     drop_epoch: watch::Sender<u64>,
@@ -100,6 +110,8 @@ impl Faults {
         Faults {
             inner: Arc::new(Inner {
                 down: AtomicBool::new(false),
+                refusing: AtomicBool::new(false),
+                listeners: Mutex::new(Vec::new()),
                 rules: Mutex::new(Rules::default()),
                 drop_epoch: watch::channel(0).0,
                 drop_every: watch::channel(None).0,
@@ -126,6 +138,48 @@ impl Faults {
         self.inner.down.load(Ordering::SeqCst)
     }
 
+    /// While refusing, nothing listens on the server's HTTP and HTTPS ports: a `connect()`
+    /// fails with ECONNREFUSED (`io::ErrorKind::ConnectionRefused`), as when the API server
+    /// process is not running. Turning it on closes both listening sockets and every open
+    /// connection (open watch streams are cut mid-body, kept-alive connections are closed);
+    /// turning it off listens again on the same addresses, so URLs and kubeconfigs written
+    /// before stay valid, and the server serves normally. Both take effect before the call
+    /// returns.
+    ///
+    /// Connection attempts made while refusing never reach the server and are therefore not
+    /// in [`super::ApiServer::requests`]; a request that raced the close on an
+    /// already-open connection is recorded with status 0, as while [`Faults::set_down`].
+    ///
+    /// Panics if the port cannot be bound again when turned off (something else took it
+    /// meanwhile, which is unlikely for the short outages of a test).
+    pub fn set_refusing(&self, refusing: bool) {
+        // The lock also keeps concurrent calls from interleaving their closes and opens.
+        let mut listeners = self.inner.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+        listeners.retain(|l| l.strong_count() > 0);
+        let slots: Vec<Arc<ListenerSlot>> = listeners.iter().filter_map(Weak::upgrade).collect();
+        if refusing {
+            // Flag first: requests on connections not yet closed are not served.
+            self.inner.refusing.store(true, Ordering::SeqCst);
+            for slot in &slots {
+                slot.close();
+            }
+        } else {
+            // Flag first: a connection accepted on a re-opened socket is served.
+            self.inner.refusing.store(false, Ordering::SeqCst);
+            for slot in &slots {
+                slot.open();
+            }
+        }
+        drop(listeners);
+        if refusing {
+            self.drop_watches_now();
+        }
+    }
+
+    pub fn is_refusing(&self) -> bool {
+        self.inner.refusing.load(Ordering::SeqCst)
+    }
+
     /// Delays matching requests by `delay` before they are handled (a watch's response
     /// headers are delayed). A zero delay removes the rule. When several rules match, the most
     /// specific wins: exact verb and resource, then verb with `*`, then `*` with resource.
@@ -143,7 +197,9 @@ impl Faults {
 
     /// Answers matching requests with HTTP `status` and a real `metav1.Status` body (reason
     /// from the code: 429 `TooManyRequests`, 500 `InternalError`, 503 `ServiceUnavailable`,
-    /// 403 `Forbidden`, ...). `times: Some(n)` answers the next `n` matching requests so,
+    /// 403 `Forbidden`, 401 `Unauthorized`, ...). `fail("*", "*", 401, None, None)` answers
+    /// every request, watches, discovery, `/version`, health and `/metrics` included, as the
+    /// API server answers a client whose credentials it rejects. `times: Some(n)` answers the next `n` matching requests so,
     /// `None` every one until cleared. `retry_after` adds a `Retry-After` header and
     /// `details.retryAfterSeconds`. A new rule for the same verb and resource replaces the old;
     /// rules are tried in the order they were set.
@@ -178,14 +234,26 @@ impl Faults {
         self.rules().gone_on_every_watch = on;
     }
 
-    /// Back to a healthy server: up, no latency, no failures, no watch cuts.
+    /// Back to a healthy server: up, listening, no latency, no failures, no watch cuts.
     pub fn clear(&self) {
         self.inner.down.store(false, Ordering::SeqCst);
+        if self.is_refusing() {
+            self.set_refusing(false);
+        }
         *self.rules() = Rules::default();
         self.inner.drop_every.send_replace(None);
     }
 
     // ---- used by the server ----
+
+    /// Registers one of the server's listening sockets for [`Faults::set_refusing`].
+    pub(crate) fn attach_listener(&self, slot: &Arc<ListenerSlot>) {
+        let mut listeners = self.inner.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.is_refusing() {
+            slot.close();
+        }
+        listeners.push(Arc::downgrade(slot));
+    }
 
     pub(crate) fn latency_for(&self, t: &Target<'_>) -> Option<Duration> {
         let r = self.rules();

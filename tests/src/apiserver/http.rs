@@ -49,7 +49,8 @@ pub struct RequestRecord {
     pub path: String,
     /// The raw query string, without `?`.
     pub query: String,
-    /// The HTTP status answered; 0 when the connection was closed instead (server down).
+    /// The HTTP status answered; 0 when the connection was closed instead (server down, or a
+    /// request that raced [`super::Faults::set_refusing`] on an open connection).
     pub status: u16,
     /// When the request arrived.
     pub time: SystemTime,
@@ -326,7 +327,7 @@ pub(crate) async fn handle(
         rec.elapsed = started.elapsed();
         shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
     };
-    if shared.faults.is_down() {
+    if shared.faults.is_down() || shared.faults.is_refusing() {
         record(rec, 0);
         return Err(io::Error::new(
             io::ErrorKind::ConnectionAborted,
@@ -377,26 +378,30 @@ async fn serve(shared: &Shared, parts: &http::request::Parts, body: Bytes, rec: 
     rec.subresource = r.subresource.clone();
     rec.namespace = r.namespace.clone();
     rec.name = r.name.clone();
-    let watch = match query.flag("watch") {
-        Ok(w) => w || r.watch_prefix,
-        Err(e) => return error_response(&e),
-    };
-    let verb = match (&parts.method, r.name.is_some(), r.subresource.is_some()) {
-        (&Method::GET, false, _) if watch => "watch",
-        (&Method::GET, false, _) => "list",
-        (&Method::GET, true, false) if watch => "watch",
-        (&Method::GET, true, _) => "get",
-        (&Method::POST, false, _) if r.namespace.is_some() || !r.rt.namespaced => "create",
-        (&Method::DELETE, false, false) if r.namespace.is_some() || !r.rt.namespaced => "deletecollection",
-        (&Method::PUT, true, _) => "update",
-        (&Method::PATCH, true, _) => "patch",
-        (&Method::DELETE, true, false) => "delete",
-        _ => return error_response(&ApiError::method_not_allowed()),
-    };
-    rec.verb = verb.to_string();
-    rec.is_watch = verb == "watch";
+    let verb = query.flag("watch").and_then(|watch| {
+        let watch = watch || r.watch_prefix;
+        Ok(match (&parts.method, r.name.is_some(), r.subresource.is_some()) {
+            (&Method::GET, false, _) if watch => "watch",
+            (&Method::GET, false, _) => "list",
+            (&Method::GET, true, false) if watch => "watch",
+            (&Method::GET, true, _) => "get",
+            (&Method::POST, false, _) if r.namespace.is_some() || !r.rt.namespaced => "create",
+            (&Method::DELETE, false, false) if r.namespace.is_some() || !r.rt.namespaced => "deletecollection",
+            (&Method::PUT, true, _) => "update",
+            (&Method::PATCH, true, _) => "patch",
+            (&Method::DELETE, true, false) => "delete",
+            _ => return Err(ApiError::method_not_allowed()),
+        })
+    });
+    if let Ok(verb) = verb {
+        rec.verb = verb.to_string();
+        rec.is_watch = verb == "watch";
+    }
+    // Faults come first, as authentication and authorization come before the handler in the
+    // API server: a request without a verb (a bad `watch` flag, a method the path does not
+    // take) still meets the rules for every verb (`*`), an injected 401 for instance.
     let target = Target {
-        verb,
+        verb: verb.as_ref().map_or("", |v| *v),
         resource: r.rt.plural,
         group: r.rt.group,
         subresource: r.subresource.as_deref(),
@@ -404,6 +409,10 @@ async fn serve(shared: &Shared, parts: &http::request::Parts, body: Bytes, rec: 
     if let Some(resp) = apply_faults(&shared.faults, &target, Some(r.rt), r.namespace.as_deref()).await {
         return resp;
     }
+    let verb = match verb {
+        Ok(v) => v,
+        Err(e) => return error_response(&e),
+    };
     match serve_resource(shared, parts, &query, &r, verb, body) {
         Ok(resp) => resp,
         Err(e) => error_response(&e),

@@ -5,13 +5,26 @@
 //! for kube-rs clients, watchers and reflectors, `kubectl`-style raw requests, and the real
 //! `nodemedic` daemon: lists with selectors and pagination, watches with resource versions,
 //! bookmarks and 410 Gone, strategic merge patches, delete preconditions, dry-run creates,
-//! `metav1.Status` errors, discovery, `/version`, health and `/metrics`.
+//! optimistic concurrency (a write with a stale `metadata.resourceVersion` is a 409
+//! `Conflict`, one without is unconditional; creating an existing name is a 409
+//! `AlreadyExists`), `metav1.Status` errors, discovery, `/version`, health and `/metrics`.
+//!
+//! The served types (`resources::RESOURCES`, which discovery is derived from): core `v1`
+//! Pods (with `/status`), Nodes (with `/status`), Namespaces (with `/status`), Events and
+//! ConfigMaps (short name `cm`); `events.k8s.io/v1` Events (the same objects as core
+//! Events); `admissionregistration.k8s.io/v1` Mutating- and ValidatingWebhookConfigurations;
+//! `coordination.k8s.io/v1` Leases (no `/status`; `spec` fields such as the MicroTime
+//! `renewTime` are stored as given, `leaseDurationSeconds` and `leaseTransitions` validated).
 //!
 //! The pieces:
 //! - [`Store`] ([`store`]): the objects, one global resource version, the change history.
-//! - [`Faults`] ([`faults`]): down, latency, error answers, cut and expired watches.
+//! - [`Faults`] ([`faults`]): down (connections accepted, then closed), refusing (nothing
+//!   listens: ECONNREFUSED until turned off, then the same ports again), latency, error
+//!   answers (an injected 401 for `*`/`*` answers every request, watches, `/version` and
+//!   `/metrics` included), cut and expired watches.
 //! - `http`: routing and handlers; `watch`: watch streams; `resources`: the served types;
-//!   `selectors`, `patch`: the pure parts; `tls`: certificates; `discovery`: the documents.
+//!   `selectors`, `patch`: the pure parts; `tls`: certificates; `discovery`: the documents;
+//!   `listener`: the listening sockets, which refusing closes and re-binds.
 //!
 //! Everything the server runs is a task on the runtime that started it; dropping the
 //! [`ApiServer`] stops them all and closes every connection.
@@ -33,6 +46,7 @@
 mod discovery;
 mod faults;
 mod http;
+mod listener;
 mod patch;
 mod resources;
 mod selectors;
@@ -62,6 +76,7 @@ pub use selectors::{FieldRequirement, FieldSelector, LabelSelector};
 pub use store::Store;
 
 use http::Shared;
+use listener::{Accepted, ListenerSlot};
 
 /// The bearer token written into kubeconfigs by [`ApiServer::write_kubeconfig`]. Any token
 /// is accepted; this one just makes it easy to check that a client sent it.
@@ -77,6 +92,7 @@ pub struct ApiServer {
     http_addr: SocketAddr,
     https_addr: SocketAddr,
     ca_pem: String,
+    listeners: Vec<Arc<ListenerSlot>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -97,9 +113,13 @@ impl ApiServer {
             server_address: https_addr.to_string(),
         });
         let acceptor = TlsAcceptor::from(tls.server_config.clone());
+        let http_slot = Arc::new(ListenerSlot::new(http_listener)?);
+        let https_slot = Arc::new(ListenerSlot::new(https_listener)?);
+        shared.faults.attach_listener(&http_slot);
+        shared.faults.attach_listener(&https_slot);
         let tasks = vec![
-            tokio::spawn(accept_loop(http_listener, shared.clone(), None)),
-            tokio::spawn(accept_loop(https_listener, shared.clone(), Some(acceptor))),
+            tokio::spawn(accept_loop(http_slot.clone(), shared.clone(), None)),
+            tokio::spawn(accept_loop(https_slot.clone(), shared.clone(), Some(acceptor))),
             tokio::spawn(watch_cutter(shared.faults.clone())),
         ];
         Ok(ApiServer {
@@ -107,6 +127,7 @@ impl ApiServer {
             http_addr,
             https_addr,
             ca_pem: tls.ca_pem,
+            listeners: vec![http_slot, https_slot],
             tasks,
         })
     }
@@ -207,17 +228,25 @@ impl Drop for ApiServer {
         for t in &self.tasks {
             t.abort();
         }
+        // Close the ports now (not when the runtime gets round to dropping the aborted
+        // tasks), and for good: a `Faults` handle that outlives the server cannot reopen them.
+        for l in &self.listeners {
+            l.retire();
+        }
     }
 }
 
-/// Accepts connections until aborted; each is served on its own task in `conns`.
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
+/// Accepts connections until aborted; each is served on its own task in `conns`. When the
+/// listening socket is closed ([`Faults::set_refusing`]) every connection is closed too, and
+/// accepting resumes once the socket is open again.
+async fn accept_loop(slot: Arc<ListenerSlot>, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
     let mut conns = JoinSet::new();
+    let mut closes_seen = 0;
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    if shared.faults.is_down() {
+            accepted = std::future::poll_fn(|cx| slot.poll_accept(cx, &mut closes_seen)) => match accepted {
+                Accepted::Connection(stream) => {
+                    if shared.faults.is_down() || shared.faults.is_refusing() {
                         // Down: accept, then close without a byte.
                         drop(stream);
                         continue;
@@ -225,8 +254,10 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tls: Option<Tls
                     let _ = stream.set_nodelay(true);
                     conns.spawn(serve_connection(stream, shared.clone(), tls.clone()));
                 }
+                // Nothing listens any more: the server process is gone, and its connections.
+                Accepted::Closed => conns.abort_all(),
                 // Out of file descriptors and the like: back off instead of spinning.
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Accepted::Failed => tokio::time::sleep(Duration::from_millis(20)).await,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -244,7 +275,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, tls: Option<Tl
             let Ok(tls_stream) = acceptor.accept(stream).await else {
                 return;
             };
-            if shared.faults.is_down() {
+            if shared.faults.is_down() || shared.faults.is_refusing() {
                 return;
             }
             let svc = service_fn(move |req| http::handle(shared.clone(), req, "https"));

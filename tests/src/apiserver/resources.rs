@@ -134,6 +134,19 @@ pub static RESOURCES: &[ResourceType] = &[
         delete_returns_object: false,
     },
     ResourceType {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        storage: "configmaps",
+        status_subresource: false,
+        short_names: &["cm"],
+        field_labels: &[],
+        delete_returns_object: false,
+    },
+    ResourceType {
         group: "admissionregistration.k8s.io",
         version: "v1",
         plural: "mutatingwebhookconfigurations",
@@ -154,6 +167,19 @@ pub static RESOURCES: &[ResourceType] = &[
         kind: "ValidatingWebhookConfiguration",
         namespaced: false,
         storage: "validatingwebhookconfigurations",
+        status_subresource: false,
+        short_names: &[],
+        field_labels: &[],
+        delete_returns_object: false,
+    },
+    ResourceType {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        storage: "leases",
         status_subresource: false,
         short_names: &[],
         field_labels: &[],
@@ -432,6 +458,9 @@ pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool)
 
 /// The type-specific checks of create and update that tests are likely to trip over.
 pub fn validate(rt: &ResourceType, obj: &Value, name: &str) -> Result<(), ApiError> {
+    if rt.storage == "leases" {
+        return validate_lease(rt, obj, name);
+    }
     if rt.storage == "pods" {
         let containers = obj.pointer("/spec/containers").and_then(Value::as_array);
         if containers.is_none_or(|c| c.is_empty()) {
@@ -458,6 +487,30 @@ pub fn validate(rt: &ResourceType, obj: &Value, name: &str) -> Result<(), ApiErr
     Ok(())
 }
 
+/// `ValidateLeaseSpec`'s checks of the numbers a lease holder writes.
+fn validate_lease(rt: &ResourceType, obj: &Value, name: &str) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    let checks = [
+        ("leaseDurationSeconds", 1, "must be greater than 0"),
+        ("leaseTransitions", 0, "must be greater than or equal to 0"),
+    ];
+    for (field, min, why) in checks {
+        if let Some(n) = obj.pointer(&format!("/spec/{field}")).and_then(Value::as_i64)
+            && n < min
+        {
+            causes.push((format!("spec.{field}"), format!("Invalid value: {n}: {why}")));
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<(&str, &str, String)> = causes
+        .iter()
+        .map(|(f, m)| (f.as_str(), "FieldValueInvalid", m.clone()))
+        .collect();
+    Err(ApiError::invalid(rt, name, &causes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,6 +529,13 @@ mod tests {
             "MutatingWebhookConfiguration"
         );
         assert!(resolve("deployments").is_none());
+        assert_eq!(resolve("cm").unwrap().kind, "ConfigMap");
+        assert_eq!(resolve("leases").unwrap().group, "coordination.k8s.io");
+        assert_eq!(resolve("leases.coordination.k8s.io").unwrap().kind, "Lease");
+        assert_eq!(
+            find_by_kind("coordination.k8s.io/v1", "Lease").unwrap().plural,
+            "leases"
+        );
         assert_eq!(
             find_by_kind("events.k8s.io/v1", "Event").unwrap().group,
             "events.k8s.io"
@@ -525,6 +585,23 @@ mod tests {
         assert_eq!(qos_class(&b), "Burstable");
         let be = json!({"spec": {"containers": [{"name": "a"}]}});
         assert_eq!(qos_class(&be), "BestEffort");
+    }
+
+    #[test]
+    fn lease_numbers_are_validated() {
+        let leases = resolve("leases").unwrap();
+        let ok = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0}});
+        assert!(validate(leases, &ok, "l").is_ok());
+        assert!(validate(leases, &json!({}), "l").is_ok());
+        let bad = json!({"spec": {"leaseDurationSeconds": 0, "leaseTransitions": -1}});
+        let s = validate(leases, &bad, "l").unwrap_err().to_status();
+        assert_eq!(
+            s["message"],
+            "Lease \"l\" is invalid: [spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0, \
+             spec.leaseTransitions: Invalid value: -1: must be greater than or equal to 0]"
+        );
+        assert_eq!(s["details"]["group"], "coordination.k8s.io");
+        assert_eq!(s["code"], 422);
     }
 
     #[test]

@@ -184,6 +184,10 @@ impl ApiError {
             _ => format!("injected fault ({code})"),
         };
         let mut err = Self::new(code, message);
+        if code == 401 {
+            // The authentication filter's `NewUnauthorized("Unauthorized")` has no details.
+            return err;
+        }
         err.details = Some(Box::new(match code {
             500 => json!({ "causes": [{ "message": "injected fault" }] }),
             403 => {

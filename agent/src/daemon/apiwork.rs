@@ -1,0 +1,289 @@
+//! The daemon's API work, beside the scan loop and never in its way: Spark driver lookups,
+//! Events, node conditions and automatic repair.
+//!
+//! The scan loop hands each scan's outcome over a `watch` channel (a newer outcome replaces
+//! one not yet taken) and goes on with its schedule. This task takes the newest outcome and
+//! runs one pass:
+//! 1. resolves the drivers of the executors (through the cache and its budget), and publishes
+//!    them for the next scan, which it wakes when they changed;
+//! 2. records the findings as Events, then syncs the node's conditions;
+//! 3. runs automatic repair when it is switched on.
+//!
+//! Every request has its own deadline (the request timeout), and a failure that says the API
+//! server is unavailable (no answer, a timeout, 5xx, 429, 401) ends the pass and closes a
+//! [`Gate`]: the next pass waits a jittered pause that doubles from 2 s to 5 min, so an outage
+//! costs a few requests per node per minute at most.
+//!
+//! A driver lookup that fails keeps the answer of the last lookup that succeeded, marked
+//! stale: an orphaned executor stays reported (its evidence says since when the driver could
+//! not be re-checked) instead of disappearing and coming back as a new Event.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodemedic_rules::finding::Finding;
+use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, PodInfo, PodSource};
+use tokio::sync::{Notify, watch};
+
+use crate::conditions::NodeConditions;
+use crate::config::Effective;
+use crate::events::EventRecorder;
+use crate::host::HostPaths;
+use crate::kube_api::ApiDirectory;
+use crate::metrics::Metrics;
+use crate::repair::audit::{ActionResult, Audit, RepairAction};
+use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
+use crate::retry::Gate;
+use crate::spark::{self, CachedDirectory};
+
+/// What one scan hands to the API work.
+#[derive(Debug, Clone)]
+pub struct ScanOutcome {
+    pub snapshot: NodeSnapshot,
+    pub findings: Vec<Finding>,
+    /// The configuration the scan ran with (a reload reaches the API work this way).
+    pub effective: Effective,
+}
+
+/// The drivers the last pass resolved, for the next scans.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DriverView {
+    /// By executor pod UID.
+    pub drivers: BTreeMap<String, DriverLookup>,
+    /// Every driver of each application with a driver on this node, by application id.
+    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
+    /// Executors whose driver could not be re-checked: the answer above is the last good one,
+    /// and this says since when and why (evidence `driver_lookup_stale`).
+    pub stale: BTreeMap<String, String>,
+}
+
+/// Driver lookups of one pass take at most this long together.
+const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The API work's state.
+pub struct ApiWork {
+    pub client: kube::Client,
+    pub host: HostPaths,
+    pub directory: CachedDirectory<ApiDirectory>,
+    pub driver_memory: spark::DriverMemory,
+    pub events: EventRecorder,
+    pub conditions: NodeConditions,
+    pub auto_repair: AutoRepairState,
+    pub repair_audit: Audit,
+    pub metrics: Metrics,
+    /// Where the scan loop reads the drivers.
+    pub view: Arc<Mutex<DriverView>>,
+    /// When each stale answer was last confirmed by a lookup that succeeded.
+    pub last_good: BTreeMap<String, i64>,
+    /// Wakes the scan loop when the drivers changed.
+    pub wake: Arc<Notify>,
+    pub gate: Gate,
+    /// The settings the directory was built with (rebuilt when a reload changes them).
+    pub directory_settings: (Duration, u32),
+}
+
+impl std::fmt::Debug for ApiWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiWork").field("events", &self.events).finish()
+    }
+}
+
+fn unix_now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+impl ApiWork {
+    /// Takes outcomes until the scan loop goes away.
+    pub async fn run(mut self, mut outcomes: watch::Receiver<Option<Arc<ScanOutcome>>>) {
+        loop {
+            if outcomes.changed().await.is_err() {
+                return;
+            }
+            // After a failure, wait out the pause; a newer outcome may arrive meanwhile.
+            tokio::time::sleep(self.gate.wait()).await;
+            let Some(outcome) = outcomes.borrow_and_update().clone() else {
+                continue;
+            };
+            if self.pass(&outcome).await {
+                self.gate.succeed();
+            } else {
+                let pause = self.gate.fail();
+                tracing::info!(
+                    failures = self.gate.failures(),
+                    retry_in_s = pause.as_secs_f64(),
+                    "API server unavailable; Events, conditions and lookups wait"
+                );
+            }
+        }
+    }
+
+    /// One pass; false when the API server was unavailable.
+    async fn pass(&mut self, outcome: &ScanOutcome) -> bool {
+        let cfg = &outcome.effective;
+        let settings = (cfg.driver_cache_ttl, cfg.driver_lookup_budget);
+        if settings != self.directory_settings {
+            self.directory = CachedDirectory::new(ApiDirectory::new(self.client.clone()), settings.0, settings.1);
+            self.directory_settings = settings;
+        }
+        self.events.set_series_interval(cfg.event_series_interval);
+        self.conditions.set_heartbeat(cfg.condition_heartbeat);
+        let snapshot = &outcome.snapshot;
+        let mut available = true;
+        if snapshot.pod_source == PodSource::Api {
+            available &= self.resolve(snapshot).await;
+        }
+        if !available {
+            return false;
+        }
+
+        let write_failures = |metrics: &Metrics, kind: &str, n: usize| {
+            metrics
+                .api_write_failures_total
+                .with_label_values(&[kind])
+                .inc_by(n as u64);
+        };
+        let stats = self.events.record(&outcome.findings).await;
+        for reason in &stats.reasons {
+            self.metrics.events_emitted_total.with_label_values(&[reason]).inc();
+        }
+        write_failures(&self.metrics, "event", stats.failed);
+        if stats.unavailable {
+            return false;
+        }
+        match self.conditions.sync(&outcome.findings).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not update node conditions");
+                write_failures(&self.metrics, "node_condition", 1);
+                if e.status().is_none_or(|c| c >= 500 || c == 429 || c == 401) {
+                    return false;
+                }
+            }
+        }
+        // Automatic repair: off unless switched on, rate-limited, never cpu-state.
+        let policy = cfg.repair.clone();
+        if policy.any() && snapshot.pod_source == PodSource::Api {
+            let records = auto_repair(
+                &self.client,
+                &self.repair_audit,
+                snapshot,
+                &cfg.settings,
+                &policy,
+                &mut self.auto_repair,
+                Some(LocalDirTarget {
+                    host: &self.host,
+                    roots: &cfg.local_dir_roots,
+                }),
+            )
+            .await;
+            for rec in &records {
+                self.metrics
+                    .repair_actions_total
+                    .with_label_values(&rec.metric_labels())
+                    .inc();
+                match rec.event_recorded {
+                    Some(true) => self
+                        .metrics
+                        .events_emitted_total
+                        .with_label_values(&[rec.action.event_reason()])
+                        .inc(),
+                    Some(false) => write_failures(&self.metrics, "event", 1),
+                    None => {}
+                }
+                // A pod action fails only when its DELETE did (a gone pod or a changed UID is
+                // skipped, not failed); a local-dir failure is the filesystem's, not the API's.
+                if rec.result == ActionResult::Failed
+                    && matches!(rec.action, RepairAction::Orphans | RepairAction::FailedPods)
+                {
+                    write_failures(&self.metrics, "pod_deletion", 1);
+                }
+            }
+        }
+        true
+    }
+
+    /// Resolves the drivers of the snapshot's executors and publishes them; false when a
+    /// lookup failed (the last good answers are kept, marked stale).
+    async fn resolve(&mut self, snapshot: &NodeSnapshot) -> bool {
+        let resolved = tokio::time::timeout(LOOKUPS_DEADLINE, async {
+            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
+            self.driver_memory.recall(&self.directory, &mut drivers).await;
+            (drivers, app_drivers)
+        })
+        .await;
+        let previous = self.view.lock().map(|v| v.clone()).unwrap_or_default();
+        let (mut drivers, mut app_drivers) = match resolved {
+            Ok(r) => r,
+            Err(_) => {
+                let reason = format!("driver lookups took over {} s (timeout)", LOOKUPS_DEADLINE.as_secs());
+                let drivers = snapshot
+                    .pods
+                    .iter()
+                    .filter(|p| p.spark_role() == Some("executor"))
+                    .map(|p| (p.uid.clone(), DriverLookup::Unknown { reason: reason.clone() }))
+                    .collect();
+                (drivers, BTreeMap::new())
+            }
+        };
+        let now = unix_now();
+        let mut stale = BTreeMap::new();
+        let mut failed = false;
+        for (uid, lookup) in drivers.iter_mut() {
+            let DriverLookup::Unknown { reason } = lookup else {
+                self.last_good.insert(uid.clone(), now);
+                continue;
+            };
+            // A spent budget is ours, not the API server's.
+            failed |= !reason.contains("rate limited");
+            match previous.drivers.get(uid) {
+                Some(before) if !matches!(before, DriverLookup::Unknown { .. }) => {
+                    let since = self.last_good.get(uid).copied().unwrap_or(now);
+                    stale.insert(
+                        uid.clone(),
+                        format!(
+                            "the driver could not be re-checked ({reason}); this is the answer of a lookup {} s ago",
+                            now - since
+                        ),
+                    );
+                    *lookup = before.clone();
+                }
+                _ => {}
+            }
+        }
+        self.last_good.retain(|uid, _| drivers.contains_key(uid));
+        // An application whose driver list could not be read keeps the last list.
+        for (app, list) in &previous.app_drivers {
+            app_drivers.entry(app.clone()).or_insert_with(|| list.clone());
+        }
+        app_drivers.retain(|app, _| snapshot.pods.iter().any(|p| p.spark_app() == Some(app.as_str())));
+        let view = DriverView {
+            drivers,
+            app_drivers,
+            stale,
+        };
+        if view != previous {
+            if let Ok(mut slot) = self.view.lock() {
+                *slot = view;
+            }
+            self.wake.notify_one();
+        }
+        !failed
+    }
+}
+
+/// Adds `driver_lookup_stale` to the evidence of findings about executors whose driver could
+/// not be re-checked.
+pub fn mark_stale(findings: &mut [Finding], view: &DriverView) {
+    for f in findings.iter_mut() {
+        let uid = f
+            .evidence
+            .get("executor_uid")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        if let Some(why) = uid.and_then(|u| view.stale.get(&u)) {
+            f.evidence
+                .insert("driver_lookup_stale".into(), serde_json::Value::String(why.clone()));
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The watch of this node's pods: list, then watch from the list's resource version, with a
+//! store that the scan loop reads.
+//!
+//! It is written out here rather than taken from kube-runtime's `watcher` for two reasons
+//! that matter at fleet scale. Backoff: the watcher yields an event before every list attempt
+//! and its backoff starts over on any event, so a list that fails every time is retried at a
+//! flat second or so, from every node at once; here each failure (list or watch) doubles a
+//! jittered pause from 1 s to [`WATCH_BACKOFF_CAP`], and only a watch that ran (for
+//! [`SHORT_WATCH`] or more, or delivered a change) starts it over: a server that answers every
+//! watch with `410 Gone` or cuts it at once gets relists at the backoff's pace, not in a loop. Health: the watcher says nothing when a watch
+//! resumes without events, so "up" could only be learned from the next pod change; here the
+//! watch is up from the moment the API server answers the watch request (HTTP 200) until it
+//! fails, whether or not any pod changes.
+//!
+//! A watch the server ends (its `timeoutSeconds`, a cut connection) is resumed at once from the
+//! last resource version seen (events and bookmarks move it); `410 Gone` lists again. A watch
+//! that sends nothing, not even a bookmark, for [`WATCH_IDLE`] is treated as broken.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use tokio::sync::Notify;
+
+use super::serve::Health;
+use crate::collect::pods::PodObject;
+use crate::metrics::Metrics;
+use crate::retry::Backoff;
+
+/// The longest pause between two failed attempts: after an outage the watch is back within
+/// this long of the API server's return.
+pub const WATCH_BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// The server ends each watch after about this long (`timeoutSeconds`); it is then resumed.
+const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// Nothing at all on an open watch for this long: the connection is dead.
+const WATCH_IDLE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 + 60);
+/// A watch that ends sooner than this after it was accepted did not really run: the pause
+/// before resuming it is not reset.
+const SHORT_WATCH: Duration = Duration::from_secs(5);
+
+/// Why a watch ended when the server said `410 Gone`.
+const GONE: &str = "410 Gone";
+
+/// This node's pods by `namespace/name`, as the watch last saw them.
+#[derive(Debug, Default)]
+pub struct PodStore {
+    pods: BTreeMap<String, PodObject>,
+}
+
+impl PodStore {
+    fn key(p: &PodObject) -> String {
+        format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or(""),
+            p.metadata.name.as_deref().unwrap_or("")
+        )
+    }
+
+    /// Every pod in the store.
+    pub fn pods(&self) -> impl Iterator<Item = &PodObject> {
+        self.pods.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+}
+
+/// The store the watch writes and the scan loop reads.
+pub type SharedStore = Arc<RwLock<PodStore>>;
+
+/// What the watch reports to the rest of the daemon.
+#[derive(Debug, Clone)]
+pub struct WatchSignals {
+    pub health: Arc<Health>,
+    pub metrics: Metrics,
+    /// Notified when the pods changed (the scan loop runs a cycle soon).
+    pub wake: Arc<Notify>,
+}
+
+impl WatchSignals {
+    fn up(&self, up: bool) {
+        self.health.watch_up.store(up, Ordering::Relaxed);
+        self.metrics.pod_watch_up.set(i64::from(up));
+    }
+}
+
+fn strip(mut p: PodObject) -> PodObject {
+    p.metadata.managed_fields = None;
+    p
+}
+
+/// Lists and watches this node's pods forever. Only an error the API server or the network
+/// returns stops a step; every retry waits its backoff.
+pub async fn run(client: kube::Client, node: String, store: SharedStore, signals: WatchSignals) {
+    let api: Api<PodObject> = Api::all(client);
+    let selector = format!("spec.nodeName={node}");
+    let mut backoff = Backoff::new(Duration::from_secs(1), WATCH_BACKOFF_CAP, 0x77a7c4);
+    'list: loop {
+        // resourceVersion=0: served from the API server's watch cache, not from etcd.
+        let list = match api.list(&ListParams::default().fields(&selector).match_any()).await {
+            Ok(list) => list,
+            Err(e) => {
+                signals.up(false);
+                let pause = backoff.fail();
+                tracing::warn!(error = %crate::kube_api::Error::request("LIST", format!("pods {selector}"), &e),
+                    retry_in_s = pause.as_secs_f64(), "pod list failed");
+                tokio::time::sleep(pause).await;
+                continue 'list;
+            }
+        };
+        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        if let Ok(mut s) = store.write() {
+            s.pods = list
+                .items
+                .into_iter()
+                .map(strip)
+                .map(|p| (PodStore::key(&p), p))
+                .collect();
+        }
+        signals.health.pods_synced.store(true, Ordering::Relaxed);
+        signals.up(true);
+        signals.wake.notify_one();
+        loop {
+            let params = WatchParams::default().fields(&selector).timeout(WATCH_TIMEOUT_SECONDS);
+            let stream = match api.watch(&params, &version).await {
+                Ok(s) => s,
+                Err(kube::Error::Api(s)) if s.code == 410 => {
+                    let pause = backoff.fail();
+                    tracing::info!(retry_in_s = pause.as_secs_f64(), "pod watch: resource version {version} expired; listing again");
+                    tokio::time::sleep(pause).await;
+                    continue 'list;
+                }
+                Err(e) => {
+                    signals.up(false);
+                    let pause = backoff.fail();
+                    tracing::warn!(error = %crate::kube_api::Error::request("WATCH", format!("pods {selector}"), &e),
+                        retry_in_s = pause.as_secs_f64(), "pod watch failed");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
+            // The API server accepted the watch: established, whether or not a pod changes.
+            signals.up(true);
+            let began = Instant::now();
+            let mut changes = 0u64;
+            let mut stream = std::pin::pin!(stream);
+            let ended = loop {
+                let next = match tokio::time::timeout(WATCH_IDLE, stream.next()).await {
+                    Ok(Some(n)) => n,
+                    Ok(None) => break None,
+                    Err(_) => break Some(format!("no event nor bookmark for {} s", WATCH_IDLE.as_secs())),
+                };
+                match next {
+                    Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
+                        let p = strip(p);
+                        version = p.metadata.resource_version.clone().unwrap_or(version);
+                        if let Ok(mut s) = store.write() {
+                            s.pods.insert(PodStore::key(&p), p);
+                        }
+                        changes += 1;
+                        signals.wake.notify_one();
+                    }
+                    Ok(WatchEvent::Deleted(p)) => {
+                        version = p.metadata.resource_version.clone().unwrap_or(version);
+                        if let Ok(mut s) = store.write() {
+                            s.pods.remove(&PodStore::key(&p));
+                        }
+                        changes += 1;
+                        signals.wake.notify_one();
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                    Ok(WatchEvent::Error(status)) if status.code == 410 => break Some(GONE.to_string()),
+                    Ok(WatchEvent::Error(status)) => break Some(format!("error event: {}", status.message)),
+                    Err(e) => break Some(e.to_string()),
+                }
+            };
+            let ran = began.elapsed();
+            let worked = ran >= SHORT_WATCH || changes > 0;
+            if worked {
+                backoff.reset();
+            }
+            match ended {
+                // The server closed it (its timeout) after it ran: resume at once.
+                None if worked => {}
+                Some(why) if why == GONE => {
+                    let pause = if worked { Duration::ZERO } else { backoff.fail() };
+                    tracing::info!(retry_in_s = pause.as_secs_f64(), "pod watch: resource version {version} expired; listing again");
+                    tokio::time::sleep(pause).await;
+                    continue 'list;
+                }
+                why => {
+                    if why.is_some() {
+                        signals.up(false);
+                    }
+                    let pause = backoff.fail();
+                    tracing::info!(
+                        reason = why.as_deref().unwrap_or("closed early by the server"),
+                        ran_s = ran.as_secs_f64(),
+                        retry_in_s = pause.as_secs_f64(),
+                        "pod watch ended; resuming"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
