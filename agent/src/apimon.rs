@@ -462,7 +462,7 @@ impl ApiMonitor {
 /// The probe task: the election, and the probe rounds while this agent holds the Lease.
 ///
 /// Every agent's samples of its own path to the API server are the election's timed reads of
-/// the Lease (every two thirds of the lease duration). The holder also runs the three probes
+/// the Lease (every four fifths of the lease duration). The holder also runs the three probes
 /// (`get`, `list`, `create_dry_run`), reads the API server's `/metrics` and lists the webhooks
 /// every `interval` (±10% jitter), and publishes the result on the Lease. A round in which
 /// every probe failed is followed by a pause that doubles up to five minutes instead of the

@@ -286,9 +286,9 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
 
 impl Effective {
     /// The longest an agent goes between two samples of its path to the API server when all is
-    /// well: the prober's probe interval, the others' Lease reads (two thirds of the lease).
+    /// well: the prober's probe interval, the others' Lease reads (four fifths of the lease).
     pub fn sample_period(&self) -> Duration {
-        self.probe_interval.max(self.lease_duration * 2 / 3)
+        self.probe_interval.max(self.lease_duration * 4 / 5)
     }
 
     /// Rejects settings that make a rule meaningless, naming the key.
@@ -300,7 +300,7 @@ impl Effective {
                 "rules: apiserver_unreachable_seconds",
                 format!(
                     "{unreachable} s is not above the time between two API samples ({period:.0} s: the larger of \
-                     probe_interval_seconds and two thirds of lease_duration_seconds); the rule would fire \
+                     probe_interval_seconds and four fifths of lease_duration_seconds); the rule would fire \
                      with no failed probe"
                 ),
             ));

@@ -265,7 +265,10 @@ impl EventRecorder {
         self.series
             .retain(|k, s| current.contains_key(k) || now.duration_since(s.last_seen) < keep);
         self.summarized.retain(|k| current.contains_key(k));
-        if self.window_start.is_none_or(|w| now.duration_since(w) >= self.series_interval) {
+        if self
+            .window_start
+            .is_none_or(|w| now.duration_since(w) >= self.series_interval)
+        {
             self.window_start = Some(now);
             self.created_in_window = 0;
         }

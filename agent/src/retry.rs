@@ -138,7 +138,11 @@ mod tests {
         let ceilings = [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300];
         for c in ceilings {
             let p = b.fail().as_secs_f64();
-            assert!(p >= c as f64 / 2.0 && p <= c as f64, "pause {p} outside [{}, {c}]", c as f64 / 2.0);
+            assert!(
+                p >= c as f64 / 2.0 && p <= c as f64,
+                "pause {p} outside [{}, {c}]",
+                c as f64 / 2.0
+            );
         }
         assert_eq!(b.failures(), 12);
         b.reset();

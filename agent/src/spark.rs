@@ -383,6 +383,60 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
     }
 }
 
+/// The label selector of every driver of a namespace.
+const DRIVERS: &str = "spark-role=driver";
+
+/// A [`PodDirectory`] that answers driver lookups from one list of each namespace's drivers
+/// (`spark-role=driver`), read through `inner` (the cache, so once per TTL): a node whose
+/// executors belong to 25 applications in one namespace costs one LIST per TTL, not 25 GETs.
+/// A GET of a pod that is not in the list (a driver created since, one deleted, a client-mode
+/// driver without the label) and lookups by IP go to `inner` as they are; so do lists whose
+/// selector is not an equality selector containing `spark-role=driver`.
+#[derive(Debug)]
+pub struct IndexedDirectory<D> {
+    pub inner: D,
+}
+
+impl<D: PodDirectory> IndexedDirectory<D> {
+    async fn drivers(&self, namespace: &str) -> Option<Vec<PodInfo>> {
+        self.inner.list(Some(namespace), DRIVERS).await.ok()
+    }
+}
+
+/// Whether `selector` is equality terms only (`a=b,c=d`) and selects drivers.
+fn narrows_drivers(selector: &str) -> bool {
+    let terms: Vec<&str> = selector.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    terms.contains(&DRIVERS)
+        && terms.iter().all(|t| {
+            t.split_once('=')
+                .is_some_and(|(k, v)| !k.ends_with('!') && !v.starts_with('='))
+        })
+}
+
+impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        if let Some(found) = self
+            .drivers(namespace)
+            .await
+            .and_then(|list| list.into_iter().find(|p| p.name == name))
+        {
+            return Ok(Some(found));
+        }
+        self.inner.get(namespace, name).await
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        if let (Some(ns), true) = (namespace, narrows_drivers(label_selector)) {
+            if let Some(list) = self.drivers(ns).await {
+                return Ok(list.into_iter().filter(|p| matches(p, label_selector)).collect());
+            }
+        }
+        self.inner.list(namespace, label_selector).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.inner.by_ip(ip).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -608,6 +662,60 @@ mod tests {
         // A second cycle within the TTL costs nothing.
         block_on(resolve_all(&cached, &pods));
         assert_eq!(cached.lookups(), 20);
+    }
+
+    #[test]
+    fn one_list_per_namespace_answers_the_drivers_of_twenty_apps() {
+        let mut pods = vec![];
+        let mut cluster = vec![];
+        for app in 0..20 {
+            cluster.push(pod(
+                "spark",
+                &format!("app{app}-driver"),
+                &format!("d{app}"),
+                "driver",
+                &format!("app{app}"),
+                "Running",
+            ));
+            pods.push(owned(
+                pod(
+                    "spark",
+                    &format!("app{app}-exec"),
+                    &format!("e{app}"),
+                    "executor",
+                    &format!("app{app}"),
+                    "Running",
+                ),
+                &format!("app{app}-driver"),
+                &format!("d{app}"),
+            ));
+        }
+        // A driver that is gone: not in the list, so asked for by name (and not found).
+        pods.push(owned(
+            pod("spark", "gone-exec", "e-gone", "executor", "gone", "Running"),
+            "gone-driver",
+            "d-gone",
+        ));
+        let indexed = IndexedDirectory {
+            inner: CachedDirectory::new(
+                Counting(ListDirectory::new(cluster), 0.into()),
+                Duration::from_secs(60),
+                1000,
+            ),
+        };
+        let (lookups, _) = block_on(resolve_all(&indexed, &pods));
+        let found = lookups
+            .values()
+            .filter(|l| matches!(l, DriverLookup::Found { .. }))
+            .count();
+        assert_eq!(found, 20);
+        assert!(matches!(lookups["e-gone"], DriverLookup::Gone { .. }));
+        // One LIST of the namespace's drivers, one GET of the gone driver, one LIST by the gone
+        // application's labels (answered from the same list, so not counted again).
+        assert_eq!(indexed.inner.inner.1.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert!(narrows_drivers("spark-role=driver,spark-app-selector=a"));
+        assert!(!narrows_drivers("spark-role=executor"));
+        assert!(!narrows_drivers("spark-role=driver,spark-app-selector!=a"));
     }
 
     #[test]

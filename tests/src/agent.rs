@@ -15,6 +15,42 @@ use crate::nodemedic_bin;
 /// The node the agent runs for.
 pub const NODE: &str = "worker-7";
 
+/// Who an agent is, for tests that run several: its node, its pod name (its identity in the
+/// prober election and in Events), the bearer token it sends (so the API server double's
+/// request log tells agents apart), and the API server URL it is given.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub node: String,
+    pub pod: String,
+    /// `None`: the double's [`crate::apiserver::TEST_TOKEN`].
+    pub token: Option<String>,
+    /// `None`: the double's HTTPS URL.
+    pub server: Option<String>,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Identity {
+            node: NODE.into(),
+            pod: "nodemedic-test".into(),
+            token: None,
+            server: None,
+        }
+    }
+}
+
+impl Identity {
+    /// Agent number `i` of a fleet: node `node-<i>`, pod `nodemedic-<i>`, token `token-<i>`.
+    pub fn fleet(i: usize) -> Identity {
+        Identity {
+            node: format!("node-{i}"),
+            pod: format!("nodemedic-{i}"),
+            token: Some(format!("token-{i}")),
+            server: None,
+        }
+    }
+}
+
 /// A running daemon.
 #[derive(Debug)]
 pub struct Agent {
@@ -54,8 +90,14 @@ impl Agent {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
     }
 
-    /// Starts `nodemedic run` on a host tree with `node`'s files against `api`.
+    /// Starts `nodemedic run` on a host tree with `node`'s files against `api`, as the agent
+    /// of [`NODE`].
     pub fn start(api: &ApiServer, host: Option<&Node>, extra: &[&str]) -> Agent {
+        Agent::start_as(api, host, &Identity::default(), extra)
+    }
+
+    /// [`Agent::start`] as another agent: its node, pod name, bearer token, or API server URL.
+    pub fn start_as(api: &ApiServer, host: Option<&Node>, who: &Identity, extra: &[&str]) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("host");
         std::fs::create_dir_all(&root).unwrap();
@@ -64,14 +106,24 @@ impl Agent {
         }
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, true).unwrap();
+        if who.token.is_some() || who.server.is_some() {
+            let mut text = std::fs::read_to_string(&kubeconfig).unwrap();
+            if let Some(token) = &who.token {
+                text = text.replace(crate::apiserver::TEST_TOKEN, token);
+            }
+            if let Some(server) = &who.server {
+                text = text.replace(&api.https_url(), server);
+            }
+            std::fs::write(&kubeconfig, text).unwrap();
+        }
         let mut args: Vec<String> = [
             "run",
             "--host-root",
             root.to_str().unwrap(),
             "--node",
-            NODE,
+            &who.node,
             "--pod-name",
-            "nodemedic-test",
+            &who.pod,
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
             "--listen",

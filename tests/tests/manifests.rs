@@ -1247,12 +1247,19 @@ fn plugin_status_lists_agents_and_nodes_without_one() {
         ),
         "{stdout}"
     );
-    let lease_call = calls.iter().find(|c| c.contains(&"lease".to_string())).expect("the Lease is read");
+    let lease_call = calls
+        .iter()
+        .find(|c| c.contains(&"lease".to_string()))
+        .expect("the Lease is read");
     assert!(lease_call.iter().any(|a| a == "nodemedic-prober"), "{lease_call:?}");
     // No Lease (or no right to read it): said so, and status still succeeds.
     let (code, stdout, _, _) = fake.run(
         &["status"],
-        &[("FAKE_POD_NODES", "worker-1\n"), ("FAKE_NODES", "worker-1\n"), ("FAKE_LEASE_EXIT", "1")],
+        &[
+            ("FAKE_POD_NODES", "worker-1\n"),
+            ("FAKE_NODES", "worker-1\n"),
+            ("FAKE_LEASE_EXIT", "1"),
+        ],
     );
     assert_eq!(code, 0);
     assert!(

@@ -208,7 +208,7 @@ pub struct RunArgs {
     #[arg(long, env = "NODEMEDIC_PROBE_TIMEOUT_SECONDS")]
     pub probe_timeout_seconds: Option<f64>,
     /// Seconds of the prober election's Lease: the holder renews every third, the others
-    /// read it every two thirds and take over when it is not renewed for a whole duration
+    /// read it every four fifths and take over when it is not renewed for a whole duration
     /// [default: 60].
     #[arg(long, env = "NODEMEDIC_LEASE_DURATION_SECONDS")]
     pub lease_duration_seconds: Option<f64>,

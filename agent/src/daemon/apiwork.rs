@@ -4,8 +4,9 @@
 //! The scan loop hands each scan's outcome over a `watch` channel (a newer outcome replaces
 //! one not yet taken) and goes on with its schedule. This task takes the newest outcome and
 //! runs one pass:
-//! 1. resolves the drivers of the executors (through the cache and its budget), and publishes
-//!    them for the next scan, which it wakes when they changed;
+//! 1. resolves the drivers of the executors (one list of each namespace's drivers, through the
+//!    cache and its budget), and publishes them for the next scan, which it wakes when they
+//!    changed;
 //! 2. records the findings as Events, then syncs the node's conditions;
 //! 3. runs automatic repair when it is switched on.
 //!
@@ -35,7 +36,7 @@ use crate::metrics::Metrics;
 use crate::repair::audit::{ActionResult, Audit, RepairAction};
 use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
 use crate::retry::Gate;
-use crate::spark::{self, CachedDirectory};
+use crate::spark::{self, CachedDirectory, IndexedDirectory};
 
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
@@ -65,7 +66,7 @@ const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
 pub struct ApiWork {
     pub client: kube::Client,
     pub host: HostPaths,
-    pub directory: CachedDirectory<ApiDirectory>,
+    pub directory: IndexedDirectory<CachedDirectory<ApiDirectory>>,
     pub driver_memory: spark::DriverMemory,
     pub events: EventRecorder,
     pub conditions: NodeConditions,
@@ -123,7 +124,9 @@ impl ApiWork {
         let cfg = &outcome.effective;
         let settings = (cfg.driver_cache_ttl, cfg.driver_lookup_budget);
         if settings != self.directory_settings {
-            self.directory = CachedDirectory::new(ApiDirectory::new(self.client.clone()), settings.0, settings.1);
+            self.directory = IndexedDirectory {
+                inner: CachedDirectory::new(ApiDirectory::new(self.client.clone()), settings.0, settings.1),
+            };
             self.directory_settings = settings;
         }
         self.events.set_series_interval(cfg.event_series_interval);

@@ -187,11 +187,13 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let work = ApiWork {
         client: client.clone(),
         host: host.clone(),
-        directory: CachedDirectory::new(
-            ApiDirectory::new(client.clone()),
-            cfg.effective.driver_cache_ttl,
-            cfg.effective.driver_lookup_budget,
-        ),
+        directory: spark::IndexedDirectory {
+            inner: CachedDirectory::new(
+                ApiDirectory::new(client.clone()),
+                cfg.effective.driver_cache_ttl,
+                cfg.effective.driver_lookup_budget,
+            ),
+        },
         directory_settings: (cfg.effective.driver_cache_ttl, cfg.effective.driver_lookup_budget),
         driver_memory: spark::DriverMemory::default(),
         events: EventRecorder::new(

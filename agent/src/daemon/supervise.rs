@@ -90,6 +90,9 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(runs.load(Ordering::SeqCst), 3);
         assert_eq!(metrics.task_restarts_total.with_label_values(&["pod_watch"]).get(), 2);
-        assert!(!health.watch_up.load(Ordering::Relaxed), "the task never said it was up");
+        assert!(
+            !health.watch_up.load(Ordering::Relaxed),
+            "the task never said it was up"
+        );
     }
 }

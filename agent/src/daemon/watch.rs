@@ -135,7 +135,10 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                 Ok(s) => s,
                 Err(kube::Error::Api(s)) if s.code == 410 => {
                     let pause = backoff.fail();
-                    tracing::info!(retry_in_s = pause.as_secs_f64(), "pod watch: resource version {version} expired; listing again");
+                    tracing::info!(
+                        retry_in_s = pause.as_secs_f64(),
+                        "pod watch: resource version {version} expired; listing again"
+                    );
                     tokio::time::sleep(pause).await;
                     continue 'list;
                 }
@@ -193,7 +196,10 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                 None if worked => {}
                 Some(why) if why == GONE => {
                     let pause = if worked { Duration::ZERO } else { backoff.fail() };
-                    tracing::info!(retry_in_s = pause.as_secs_f64(), "pod watch: resource version {version} expired; listing again");
+                    tracing::info!(
+                        retry_in_s = pause.as_secs_f64(),
+                        "pod watch: resource version {version} expired; listing again"
+                    );
                     tokio::time::sleep(pause).await;
                     continue 'list;
                 }

@@ -47,6 +47,13 @@ pub fn timed_out(s: &ProbeSample) -> bool {
             .any(|w| e.contains(w))
 }
 
+/// Whether a failed create got as far as sending its request: one that stopped at DNS, connect
+/// or the TLS handshake measured the node's path to the API server (`apiserver-unreachable`,
+/// `slow-api`), not admission.
+fn reached_server(s: &ProbeSample) -> bool {
+    matches!(crate::rules::apiserver_unreachable::failure_stage(s), "answer" | "http")
+}
+
 /// Where the Spark client timeout in force came from.
 #[derive(Debug, Clone, PartialEq)]
 struct ClientTimeout {
@@ -173,7 +180,9 @@ fn worst_case_seconds(webhooks: &[&WebhookInfo]) -> i64 {
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
     let creates: Vec<&ProbeSample> = recent(api, snap, settings)
-        .filter(|s| s.probe == DRY_RUN_PROBE && (s.ok || timed_out(s)) && !is_dry_run_unsupported(s))
+        .filter(|s| {
+            s.probe == DRY_RUN_PROBE && (s.ok || (timed_out(s) && reached_server(s))) && !is_dry_run_unsupported(s)
+        })
         .filter(|s| s.total_seconds.is_finite())
         .collect();
     let Some((median, min, max)) = stats(creates.iter().map(|s| s.total_seconds)) else {
@@ -390,9 +399,15 @@ mod tests {
             )
         };
         assert!(check(&node(vec![refused(30), refused(60)]).build(), &s).is_empty());
+        // Connected and handshaken, then no answer for 10 s: the API server (a webhook) held it.
+        let held = ProbeSample {
+            connect_seconds: 0.002,
+            tls_seconds: 0.01,
+            ..probe_failed(DRY_RUN_PROBE, 30, None, "no complete answer within 10 s", 10.0)
+        };
         let f = check(
             &node(vec![
-                probe_failed(DRY_RUN_PROBE, 30, None, "no complete answer within 10 s", 10.0),
+                held,
                 probe_failed(
                     DRY_RUN_PROBE,
                     60,
@@ -413,10 +428,30 @@ mod tests {
         );
         assert_eq!(f[0].evidence["timed_out_samples"], 2);
         assert_eq!(f[0].evidence["median_seconds"], 20.0);
-        assert_eq!(
-            f[0].evidence["dominant_phase"], "connect",
-            "no phase ended: never connected"
-        );
+    }
+
+    #[test]
+    fn creates_that_never_reached_the_api_server_are_not_slow_admission() {
+        let s = Settings::default();
+        // A TLS handshake that hangs until the probe's timeout, and connects that hang: the
+        // node's path to the API server is broken, which is apiserver-unreachable's finding.
+        let tls_hang = ProbeSample {
+            connect_seconds: 0.002,
+            ..probe_failed(DRY_RUN_PROBE, 30, None, "no complete answer within 60 s", 60.0)
+        };
+        let connect_hang = probe_failed(DRY_RUN_PROBE, 90, None, "no complete answer within 60 s", 60.0);
+        let handshake_error = probe_failed(DRY_RUN_PROBE, 150, None, "TLS handshake: timed out", 30.0);
+        assert!(check(&node(vec![tls_hang.clone(), connect_hang, handshake_error]).build(), &s).is_empty());
+        // The same node with one create the API server held for 12 s: that one is the finding.
+        let held = ProbeSample {
+            connect_seconds: 0.002,
+            tls_seconds: 0.01,
+            ..probe_failed(DRY_RUN_PROBE, 60, None, "no complete answer within 12 s", 12.0)
+        };
+        let f = check(&node(vec![tls_hang, held]).build(), &s);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["samples"], 1);
+        assert_eq!(f[0].evidence["median_seconds"], 12.0);
     }
 
     #[test]
