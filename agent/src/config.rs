@@ -443,6 +443,41 @@ repair:
     }
 
     #[test]
+    fn settings_that_make_a_rule_meaningless_are_rejected_with_the_key() {
+        let with = |unreachable: &str, flags: Flags| {
+            let file = parse(&format!("rules:\n  apiserver_unreachable_seconds: {unreachable}\n")).unwrap();
+            effective(&flags, &file)
+        };
+        // At the defaults a sample comes every 60 s (the probe interval; the Lease is read
+        // every 48 s): 60 is not enough, 61 is.
+        let e = with("60", Flags::default()).unwrap_err();
+        assert_eq!(
+            e.to_string().split(':').next(),
+            Some("rules"),
+            "the key is named: {e}"
+        );
+        assert!(e.to_string().contains("apiserver_unreachable_seconds"), "{e}");
+        assert!(e.to_string().contains("60 s"), "{e}");
+        assert!(with("61", Flags::default()).is_ok());
+        // A flag that stretches the sampling makes a good file bad, and the other way round.
+        let slow = Flags {
+            lease_duration_seconds: Some(200.0),
+            ..Default::default()
+        };
+        assert!(with("120", slow).is_err(), "a read every 160 s");
+        let fast = Flags {
+            probe_interval_seconds: Some(5.0),
+            lease_duration_seconds: Some(5.0),
+            ..Default::default()
+        };
+        assert!(with("10", fast).is_ok());
+        assert_eq!(
+            parse("lease_duration_seconds: 2\n").unwrap_err().to_string(),
+            "lease_duration_seconds: 2 is too short: the holder renews every third of it (3 s at least)"
+        );
+    }
+
+    #[test]
     fn bad_files_name_the_key() {
         let cases = [
             (

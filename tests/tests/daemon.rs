@@ -398,8 +398,8 @@ async fn failed_writes_are_counted_by_kind_and_stop_when_the_api_answers() {
         agent.metric("nodemedic_repair_actions_total{action=\"failed-pods\",result=\"failed\"}")
     );
 
-    // Back: the finding's Event and the condition go through at the next scan. (A pod whose
-    // DELETE failed is left alone for an hour, like any target automatic repair gave up on.)
+    // Back: the finding's Event and the condition go through at the next pass. (A pod whose
+    // DELETE failed is tried again after a pause of a minute, doubling up to an hour.)
     faults.clear();
     wait_for("the writes through", Duration::from_secs(60), &agent, || {
         !store.list("events.events.k8s.io").is_empty() && node_condition(&api, "CPUManagerStateStale").is_some()

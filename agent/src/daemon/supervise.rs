@@ -1,6 +1,6 @@
 //! Supervised tasks: a task of the daemon that ends or panics is logged, counted in
-//! `nodemedic_task_restarts_total{task}` and started again after a backoff that doubles from
-//! one second up to a minute (and starts over once a run lasted a minute).
+//! `nodemedic_task_restarts_total{task}` and started again after a jittered backoff that doubles
+//! from one second up to a minute (and starts over once a run lasted a minute).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,19 +9,19 @@ use std::time::{Duration, Instant};
 
 use super::serve::Health;
 use crate::metrics::Metrics;
+use crate::retry::Backoff;
 
 /// The first pause before a restart.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest pause before a restart.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// The pause after `previous` when a run lasted `ran`.
-pub fn next_backoff(previous: Duration, ran: Duration) -> Duration {
+/// The pause after a run that lasted `ran`: the schedule starts over after a long run.
+pub fn next_backoff(backoff: &mut Backoff, ran: Duration) -> Duration {
     if ran >= MAX_BACKOFF {
-        FIRST_BACKOFF
-    } else {
-        (previous * 2).min(MAX_BACKOFF)
+        backoff.reset();
     }
+    backoff.fail()
 }
 
 /// Runs `start()` as task `name` forever: each run on a task of its own, so a panic ends only
@@ -32,7 +32,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut backoff = FIRST_BACKOFF / 2;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, name.len() as u64);
         loop {
             let began = Instant::now();
             match tokio::spawn(start()).await {
@@ -46,8 +46,7 @@ where
                 metrics.pod_watch_up.set(0);
             }
             metrics.task_restarts_total.with_label_values(&[name]).inc();
-            backoff = next_backoff(backoff, began.elapsed());
-            tokio::time::sleep(backoff).await;
+            tokio::time::sleep(next_backoff(&mut backoff, began.elapsed())).await;
         }
     });
 }
@@ -58,17 +57,12 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_a_minute_and_starts_over_after_a_long_run() {
-        let mut b = FIRST_BACKOFF / 2;
-        let mut seen = vec![];
-        for _ in 0..9 {
-            b = next_backoff(b, Duration::from_millis(10));
-            seen.push(b.as_secs());
+        let mut b = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, 1);
+        for ceiling in [1, 2, 4, 8, 16, 32, 60, 60, 60] {
+            let p = next_backoff(&mut b, Duration::from_millis(10)).as_secs_f64();
+            assert!(p >= ceiling as f64 / 2.0 && p <= ceiling as f64, "{p} for {ceiling}");
         }
-        assert_eq!(seen, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
-        assert_eq!(
-            next_backoff(Duration::from_secs(60), Duration::from_secs(61)),
-            FIRST_BACKOFF
-        );
+        assert!(next_backoff(&mut b, Duration::from_secs(61)) <= FIRST_BACKOFF);
     }
 
     #[tokio::test]

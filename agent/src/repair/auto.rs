@@ -3,7 +3,7 @@
 //! acting, within one hourly budget. `cpu-state` is never automatic.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use nodemedic_rules::Settings;
@@ -60,33 +60,61 @@ impl AutoRepairPolicy {
     }
 }
 
-/// What automatic repair keeps between cycles: the rate limiter, and the targets it left on
-/// purpose recently (not tried or logged again for an hour, so a lasting refusal is one log
-/// line an hour, not one a cycle).
+/// What automatic repair keeps between cycles: the rate limiter, and the targets it left
+/// alone for now: one a precondition refused (not tried or logged again for an hour, so a
+/// lasting refusal is one log line an hour, not one a cycle), and one whose mutation failed
+/// (tried again after a pause that doubles from a minute up to the hour, with jitter).
 #[derive(Debug, Default)]
 pub struct AutoRepairState {
     pub limiter: RateLimiter,
+    /// Until when each target is left alone.
     quiet: HashMap<String, Instant>,
+    /// Failed attempts per target, for its retry pause.
+    failures: HashMap<String, u32>,
 }
+
+/// The first pause before automatic repair retries a target whose mutation failed.
+const FIRST_RETRY: Duration = Duration::from_secs(60);
 
 impl AutoRepairState {
     pub fn new(max_actions_per_hour: u32) -> Self {
         AutoRepairState {
             limiter: RateLimiter::new(max_actions_per_hour),
             quiet: HashMap::new(),
+            failures: HashMap::new(),
         }
     }
 
     fn prune(&mut self) {
-        self.quiet.retain(|_, at| at.elapsed() < RATE_WINDOW);
+        let now = Instant::now();
+        self.quiet.retain(|_, until| *until > now);
+        let quiet = &self.quiet;
+        // A target that failed and has not come back within the hour starts over.
+        self.failures.retain(|k, _| quiet.contains_key(k));
     }
 
     fn is_quiet(&self, key: &str) -> bool {
-        self.quiet.contains_key(key)
+        self.quiet.get(key).is_some_and(|until| *until > Instant::now())
     }
 
+    /// Leaves a target alone for an hour (a precondition refused it).
     fn hush(&mut self, key: String) {
-        self.quiet.insert(key, Instant::now());
+        self.quiet.insert(key, Instant::now() + RATE_WINDOW);
+    }
+
+    /// Schedules the retry of a target whose mutation failed: after 1, 2, 4 ... minutes (each
+    /// drawn from the upper half of its step), at most an hour. Returns the pause.
+    fn retry_later(&mut self, key: String) -> Duration {
+        let n = self.failures.entry(key.clone()).or_insert(0);
+        *n += 1;
+        let ceiling = FIRST_RETRY.saturating_mul(1 << (*n - 1).min(10)).min(RATE_WINDOW);
+        let pause = crate::retry::Jitter::new(u64::from(*n)).spread(ceiling.mul_f64(0.75), 1.0 / 3.0);
+        self.quiet.insert(key, Instant::now() + pause);
+        pause
+    }
+
+    fn succeeded(&mut self, key: &str) {
+        self.failures.remove(key);
     }
 }
 
@@ -148,9 +176,15 @@ pub async fn auto_repair(
             }
         }
         let records = apply_pod_plan(client, &plan, audit, Some(&mut state.limiter)).await;
-        for rec in records.iter().filter(|r| r.result != ActionResult::Applied) {
-            if let Some(uid) = &rec.target.uid {
-                state.hush(uid.clone());
+        for rec in &records {
+            let Some(uid) = &rec.target.uid else { continue };
+            match rec.result {
+                ActionResult::Applied => state.succeeded(uid),
+                ActionResult::Failed => {
+                    let pause = state.retry_later(uid.clone());
+                    tracing::info!(target: "nodemedic::repair", uid = %uid, retry_in_s = pause.as_secs(), "automatic repair: will try this target again");
+                }
+                _ => state.hush(uid.clone()),
             }
         }
         out.extend(records);
@@ -228,9 +262,14 @@ async fn auto_local_dirs(
             return vec![];
         }
     };
-    for rec in records.iter().filter(|r| r.result != ActionResult::Applied) {
-        if let Some(path) = &rec.target.path {
-            state.hush(path.clone());
+    for rec in &records {
+        let Some(path) = &rec.target.path else { continue };
+        match rec.result {
+            ActionResult::Applied => state.succeeded(path),
+            ActionResult::Failed => {
+                state.retry_later(path.clone());
+            }
+            _ => state.hush(path.clone()),
         }
     }
     // Only removals that started are returned (and counted); refusals were logged.
@@ -242,6 +281,32 @@ async fn auto_local_dirs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_target_is_retried_after_a_growing_pause_a_refused_one_after_an_hour() {
+        let mut state = AutoRepairState::new(10);
+        let pauses: Vec<Duration> = (0..8).map(|_| state.retry_later("uid-1".into())).collect();
+        // Each pause within [1/2, 1] of its step: 1, 2, 4, ... minutes, then the hour.
+        for (i, p) in pauses.iter().enumerate() {
+            let step = FIRST_RETRY.saturating_mul(1 << i).min(RATE_WINDOW);
+            assert!(
+                *p >= step / 2 && *p <= step,
+                "pause {i}: {p:?} outside [{:?}, {step:?}]",
+                step / 2
+            );
+        }
+        assert!(state.is_quiet("uid-1"));
+        state.succeeded("uid-1");
+        assert!(
+            state.retry_later("uid-1".into()) <= FIRST_RETRY,
+            "a success starts the schedule over"
+        );
+        state.hush("uid-2".into());
+        let until = state.quiet["uid-2"];
+        assert!(until > Instant::now() + RATE_WINDOW - Duration::from_secs(5));
+        state.prune();
+        assert!(state.is_quiet("uid-2") && !state.is_quiet("uid-3"));
+    }
 
     #[test]
     fn automatic_repair_is_off_by_default() {
