@@ -451,11 +451,7 @@ repair:
         // At the defaults a sample comes every 60 s (the probe interval; the Lease is read
         // every 48 s): 60 is not enough, 61 is.
         let e = with("60", Flags::default()).unwrap_err();
-        assert_eq!(
-            e.to_string().split(':').next(),
-            Some("rules"),
-            "the key is named: {e}"
-        );
+        assert_eq!(e.to_string().split(':').next(), Some("rules"), "the key is named: {e}");
         assert!(e.to_string().contains("apiserver_unreachable_seconds"), "{e}");
         assert!(e.to_string().contains("60 s"), "{e}");
         assert!(with("61", Flags::default()).is_ok());

@@ -254,6 +254,21 @@ impl Elector {
                 }
             },
             Some((404, _)) => return self.create(sample).await,
+            Some((403, body)) => {
+                // The API server answered (the path is fine); RBAC is missing.
+                let mut sample = sample;
+                sample.ok = true;
+                sample.error = None;
+                let pause = self.backoff.fail();
+                tracing::error!(
+                    lease = %self.cfg.name,
+                    namespace = %self.cfg.namespace,
+                    answer = %String::from_utf8_lossy(&body[..body.len().min(300)]),
+                    "reading the prober Lease is forbidden: no agent can be elected to probe admission \
+                     (RBAC: get, update and create on leases, docs/operations/prober.md)"
+                );
+                return self.step_result(Some(sample), pause);
+            }
             _ => {
                 let pause = self.backoff.fail();
                 tracing::debug!(error = ?sample.error, retry_in_s = pause.as_secs_f64(), "reading the Lease failed");

@@ -343,3 +343,41 @@ async fn a_refused_apiserver_metrics_is_not_asked_again_every_round() {
     let metrics_reads = api.requests().iter().filter(|r| r.path == "/metrics").count();
     assert_eq!(metrics_reads, 1, "one refused read, then none for 30 minutes");
 }
+
+/// Without RBAC on leases no agent is elected, but the Lease read still measures the node's
+/// path: no `apiserver-unreachable`, `nodemedic_api_up` 1, and the log says what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_lease_elects_nobody_and_is_not_an_unreachable_api() {
+    use nodemedic_tests::agent::{Agent, wait_for};
+    let api = ApiServer::start().await.unwrap();
+    api.faults().fail("get", "leases", 403, None, None);
+    api.faults().fail("create", "leases", 403, None, None);
+    let agent = Agent::start(
+        &api,
+        None,
+        &[
+            "--probe-interval-seconds",
+            "1",
+            "--rule-setting",
+            "apiserver_unreachable_seconds=5",
+        ],
+    );
+    wait_for("the forbidden read logged", Duration::from_secs(30), &agent, || {
+        agent.log().contains("reading the prober Lease is forbidden")
+    })
+    .await;
+    // Well past apiserver_unreachable_seconds.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(agent.metric("nodemedic_prober"), Some(0.0));
+    assert_eq!(agent.metric("nodemedic_api_up"), Some(1.0));
+    assert_eq!(
+        agent.metric("nodemedic_rule_firing{rule=\"apiserver-unreachable\"}"),
+        Some(0.0)
+    );
+    let dry_runs = api
+        .requests()
+        .iter()
+        .filter(|r| r.query_param("dryRun").is_some())
+        .count();
+    assert_eq!(dry_runs, 0, "nobody probes admission without the Lease");
+}
