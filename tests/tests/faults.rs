@@ -61,57 +61,6 @@ async fn started(api: &ApiServer, host: Option<&Node>, extra: &[&str]) -> Agent 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_taking_20_seconds_does_not_stop_scans_or_host_findings() {
-    let api = ApiServer::start().await.unwrap();
-    api.store().create(node_object());
-    let mut agent = started(&api, Some(&stale_host()), &[]).await;
-    let stale = "nodemedic_rule_firing{rule=\"stale-cpu-assignment\"}";
-    wait_for("the stale entry", Duration::from_secs(30), &agent, || {
-        agent.metric(stale) == Some(1.0)
-    })
-    .await;
-    wait_for("its event", Duration::from_secs(30), &agent, || {
-        !events_with_reason(&api, "StaleCPUAssignment").is_empty()
-    })
-    .await;
-
-    api.faults().set_latency("*", "*", Duration::from_secs(20));
-    let slow_at = Instant::now();
-    let first = agent.metric("nodemedic_last_scan_timestamp_seconds").unwrap();
-    let mut last = first;
-    while slow_at.elapsed() < Duration::from_secs(24) {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(agent.alive(), "the daemon died while the API was slow\n{}", agent.log());
-        assert_eq!(agent.get("/healthz").0, 200, "liveness while the API is slow");
-        assert_eq!(agent.metric(stale), Some(1.0), "host findings stay\n{}", agent.log());
-        let now = agent.metric("nodemedic_last_scan_timestamp_seconds").unwrap();
-        assert!(
-            now > last,
-            "no scan in 3 s while the API was slow ({last} -> {now})\n{}",
-            agent.log()
-        );
-        last = now;
-    }
-    assert!(last > first + 15.0);
-
-    api.faults().clear();
-    let app = SparkApp::new(SparkVersion::V3_5, "etl", "after-slow");
-    api.store().create(orphan(&app, 1, "exec-after-slow"));
-    wait_for("recovery: the new orphan", Duration::from_secs(60), &agent, || {
-        agent.metric("nodemedic_orphaned_executors") == Some(1.0)
-    })
-    .await;
-    wait_for("its event", Duration::from_secs(30), &agent, || {
-        events_with_reason(&api, "OrphanedExecutor").len() == 1
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(events_with_reason(&api, "OrphanedExecutor").len(), 1);
-    assert!(agent.alive());
-    assert_no_panic(&agent);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_throttling_on_reads_then_recovery_without_duplicate_events() {
     let api = ApiServer::start().await.unwrap();
     api.store().create(node_object());

@@ -229,32 +229,7 @@ impl ApiWork {
                 (drivers, BTreeMap::new())
             }
         };
-        let now = unix_now();
-        let mut stale = BTreeMap::new();
-        let mut failed = false;
-        for (uid, lookup) in drivers.iter_mut() {
-            let DriverLookup::Unknown { reason } = lookup else {
-                self.last_good.insert(uid.clone(), now);
-                continue;
-            };
-            // A spent budget is ours, not the API server's.
-            failed |= !reason.contains("rate limited");
-            match previous.drivers.get(uid) {
-                Some(before) if !matches!(before, DriverLookup::Unknown { .. }) => {
-                    let since = self.last_good.get(uid).copied().unwrap_or(now);
-                    stale.insert(
-                        uid.clone(),
-                        format!(
-                            "the driver could not be re-checked ({reason}); this is the answer of a lookup {} s ago",
-                            now - since
-                        ),
-                    );
-                    *lookup = before.clone();
-                }
-                _ => {}
-            }
-        }
-        self.last_good.retain(|uid, _| drivers.contains_key(uid));
+        let (stale, failed) = keep_last_good(&mut drivers, &previous.drivers, &mut self.last_good, unix_now());
         // An application whose driver list could not be read keeps the last list.
         for (app, list) in &previous.app_drivers {
             app_drivers.entry(app.clone()).or_insert_with(|| list.clone());
@@ -275,6 +250,39 @@ impl ApiWork {
     }
 }
 
+/// Replaces each failed lookup (`Unknown`) of an executor whose driver was known by the last
+/// known answer, and says so in the returned stale map (by executor UID: since when and why).
+/// `last_good` remembers when each executor's lookup last succeeded. Returns the stale map and
+/// whether a lookup failed for the API server's reason (not a spent budget).
+pub fn keep_last_good(
+    drivers: &mut BTreeMap<String, DriverLookup>,
+    previous: &BTreeMap<String, DriverLookup>,
+    last_good: &mut BTreeMap<String, i64>,
+    now: i64,
+) -> (BTreeMap<String, String>, bool) {
+    let mut stale = BTreeMap::new();
+    let mut failed = false;
+    for (uid, lookup) in drivers.iter_mut() {
+        let DriverLookup::Unknown { reason } = lookup else {
+            last_good.insert(uid.clone(), now);
+            continue;
+        };
+        // A spent budget is ours, not the API server's.
+        failed |= !reason.contains("rate limited");
+        if let Some(before) = previous.get(uid).filter(|b| !matches!(b, DriverLookup::Unknown { .. })) {
+            let since = last_good.get(uid).copied().unwrap_or(now);
+            let at = jiff::Timestamp::from_second(since).map_or_else(|_| since.to_string(), |t| t.to_string());
+            stale.insert(
+                uid.clone(),
+                format!("the driver could not be re-checked ({reason}); this is the answer of the lookup at {at}"),
+            );
+            *lookup = before.clone();
+        }
+    }
+    last_good.retain(|uid, _| drivers.contains_key(uid));
+    (stale, failed)
+}
+
 /// Adds `driver_lookup_stale` to the evidence of findings about executors whose driver could
 /// not be re-checked.
 pub fn mark_stale(findings: &mut [Finding], view: &DriverView) {
@@ -288,5 +296,91 @@ pub fn mark_stale(findings: &mut [Finding], view: &DriverView) {
             f.evidence
                 .insert("driver_lookup_stale".into(), serde_json::Value::String(why.clone()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemedic_rules::finding::{Severity, Subject};
+    use nodemedic_rules::snapshot::LookupMethod;
+
+    fn gone() -> DriverLookup {
+        DriverLookup::Gone {
+            by: LookupMethod::OwnerReference,
+            expected: "spark/etl-driver (uid d1)".into(),
+        }
+    }
+
+    #[test]
+    fn a_failed_re_check_keeps_the_last_answer_marked_stale() {
+        let mut last_good = BTreeMap::new();
+        // Pass 1: found gone.
+        let mut first: BTreeMap<String, DriverLookup> = [("e1".to_string(), gone())].into();
+        let (stale, failed) = keep_last_good(&mut first, &BTreeMap::new(), &mut last_good, 1_000);
+        assert!(stale.is_empty() && !failed);
+        // Pass 2 and 3: the lookup fails; the answer stays, stale since the first pass.
+        let mut view = first.clone();
+        for now in [1_030, 1_060] {
+            let mut next: BTreeMap<String, DriverLookup> = [(
+                "e1".to_string(),
+                DriverLookup::Unknown {
+                    reason: "GET pod spark/etl-driver: HTTP 500".into(),
+                },
+            )]
+            .into();
+            let (stale, failed) = keep_last_good(&mut next, &view, &mut last_good, now);
+            assert!(failed);
+            assert_eq!(next["e1"], gone());
+            assert_eq!(
+                stale["e1"],
+                "the driver could not be re-checked (GET pod spark/etl-driver: HTTP 500); this is the answer of the lookup at 1970-01-01T00:16:40Z"
+            );
+            view = next;
+        }
+        // A spent budget is not the API server failing; an executor never resolved stays unknown.
+        let mut limited: BTreeMap<String, DriverLookup> = [
+            (
+                "e1".to_string(),
+                DriverLookup::Unknown {
+                    reason: "rate limited: driver lookups over budget for this period".into(),
+                },
+            ),
+            (
+                "e2".to_string(),
+                DriverLookup::Unknown {
+                    reason: "rate limited: driver lookups over budget for this period".into(),
+                },
+            ),
+        ]
+        .into();
+        let (stale, failed) = keep_last_good(&mut limited, &view, &mut last_good, 1_090);
+        assert!(!failed);
+        assert!(stale.contains_key("e1") && !stale.contains_key("e2"));
+        assert!(matches!(limited["e2"], DriverLookup::Unknown { .. }));
+
+        // The finding about e1 carries the staleness in its evidence.
+        let mut findings = vec![
+            Finding::new(
+                "orphaned-executor",
+                Severity::Warning,
+                Subject::node("n"),
+                "s".into(),
+                "r".into(),
+            )
+            .with("executor_uid", "e1"),
+        ];
+        mark_stale(
+            &mut findings,
+            &DriverView {
+                stale,
+                ..Default::default()
+            },
+        );
+        assert!(
+            findings[0].evidence["driver_lookup_stale"]
+                .as_str()
+                .is_some_and(|s| s.contains("could not be re-checked"))
+        );
     }
 }

@@ -245,7 +245,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         biased;
         _ = sigterm.recv() => return stop(released).await,
         _ = sigint.recv() => return stop(released).await,
-        r = tokio::time::timeout(Duration::from_secs(10), synced) => if r.is_err() {
+        r = tokio::time::timeout(Duration::from_millis(serve::FIRST_SYNC_WAIT_MS), synced) => if r.is_err() {
             tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
         }
     }

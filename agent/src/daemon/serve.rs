@@ -43,6 +43,8 @@ pub struct Health {
 
 /// `/healthz` fails when the scan loop has not completed a scan for this many intervals.
 pub const STALLED_INTERVALS: u64 = 3;
+/// How long the daemon waits for the pod watch's first list before its first scan.
+pub const FIRST_SYNC_WAIT_MS: u64 = 10_000;
 
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
@@ -56,15 +58,23 @@ impl Health {
         self.last_scan_ms.store(unix_ms(), Ordering::Relaxed);
     }
 
-    /// Why the scan loop looks stuck, if it does.
+    /// Why the scan loop looks stuck, if it does. Before the first scan the daemon may wait
+    /// [`FIRST_SYNC_WAIT_MS`] for the pod watch's first list, which counts on top.
     pub fn stalled(&self) -> Option<String> {
         let interval = self.scan_interval_ms.load(Ordering::Relaxed).max(1);
         let since = unix_ms().saturating_sub(self.last_scan_ms.load(Ordering::Relaxed));
-        (since > STALLED_INTERVALS * interval).then(|| {
+        let first = !self.scanned.load(Ordering::Relaxed);
+        let allowed = STALLED_INTERVALS * interval + if first { FIRST_SYNC_WAIT_MS } else { 0 };
+        (since > allowed).then(|| {
             format!(
-                "no scan completed for {:.0} s ({STALLED_INTERVALS} scan intervals are {:.0} s)",
+                "no scan completed for {:.0} s ({STALLED_INTERVALS} scan intervals{} are {:.0} s)",
                 since as f64 / 1000.0,
-                (STALLED_INTERVALS * interval) as f64 / 1000.0
+                if first {
+                    " and the wait for the first pod list"
+                } else {
+                    ""
+                },
+                allowed as f64 / 1000.0
             )
         })
     }
@@ -156,5 +166,31 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, health: Arc<Health>)
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_fails_after_three_intervals_without_a_scan_with_grace_for_the_first() {
+        let h = Health::default();
+        h.scan_interval_ms.store(1_000, Ordering::Relaxed);
+        h.last_scan_ms.store(unix_ms() - 5_000, Ordering::Relaxed);
+        // No scan yet: 3 s + the 10 s wait for the first list.
+        assert_eq!(h.stalled(), None);
+        h.last_scan_ms.store(unix_ms() - 14_000, Ordering::Relaxed);
+        assert!(h.stalled().is_some_and(|w| w.contains("wait for the first pod list")));
+        // After a scan: 3 intervals.
+        h.scanned.store(true, Ordering::Relaxed);
+        h.last_scan_ms.store(unix_ms() - 2_000, Ordering::Relaxed);
+        assert_eq!(h.stalled(), None);
+        h.last_scan_ms.store(unix_ms() - 4_000, Ordering::Relaxed);
+        let why = h.stalled().unwrap_or_default();
+        assert!(
+            why.starts_with("no scan completed for 4 s (3 scan intervals are 3 s)"),
+            "{why}"
+        );
     }
 }
