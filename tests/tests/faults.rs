@@ -1,10 +1,11 @@
 //! Failure injection, end to end: the real `nodemedic run` daemon against the API server
-//! double with its `Faults` (slow, erroring, watch-dropping, 410-answering), and a host whose
+//! double with its `Faults` (erroring, watch-dropping, 410-answering), and a host whose
 //! files change under the scanner (a checkpoint rewritten mid-read, processes exiting between
 //! listing and reading); and `repair cpu-state --apply` on a full disk. In every case: the
 //! daemon keeps running and scanning, never panics, and reports nothing that is not there.
 //!
-//! (API server down and back is covered by `daemon.rs`.)
+//! (API server down and back is covered by `daemon.rs`, a slow or silent one by `slow_api.rs`,
+//! outages by `outage.rs` and `watch_health.rs`.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
