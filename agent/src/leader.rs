@@ -7,13 +7,13 @@
 //!   update conditioned on the Lease's `resourceVersion`, and publishes the admission result in
 //!   the Lease's annotation [`ADMISSION_ANNOTATION`] with the same request; when it could not
 //!   renew for two thirds of the duration it stops probing, before anyone may take over;
-//! - every other agent reads the Lease every four fifths of the duration (48 s), timed like the
+//! - every other agent reads the Lease every four fifths of the duration (48 s, ±10%), timed like the
 //!   read probe `get` (so the read is also its measurement of its own path to the API
 //!   server), and takes the Lease over, again conditioned on the `resourceVersion`, once the
 //!   record has not changed for a whole lease duration by its own clock (no clock is compared
 //!   across nodes). When the record is about to expire it reads again right then, so a killed
-//!   holder is replaced within the lease duration plus one read period (108 s), under two
-//!   durations;
+//!   holder is replaced within the lease duration plus one read period (at most 113 s), under
+//!   two durations;
 //! - a holder that shuts down releases the Lease (empty holder), so another agent takes over at
 //!   its next read.
 //!
@@ -29,7 +29,7 @@ use nodemedic_rules::snapshot::ProbeSample;
 
 use crate::kube_api;
 use crate::probe::Target;
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 
 /// The Lease's name.
 pub const LEASE_NAME: &str = "nodemedic-prober";
@@ -149,6 +149,7 @@ pub struct Elector {
     leading: bool,
     last_renewed: Option<Instant>,
     backoff: Backoff,
+    jitter: Jitter,
     published: Option<Published>,
 }
 
@@ -202,6 +203,7 @@ impl Elector {
             leading: false,
             last_renewed: None,
             backoff,
+            jitter: Jitter::new(0x1ea5e),
             published: None,
         }
     }
@@ -293,9 +295,11 @@ impl Elector {
         if mine || current.is_none() || seen_for >= duration {
             return self.take_over(sample).await;
         }
-        // Read again at the usual period, or right when the record would expire.
+        // Read again at the usual period (±10%, so agents started together drift apart), or
+        // right when the record would expire.
         let until_expiry = duration.saturating_sub(seen_for) + Duration::from_millis(500);
-        self.step_result(Some(sample), self.cfg.read_every().min(until_expiry))
+        let period = self.jitter.spread(self.cfg.read_every(), 0.1);
+        self.step_result(Some(sample), period.min(until_expiry))
     }
 
     fn spec_now(&self, transitions: i32, acquired: Option<MicroTime>) -> LeaseSpec {

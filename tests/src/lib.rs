@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
+pub mod fleet;
 pub mod hosttree;
 pub mod measure;
 pub mod scenarios;
