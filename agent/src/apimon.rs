@@ -408,6 +408,9 @@ pub struct ProbeOutputs {
     /// Set to true to stop: the holder releases the Lease, then `released` is notified.
     pub stop: tokio::sync::watch::Receiver<bool>,
     pub released: Arc<tokio::sync::Notify>,
+    /// Changes when the pod watch is back after failing: the election reads (or renews) and
+    /// the prober probes at once instead of waiting out their backoff.
+    pub api_back: tokio::sync::watch::Receiver<u64>,
 }
 
 impl ApiMonitor {
@@ -487,7 +490,16 @@ pub async fn run(
             _ = outputs.stop.wait_for(|stop| *stop) => true,
             _ = async {
                 let wake_at = if leading { next_step.min(next_round) } else { next_step };
-                tokio::time::sleep_until(wake_at.into()).await;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake_at.into()) => {}
+                    Ok(()) = outputs.api_back.changed() => {
+                        tracing::info!("the API server answers again: reading the Lease now");
+                        elector.nudge();
+                        round_gate.succeed();
+                        next_step = Instant::now();
+                        next_round = next_round.min(Instant::now());
+                    }
+                }
                 if Instant::now() >= next_step {
                     let step = elector.step().await;
                     if let Some(sample) = step.sample {

@@ -212,6 +212,11 @@ impl Elector {
         &self.cfg.identity
     }
 
+    /// The API server answers again: the next failure starts the backoff from its first step.
+    pub fn nudge(&mut self) {
+        self.backoff.reset();
+    }
+
     /// Sets what the next renewal publishes (only the holder publishes).
     pub fn publish(&mut self, p: Published) {
         self.published = Some(p);

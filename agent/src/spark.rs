@@ -383,6 +383,57 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
     }
 }
 
+/// A [`PodDirectory`] that stops asking after the first failure: once a lookup failed (the API
+/// server unavailable, forbidden), every later one fails the same way without a request until
+/// [`Breaker::reset`]. One pass of driver lookups over 200 executors during an outage costs one
+/// request, not 200.
+#[derive(Debug)]
+pub struct Breaker<D> {
+    pub inner: D,
+    tripped: Mutex<Option<LookupError>>,
+}
+
+impl<D: PodDirectory> Breaker<D> {
+    pub fn new(inner: D) -> Self {
+        Breaker {
+            inner,
+            tripped: Mutex::new(None),
+        }
+    }
+
+    /// Closes the breaker again (at the start of a pass).
+    pub fn reset(&self) {
+        if let Ok(mut t) = self.tripped.lock() {
+            *t = None;
+        }
+    }
+
+    async fn guarded<T>(&self, call: impl Future<Output = Result<T, LookupError>>) -> Result<T, LookupError> {
+        if let Some(e) = self.tripped.lock().ok().and_then(|t| t.clone()) {
+            return Err(e);
+        }
+        let result = call.await;
+        if let Err(e @ LookupError::Failed(_)) = &result {
+            if let Ok(mut t) = self.tripped.lock() {
+                *t = Some(e.clone());
+            }
+        }
+        result
+    }
+}
+
+impl<D: PodDirectory> PodDirectory for Breaker<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        self.guarded(self.inner.get(namespace, name)).await
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.guarded(self.inner.list(namespace, label_selector)).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.guarded(self.inner.by_ip(ip)).await
+    }
+}
+
 /// The label selector of every driver of a namespace.
 const DRIVERS: &str = "spark-role=driver";
 
@@ -716,6 +767,58 @@ mod tests {
         assert!(narrows_drivers("spark-role=driver,spark-app-selector=a"));
         assert!(!narrows_drivers("spark-role=executor"));
         assert!(!narrows_drivers("spark-role=driver,spark-app-selector!=a"));
+    }
+
+    /// Fails every lookup, counting them.
+    struct Failing(std::sync::atomic::AtomicU32);
+    impl PodDirectory for Failing {
+        async fn get(&self, _: &str, _: &str) -> Result<Option<PodInfo>, LookupError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(LookupError::Failed("GET pod: HTTP 503".into()))
+        }
+        async fn list(&self, _: Option<&str>, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(LookupError::Failed("LIST pods: connection refused".into()))
+        }
+        async fn by_ip(&self, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(LookupError::Failed("LIST pods: connection refused".into()))
+        }
+    }
+
+    #[test]
+    fn after_the_first_failure_a_pass_sends_nothing_more() {
+        let pods: Vec<PodInfo> = (0..200)
+            .map(|i| {
+                owned(
+                    pod(
+                        "spark",
+                        &format!("e{i}"),
+                        &format!("e{i}"),
+                        "executor",
+                        "app",
+                        "Running",
+                    ),
+                    "app-driver",
+                    "d1",
+                )
+            })
+            .collect();
+        let dir = IndexedDirectory {
+            inner: Breaker::new(Failing(0.into())),
+        };
+        let (lookups, _) = block_on(resolve_all(&dir, &pods));
+        assert_eq!(lookups.len(), 200);
+        assert!(
+            lookups
+                .values()
+                .all(|l| matches!(l, DriverLookup::Unknown { reason } if reason.contains("connection refused")))
+        );
+        assert_eq!(dir.inner.inner.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // The next pass tries again, once.
+        dir.inner.reset();
+        block_on(resolve_all(&dir, &pods));
+        assert_eq!(dir.inner.inner.0.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! Every request has its own deadline (the request timeout), and a failure that says the API
 //! server is unavailable (no answer, a timeout, 5xx, 429, 401) ends the pass and closes a
 //! [`Gate`]: the next pass waits a jittered pause that doubles from 2 s to 5 min, so an outage
-//! costs a few requests per node per minute at most.
+//! costs a few requests per node per minute at most; within a pass, the first failed driver
+//! lookup stops the others ([`Breaker`]). When the pod watch is back (it retries at most 30 s
+//! apart), the pause ends at once.
 //!
 //! A driver lookup that fails keeps the answer of the last lookup that succeeded, marked
 //! stale: an orphaned executor stays reported (its evidence says since when the driver could
@@ -36,7 +38,7 @@ use crate::metrics::Metrics;
 use crate::repair::audit::{ActionResult, Audit, RepairAction};
 use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
 use crate::retry::Gate;
-use crate::spark::{self, CachedDirectory, IndexedDirectory};
+use crate::spark::{self, Breaker, CachedDirectory, IndexedDirectory};
 
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
@@ -66,7 +68,7 @@ const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
 pub struct ApiWork {
     pub client: kube::Client,
     pub host: HostPaths,
-    pub directory: IndexedDirectory<CachedDirectory<ApiDirectory>>,
+    pub directory: IndexedDirectory<Breaker<CachedDirectory<ApiDirectory>>>,
     pub driver_memory: spark::DriverMemory,
     pub events: EventRecorder,
     pub conditions: NodeConditions,
@@ -95,14 +97,23 @@ fn unix_now() -> i64 {
 }
 
 impl ApiWork {
-    /// Takes outcomes until the scan loop goes away.
-    pub async fn run(mut self, mut outcomes: watch::Receiver<Option<Arc<ScanOutcome>>>) {
+    /// Takes outcomes until the scan loop goes away. `api_back` changes when the pod watch is
+    /// back after failing: the API server answers again, and the pause is cut short.
+    pub async fn run(
+        mut self,
+        mut outcomes: watch::Receiver<Option<Arc<ScanOutcome>>>,
+        mut api_back: watch::Receiver<u64>,
+    ) {
         loop {
             if outcomes.changed().await.is_err() {
                 return;
             }
-            // After a failure, wait out the pause; a newer outcome may arrive meanwhile.
-            tokio::time::sleep(self.gate.wait()).await;
+            // After a failure, wait out the pause (a newer outcome may arrive meanwhile), unless
+            // the API server is seen back first.
+            tokio::select! {
+                _ = tokio::time::sleep(self.gate.wait()) => {}
+                Ok(()) = api_back.changed() => self.gate.succeed(),
+            }
             let Some(outcome) = outcomes.borrow_and_update().clone() else {
                 continue;
             };
@@ -125,7 +136,11 @@ impl ApiWork {
         let settings = (cfg.driver_cache_ttl, cfg.driver_lookup_budget);
         if settings != self.directory_settings {
             self.directory = IndexedDirectory {
-                inner: CachedDirectory::new(ApiDirectory::new(self.client.clone()), settings.0, settings.1),
+                inner: Breaker::new(CachedDirectory::new(
+                    ApiDirectory::new(self.client.clone()),
+                    settings.0,
+                    settings.1,
+                )),
             };
             self.directory_settings = settings;
         }
@@ -209,6 +224,8 @@ impl ApiWork {
     /// Resolves the drivers of the snapshot's executors and publishes them; false when a
     /// lookup failed (the last good answers are kept, marked stale).
     async fn resolve(&mut self, snapshot: &NodeSnapshot) -> bool {
+        // A new pass: the first failure of this pass stops the rest (see `Breaker`).
+        self.directory.inner.reset();
         let resolved = tokio::time::timeout(LOOKUPS_DEADLINE, async {
             let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
             self.driver_memory.recall(&self.directory, &mut drivers).await;

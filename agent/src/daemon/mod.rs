@@ -117,11 +117,13 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let watch_client = kube_api::watch_client(config.clone(), cfg.effective.request_timeout)?;
     let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
     let wake = Arc::new(Notify::new());
+    let api_back = Arc::new(tokio::sync::watch::channel(0u64).0);
     {
         let signals = WatchSignals {
             health: health.clone(),
             metrics: metrics.clone(),
             wake: wake.clone(),
+            api_back: api_back.clone(),
         };
         let (store, node) = (store.clone(), cfg.node.clone());
         supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
@@ -143,6 +145,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
                 election: election.clone(),
                 stop: stop_rx,
                 released: released.clone(),
+                api_back: api_back.subscribe(),
             };
             let election_cfg = ElectionConfig {
                 namespace: lease_namespace.clone(),
@@ -188,11 +191,11 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         client: client.clone(),
         host: host.clone(),
         directory: spark::IndexedDirectory {
-            inner: CachedDirectory::new(
+            inner: spark::Breaker::new(CachedDirectory::new(
                 ApiDirectory::new(client.clone()),
                 cfg.effective.driver_cache_ttl,
                 cfg.effective.driver_lookup_budget,
-            ),
+            )),
         },
         directory_settings: (cfg.effective.driver_cache_ttl, cfg.effective.driver_lookup_budget),
         driver_memory: spark::DriverMemory::default(),
@@ -212,7 +215,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         wake: wake.clone(),
         gate: Gate::new(Duration::from_secs(2), Duration::from_secs(300), 0xa91),
     };
-    tokio::spawn(work.run(outcome_rx));
+    tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
 
     let mut daemon = Daemon {
         election,
@@ -445,6 +448,17 @@ impl Daemon {
             );
         }
         self.logged = keys;
+        // The API work needs the pods (driver lookups) and the findings; only automatic repair
+        // judges the whole snapshot again. The slim form keeps the host's cgroup tree and
+        // processes from living on in the channel between scans.
+        let snapshot = if self.cfg.effective.repair.any() {
+            snapshot
+        } else {
+            let mut slim = nodemedic_rules::snapshot::NodeSnapshot::empty(&snapshot.node, snapshot.taken_at);
+            slim.pod_source = snapshot.pod_source;
+            slim.pods = snapshot.pods;
+            slim
+        };
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
             snapshot,
             findings,

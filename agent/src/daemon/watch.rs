@@ -84,12 +84,19 @@ pub struct WatchSignals {
     pub metrics: Metrics,
     /// Notified when the pods changed (the scan loop runs a cycle soon).
     pub wake: Arc<Notify>,
+    /// Bumped when the watch is back after failing: the API server answers again, so the
+    /// other API loops (the election, the probes, the API work) stop waiting out their
+    /// backoff. The watch retries at most 30 s apart, so it is the first to know.
+    pub api_back: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl WatchSignals {
     fn up(&self, up: bool) {
-        self.health.watch_up.store(up, Ordering::Relaxed);
+        let was = self.health.watch_up.swap(up, Ordering::Relaxed);
         self.metrics.pod_watch_up.set(i64::from(up));
+        if up && !was {
+            self.api_back.send_modify(|n| *n += 1);
+        }
     }
 }
 
