@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every nodemedic benchmark and keeps the output: the shipped build of nodemedic (profile
 # `dist`, as in the image) with release builds of the bench programs, the criterion benches,
-# scan-bench, daemon-bench and compare-bench (nodemedic against node_exporter). Not part of CI:
-# it takes about 25 minutes with the defaults, and its numbers only mean something on a quiet
+# scan-bench, daemon-bench, fleet-bench (30 agents at default settings) and compare-bench
+# (nodemedic against node_exporter). Not part of CI: it takes about 32 minutes with the defaults, and its numbers only mean something on a quiet
 # machine. The numbers in docs/performance.md come from it.
 #
 # Usage (from anywhere in the repository):
@@ -14,6 +14,9 @@
 #   RUNS=21             scan runs per size (scan-bench, compare-bench)
 #   DAEMON_MINUTES=12   daemon-bench's measured window (plus one minute of warm-up)
 #   COMPARE_MINUTES=5   compare-bench's measured window (plus one minute of warm-up)
+#   FLEET_AGENTS=30     fleet-bench's agents
+#   FLEET_MINUTES=5     fleet-bench's measured window (plus a start over one read period and
+#                       one lease duration of warm-up)
 #   NODE_EXPORTER=...   node_exporter binary (default /usr/bin/prometheus-node-exporter)
 #   SKIP_CRITERION=1    skip the criterion benches
 #
@@ -27,6 +30,8 @@ results="${1:-bench-results-$(date -u +%Y%m%dT%H%M%SZ).md}"
 runs="${RUNS:-21}"
 daemon_minutes="${DAEMON_MINUTES:-12}"
 compare_minutes="${COMPARE_MINUTES:-5}"
+fleet_agents="${FLEET_AGENTS:-30}"
+fleet_minutes="${FLEET_MINUTES:-5}"
 node_exporter="${NODE_EXPORTER:-/usr/bin/prometheus-node-exporter}"
 
 if [[ ! -x "$node_exporter" ]]; then
@@ -73,6 +78,9 @@ step "scan-bench $runs"
 
 step "daemon-bench $daemon_minutes 250"
 "$bin/daemon-bench" "$daemon_minutes" 250
+
+step "fleet-bench $fleet_agents $fleet_minutes"
+"$bin/fleet-bench" "$fleet_agents" "$fleet_minutes"
 
 step "compare-bench $compare_minutes $runs"
 "$bin/compare-bench" "$compare_minutes" "$runs"

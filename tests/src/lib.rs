@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
+pub mod cluster;
 pub mod fleet;
 pub mod hosttree;
 pub mod measure;

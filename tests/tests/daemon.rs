@@ -7,32 +7,9 @@ use std::time::{Duration, Instant};
 
 use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
-use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
+use nodemedic_tests::cluster::{events_with_reason, node_condition, node_object, stale_host};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, bound_pod, finish, rejected_pod};
-use serde_json::{Value, json};
-
-fn node_object() -> Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid-7"},
-           "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                      "lastHeartbeatTime": "2026-11-21T08:00:00Z", "lastTransitionTime": "2026-11-21T08:00:00Z"}]}})
-}
-
-fn events_with_reason(api: &ApiServer, reason: &str) -> Vec<Value> {
-    api.store()
-        .list("events.events.k8s.io")
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
-        .collect()
-}
-
-fn node_condition(api: &ApiServer, type_: &str) -> Option<Value> {
-    let node = api.store().get("nodes", None, NODE)?;
-    node["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_mode_executor_whose_driver_is_deleted_is_orphaned_everywhere() {
@@ -198,11 +175,6 @@ async fn two_running_drivers_of_one_application_are_duplicates() {
         !events_with_reason(&api, "DuplicateDriver").is_empty()
     })
     .await;
-}
-
-/// A node whose checkpoint holds a stale entry: a host finding that needs no API.
-fn stale_host() -> Node {
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

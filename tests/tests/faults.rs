@@ -14,43 +14,11 @@ use std::time::{Duration, Instant};
 
 use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::cluster::{assert_no_panic, events_with_reason, node_object, orphan, stale_host};
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime, pod_uid};
 use nodemedic_tests::nodemedic;
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
-use serde_json::{Value, json};
-
-fn node_object() -> Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid-7"}})
-}
-
-fn events_with_reason(api: &ApiServer, reason: &str) -> Vec<Value> {
-    api.store()
-        .list("events.events.k8s.io")
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
-        .collect()
-}
-
-/// A node whose checkpoint holds a stale entry: a host finding that needs no API.
-fn stale_host() -> Node {
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
-}
-
-fn assert_no_panic(agent: &Agent) {
-    let log = agent.log();
-    assert!(!log.contains("panicked"), "the daemon panicked:\n{log}");
-}
-
-/// An executor on this node whose driver (by owner reference) does not exist.
-fn orphan(app: &SparkApp, n: u32, uid: &str) -> Value {
-    app.executor(
-        n,
-        uid,
-        NODE,
-        Some((&format!("{}-driver", app.prefix), &format!("no-such-driver-{uid}"))),
-        &format!("{}-driver-svc.etl.svc", app.prefix),
-    )
-}
+use serde_json::Value;
 
 async fn started(api: &ApiServer, host: Option<&Node>, extra: &[&str]) -> Agent {
     let agent = Agent::start(api, host, extra);

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::Signal;
 use nodemedic_tests::agent::{Agent, Identity, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
-use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
+use nodemedic_tests::cluster::{assert_no_panic, events_with_reason, node_condition, node_object, orphan, stale_host};
+use nodemedic_tests::hosttree::{Node, Pod};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const SCAN_TS: &str = "nodemedic_last_scan_timestamp_seconds";
 const STALE_CPUS: &str = "nodemedic_cpu_manager_stale_cpus";
@@ -30,34 +31,6 @@ const SLOW: Duration = Duration::from_secs(20);
 /// SIGTERM to exit.
 const EXIT_WITHIN: Duration = Duration::from_secs(2);
 
-fn node_object() -> Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid-7"},
-           "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                      "lastHeartbeatTime": "2026-11-21T08:00:00Z", "lastTransitionTime": "2026-11-21T08:00:00Z"}]}})
-}
-
-fn events_with_reason(api: &ApiServer, reason: &str) -> Vec<Value> {
-    api.store()
-        .list("events.events.k8s.io")
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
-        .collect()
-}
-
-fn node_condition(api: &ApiServer, type_: &str) -> Option<Value> {
-    let node = api.store().get("nodes", None, NODE)?;
-    node["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
-}
-
-/// A node whose checkpoint holds one stale entry (2 CPUs): a host finding that needs no API.
-fn stale_host() -> Node {
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
-}
-
 /// `node` with a second stale entry (2 more CPUs), as the kubelet would leave it.
 fn with_another_stale_entry(node: Node) -> Node {
     node.pod(Pod::new("gone-later", 2).exclusive("3,7").gone())
@@ -70,22 +43,6 @@ fn rewrite_checkpoint(agent: &Agent, node: &Node) {
     let tmp = cp.with_file_name(".cpu_manager_state.slow-api-tmp");
     std::fs::write(&tmp, node.state().to_checkpoint_json()).unwrap();
     std::fs::rename(&tmp, &cp).unwrap();
-}
-
-fn assert_no_panic(agent: &Agent) {
-    let log = agent.log();
-    assert!(!log.contains("panicked"), "the daemon panicked:\n{log}");
-}
-
-/// An executor on this node whose driver (by owner reference) does not exist.
-fn orphan(app: &SparkApp, n: u32, uid: &str) -> Value {
-    app.executor(
-        n,
-        uid,
-        NODE,
-        Some((&format!("{}-driver", app.prefix), &format!("no-such-driver-{uid}"))),
-        &format!("{}-driver-svc.etl.svc", app.prefix),
-    )
 }
 
 fn unix_now() -> f64 {

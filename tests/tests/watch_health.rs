@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::cluster::node_object;
 use nodemedic_tests::sparkpods::bound_pod;
-use serde_json::{Value, json};
 
 const UP: &str = "nodemedic_pod_watch_up";
 /// How long the API server stays away.
@@ -23,10 +23,6 @@ const OUTAGE: Duration = Duration::from_secs(10);
 const RECOVERY: Duration = Duration::from_secs(60);
 /// A watch that broke is seen as down within this long (it is cut with the connection).
 const NOTICED: Duration = Duration::from_secs(5);
-
-fn node_object() -> Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid-7"}})
-}
 
 /// Each pod of the node by `namespace/name`, with its resource version.
 fn pod_versions(api: &ApiServer) -> Vec<(String, String)> {
