@@ -125,9 +125,15 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             wake: wake.clone(),
             api_back: api_back.clone(),
         };
-        let (store, node) = (store.clone(), cfg.node.clone());
+        let (store, node, deadline) = (store.clone(), cfg.node.clone(), cfg.effective.request_timeout);
         supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
-            watch::run(watch_client.clone(), node.clone(), store.clone(), signals.clone())
+            watch::run(
+                watch_client.clone(),
+                node.clone(),
+                store.clone(),
+                signals.clone(),
+                deadline,
+            )
         });
     }
 

@@ -107,19 +107,24 @@ fn strip(mut p: PodObject) -> PodObject {
 
 /// Lists and watches this node's pods forever. Only an error the API server or the network
 /// returns stops a step; every retry waits its backoff.
-pub async fn run(client: kube::Client, node: String, store: SharedStore, signals: WatchSignals) {
+/// `deadline`: how long the list, and the start of each watch, may take.
+pub async fn run(client: kube::Client, node: String, store: SharedStore, signals: WatchSignals, deadline: Duration) {
     let api: Api<PodObject> = Api::all(client);
     let selector = format!("spec.nodeName={node}");
     let mut backoff = Backoff::new(Duration::from_secs(1), WATCH_BACKOFF_CAP, 0x77a7c4);
     'list: loop {
         // resourceVersion=0: served from the API server's watch cache, not from etcd.
-        let list = match api.list(&ListParams::default().fields(&selector).match_any()).await {
+        // The watch's client has no read timeout (a quiet watch sends nothing for minutes), so
+        // the list and the start of each watch get the request timeout here.
+        let params = ListParams::default().fields(&selector).match_any();
+        let list = match crate::kube_api::with_deadline("LIST", format!("pods {selector}"), deadline, api.list(&params))
+            .await
+        {
             Ok(list) => list,
             Err(e) => {
                 signals.up(false);
                 let pause = backoff.fail();
-                tracing::warn!(error = %crate::kube_api::Error::request("LIST", format!("pods {selector}"), &e),
-                    retry_in_s = pause.as_secs_f64(), "pod list failed");
+                tracing::warn!(error = %e, retry_in_s = pause.as_secs_f64(), "pod list failed");
                 tokio::time::sleep(pause).await;
                 continue 'list;
             }
@@ -138,9 +143,25 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
         signals.wake.notify_one();
         loop {
             let params = WatchParams::default().fields(&selector).timeout(WATCH_TIMEOUT_SECONDS);
-            let stream = match api.watch(&params, &version).await {
-                Ok(s) => s,
-                Err(kube::Error::Api(s)) if s.code == 410 => {
+            let started = tokio::time::timeout(deadline, api.watch(&params, &version)).await;
+            let stream = match started {
+                Ok(Ok(s)) => s,
+                Err(_) => {
+                    signals.up(false);
+                    let pause = backoff.fail();
+                    tracing::warn!(
+                        error = %crate::kube_api::Error::Timeout {
+                            verb: "WATCH",
+                            resource: format!("pods {selector}"),
+                            seconds: deadline.as_secs_f64().ceil() as u64,
+                        },
+                        retry_in_s = pause.as_secs_f64(),
+                        "pod watch failed"
+                    );
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
                     let pause = backoff.fail();
                     tracing::info!(
                         retry_in_s = pause.as_secs_f64(),
@@ -149,7 +170,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     tokio::time::sleep(pause).await;
                     continue 'list;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     signals.up(false);
                     let pause = backoff.fail();
                     tracing::warn!(error = %crate::kube_api::Error::request("WATCH", format!("pods {selector}"), &e),
