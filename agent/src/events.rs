@@ -500,4 +500,35 @@ mod tests {
         let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
         assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");
     }
+
+    #[tokio::test]
+    async fn admission_findings_are_recorded_on_the_prober_lease_the_rest_on_their_subject() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let recorder = EventRecorder::new(client, "worker-3", "nodemedic-x", Duration::from_secs(600))
+            .with_cluster_object(lease_reference("nodemedic", "nodemedic-prober"));
+        for rule in CLUSTER_RULES {
+            let r = recorder.reference(&finding(rule, Subject::node("worker-3")));
+            assert_eq!(
+                (
+                    r.api_version.as_deref(),
+                    r.kind.as_deref(),
+                    r.namespace.as_deref(),
+                    r.name.as_deref()
+                ),
+                (
+                    Some("coordination.k8s.io/v1"),
+                    Some("Lease"),
+                    Some("nodemedic"),
+                    Some("nodemedic-prober")
+                ),
+                "{rule}"
+            );
+        }
+        let node_finding = recorder.reference(&finding("stale-cpu-assignment", Subject::node("worker-3")));
+        assert_eq!(
+            (node_finding.kind.as_deref(), node_finding.name.as_deref()),
+            (Some("Node"), Some("worker-3"))
+        );
+    }
 }

@@ -334,7 +334,14 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
 
 /// The agent's Role in its own namespace: the API probe's dry-run pod create, nothing else.
 fn probe_role_grants() -> BTreeSet<(String, String, String)> {
-    [grant("", "pods", "create")].into()
+    [
+        grant("", "pods", "create"),
+        // The prober election (docs/operations/prober.md).
+        grant("coordination.k8s.io", "leases", "create"),
+        grant("coordination.k8s.io", "leases", "get"),
+        grant("coordination.k8s.io", "leases", "update"),
+    ]
+    .into()
 }
 
 fn assert_no_wildcards_or_secrets(docs: &[Value]) {
@@ -381,6 +388,18 @@ fn base_rbac_is_least_privilege() {
     let role = by_kind(&docs, "Role", "nodemedic-probe");
     assert_eq!(role["metadata"]["namespace"], "nodemedic");
     assert_eq!(grants(role), probe_role_grants());
+    // Reading and renewing leases is narrowed to the one Lease; create cannot be (RBAC does
+    // not check names on create).
+    for rule in role["rules"].as_array().unwrap() {
+        let verbs = strs(&rule["verbs"]);
+        if strs(&rule["resources"]).contains(&"leases".to_string()) && verbs.iter().any(|v| v != "create") {
+            assert_eq!(
+                strs(&rule["resourceNames"]),
+                ["nodemedic-prober"],
+                "get/update of leases only on the prober's Lease: {rule}"
+            );
+        }
+    }
     let role_binding = by_kind(&docs, "RoleBinding", "nodemedic-probe");
     assert_eq!(role_binding["metadata"]["namespace"], "nodemedic");
     assert_eq!(
@@ -1220,7 +1239,8 @@ fn plugin_status_lists_agents_and_nodes_without_one() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("NODE POD READY"), "{stdout}");
-    assert!(stdout.contains("nodes without an agent:\n  worker-3\n"), "{stdout}");
+    assert!(stdout.contains("nodes without an agent"), "{stdout}");
+    assert!(stdout.contains("\n  worker-3\n\nadmission prober"), "{stdout}");
     assert!(calls.iter().all(|c| c[0] == "--context=prod"), "{calls:?}");
     assert!(
         calls[0]
