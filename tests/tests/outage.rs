@@ -23,8 +23,8 @@
 //! TTL (0.5 s) are kept on purpose: the API work then wants a driver lookup at every scan, so
 //! only its backoff gate paces it (with the defaults, 30 s scans and a 300 s cache, it would ask
 //! less). The node has one Spark executor whose driver runs on another node, so each API-work
-//! pass makes requests: the LIST of the namespace's drivers, then the GET of its driver (a
-//! failed lookup is not cached, and the GET is tried when the list failed): 2 requests a pass.
+//! pass makes a request: the LIST of the namespace's drivers; when it fails, the pass's other
+//! lookups (the GET of the driver) are not sent (`spark::Breaker`): 1 request a pass.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -63,7 +63,8 @@ const PHASE_MINUTES: u32 = 3;
 //   a 410.
 // - the API work (daemon/apiwork.rs), gate 2 s doubling to 5 min, a pass wanted at every scan:
 //   passes at >= 0, 1, 3, 7, 15, 31 s, then at least 32 s apart (64, 128 s... after more
-//   failures): at most 6 passes in the first minute, 2 in any later one; 2 requests a pass.
+//   failures): at most 6 passes in the first minute, 2 in any later one; 1 request a pass
+//   (the first failed lookup stops the pass's others).
 // - the election (leader.rs): the holder renews every 20 s (a third of the 60 s lease); a
 //   failed renewal is retried after 10 s (its backoff, first 48 s = 4/5 of the lease, capped at
 //   half the renew period) until it has not renewed for 40 s (2/3 of the lease), then it steps
@@ -75,12 +76,12 @@ const PHASE_MINUTES: u32 = 3;
 //   at least 30 s (60 s doubling to 5 min): within the 40 s before it steps down, at most 2
 //   rounds, 6 requests. None after it stepped down.
 //
-// First minute of the refusal: 8 + 6 * 2 + 3 + 6 = 29. Any later minute: 4 + 2 * 2 + 1 = 9.
+// First minute of the refusal: 8 + 6 + 3 + 6 = 23. Any later minute: 4 + 2 + 1 = 7.
 // The 401s start with every loop already backed off (a 401 is a failure like a refused
 // connection: nothing starts over), so the first minute of the 401 phase has the later
 // minutes' budget.
-const RAMP: u64 = 29;
-const STEADY: u64 = 9;
+const RAMP: u64 = 23;
+const STEADY: u64 = 7;
 
 /// Back within the watch's 30 s cap of the API server's return, with a margin.
 const RECOVERY: Duration = Duration::from_secs(60);
