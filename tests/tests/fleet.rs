@@ -157,6 +157,22 @@ fn dry_runs(requests: &[RequestRecord]) -> Vec<(SystemTime, usize)> {
     v
 }
 
+/// The agent the Lease names now, if it is alive.
+fn live_holder(api: &ApiServer, dead: &BTreeSet<usize>) -> Option<usize> {
+    fleet::read_lease(&api.store())
+        .holder_index()
+        .filter(|h| !dead.contains(h))
+}
+
+/// The agent that holds the Lease now, if it is alive and has sent a dry run since `since`.
+fn live_prober_since(api: &ApiServer, dead: &BTreeSet<usize>, since: SystemTime) -> Option<usize> {
+    let h = live_holder(api, dead)?;
+    dry_runs(&api.requests())
+        .iter()
+        .any(|(t, i)| *t >= since && *i == h)
+        .then_some(h)
+}
+
 /// When agent `i` first wrote the Lease (an accepted create or update) at or after `after`.
 fn lease_write(requests: &[RequestRecord], i: usize, after: SystemTime) -> Option<SystemTime> {
     requests
@@ -207,10 +223,7 @@ fn warnings(agents: &[Agent]) -> String {
 /// The one agent the Lease names, when it is alive and a sweep started after `since` found
 /// every live agent answering and it alone reporting `nodemedic_prober 1`.
 fn one_leader(api: &ApiServer, sweeper: &Sweeper, dead: &BTreeSet<usize>, since: SystemTime) -> Option<usize> {
-    let h = fleet::read_lease(&api.store()).holder_index()?;
-    if dead.contains(&h) {
-        return None;
-    }
+    let h = live_holder(api, dead)?;
     let sweep = sweeper.latest_since(since)?;
     let all_answered = (0..N).filter(|i| !dead.contains(i)).all(|i| sweep.values[i].is_some());
     (all_answered && sweep.ones() == [h]).then_some(h)
@@ -479,16 +492,7 @@ async fn thirty_agents_elect_one_prober_keep_the_budget_and_fail_over() {
     let second = wait_until(
         "another agent to take over from the killed holder and probe",
         Duration::from_secs(LEASE_SECONDS * 4),
-        || {
-            let h = fleet::read_lease(&api.store()).holder_index()?;
-            if dead.contains(&h) {
-                return None;
-            }
-            dry_runs(&api.requests())
-                .iter()
-                .any(|(t, i)| *t >= k && *i == h)
-                .then_some(h)
-        },
+        || live_prober_since(&api, &dead, k),
         || format!("{}\n--- warnings\n{}", ctx(""), warnings(&agents)),
     )
     .await;
@@ -540,16 +544,7 @@ async fn thirty_agents_elect_one_prober_keep_the_budget_and_fail_over() {
     let third = wait_until(
         "another agent to take the released Lease and probe",
         Duration::from_secs(LEASE_SECONDS * 4),
-        || {
-            let h = fleet::read_lease(&api.store()).holder_index()?;
-            if dead.contains(&h) {
-                return None;
-            }
-            dry_runs(&api.requests())
-                .iter()
-                .any(|(t, i)| *t >= s && *i == h)
-                .then_some(h)
-        },
+        || live_prober_since(&api, &dead, s),
         || format!("{}\n--- warnings\n{}", ctx(""), warnings(&agents)),
     )
     .await;
@@ -607,10 +602,7 @@ async fn thirty_agents_elect_one_prober_keep_the_budget_and_fail_over() {
         "a live agent holding the Lease and probing after the outage",
         Duration::from_secs(LEASE_SECONDS * 10),
         || {
-            let h = fleet::read_lease(&api.store()).holder_index()?;
-            if dead.contains(&h) {
-                return None;
-            }
+            let h = live_holder(&api, &dead)?;
             let requests = api.requests();
             let written = lease_write(&requests, h, r)?;
             let probed = dry_runs(&requests).into_iter().find(|(t, i)| *t >= r && *i == h)?.0;
