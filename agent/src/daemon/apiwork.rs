@@ -61,6 +61,17 @@ pub struct DriverView {
     pub stale: BTreeMap<String, String>,
 }
 
+/// Where the API work looks drivers up: one list of each namespace's drivers, a breaker that
+/// stops a pass at its first failure, the cache with its TTL and budget, the API server.
+pub type DriverDirectory = IndexedDirectory<Breaker<CachedDirectory<ApiDirectory>>>;
+
+/// The [`DriverDirectory`] of `client` with a cache of `ttl` and `budget` lookups per TTL.
+pub fn driver_directory(client: kube::Client, ttl: Duration, budget: u32) -> DriverDirectory {
+    IndexedDirectory {
+        inner: Breaker::new(CachedDirectory::new(ApiDirectory::new(client), ttl, budget)),
+    }
+}
+
 /// Driver lookups of one pass take at most this long together.
 const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -68,7 +79,7 @@ const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
 pub struct ApiWork {
     pub client: kube::Client,
     pub host: HostPaths,
-    pub directory: IndexedDirectory<Breaker<CachedDirectory<ApiDirectory>>>,
+    pub directory: DriverDirectory,
     pub driver_memory: spark::DriverMemory,
     pub events: EventRecorder,
     pub conditions: NodeConditions,
@@ -135,13 +146,7 @@ impl ApiWork {
         let cfg = &outcome.effective;
         let settings = (cfg.driver_cache_ttl, cfg.driver_lookup_budget);
         if settings != self.directory_settings {
-            self.directory = IndexedDirectory {
-                inner: Breaker::new(CachedDirectory::new(
-                    ApiDirectory::new(self.client.clone()),
-                    settings.0,
-                    settings.1,
-                )),
-            };
+            self.directory = driver_directory(self.client.clone(), settings.0, settings.1);
             self.directory_settings = settings;
         }
         self.events.set_series_interval(cfg.event_series_interval);

@@ -45,7 +45,7 @@ use crate::repair::audit::Audit;
 use crate::repair::auto::AutoRepairState;
 use crate::retry::Gate;
 use crate::scan::{self, Pods};
-use crate::spark::{self, CachedDirectory};
+use crate::spark;
 
 pub mod apiwork;
 pub mod serve;
@@ -196,13 +196,11 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let work = ApiWork {
         client: client.clone(),
         host: host.clone(),
-        directory: spark::IndexedDirectory {
-            inner: spark::Breaker::new(CachedDirectory::new(
-                ApiDirectory::new(client.clone()),
-                cfg.effective.driver_cache_ttl,
-                cfg.effective.driver_lookup_budget,
-            )),
-        },
+        directory: apiwork::driver_directory(
+            client.clone(),
+            cfg.effective.driver_cache_ttl,
+            cfg.effective.driver_lookup_budget,
+        ),
         directory_settings: (cfg.effective.driver_cache_ttl, cfg.effective.driver_lookup_budget),
         driver_memory: spark::DriverMemory::default(),
         events: EventRecorder::new(
