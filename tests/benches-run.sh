@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every nodemedic benchmark and keeps the output: the shipped build of nodemedic (profile
 # `dist`, as in the image) with release builds of the bench programs, the criterion benches,
-# scan-bench, daemon-bench, fleet-bench (30 agents at default settings) and compare-bench
-# (nodemedic against node_exporter). Not part of CI: it takes about 32 minutes with the defaults, and its numbers only mean something on a quiet
+# scan-bench, floor-bench (the scan against the floor of its own file reads), daemon-bench,
+# fleet-bench (30 agents at default settings), compare-bench (nodemedic against node_exporter) and
+# detection-bench (how fast the daemon reports a change). Not part of CI: it takes about 32 minutes with the defaults, and its numbers only mean something on a quiet
 # machine. The numbers in docs/performance.md come from it.
 #
 # Usage (from anywhere in the repository):
@@ -11,12 +12,13 @@
 #   tests/benches-run.sh [RESULTS_FILE]            # default: bench-results-<UTC time>.md
 #
 # Environment:
-#   RUNS=21             scan runs per size (scan-bench, compare-bench)
+#   RUNS=21             scan runs per size (scan-bench, compare-bench), scan and floor runs (floor-bench)
 #   DAEMON_MINUTES=12   daemon-bench's measured window (plus one minute of warm-up)
 #   COMPARE_MINUTES=5   compare-bench's measured window (plus one minute of warm-up)
 #   FLEET_AGENTS=30     fleet-bench's agents
 #   FLEET_MINUTES=5     fleet-bench's measured window (plus a start over one read period and
 #                       one lease duration of warm-up)
+#   DETECTION_ROUNDS=20 detection-bench's rounds of each change it makes (at most 31)
 #   NODE_EXPORTER=...   node_exporter binary (default /usr/bin/prometheus-node-exporter)
 #   SKIP_CRITERION=1    skip the criterion benches
 #
@@ -32,6 +34,7 @@ daemon_minutes="${DAEMON_MINUTES:-12}"
 compare_minutes="${COMPARE_MINUTES:-5}"
 fleet_agents="${FLEET_AGENTS:-30}"
 fleet_minutes="${FLEET_MINUTES:-5}"
+detection_rounds="${DETECTION_ROUNDS:-20}"
 node_exporter="${NODE_EXPORTER:-/usr/bin/prometheus-node-exporter}"
 
 if [[ ! -x "$node_exporter" ]]; then
@@ -76,6 +79,9 @@ fi
 step "scan-bench $runs"
 "$bin/scan-bench" "$runs"
 
+step "floor-bench $runs"
+"$bin/floor-bench" "$runs"
+
 step "daemon-bench $daemon_minutes 250"
 "$bin/daemon-bench" "$daemon_minutes" 250
 
@@ -84,6 +90,9 @@ step "fleet-bench $fleet_agents $fleet_minutes"
 
 step "compare-bench $compare_minutes $runs"
 "$bin/compare-bench" "$compare_minutes" "$runs"
+
+step "detection-bench $detection_rounds"
+"$bin/detection-bench" "$detection_rounds"
 
 step "Done"
 echo "load average at end: $(cat /proc/loadavg)"

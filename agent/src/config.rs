@@ -24,6 +24,7 @@ const CONFIG_LIMIT: u64 = 1024 * 1024;
 pub struct FileConfig {
     pub listen: Option<String>,
     pub scan_interval_seconds: Option<f64>,
+    pub full_scan_interval_seconds: Option<f64>,
     pub local_dir_interval_seconds: Option<f64>,
     pub local_dir_roots: Option<Vec<String>>,
     pub driver_cache_ttl_seconds: Option<f64>,
@@ -95,6 +96,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         _ => Ok(()),
     };
     positive("scan_interval_seconds", cfg.scan_interval_seconds)?;
+    positive("full_scan_interval_seconds", cfg.full_scan_interval_seconds)?;
     positive("local_dir_interval_seconds", cfg.local_dir_interval_seconds)?;
     positive("driver_cache_ttl_seconds", cfg.driver_cache_ttl_seconds)?;
     positive("event_series_interval_seconds", cfg.event_series_interval_seconds)?;
@@ -144,7 +146,10 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effective {
     pub listen: String,
+    /// How often the rules are judged again on what is known.
     pub scan_interval: Duration,
+    /// How often the host is read in full (where inotify works; else at every judgement).
+    pub full_scan_interval: Duration,
     pub local_dir_interval: Duration,
     pub local_dir_roots: Vec<String>,
     pub driver_cache_ttl: Duration,
@@ -171,6 +176,7 @@ fn secs(s: f64) -> Duration {
 pub struct Flags {
     pub listen: Option<String>,
     pub scan_interval_seconds: Option<f64>,
+    pub full_scan_interval_seconds: Option<f64>,
     pub local_dir_interval_seconds: Option<f64>,
     pub local_dir_root: Vec<String>,
     pub driver_cache_ttl_seconds: Option<f64>,
@@ -191,6 +197,7 @@ pub struct Flags {
 pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigError> {
     for (flag, v) in [
         ("--scan-interval-seconds", args.scan_interval_seconds),
+        ("--full-scan-interval-seconds", args.full_scan_interval_seconds),
         ("--local-dir-interval-seconds", args.local_dir_interval_seconds),
         ("--driver-cache-ttl-seconds", args.driver_cache_ttl_seconds),
         ("--event-series-interval-seconds", args.event_series_interval_seconds),
@@ -229,6 +236,11 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
             args.scan_interval_seconds
                 .or(file.scan_interval_seconds)
                 .unwrap_or(30.0),
+        ),
+        full_scan_interval: secs(
+            args.full_scan_interval_seconds
+                .or(file.full_scan_interval_seconds)
+                .unwrap_or(600.0),
         ),
         local_dir_interval: secs(
             args.local_dir_interval_seconds

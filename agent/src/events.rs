@@ -325,7 +325,8 @@ impl EventRecorder {
                 },
                 reason: reason.clone(),
                 action: "Detected",
-                note: f.summary.clone(),
+                // What the text report prints: the finding, then what to do.
+                note: format!("{} Remedy: {}", f.summary, f.remedy),
                 label: ("nodemedic.io/rule", f.rule.clone()),
                 instance: self.instance.clone(),
             };

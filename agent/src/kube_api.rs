@@ -17,7 +17,8 @@ use kube::{Api, Client, Config};
 use nodemedic_rules::snapshot::PodInfo;
 
 use crate::collect::pods::{PodObject, pod_info};
-use crate::spark::{LookupError, PodDirectory};
+use crate::spark::network::Cidr;
+use crate::spark::{Breaker, CachedDirectory, IndexedDirectory, LookupError, PodDirectory};
 
 impl kube::Resource for PodObject {
     type DynamicType = ();
@@ -252,7 +253,31 @@ pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, Erro
 #[derive(Clone)]
 pub struct ApiDirectory {
     client: Client,
+    /// The pod networks of the nodes, when last read.
+    networks: std::sync::Arc<tokio::sync::Mutex<Option<KnownNetworks>>>,
 }
+
+/// Where drivers are looked up through the API server: one list of each namespace's drivers,
+/// a breaker that stops a pass at its first failure, a cache with its TTL and `budget`
+/// lookups per TTL, the API server. The daemon keeps one; a one-shot command makes one per
+/// scan, so that executors of one application share one lookup.
+pub type DriverDirectory = IndexedDirectory<Breaker<CachedDirectory<ApiDirectory>>>;
+
+/// The [`DriverDirectory`] of `client` with a cache of `ttl` and `budget` lookups per TTL.
+pub fn driver_directory(client: Client, ttl: Duration, budget: u32) -> DriverDirectory {
+    IndexedDirectory {
+        inner: Breaker::new(CachedDirectory::new(ApiDirectory::new(client), ttl, budget)),
+    }
+}
+
+/// The nodes' pod networks and when they were read.
+type KnownNetworks = (std::time::Instant, Vec<Cidr>);
+
+/// How long the nodes' pod networks are trusted: they are set when a node registers, so a new
+/// node's network is known within this long.
+const NETWORKS_TTL: Duration = Duration::from_secs(3600);
+/// Nodes per page when the pod networks are read.
+const NODES_PAGE: u32 = 500;
 
 impl std::fmt::Debug for ApiDirectory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -262,8 +287,98 @@ impl std::fmt::Debug for ApiDirectory {
 
 impl ApiDirectory {
     pub fn new(client: Client) -> Self {
-        ApiDirectory { client }
+        ApiDirectory {
+            client,
+            networks: Default::default(),
+        }
     }
+
+    /// Reads every node's `spec.podCIDRs` (`spec.podCIDR` on old nodes), a page of
+    /// [`NODES_PAGE`] nodes at a time, from the API server's cache. A 403 (no `list nodes` in
+    /// an older RBAC) is no error: the networks are then unknown, and said so in the log.
+    async fn read_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        #[derive(serde::Deserialize)]
+        struct NodeList {
+            #[serde(default)]
+            metadata: ListMeta,
+            #[serde(default)]
+            items: Vec<NodeItem>,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct ListMeta {
+            #[serde(rename = "continue", default)]
+            next: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct NodeItem {
+            #[serde(default)]
+            metadata: NodeMeta,
+            #[serde(default)]
+            spec: NodeSpec,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct NodeMeta {
+            #[serde(default)]
+            name: String,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct NodeSpec {
+            #[serde(rename = "podCIDR", default)]
+            pod_cidr: Option<String>,
+            #[serde(rename = "podCIDRs", default)]
+            pod_cidrs: Vec<String>,
+        }
+        let mut networks: Vec<Cidr> = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let uri = match &next {
+                None => format!("/api/v1/nodes?limit={NODES_PAGE}&resourceVersion=0"),
+                Some(token) => format!("/api/v1/nodes?limit={NODES_PAGE}&continue={}", percent_encode(token)),
+            };
+            let request = http::Request::get(&uri)
+                .body(Vec::new())
+                .map_err(|e| LookupError::Failed(format!("LIST nodes: {e}")))?;
+            let page: NodeList = match self.client.request(request).await {
+                Ok(page) => page,
+                Err(kube::Error::Api(s)) if s.code == 403 => {
+                    tracing::warn!(
+                        "LIST nodes forbidden (RBAC without `list nodes`): the cluster's pod networks are unknown, so a \
+                         client-mode driver whose IP no pod has counts as outside the cluster"
+                    );
+                    return Ok(vec![]);
+                }
+                Err(e) => return Err(LookupError::Failed(Error::request("LIST", "nodes", &e).to_string())),
+            };
+            for node in page.items {
+                let texts = node.spec.pod_cidrs.iter().chain(node.spec.pod_cidr.iter());
+                for text in texts {
+                    match Cidr::parse(text) {
+                        Ok(c) if !networks.contains(&c) => networks.push(c),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(node = %node.metadata.name, "spec.podCIDRs: {e}"),
+                    }
+                }
+            }
+            match page.metadata.next.filter(|t| !t.is_empty()) {
+                Some(token) => next = Some(token),
+                None => return Ok(networks),
+            }
+        }
+    }
+}
+
+/// `text` with everything but unreserved URI characters percent-encoded (a continue token is
+/// base64, whose `=`, `+` and `/` must not reach the query as they are).
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn infos(list: Vec<PodObject>) -> Vec<PodInfo> {
@@ -299,5 +414,15 @@ impl PodDirectory for ApiDirectory {
             .await
             .map(|l| infos(l.items))
             .map_err(|e| LookupError::Failed(Error::request("LIST", format!("pods status.podIP={ip}"), &e).to_string()))
+    }
+    async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        // One reader at a time: lookups of many executors share one read.
+        let mut known = self.networks.lock().await;
+        if let Some((_, networks)) = known.as_ref().filter(|(at, _)| at.elapsed() < NETWORKS_TTL) {
+            return Ok(networks.clone());
+        }
+        let networks = self.read_networks().await?;
+        *known = Some((std::time::Instant::now(), networks.clone()));
+        Ok(networks)
     }
 }

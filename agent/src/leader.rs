@@ -72,7 +72,9 @@ impl Published {
         let mut totals: Vec<f64> = self.samples.iter().filter(|s| s.ok).map(|s| s.total_seconds).collect();
         totals.sort_by(f64::total_cmp);
         let failed = self.samples.len() - totals.len();
-        let mut line = format!("{} dry-run creates from {} at {at}", self.samples.len(), self.node);
+        let n = self.samples.len();
+        let creates = if n == 1 { "create" } else { "creates" };
+        let mut line = format!("{n} dry-run {creates} from {} at {at}", self.node);
         if let (Some(median), Some(max)) = (totals.get(totals.len() / 2), totals.last()) {
             line.push_str(&format!(": median {median:.3} s, max {max:.3} s"));
         }
@@ -480,5 +482,51 @@ impl Elector {
             Err(e) => tracing::warn!(error = %e, "could not release the Lease; it expires by itself"),
         }
         self.step_down();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nodemedic_rules::snapshot::ProbeSample;
+
+    use super::*;
+
+    fn sample(total: f64) -> ProbeSample {
+        ProbeSample {
+            probe: "create_dry_run".into(),
+            ok: true,
+            total_seconds: total,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_its_creates_in_words() {
+        let mut p = Published {
+            node: "worker-3".into(),
+            at: 0,
+            samples: vec![sample(0.25)],
+            webhooks: vec![PublishedWebhook {
+                name: "a|b.example.com".into(),
+                configuration: "c".into(),
+                mean_latency_seconds: Some(0.2),
+            }],
+        };
+        let one = p.summary();
+        assert!(
+            one.starts_with("1 dry-run create from worker-3 at 1970-01-01T00:00:00Z: median 0.250 s"),
+            "{one}"
+        );
+        // `|` is the plugin's field separator: never inside the line.
+        assert!(
+            one.ends_with("0 failed; slowest webhook a/b.example.com (0.200 s mean)"),
+            "{one}"
+        );
+        p.samples.push(sample(0.5));
+        assert!(
+            p.summary().starts_with("2 dry-run creates from worker-3"),
+            "{}",
+            p.summary()
+        );
     }
 }

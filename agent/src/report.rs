@@ -17,7 +17,8 @@ pub struct Report {
     pub generated_at: String,
     pub version: &'static str,
     /// Per input: `ok`, `missing`, `not applicable: ..`, `error: ..`; `pods` says where
-    /// liveness came from (`api`, `file`, `cgroups`).
+    /// liveness came from (`api`, `file`, `cgroups`); `api`, last, is the snapshot's view of the
+    /// API server (`ok` when probed, else why not).
     pub sources: Map<String, Value>,
     pub findings: Vec<Finding>,
     /// What the collectors skipped (vanished cgroups, unparsable files).
@@ -26,12 +27,15 @@ pub struct Report {
 
 impl Report {
     /// Builds the report of `snapshot` with its `findings`; its `sources` are the collectors'
-    /// `records`.
+    /// `records`, then `api`: the status of `snapshot.api`. The API observation is no host
+    /// collector (the daemon's comes from its probe task, and the API's health has metrics of
+    /// its own), so it is read from the snapshot, which the API rules judge, not from a record.
     pub fn new(snapshot: &NodeSnapshot, findings: Vec<Finding>, records: &Records) -> Self {
         let generated_at = jiff::Timestamp::from_second(snapshot.taken_at)
             .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
             .unwrap_or_default();
-        let sources: Map<String, Value> = records.iter().map(|r| (r.name.to_string(), json!(r.status))).collect();
+        let mut sources: Map<String, Value> = records.iter().map(|r| (r.name.to_string(), json!(r.status))).collect();
+        sources.insert("api".to_string(), json!(snapshot.api.status()));
         Report {
             node: snapshot.node.clone(),
             generated_at,
@@ -91,6 +95,10 @@ impl Report {
                     }
                     _ => format!(" ({} pods bound to this node)", snapshot.pods.len()),
                 }),
+                "api" => snapshot.api.ok().map(|a| {
+                    let n = a.samples.len();
+                    format!(" ({n} probe sample{})", if n == 1 { "" } else { "s" })
+                }),
                 _ => None,
             };
             let _ = writeln!(
@@ -146,5 +154,61 @@ impl Report {
             count(Severity::Info)
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nodemedic_rules::snapshot::{ApiObservation, Observed};
+
+    use super::*;
+    use crate::host::HostPaths;
+    use crate::scan::{self, Options, Pods};
+
+    /// `sources.api` and the text report's `api` line of a scan of an empty host.
+    fn api_source(opts: &Options) -> (Value, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let scanned = scan::snapshot_blocking(&host, Pods::Cgroups, opts).unwrap();
+        let report = Report::new(&scanned.snapshot, vec![], &scanned.records);
+        let text = report.to_text(&scanned.snapshot);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("api "))
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(
+            report.sources.keys().next_back().map(String::as_str),
+            Some("api"),
+            "api comes after the collectors"
+        );
+        (report.sources["api"].clone(), line)
+    }
+
+    #[test]
+    fn sources_give_the_api_as_the_snapshot_saw_it() {
+        // `scan --offline`: no connection, so no probe.
+        let offline = Options {
+            node: Some("n".into()),
+            probe_api: true,
+            ..Default::default()
+        };
+        let (status, line) = api_source(&offline);
+        assert_eq!(status, "not applicable: not probed");
+        assert_eq!(line, "  api             not applicable: not probed");
+
+        // The daemon's probe task saw the API.
+        let observed = Options {
+            api: Some(ApiObservation {
+                samples: vec![],
+                probing_since: 0,
+                last_success_at: None,
+                webhooks: Observed::Ok(vec![]),
+            }),
+            ..offline
+        };
+        let (status, line) = api_source(&observed);
+        assert_eq!(status, "ok");
+        assert_eq!(line, "  api             ok (0 probe samples)");
     }
 }

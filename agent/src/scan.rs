@@ -21,7 +21,7 @@ use nodemedic_rules::snapshot::{ApiObservation, NodeSnapshot, Observed, PodInfo,
 
 use crate::collect::{self, CollectError, Records, ScanOptions};
 use crate::host::HostPaths;
-use crate::kube_api::{self, ApiDirectory};
+use crate::kube_api;
 use crate::spark::{self, ListDirectory, PodDirectory};
 
 /// Where the pods bound to this node come from.
@@ -81,6 +81,9 @@ pub struct Options {
     /// Read no host file: the snapshot holds the pods and their drivers only (a pod repair
     /// run without a host root).
     pub skip_host: bool,
+    /// The host as read before (the daemon's readings, kept up to date by inotify): the
+    /// snapshot is assembled from these instead of reading the host again.
+    pub readings: Option<collect::HostReadings>,
     /// Read the host files on the calling thread: a one-shot command, whose runtime does
     /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
     /// that a hung mount never stalls its watch or `/metrics`.
@@ -141,6 +144,9 @@ pub struct Scanned {
     pub records: Records,
 }
 
+/// How long a one-shot scan's driver lookups are remembered: longer than the scan.
+const ONE_SHOT_MEMORY: Duration = Duration::from_secs(3600);
+
 /// Driver lookups of one scan take at most this long together unless the caller says.
 pub const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -186,12 +192,18 @@ pub async fn snapshot<D: PodDirectory>(
     let collected = if opts.skip_host {
         collect::pods_only(&scan_opts)?
     } else if opts.host_reads_inline {
-        collect::collect(host, &scan_opts)?
+        match opts.readings.clone() {
+            Some(readings) => collect::assemble(host, readings, &scan_opts)?,
+            None => collect::collect(host, &scan_opts)?,
+        }
     } else {
-        let task_host = host.clone();
-        tokio::task::spawn_blocking(move || collect::collect(&task_host, &scan_opts))
-            .await
-            .map_err(|e| ScanError::Task(e.to_string()))??
+        let (task_host, readings) = (host.clone(), opts.readings.clone());
+        tokio::task::spawn_blocking(move || match readings {
+            Some(readings) => collect::assemble(&task_host, readings, &scan_opts),
+            None => collect::collect(&task_host, &scan_opts),
+        })
+        .await
+        .map_err(|e| ScanError::Task(e.to_string()))??
     };
     let mut snapshot = collected.snapshot;
     snapshot.notes.splice(0..0, notes);
@@ -204,7 +216,9 @@ pub async fn snapshot<D: PodDirectory>(
                 Some(spark::resolve_all(&dir, &snapshot.pods).await)
             }
             (Pods::Api { api: conn, .. }, _) => {
-                let dir = ApiDirectory::new(conn.client.clone());
+                // One scan's memory: executors of one application share one lookup, and the
+                // first failure stops the rest.
+                let dir = kube_api::driver_directory(conn.client.clone(), ONE_SHOT_MEMORY, u32::MAX);
                 Some(spark::resolve_all(&dir, &snapshot.pods).await)
             }
             (Pods::Given { .. }, _) => match directory {

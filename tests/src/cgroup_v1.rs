@@ -127,6 +127,17 @@ impl CpusetSandbox {
     }
 }
 
+impl CpusetSandbox {
+    /// Kills and reaps the process `pid` started by [`CpusetSandbox::spawn_sleep`].
+    pub fn stop(&mut self, pid: u32) {
+        if let Some(i) = self.children.iter().position(|c| c.id() == pid) {
+            let mut child = self.children.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Drop for CpusetSandbox {
     fn drop(&mut self) {
         for child in &mut self.children {

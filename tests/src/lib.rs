@@ -9,6 +9,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
 pub mod cluster;
+pub mod detection;
 pub mod fleet;
 pub mod hosttree;
 pub mod measure;

@@ -211,3 +211,85 @@ fn sandbox_cleans_up_after_itself() {
         name.1
     );
 }
+
+/// The kernel's side of the daemon's inotify watching, on a real cgroup v1 cpuset tree: which
+/// changes are delivered (a pod cgroup and a container created, a cpuset written, a process
+/// attached, the cgroups removed), which are not (a process exiting), and that the watches of
+/// removed cgroups are released (cgroupfs never reports a watched directory's own removal).
+#[tokio::test]
+async fn inotify_on_a_real_cpuset_tree_reports_what_the_daemon_rereads() {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use nodemedic::collect::cgroups::Layout;
+    use nodemedic::daemon::hostwatch::{Changes, HostWatch};
+    use nodemedic_rules::snapshot::CgroupVersion;
+
+    /// The inotify watches this process holds, as the kernel lists them in fdinfo.
+    fn kernel_watches() -> usize {
+        std::fs::read_dir("/proc/self/fdinfo")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .map(|t| t.lines().filter(|l| l.starts_with("inotify wd:")).count())
+            .sum()
+    }
+    async fn next(w: &mut HostWatch, what: &str) -> Changes {
+        tokio::time::timeout(Duration::from_secs(5), w.next())
+            .await
+            .unwrap_or_else(|_| panic!("no inotify event within 5 s after {what}"))
+    }
+    async fn quiet(w: &mut HostWatch) -> Option<Changes> {
+        tokio::time::timeout(Duration::from_millis(300), w.next()).await.ok()
+    }
+
+    let mut sb = CpusetSandbox::new("nodemedic-inotify").expect("cgroup v1 cpuset sandbox (run as root)");
+    sb.mkdir("kubepods/burstable", None).unwrap();
+    let kubelet = tempfile::tempdir().unwrap();
+    let layout = Layout {
+        kubepods: sb.root().join("kubepods"),
+        version: CgroupVersion::V1,
+        driver: "cgroupfs",
+    };
+    let before = kernel_watches();
+    let mut w = HostWatch::new().unwrap();
+    w.arm(kubelet.path(), Some(&layout));
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert_eq!(kernel_watches(), before + 3);
+
+    let uid = pod_uid("inotify-pod");
+    let pod_rel = format!("kubepods/burstable/pod{uid}");
+    let pod = sb.mkdir(&pod_rel, None).unwrap();
+    let expect = BTreeSet::from([pod.clone()]);
+    assert_eq!(next(&mut w, "mkdir of the pod cgroup").await.pods, expect);
+    let leaf_rel = format!("{pod_rel}/{}", container_id("inotify-pod/app"));
+    sb.mkdir(&leaf_rel, None).unwrap();
+    assert_eq!(next(&mut w, "mkdir of the container cgroup").await.pods, expect);
+    assert_eq!(w.len(), 5, "the pod and its container are watched: {w:?}");
+    sb.set_cpus(&leaf_rel, "0").unwrap();
+    assert_eq!(next(&mut w, "a write of cpuset.cpus").await.pods, expect);
+    let pid = sb.spawn_sleep(&leaf_rel).unwrap();
+    assert_eq!(
+        next(&mut w, "a process attached (cgroup.procs written)").await.pods,
+        expect
+    );
+    // Reading is no change.
+    let _ = std::fs::read_to_string(sb.root().join(&leaf_rel).join("cgroup.procs")).unwrap();
+    // cgroup v1 reports no exit: the daemon's full rescan has to see it (docs/architecture.md).
+    sb.stop(pid);
+    assert_eq!(
+        quiet(&mut w).await,
+        None,
+        "cgroup v1 delivers no event when a process exits"
+    );
+
+    std::fs::remove_dir(sb.root().join(&leaf_rel)).unwrap();
+    std::fs::remove_dir(&pod).unwrap();
+    let mut c = next(&mut w, "rmdir of the cgroups").await;
+    while let Some(more) = quiet(&mut w).await {
+        c.merge(more);
+    }
+    assert_eq!(c.pods, expect);
+    assert_eq!(w.len(), 3, "the removed cgroups' watches are dropped: {w:?}");
+    assert_eq!(kernel_watches(), before + 3, "and the kernel released them");
+}

@@ -54,6 +54,17 @@ async fn client_mode_executor_whose_driver_is_deleted_is_orphaned_everywhere() {
     assert_eq!(ev["regarding"]["namespace"], "analytics");
     assert_eq!(ev["reportingController"], "nodemedic.io/agent");
     assert_eq!(ev["type"], "Warning");
+    // The Event and the log carry the remedy, as the text report does.
+    let note = ev["note"].as_str().unwrap();
+    assert!(note.contains(" Remedy: kubectl nodemedic repair "), "{note}");
+    assert!(
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains("new finding") && l.contains("orphaned-executor") && l.contains("remedy=")),
+        "{}",
+        agent.log()
+    );
     wait_for("the node condition", Duration::from_secs(30), &agent, || {
         node_condition(&api, "SparkExecutorOrphans").is_some_and(|c| c["status"] == "True")
     })

@@ -319,6 +319,7 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
         grant("events.k8s.io", "events", "create"),
         grant("events.k8s.io", "events", "patch"),
         grant("", "nodes", "get"),
+        grant("", "nodes", "list"),
         grant("", "nodes/status", "patch"),
         grant("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "list"),
         grant(

@@ -221,3 +221,84 @@ async fn repairs_act_on_what_scan_reports_from_the_api() {
     }
     assert!(stale >= 2, "only {stale} stale entries");
 }
+
+/// Client mode, the case the daemon found and the one-shot commands did not: executors with no
+/// owner reference whose driver URL names a pod IP that no pod has any more. Inside a node's
+/// pod CIDR that IP belonged to a driver pod that is gone: `scan` reports the executors as
+/// orphans and `repair orphans --include-running` plans exactly them, both with the request
+/// counts a demanding user expects (one LIST of nodes, one lookup per driver IP). An IP
+/// outside every pod CIDR is still a driver outside the cluster: no orphan, only the info.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_mode_orphans_are_found_by_scan_and_planned_by_repair() {
+    use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
+    use serde_json::json;
+
+    const NODE: &str = "worker-1";
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    for (name, cidr) in [(NODE, "10.244.1.0/24"), ("worker-2", "10.244.2.0/24")] {
+        store.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}}));
+    }
+    // The driver of `gone` ran on this node at 10.244.1.31 and was deleted; the driver of
+    // `notebook` runs on a laptop at 192.0.2.10.
+    let gone = SparkApp::new(SparkVersion::V3_5, "analytics", "adhoc-join");
+    let notebook = SparkApp::new(SparkVersion::V3_5, "analytics", "notebook-query");
+    let mut orphans = BTreeSet::new();
+    for n in 1..=3 {
+        let uid = format!("gone-exec-uid-{n}");
+        store.create(gone.executor(n, &uid, NODE, None, "10.244.1.31"));
+        orphans.insert(uid);
+    }
+    store.create(notebook.executor(1, "notebook-exec-uid-1", NODE, None, "192.0.2.10"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).unwrap();
+    let root = dir.path().join("host");
+    std::fs::create_dir_all(&root).unwrap();
+    let (report, plan) = tokio::task::spawn_blocking(move || {
+        let (r, kc) = (root.to_str().unwrap(), kubeconfig.to_str().unwrap());
+        let report = run_json(&["scan"], r, NODE, &["--kubeconfig", kc], "client mode");
+        let plan = run_json(
+            &["repair", "orphans"],
+            r,
+            NODE,
+            &["--kubeconfig", kc, "--include-running"],
+            "client mode",
+        );
+        (report, plan)
+    })
+    .await
+    .unwrap();
+    assert_eq!(reported_orphans(&report), orphans, "{report:#}");
+    let orphan = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "orphaned-executor")
+        .unwrap();
+    assert_eq!(orphan["severity"], "warning", "{orphan:#}");
+    assert!(
+        orphan.to_string().contains("10.244.1.0/24"),
+        "the evidence names the pod network: {orphan:#}"
+    );
+    // The notebook's executor keeps its info: its driver is outside the cluster.
+    let outside: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "executor-without-owner" && f.to_string().contains("192.0.2.10"))
+        .collect();
+    assert_eq!(outside.len(), 1, "{report:#}");
+    assert_eq!(outside[0]["severity"], "info");
+    assert_eq!(planned_orphans(&plan), orphans, "{plan:#}");
+    // One LIST of nodes per command, and one lookup per driver IP, not one per executor.
+    let requests = api.requests();
+    let count = |pred: &dyn Fn(&str, &str) -> bool| requests.iter().filter(|r| pred(&r.path, &r.query)).count();
+    assert_eq!(count(&|p, _| p == "/api/v1/nodes"), 2, "{requests:#?}");
+    assert_eq!(
+        count(&|p, q| p == "/api/v1/pods" && q.contains("10.244.1.31")),
+        2,
+        "{requests:#?}"
+    );
+}

@@ -177,9 +177,14 @@ pub struct RunArgs {
     /// Address of the /metrics, /healthz and /readyz endpoint [default: 0.0.0.0:9904].
     #[arg(long, env = "NODEMEDIC_LISTEN")]
     pub listen: Option<String>,
-    /// Seconds between host scans; pod changes also trigger one [default: 30].
+    /// Seconds between judgements of the rules on what is known (host changes and pod changes
+    /// are judged at once, read from inotify and the pod watch) [default: 30].
     #[arg(long, env = "NODEMEDIC_SCAN_INTERVAL_SECONDS")]
     pub scan_interval_seconds: Option<f64>,
+    /// Seconds between full host scans, the safety net under the change-driven reads; every
+    /// scan is a full one where inotify is unavailable [default: 600].
+    #[arg(long, env = "NODEMEDIC_FULL_SCAN_INTERVAL_SECONDS")]
+    pub full_scan_interval_seconds: Option<f64>,
     /// Seconds between walks of the Spark local dirs, which can be large [default: 600].
     #[arg(long, env = "NODEMEDIC_LOCAL_DIR_INTERVAL_SECONDS")]
     pub local_dir_interval_seconds: Option<f64>,
@@ -260,6 +265,9 @@ pub struct ScanArgs {
     pub rules: RuleArgs,
     #[command(flatten)]
     pub format: FormatArg,
+    /// For the floor bench (tests/src/bin/floor-bench.rs): after the scan, write to FILE every file it read, directory it listed and path it looked at, in order, one a line (`read|list|stat PATH`).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub record_reads: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

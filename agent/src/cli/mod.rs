@@ -214,6 +214,7 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
     config::Flags {
         listen: a.listen.clone(),
         scan_interval_seconds: a.scan_interval_seconds,
+        full_scan_interval_seconds: a.full_scan_interval_seconds,
         local_dir_interval_seconds: a.local_dir_interval_seconds,
         local_dir_root: a.local_dir_root.clone(),
         driver_cache_ttl_seconds: a.driver_cache_ttl_seconds,
@@ -284,7 +285,12 @@ fn source(a: &args::PodSourceArgs) -> scan::Source {
 
 /// `nodemedic scan`.
 pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
+    use crate::collect::read::trace;
+    if args.record_reads.is_some() {
+        trace::start();
+    }
     let host = HostPaths::new(args.host.host_root.clone(), args.host.kubelet_dir.clone());
+    trace::stat(host.root());
     if !host.root().is_dir() {
         return Err(format!(
             "{}: host root does not exist or is not a directory",
@@ -298,6 +304,10 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
         args.rules.disable_rule.clone(),
     )?;
     let source = source(&args.source);
+    if let Some(file) = &source.pods_file {
+        // The first file the scan reads (collect::pods has no hook of its own).
+        trace::file(file);
+    }
     let scanned = crate::block_on(async {
         let (pods, note) = source.pods(&host).await;
         let opts = scan::Options {
@@ -319,6 +329,12 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     match args.format.get() {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),
+    }
+    if let Some(path) = &args.record_reads {
+        let ops = trace::stop();
+        std::fs::File::create(path)
+            .and_then(|f| trace::write(&mut std::io::BufWriter::new(f), &ops))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(if report.worst() >= Some(Severity::Warning) {
         EXIT_FINDINGS

@@ -114,10 +114,14 @@ pub fn parse_cgroup_events_populated(text: &str) -> Option<bool> {
 fn find_controller(host: &HostPaths) -> Option<(PathBuf, CgroupVersion)> {
     let cg = host.host("/sys/fs/cgroup");
     let v1 = cg.join("cpuset");
-    if v1.join("cpuset.cpus").is_file() {
+    let cpus = v1.join("cpuset.cpus");
+    super::read::trace::stat(&cpus);
+    if cpus.is_file() {
         return Some((v1, CgroupVersion::V1));
     }
-    if cg.join("cgroup.controllers").is_file() {
+    let controllers = cg.join("cgroup.controllers");
+    super::read::trace::stat(&controllers);
+    if controllers.is_file() {
         return Some((cg, CgroupVersion::V2));
     }
     None
@@ -133,7 +137,7 @@ pub struct Pinned {
 }
 
 impl Pinned {
-    fn wants(&self, pod_uid: &str, container_id: &str) -> bool {
+    pub fn wants(&self, pod_uid: &str, container_id: &str) -> bool {
         self.pod_uids.contains(pod_uid) || self.container_ids.contains(container_id)
     }
 }
@@ -148,10 +152,12 @@ struct Walk<'a> {
 /// The link count of directory `dir`.
 fn link_count(dir: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt as _;
+    super::read::trace::stat(dir);
     std::fs::symlink_metadata(dir).ok().map(|m| m.nlink())
 }
 
 fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
+    super::read::trace::dir(dir);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return vec![];
     };
@@ -387,17 +393,40 @@ impl Walk<'_> {
     }
 }
 
-/// Reads the pod cgroups of the kubelet (`config` gives `cgroupRoot` and the driver).
-pub fn read_cgroups(
-    host: &HostPaths,
-    config: Option<&KubeletConfig>,
-    pinned: &Pinned,
-    notes: &mut Vec<String>,
-) -> Observed<CgroupTree> {
+/// Where the kubelet's pod cgroups are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `kubepods` (cgroupfs driver) or `kubepods.slice` (systemd), on this filesystem.
+    pub kubepods: PathBuf,
+    pub version: CgroupVersion,
+    /// `cgroupfs` or `systemd`.
+    pub driver: &'static str,
+}
+
+impl Layout {
+    /// The pod UID and QoS class of the pod cgroup directory `dir` (directly below
+    /// `kubepods`: Guaranteed, or below a QoS directory).
+    pub fn pod_of(&self, dir: &Path) -> Option<(String, &'static str)> {
+        let rel = dir.strip_prefix(&self.kubepods).ok()?;
+        let parts: Vec<&str> = rel.iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+        match parts.as_slice() {
+            [pod] => Some((parse_pod_dir_name(pod)?, "guaranteed")),
+            [qos, pod] => Some((parse_pod_dir_name(pod)?, parse_qos_dir_name(qos)?)),
+            _ => None,
+        }
+    }
+
+    /// The directory on this filesystem of a cgroup shown as `shown` (a host path).
+    pub fn real_path(&self, host: &HostPaths, shown: &str) -> PathBuf {
+        host.host(shown)
+    }
+}
+
+/// Finds the kubelet's pod cgroups (`config` gives `cgroupRoot` and the driver); the host path
+/// that was looked for when they are not there.
+pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout, String> {
     let Some((controller, version)) = find_controller(host) else {
-        return Observed::Missing {
-            path: host.display(&host.host("/sys/fs/cgroup")),
-        };
+        return Err(host.display(&host.host("/sys/fs/cgroup")));
     };
     let cgroup_root = config.map_or("/", |c| c.cgroup_root.as_str()).trim_start_matches('/');
     let base = controller.join(cgroup_root);
@@ -406,23 +435,37 @@ pub fn read_cgroups(
     if !systemd_first {
         candidates.reverse();
     }
-    let Some((kubepods, driver)) = candidates
+    candidates
         .iter()
         .map(|(n, d)| (base.join(n), *d))
         .find(|(p, _)| p.is_dir())
-    else {
-        return Observed::Missing {
-            path: host.display(&base.join(candidates[0].0)),
-        };
+        .map(|(kubepods, driver)| Layout {
+            kubepods,
+            version,
+            driver,
+        })
+        .ok_or_else(|| host.display(&base.join(candidates[0].0)))
+}
+
+/// Reads the pod cgroups of `layout` (or says which host path is missing).
+pub fn read_cgroups(
+    host: &HostPaths,
+    layout: &Result<Layout, String>,
+    pinned: &Pinned,
+    notes: &mut Vec<String>,
+) -> Observed<CgroupTree> {
+    let layout = match layout {
+        Ok(l) => l,
+        Err(path) => return Observed::Missing { path: path.clone() },
     };
     let mut walk = Walk {
         host,
-        version,
+        version: layout.version,
         pinned,
         notes,
     };
     let mut pods = Vec::new();
-    for (name, path) in subdirs(&kubepods) {
+    for (name, path) in subdirs(&layout.kubepods) {
         if let Some(uid) = parse_pod_dir_name(&name) {
             pods.push(walk.pod(uid, "guaranteed", &path));
         } else if let Some(qos) = parse_qos_dir_name(&name) {
@@ -435,11 +478,33 @@ pub fn read_cgroups(
     }
     pods.sort_by(|a, b| a.uid.cmp(&b.uid));
     Observed::Ok(CgroupTree {
-        version,
-        driver: driver.to_string(),
-        kubepods: host.display(&kubepods),
+        version: layout.version,
+        driver: layout.driver.to_string(),
+        kubepods: host.display(&layout.kubepods),
         pods,
     })
+}
+
+/// Reads one pod cgroup, `dir`, again; `None` when it is gone.
+pub fn read_pod(
+    host: &HostPaths,
+    layout: &Layout,
+    pinned: &Pinned,
+    uid: &str,
+    qos: &str,
+    dir: &Path,
+    notes: &mut Vec<String>,
+) -> Option<PodCgroup> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let mut walk = Walk {
+        host,
+        version: layout.version,
+        pinned,
+        notes,
+    };
+    Some(walk.pod(uid.to_string(), qos, dir))
 }
 
 #[cfg(test)]
@@ -472,7 +537,10 @@ mod tests {
 
     fn pod_of(dir: &Path, uid: &str) -> (PodCgroup, Vec<String>) {
         let mut notes = vec![];
-        let tree = read_cgroups(&HostPaths::new(dir, None), None, &Pinned::default(), &mut notes);
+        let tree = {
+            let host = HostPaths::new(dir, None);
+            read_cgroups(&host, &locate(&host, None), &Pinned::default(), &mut notes)
+        };
         let Observed::Ok(tree) = tree else { panic!("{tree:?}") };
         (tree.pod(uid).unwrap().clone(), notes)
     }

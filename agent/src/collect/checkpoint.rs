@@ -13,7 +13,7 @@ use nodemedic_rules::checkpoint::MAX_CHECKPOINT_BYTES;
 use nodemedic_rules::snapshot::{CheckpointFile, Observed};
 use nodemedic_rules::{Checkpoint, CheckpointError};
 
-use super::read::{ReadError, read_bytes};
+use super::read::{ReadError, read_bytes, trace};
 use crate::host::HostPaths;
 
 /// The file name inside the kubelet directory.
@@ -26,6 +26,7 @@ pub const TMP_MARK: &str = ".nodemedic-tmp-";
 /// Notes for the temporary files an interrupted `repair cpu-state` left in the kubelet
 /// directory (the next `repair cpu-state --apply` removes them).
 pub fn leftover_notes(host: &HostPaths, kubelet_dir: &Path) -> Vec<String> {
+    trace::dir(kubelet_dir);
     let Ok(entries) = std::fs::read_dir(kubelet_dir) else {
         return vec![];
     };
@@ -52,6 +53,7 @@ pub fn leftover_notes(host: &HostPaths, kubelet_dir: &Path) -> Vec<String> {
 pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) -> Observed<CheckpointFile> {
     let local = kubelet_dir.join(FILE_NAME);
     let path = host.display(&local);
+    trace::stat(&local);
     let age_seconds = std::fs::metadata(&local)
         .and_then(|m| m.modified())
         .ok()
@@ -62,7 +64,11 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
         Ok(Some(bytes)) => Checkpoint::parse(&bytes),
         Err(ReadError::IsDir { .. }) => Err(CheckpointError::NotAFile),
         Err(ReadError::TooLarge { .. }) => Err(CheckpointError::TooLarge {
-            size: std::fs::metadata(&local).map_or(MAX_CHECKPOINT_BYTES + 1, |m| m.len()),
+            size: {
+                trace::stat(&local);
+                std::fs::metadata(&local)
+            }
+            .map_or(MAX_CHECKPOINT_BYTES + 1, |m| m.len()),
             limit: MAX_CHECKPOINT_BYTES,
         }),
         Err(e) => return Observed::Error { reason: e.to_string() },

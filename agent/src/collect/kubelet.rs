@@ -54,7 +54,7 @@ struct ConfigFile {
 }
 
 /// What reading the kubelet's configuration found.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KubeletDiscovery {
     pub config: Observed<KubeletConfig>,
     /// `--root-dir`, when the kubelet has one.

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use nodemedic_rules::hostpath::{escape, normalize};
 use nodemedic_rules::snapshot::{LocalDir, Observed};
 
+use super::read::trace;
 use crate::host::HostPaths;
 
 /// At most this many entries are visited below one scratch directory; past it the size is
@@ -37,6 +38,7 @@ pub fn is_spark_scratch_bytes(name: &[u8]) -> bool {
 /// directory it sits in.
 pub fn mount_id(fd: &impl AsRawFd) -> Result<u64, String> {
     let path = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+    trace::file(Path::new(&path));
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot tell which mount a directory is on ({path}: {e})"))?;
     parse_mnt_id(&text).ok_or_else(|| format!("cannot tell which mount a directory is on (no mnt_id in {path})"))
@@ -54,6 +56,8 @@ pub fn parse_mnt_id(fdinfo: &str) -> Option<u64> {
 fn dir_mount_id(path: &Path) -> Option<u64> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let flags = (nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW).bits();
+    // Opened, not listed: for the floor bench, a lookup like a stat.
+    trace::stat(path);
     let dir = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(flags)
@@ -79,12 +83,14 @@ struct Measured {
 fn measure(dir: &Path) -> Measured {
     use std::os::unix::fs::MetadataExt;
     let mut m = Measured::default();
+    trace::stat(dir);
     let dev = std::fs::symlink_metadata(dir).map(|d| d.dev()).ok();
     let mnt = dir_mount_id(dir);
     let mut files: HashMap<(u64, u64), (u64, u64, u64)> = HashMap::new();
     let mut seen = 0usize;
     let mut stack = vec![dir.to_path_buf()];
     'walk: while let Some(d) = stack.pop() {
+        trace::dir(&d);
         let Ok(entries) = std::fs::read_dir(&d) else { continue };
         for e in entries.flatten() {
             seen += 1;
@@ -92,12 +98,13 @@ fn measure(dir: &Path) -> Measured {
                 m.truncated = true;
                 break 'walk;
             }
-            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            let path = e.path();
+            trace::stat(&path);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
             m.newest = m.newest.max(Some(meta.mtime()));
             if meta.file_type().is_dir() {
-                let path = e.path();
                 if Some(meta.dev()) != dev || (mnt.is_some() && dir_mount_id(&path) != mnt) {
                     m.mounts.push(path);
                 } else {
@@ -116,6 +123,7 @@ fn measure(dir: &Path) -> Measured {
         .filter(|(seen, nlink, _)| seen >= nlink)
         .map(|f| f.2)
         .sum();
+    trace::stat(dir);
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
         m.newest = m.newest.max(Some(meta.mtime()));
     }
@@ -124,6 +132,7 @@ fn measure(dir: &Path) -> Measured {
 
 fn scan_root(host: &HostPaths, root: &Path, pod_uid: Option<&str>, out: &mut Vec<LocalDir>, notes: &mut Vec<String>) {
     use std::os::unix::ffi::OsStrExt as _;
+    trace::dir(root);
     let entries = match std::fs::read_dir(root) {
         Ok(e) => e,
         Err(e) => {
@@ -174,6 +183,7 @@ pub fn read_local_dirs(
 ) -> Observed<Vec<LocalDir>> {
     let pods_dir = kubelet_dir.join("pods");
     let mut out = Vec::new();
+    trace::dir(&pods_dir);
     let pods = std::fs::read_dir(&pods_dir);
     if pods.is_err() && roots.is_empty() {
         return Observed::Missing {
@@ -188,6 +198,7 @@ pub fn read_local_dirs(
         uids.sort();
         for uid in uids {
             let empty_dirs = pods_dir.join(&uid).join("volumes/kubernetes.io~empty-dir");
+            trace::dir(&empty_dirs);
             let Ok(vols) = std::fs::read_dir(&empty_dirs) else {
                 continue;
             };
@@ -209,6 +220,7 @@ pub fn read_local_dirs(
     }
     for root in roots {
         let local = host.host(root);
+        trace::stat(&local);
         match std::fs::symlink_metadata(&local) {
             Ok(m) if m.file_type().is_symlink() => {
                 notes.push(format!("local-dir root {root} is a symlink: not followed"));

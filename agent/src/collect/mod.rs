@@ -16,7 +16,7 @@ pub mod read;
 pub mod sparkconf;
 pub mod sysfs;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
@@ -138,15 +138,43 @@ impl Records {
 
 /// Reads everything and returns the snapshot.
 pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, CollectError> {
+    let readings = read_host(host, opts)?;
+    assemble(host, readings, opts)
+}
+
+/// What the host told, apart from the pods: everything a snapshot holds that is read from
+/// the host's files. The daemon keeps one and refreshes parts of it when inotify says they
+/// changed ([`HostReadings::reread_checkpoint`], [`HostReadings::reread_pod`]).
+#[derive(Debug, Clone)]
+pub struct HostReadings {
+    pub kubelet: kubelet::KubeletDiscovery,
+    /// The kubelet's directory (where the checkpoint is), on this filesystem.
+    pub kubelet_dir: PathBuf,
+    pub checkpoint: Observed<nodemedic_rules::snapshot::CheckpointFile>,
+    /// When the checkpoint was read (its age moves on from there).
+    checkpoint_read: SystemTime,
+    pub cpus: Observed<nodemedic_rules::topology::CpuTopology>,
+    pub cgroups: Observed<nodemedic_rules::snapshot::CgroupTree>,
+    /// Where the pod cgroups are, when found.
+    pub layout: Option<cgroups::Layout>,
+    pub local_dirs: Observed<Vec<nodemedic_rules::snapshot::LocalDir>>,
+    pub procfs: Observed<()>,
+    /// Notes of the last full read.
+    notes: Vec<String>,
+    /// Notes of the refreshes since (replaced by each refresh).
+    refresh_notes: Vec<String>,
+    /// The host collectors' records.
+    pub records: Records,
+    pinned: cgroups::Pinned,
+}
+
+/// Reads every host source (not the pods).
+pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, CollectError> {
     if !host.root().is_dir() {
         return Err(CollectError::HostRoot(host.root().display().to_string()));
     }
     let mut records = Records::default();
     let now = SystemTime::now();
-
-    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
-    let pods = read_pods(opts, &given, &mut records)?;
-
     let mut notes = Vec::new();
     let kubelet = records.run(
         "kubelet_config",
@@ -158,9 +186,9 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, Collec
     notes.extend(checkpoint::leftover_notes(host, &kubelet_dir));
     let cpus = records.observe("cpus", || sysfs::read_cpus(host, &mut notes));
     let pinned = pinned_by(&checkpoint);
-    let cgroups = records.observe("cgroups", || {
-        cgroups::read_cgroups(host, kubelet.config.ok(), &pinned, &mut notes)
-    });
+    let located = cgroups::locate(host, kubelet.config.ok());
+    let cgroups = records.observe("cgroups", || cgroups::read_cgroups(host, &located, &pinned, &mut notes));
+    let layout = located.ok();
     let local_dirs = records.observe("local_dirs", || {
         if opts.skip_local_dirs {
             Observed::NotApplicable {
@@ -179,6 +207,114 @@ pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, Collec
             }
         }
     });
+    Ok(HostReadings {
+        kubelet,
+        kubelet_dir,
+        checkpoint,
+        checkpoint_read: now,
+        cpus,
+        cgroups,
+        layout,
+        local_dirs,
+        procfs,
+        notes,
+        refresh_notes: Vec::new(),
+        records,
+        pinned,
+    })
+}
+
+impl HostReadings {
+    /// Forgets the notes of earlier refreshes (before a new round of them).
+    pub fn clear_refresh_notes(&mut self) {
+        self.refresh_notes.clear();
+    }
+
+    /// Reads the checkpoint again, and the cgroups of the pods whose pinning it changed (a
+    /// pinned container's processes get their affinity read).
+    pub fn reread_checkpoint(&mut self, host: &HostPaths) {
+        let now = SystemTime::now();
+        self.checkpoint = self.records.observe("checkpoint", || {
+            checkpoint::read_checkpoint(host, &self.kubelet_dir, now)
+        });
+        self.checkpoint_read = now;
+        let pinned = pinned_by(&self.checkpoint);
+        let changed: Vec<(PathBuf, String)> = match (&self.cgroups, &self.layout) {
+            (Observed::Ok(tree), Some(layout)) => tree
+                .pods
+                .iter()
+                .filter(|p| {
+                    p.containers
+                        .iter()
+                        .any(|c| pinned.wants(&p.uid, &c.id) != self.pinned.wants(&p.uid, &c.id))
+                })
+                .map(|p| (layout.real_path(host, &p.path), p.uid.clone()))
+                .collect(),
+            _ => vec![],
+        };
+        self.pinned = pinned;
+        for (dir, _) in changed {
+            self.reread_pod(host, &dir);
+        }
+    }
+
+    /// Walks the local dirs again (under the kubelet's pods and `roots`).
+    pub fn reread_local_dirs(&mut self, host: &HostPaths, roots: &[String]) {
+        let mut notes = Vec::new();
+        self.local_dirs = self.records.observe("local_dirs", || {
+            localdirs::read_local_dirs(host, &self.kubelet_dir, roots, &mut notes)
+        });
+        self.refresh_notes.extend(notes);
+    }
+
+    /// Reads the pod cgroup at `dir` again (a directory below the QoS level or `kubepods`):
+    /// replaced when it is there, dropped when it is gone.
+    pub fn reread_pod(&mut self, host: &HostPaths, dir: &Path) {
+        let (Observed::Ok(tree), Some(layout)) = (&mut self.cgroups, &self.layout) else {
+            return;
+        };
+        let Some((uid, qos)) = layout.pod_of(dir) else { return };
+        let mut notes = Vec::new();
+        let start = Instant::now();
+        let read = cgroups::read_pod(host, layout, &self.pinned, &uid, qos, dir, &mut notes);
+        tree.pods.retain(|p| p.uid != uid);
+        if let Some(pod) = read {
+            let at = tree.pods.partition_point(|p| p.uid < pod.uid);
+            tree.pods.insert(at, pod);
+        }
+        self.refresh_notes.extend(notes);
+        if let Some(mut record) = self.records.get("cgroups").cloned() {
+            record.duration = start.elapsed();
+            self.records.set(record);
+        }
+    }
+}
+
+/// The snapshot of `readings` with the pods of `opts`, at this moment (the checkpoint's age
+/// moved on since it was read).
+pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) -> Result<Collected, CollectError> {
+    let HostReadings {
+        kubelet,
+        kubelet_dir,
+        mut checkpoint,
+        checkpoint_read,
+        cpus,
+        cgroups,
+        local_dirs,
+        procfs,
+        mut notes,
+        refresh_notes,
+        mut records,
+        ..
+    } = readings;
+    let now = SystemTime::now();
+    notes.extend(refresh_notes);
+    if let (Observed::Ok(file), Ok(since)) = (&mut checkpoint, now.duration_since(checkpoint_read)) {
+        file.age_seconds = file.age_seconds.map(|a| a + since.as_secs_f64());
+    }
+
+    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
+    let pods = read_pods(opts, &given, &mut records)?;
 
     let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
     let node = named

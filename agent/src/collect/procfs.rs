@@ -9,7 +9,7 @@ use std::path::Path;
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::ProcessInfo;
 
-use super::read::{read_bytes, read_text};
+use super::read::{read_bytes, read_text, trace};
 use crate::host::HostPaths;
 
 /// `/proc/<pid>/status` is about 1.5 KiB; anything past this is not a status file.
@@ -70,7 +70,9 @@ pub fn is_kubelet(args: &[String]) -> bool {
 
 /// The pids listed under `<root>/proc`.
 pub fn list_pids(host: &HostPaths) -> std::io::Result<Vec<u32>> {
-    let mut pids: Vec<u32> = std::fs::read_dir(host.proc())?
+    let proc = host.proc();
+    trace::dir(&proc);
+    let mut pids: Vec<u32> = std::fs::read_dir(&proc)?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();

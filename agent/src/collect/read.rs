@@ -35,15 +35,29 @@ pub fn read_bytes(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option
         path: shown.to_string(),
         source,
     };
+    trace::file(path);
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(e)),
     };
     // No fstat: a directory shows itself by EISDIR on read, and procfs, sysfs and cgroupfs
-    // report size 0 anyway, so the limit is enforced by reading one byte past it.
-    let mut buf = Vec::new();
-    file.take(limit + 1).read_to_end(&mut buf).map_err(|e| match e.kind() {
+    // report size 0 anyway, so the limit is enforced by reading one byte past it. The bytes go
+    // to a buffer this thread keeps: a fresh empty `Vec` would be read into 32 bytes at first
+    // and then doubled, five `read` calls for a 167-byte status file where two do (a scan
+    // reads 3,500 such files).
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(READ_BUFFER));
+    }
+    let read = BUFFER.with_borrow_mut(|buf| {
+        buf.clear();
+        let result = file.take(limit + 1).read_to_end(buf).map(|_| buf.to_vec());
+        if buf.capacity() > READ_BUFFER_KEPT {
+            *buf = Vec::with_capacity(READ_BUFFER);
+        }
+        result
+    });
+    let buf = read.map_err(|e| match e.kind() {
         ErrorKind::IsADirectory => ReadError::IsDir {
             path: shown.to_string(),
         },
@@ -58,6 +72,11 @@ pub fn read_bytes(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option
     Ok(Some(buf))
 }
 
+/// The reading buffer's size: the files of procfs, sysfs and cgroupfs fit in one read.
+const READ_BUFFER: usize = 16 * 1024;
+/// A buffer grown past this (a large pods file, checkpoint) is not kept.
+const READ_BUFFER_KEPT: usize = 1024 * 1024;
+
 /// [`read_bytes`] as UTF-8 text.
 pub fn read_text(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<String>, ReadError> {
     match read_bytes(path, shown, limit)? {
@@ -65,6 +84,131 @@ pub fn read_text(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<
         Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| ReadError::NotUtf8 {
             path: shown.to_string(),
         }),
+    }
+}
+
+pub mod trace {
+    //! What a scan did to the file system, in order, for the floor bench
+    //! (`tests/src/bin/floor-bench.rs`): switched on by `nodemedic scan --record-reads FILE`
+    //! (hidden), off otherwise, where each hook costs one relaxed atomic load.
+    //!
+    //! The collectors call [`file()`] before opening a file to read it whole
+    //! ([`read_bytes`](super::read_bytes) does for every bounded read), [`dir`] before listing a
+    //! directory and [`stat`] before a metadata call (a link count, `is_dir`, `is_file`, a
+    //! `canonicalize`). An attempt is recorded whether or not it succeeds: a missing file costs
+    //! its lookup too.
+
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static OPS: Mutex<Vec<(Op, PathBuf)>> = Mutex::new(Vec::new());
+
+    /// One kind of file-system operation.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Op {
+        /// A file opened and read to its end (or its limit).
+        Read,
+        /// A directory listed.
+        List,
+        /// A metadata call.
+        Stat,
+    }
+
+    impl Op {
+        /// The word of a recorded line.
+        pub fn as_str(self) -> &'static str {
+            match self {
+                Op::Read => "read",
+                Op::List => "list",
+                Op::Stat => "stat",
+            }
+        }
+    }
+
+    /// Starts recording (process-wide).
+    pub fn start() {
+        ON.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops recording and returns what was recorded, in order.
+    pub fn stop() -> Vec<(Op, PathBuf)> {
+        ON.store(false, Ordering::Relaxed);
+        OPS.lock().map(|mut ops| std::mem::take(&mut *ops)).unwrap_or_default()
+    }
+
+    fn record(op: Op, path: &Path) {
+        if ON.load(Ordering::Relaxed) {
+            if let Ok(mut ops) = OPS.lock() {
+                ops.push((op, path.to_path_buf()));
+            }
+        }
+    }
+
+    /// A file about to be opened and read.
+    #[inline]
+    pub fn file(path: &Path) {
+        record(Op::Read, path);
+    }
+
+    /// A directory about to be listed.
+    #[inline]
+    pub fn dir(path: &Path) {
+        record(Op::List, path);
+    }
+
+    /// A path about to be looked at without being opened (metadata).
+    #[inline]
+    pub fn stat(path: &Path) {
+        record(Op::Stat, path);
+    }
+
+    /// Writes `ops` one a line, `<op> <path>`; a backslash or a newline in a path is
+    /// written `\\` or `\\n` (see [`parse_line`]).
+    pub fn write(out: &mut impl std::io::Write, ops: &[(Op, PathBuf)]) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt as _;
+        for (op, path) in ops {
+            out.write_all(op.as_str().as_bytes())?;
+            out.write_all(b" ")?;
+            for &b in path.as_os_str().as_bytes() {
+                match b {
+                    b'\\' => out.write_all(b"\\\\")?,
+                    b'\n' => out.write_all(b"\\n")?,
+                    _ => out.write_all(&[b])?,
+                }
+            }
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    }
+
+    /// One line written by [`write()`] (without its newline) back as an operation and a path.
+    pub fn parse_line(line: &[u8]) -> Option<(Op, PathBuf)> {
+        use std::os::unix::ffi::OsStringExt as _;
+        let space = line.iter().position(|b| *b == b' ')?;
+        let op = match &line[..space] {
+            b"read" => Op::Read,
+            b"list" => Op::List,
+            b"stat" => Op::Stat,
+            _ => return None,
+        };
+        let mut path = Vec::with_capacity(line.len() - space);
+        let mut bytes = line[space + 1..].iter();
+        while let Some(&b) = bytes.next() {
+            path.push(match (b, bytes.clone().next()) {
+                (b'\\', Some(b'n')) => {
+                    bytes.next();
+                    b'\n'
+                }
+                (b'\\', Some(b'\\')) => {
+                    bytes.next();
+                    b'\\'
+                }
+                _ => b,
+            });
+        }
+        Some((op, PathBuf::from(std::ffi::OsString::from_vec(path))))
     }
 }
 
@@ -87,5 +231,36 @@ mod tests {
         );
         std::fs::write(&f, b"\xff\xfe").unwrap();
         assert_eq!(read_text(&f, &"/f", 5).unwrap_err().to_string(), "/f: not UTF-8 text");
+    }
+
+    #[test]
+    fn the_recorder_lists_what_was_read_and_listed() {
+        use trace::Op;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"1").unwrap();
+        // Off: nothing is kept.
+        assert_eq!(read_text(&f, &"/f", 5).unwrap().as_deref(), Some("1"));
+        trace::start();
+        assert_eq!(read_text(&f, &"/f", 5).unwrap().as_deref(), Some("1"));
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        let host = crate::host::HostPaths::new(dir.path(), None);
+        assert!(super::super::procfs::list_pids(&host).unwrap().is_empty());
+        let odd = dir.path().join("a\\b\nc");
+        trace::stat(&odd);
+        let ops = trace::stop();
+        // Other tests of this binary may read files meanwhile (the recorder is process-wide).
+        let mine: Vec<_> = ops.into_iter().filter(|(_, p)| p.starts_with(dir.path())).collect();
+        assert_eq!(mine, [(Op::Read, f.clone()), (Op::List, host.proc()), (Op::Stat, odd)]);
+        let mut text = Vec::new();
+        trace::write(&mut text, &mine).unwrap();
+        let back: Vec<_> = text
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(trace::parse_line)
+            .collect();
+        assert_eq!(back.len(), 3);
+        assert!(back.iter().zip(&mine).all(|(b, m)| b.as_ref() == Some(m)));
+        assert!(trace::parse_line(b"open /x").is_none());
     }
 }

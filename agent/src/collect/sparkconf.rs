@@ -17,7 +17,7 @@ use std::path::Path;
 
 use nodemedic_rules::snapshot::{PodInfo, SparkConf};
 
-use crate::collect::read::{ReadError, read_text};
+use crate::collect::read::{ReadError, read_text, trace};
 use crate::host::HostPaths;
 
 /// The driver's Spark conf volume: Spark 3.1 and later, then Spark 2.4 and 3.0.
@@ -232,11 +232,13 @@ pub fn find_spark_properties(
             })
         };
         // The key is a symlink to `..data/spark.properties`; follow it, but stay in the volume.
+        trace::stat(&file);
         let target = match std::fs::canonicalize(&file) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(io(&shown, e)),
         };
+        trace::stat(&dir);
         let root = std::fs::canonicalize(&dir).map_err(|e| io(&host.display(&dir), e))?;
         if !target.starts_with(&root) {
             return Err(SparkConfError::OutsideVolume {

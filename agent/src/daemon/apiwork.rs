@@ -33,12 +33,14 @@ use crate::conditions::NodeConditions;
 use crate::config::Effective;
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
-use crate::kube_api::ApiDirectory;
+use crate::kube_api::{DriverDirectory, driver_directory};
 use crate::metrics::Metrics;
 use crate::repair::audit::{ActionResult, Audit, RepairAction};
 use crate::repair::auto::{AutoRepairState, LocalDirTarget, auto_repair};
 use crate::retry::Gate;
-use crate::spark::{self, Breaker, CachedDirectory, IndexedDirectory};
+use crate::spark;
+
+use super::watch::SharedStore;
 
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
@@ -59,17 +61,6 @@ pub struct DriverView {
     /// Executors whose driver could not be re-checked: the answer above is the last good one,
     /// and this says since when and why (evidence `driver_lookup_stale`).
     pub stale: BTreeMap<String, String>,
-}
-
-/// Where the API work looks drivers up: one list of each namespace's drivers, a breaker that
-/// stops a pass at its first failure, the cache with its TTL and budget, the API server.
-pub type DriverDirectory = IndexedDirectory<Breaker<CachedDirectory<ApiDirectory>>>;
-
-/// The [`DriverDirectory`] of `client` with a cache of `ttl` and `budget` lookups per TTL.
-pub fn driver_directory(client: kube::Client, ttl: Duration, budget: u32) -> DriverDirectory {
-    IndexedDirectory {
-        inner: Breaker::new(CachedDirectory::new(ApiDirectory::new(client), ttl, budget)),
-    }
 }
 
 /// Driver lookups of one pass take at most this long together.
@@ -95,6 +86,8 @@ pub struct ApiWork {
     pub gate: Gate,
     /// The settings the directory was built with (rebuilt when a reload changes them).
     pub directory_settings: (Duration, u32),
+    /// The pod watch's store: the Spark pods that changed since the last pass.
+    pub store: SharedStore,
 }
 
 impl std::fmt::Debug for ApiWork {
@@ -141,6 +134,22 @@ impl ApiWork {
         }
     }
 
+    /// Forgets the cached driver lookups that the pod watch's changes make stale: a driver on
+    /// this node deleted, replaced or finished is known at once, and so is the driver of an
+    /// executor that changed (its driver may run elsewhere). After a relist, all of them.
+    fn forget_changed_drivers(&mut self) {
+        let Ok(mut store) = self.store.write() else { return };
+        let (relisted, changed) = store.take_changes();
+        drop(store);
+        let cache = &self.directory.inner.inner;
+        if relisted {
+            cache.forget_all();
+        }
+        for pod in &changed {
+            cache.forget(pod);
+        }
+    }
+
     /// One pass; false when the API server was unavailable.
     async fn pass(&mut self, outcome: &ScanOutcome) -> bool {
         let cfg = &outcome.effective;
@@ -151,6 +160,7 @@ impl ApiWork {
         }
         self.events.set_series_interval(cfg.event_series_interval);
         self.conditions.set_heartbeat(cfg.condition_heartbeat);
+        self.forget_changed_drivers();
         let snapshot = &outcome.snapshot;
         let mut available = true;
         if snapshot.pod_source == PodSource::Api {

@@ -33,7 +33,6 @@ use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use tokio::sync::Notify;
 
-use crate::collect::pods::pod_info;
 use crate::conditions::NodeConditions;
 use crate::config::{Effective, Flags};
 use crate::events::EventRecorder;
@@ -48,11 +47,13 @@ use crate::scan::{self, Pods};
 use crate::spark;
 
 pub mod apiwork;
+pub mod hostwatch;
 pub mod serve;
 pub mod supervise;
 pub mod watch;
 
 use apiwork::{ApiWork, DriverView, ScanOutcome};
+use hostwatch::{Changes, HostWatch};
 use serve::Health;
 use watch::{PodStore, SharedStore, WatchSignals};
 
@@ -196,7 +197,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let work = ApiWork {
         client: client.clone(),
         host: host.clone(),
-        directory: apiwork::driver_directory(
+        directory: kube_api::driver_directory(
             client.clone(),
             cfg.effective.driver_cache_ttl,
             cfg.effective.driver_lookup_budget,
@@ -218,6 +219,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         last_good: Default::default(),
         wake: wake.clone(),
         gate: Gate::new(Duration::from_secs(2), Duration::from_secs(300), 0xa91),
+        store: store.clone(),
     };
     tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
 
@@ -229,6 +231,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         view,
         outcomes,
         last_local_dirs: None,
+        readings: None,
+        last_full: None,
+        judge_at: None,
         store,
         metrics,
         health,
@@ -256,11 +261,29 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
         }
     }
+    // inotify: the host's changes are read as they happen; without it, every cycle is a full
+    // scan, as before.
+    let mut hostwatch = match HostWatch::new() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "inotify unavailable: the host is scanned in full on every interval");
+            None
+        }
+    };
     let mut tick = tokio::time::interval(daemon.cfg.effective.scan_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The configuration in force was read at start: that counts as the first load.
     daemon.metrics.configuration_loaded();
+    let mut pending = Changes {
+        rescan: Some("start".into()),
+        ..Default::default()
+    };
+    // Changes wait this long for more of the same burst (a container starting writes a dozen
+    // files; a pod deleted changes its cgroups and its object).
+    let mut settle: Option<tokio::time::Instant> = None;
     loop {
+        let full_due = tokio::time::Instant::from_std(daemon.full_scan_due());
+        let judge_at = daemon.judge_at.map(tokio::time::Instant::from_std);
         // Signals first: a ready tick must never hide a SIGTERM.
         tokio::select! {
             biased;
@@ -273,20 +296,50 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
                 }
                 continue;
             }
-            _ = tick.tick() => {}
-            _ = wake.notified() => {
-                // Let a burst of pod changes settle into one cycle.
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            changes = host_changes(&mut hostwatch) => {
+                pending.merge(changes);
+                settle.get_or_insert_with(|| tokio::time::Instant::now() + SETTLE);
+                continue;
             }
+            _ = wake.notified() => {
+                settle.get_or_insert_with(|| tokio::time::Instant::now() + SETTLE);
+                continue;
+            }
+            _ = tokio::time::sleep_until(settle.unwrap_or(full_due)), if settle.is_some() => settle = None,
+            _ = tokio::time::sleep_until(full_due) => {
+                pending.rescan.get_or_insert_with(|| "full scan interval".into());
+            }
+            _ = tokio::time::sleep_until(judge_at.unwrap_or(full_due)), if judge_at.is_some() => {}
+            _ = tick.tick() => {}
         }
+        let changes = std::mem::take(&mut pending);
         tokio::select! {
             biased;
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = daemon.cycle() => {}
+            _ = daemon.cycle(changes, &mut hostwatch) => {}
         }
     }
     stop(released).await
+}
+
+/// How long a change waits for the rest of its burst before the cycle that reads it.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// The next host changes inotify reports; never, without inotify. The watcher is dropped when
+/// its stream ends.
+async fn host_changes(watch: &mut Option<HostWatch>) -> Changes {
+    match watch {
+        Some(w) => {
+            let changes = w.next().await;
+            if w.ended() {
+                tracing::warn!("the inotify stream ended: the host is scanned in full on every interval from now on");
+                *watch = None;
+            }
+            changes
+        }
+        None => std::future::pending().await,
+    }
 }
 
 fn stopping() -> Result<(), DaemonError> {
@@ -299,13 +352,8 @@ fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<St
     let Ok(store) = store.read() else { return vec![] };
     store
         .pods()
-        .filter_map(|p| {
-            let labels = p.metadata.labels.clone()?;
-            let namespace = p.metadata.namespace.clone()?;
-            labels
-                .contains_key(nodemedic_rules::spark::ROLE)
-                .then(|| (namespace, labels.into_iter().collect()))
-        })
+        .filter(|p| p.labels.contains_key(nodemedic_rules::spark::ROLE))
+        .map(|p| (p.namespace.clone(), p.labels.clone()))
         .collect()
 }
 
@@ -326,6 +374,12 @@ struct Daemon {
     metrics: Metrics,
     health: Arc<Health>,
     last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
+    /// The host as last read, kept up to date by the changes inotify reports.
+    readings: Option<crate::collect::HostReadings>,
+    /// When the host was last read in full.
+    last_full: Option<Instant>,
+    /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
+    judge_at: Option<Instant>,
 }
 
 impl Daemon {
@@ -362,14 +416,93 @@ impl Daemon {
         old.scan_interval != new.scan_interval
     }
 
-    /// One scan: host, pods from the store, drivers as last resolved. No API request.
-    async fn cycle(&mut self) {
+    /// When the next full scan is due.
+    fn full_scan_due(&self) -> Instant {
+        self.last_full
+            .map_or_else(Instant::now, |t| t + self.cfg.effective.full_scan_interval)
+    }
+
+    /// Brings the host readings up to date: in full (at start, on the full scan interval, when
+    /// inotify asked for it or cannot be trusted), else only what `changes` name. Returns the
+    /// readings and what was read (for the log), or `None` when the host could not be read.
+    async fn read_host(
+        &mut self,
+        changes: &Changes,
+        local_due: bool,
+        hostwatch: &mut Option<HostWatch>,
+    ) -> Option<(crate::collect::HostReadings, &'static str)> {
+        let trusted = hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
+        let full =
+            self.readings.is_none() || changes.rescan.is_some() || !trusted || self.full_scan_due() <= Instant::now();
+        let host = self.host.clone();
+        let roots = self.cfg.effective.local_dir_roots.clone();
+        let (read, what) = if full {
+            let opts = crate::collect::ScanOptions {
+                local_dir_roots: roots,
+                skip_local_dirs: !local_due,
+                ..Default::default()
+            };
+            let task =
+                tokio::task::spawn_blocking(move || crate::collect::read_host(&host, &opts).map_err(|e| e.to_string()));
+            (task.await, "full")
+        } else {
+            let mut readings = self.readings.take()?;
+            if changes.is_empty() && !local_due {
+                return Some((readings, "none"));
+            }
+            let (checkpoint, pods) = (changes.checkpoint, changes.pods.clone());
+            let task = tokio::task::spawn_blocking(move || {
+                readings.clear_refresh_notes();
+                if checkpoint {
+                    readings.reread_checkpoint(&host);
+                }
+                for dir in &pods {
+                    readings.reread_pod(&host, dir);
+                }
+                if local_due {
+                    readings.reread_local_dirs(&host, &roots);
+                }
+                Ok(readings)
+            });
+            (task.await, "changes")
+        };
+        let readings = match read {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "host scan failed");
+                return None;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "host scan task failed");
+                return None;
+            }
+        };
+        if let Some(w) = hostwatch.as_mut() {
+            if full {
+                w.arm(&readings.kubelet_dir, readings.layout.as_ref());
+            } else {
+                for dir in changes.pods.iter().filter(|d| d.is_dir()) {
+                    w.arm_pod(dir);
+                }
+            }
+            self.metrics.host_watches.set(w.len() as i64);
+        }
+        if full {
+            self.last_full = Some(Instant::now());
+        }
+        self.readings = Some(readings.clone());
+        Some((readings, what))
+    }
+
+    /// One cycle: the host as inotify says it changed (or in full), pods from the store, drivers
+    /// as last resolved, the rules judged. No API request.
+    async fn cycle(&mut self, changes: Changes, hostwatch: &mut Option<HostWatch>) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
         let pods = match (synced, self.store.read()) {
             (true, Ok(store)) => Pods::Given {
                 node: self.cfg.node.clone(),
-                pods: store.pods().filter_map(pod_info).collect(),
+                pods: store.pods().cloned().collect(),
                 source: PodSource::Api,
             },
             _ => Pods::Cgroups,
@@ -378,11 +511,14 @@ impl Daemon {
             .last_local_dirs
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
+        let Some((readings, read)) = self.read_host(&changes, local_due, hostwatch).await else {
+            return;
+        };
         let opts = scan::Options {
             node: Some(self.cfg.node.clone()),
             local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
-            skip_local_dirs: !local_due,
             api: self.api_observation.lock().ok().and_then(|o| o.clone()),
+            readings: Some(readings),
             ..Default::default()
         };
         let mut scanned = match scan::snapshot::<ApiDirectory>(&self.host, pods, None, &opts).await {
@@ -421,6 +557,7 @@ impl Daemon {
         }
         let snapshot = scanned.snapshot;
         let mut findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
+        self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
         apiwork::mark_stale(&mut findings, &view);
         self.metrics
             .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
@@ -432,6 +569,9 @@ impl Daemon {
             pods = snapshot.pods.len(),
             pod_source = snapshot.pod_source.as_str(),
             findings = findings.len(),
+            read,
+            changed_pods = changes.pods.len(),
+            checkpoint_changed = changes.checkpoint,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "scan"
         );
@@ -447,6 +587,7 @@ impl Daemon {
                 severity = f.severity.as_str(),
                 subject = %f.subject.display(),
                 evidence = %serde_json::Value::Object(f.evidence.clone()),
+                remedy = %f.remedy,
                 "new finding: {}",
                 f.summary
             );
@@ -469,4 +610,32 @@ impl Daemon {
             effective: self.cfg.effective.clone(),
         })));
     }
+}
+
+/// When a judgement of `snapshot` turns by the clock alone: the end of the grace the kubelet is
+/// given after the checkpoint was written or a pod finished (stale entries and shared cpusets
+/// are judged only after it). `None` when nothing waits on it.
+fn next_turn(
+    snapshot: &nodemedic_rules::snapshot::NodeSnapshot,
+    settings: &nodemedic_rules::Settings,
+) -> Option<Instant> {
+    let grace = settings.reconcile_grace(snapshot);
+    let checkpoint = snapshot
+        .checkpoint
+        .ok()
+        .and_then(|f| f.age_seconds)
+        .map(|age| grace - age);
+    // Finish times are whole seconds: a second more makes sure the grace is over.
+    let pods = snapshot
+        .pods
+        .iter()
+        .filter(|p| p.is_terminal())
+        .filter_map(|p| p.finished_at)
+        .map(|t| grace - (snapshot.taken_at - t) as f64 + 1.0);
+    checkpoint
+        .into_iter()
+        .chain(pods)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+        .map(|left| Instant::now() + Duration::from_secs_f64(left + 0.05))
 }

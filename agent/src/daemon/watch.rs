@@ -27,7 +27,9 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use tokio::sync::Notify;
 
 use super::serve::Health;
-use crate::collect::pods::PodObject;
+use nodemedic_rules::snapshot::PodInfo;
+
+use crate::collect::pods::{PodObject, pod_info};
 use crate::metrics::Metrics;
 use crate::retry::Backoff;
 
@@ -45,10 +47,18 @@ const SHORT_WATCH: Duration = Duration::from_secs(5);
 /// Why a watch ended when the server said `410 Gone`.
 const GONE: &str = "410 Gone";
 
-/// This node's pods by `namespace/name`, as the watch last saw them.
+/// This node's pods by `namespace/name`, as the watch last saw them: in the form the rules
+/// read ([`PodInfo`]), converted once when they arrive, so a cycle copies them and the store
+/// keeps a fraction of the API objects' size.
 #[derive(Debug, Default)]
 pub struct PodStore {
-    pods: BTreeMap<String, PodObject>,
+    pods: BTreeMap<String, PodInfo>,
+    /// Pods that changed since the API work last looked (both versions of a pod replaced
+    /// under the same name): the driver lookups they may answer are forgotten at once.
+    changed: Vec<PodInfo>,
+    /// The store was filled by a list since the API work last looked: changes may have been
+    /// missed, so every driver lookup is forgotten.
+    relisted: bool,
 }
 
 impl PodStore {
@@ -60,8 +70,61 @@ impl PodStore {
         )
     }
 
+    fn info_key(p: &PodInfo) -> String {
+        format!("{}/{}", p.namespace, p.name)
+    }
+
+    /// Takes the pods that changed since the last call, and whether the store was
+    /// listed anew meanwhile.
+    pub fn take_changes(&mut self) -> (bool, Vec<PodInfo>) {
+        (std::mem::take(&mut self.relisted), std::mem::take(&mut self.changed))
+    }
+
+    fn note_change(&mut self, pod: &PodInfo) {
+        // Every pod, not only Spark's: a client-mode driver is often a notebook without Spark
+        // labels, found by its IP.
+        self.changed.push(pod.clone());
+    }
+
+    /// Puts `pod` in the store (added or modified).
+    fn put(&mut self, pod: &PodObject) {
+        let Some(info) = pod_info(pod) else {
+            return;
+        };
+        self.note_change(&info);
+        let uid = info.uid.clone();
+        if let Some(old) = self.pods.insert(PodStore::info_key(&info), info) {
+            if old.uid != uid {
+                self.note_change(&old);
+            }
+        }
+    }
+
+    /// Takes `pod` out of the store (deleted).
+    fn remove(&mut self, pod: &PodObject) {
+        if let Some(old) = self.pods.remove(&PodStore::key(pod)) {
+            self.note_change(&old);
+        }
+        if let Some(info) = pod_info(pod) {
+            if self.changed.last().is_none_or(|l| l.uid != info.uid) {
+                self.note_change(&info);
+            }
+        }
+    }
+
+    /// Replaces the whole store with a list's pods.
+    fn fill(&mut self, pods: &[PodObject]) {
+        self.pods = pods
+            .iter()
+            .filter_map(pod_info)
+            .map(|p| (PodStore::info_key(&p), p))
+            .collect();
+        self.changed.clear();
+        self.relisted = true;
+    }
+
     /// Every pod in the store.
-    pub fn pods(&self) -> impl Iterator<Item = &PodObject> {
+    pub fn pods(&self) -> impl Iterator<Item = &PodInfo> {
         self.pods.values()
     }
 
@@ -100,11 +163,6 @@ impl WatchSignals {
     }
 }
 
-fn strip(mut p: PodObject) -> PodObject {
-    p.metadata.managed_fields = None;
-    p
-}
-
 /// Lists and watches this node's pods forever. Only an error the API server or the network
 /// returns stops a step; every retry waits its backoff.
 /// `deadline`: how long the list, and the start of each watch, may take.
@@ -131,12 +189,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
         };
         let mut version = list.metadata.resource_version.clone().unwrap_or_default();
         if let Ok(mut s) = store.write() {
-            s.pods = list
-                .items
-                .into_iter()
-                .map(strip)
-                .map(|p| (PodStore::key(&p), p))
-                .collect();
+            s.fill(&list.items);
         }
         signals.health.pods_synced.store(true, Ordering::Relaxed);
         signals.up(true);
@@ -192,10 +245,9 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                 };
                 match next {
                     Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
-                        let p = strip(p);
                         version = p.metadata.resource_version.clone().unwrap_or(version);
                         if let Ok(mut s) = store.write() {
-                            s.pods.insert(PodStore::key(&p), p);
+                            s.put(&p);
                         }
                         changes += 1;
                         signals.wake.notify_one();
@@ -203,7 +255,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     Ok(WatchEvent::Deleted(p)) => {
                         version = p.metadata.resource_version.clone().unwrap_or(version);
                         if let Ok(mut s) = store.write() {
-                            s.pods.remove(&PodStore::key(&p));
+                            s.remove(&p);
                         }
                         changes += 1;
                         signals.wake.notify_one();
@@ -246,5 +298,53 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str, role: Option<&str>) -> PodObject {
+        let labels = role.map_or(serde_json::json!({}), |r| serde_json::json!({"spark-role": r}));
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "labels": labels},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn uids(changed: &[PodInfo]) -> Vec<&str> {
+        changed.iter().map(|p| p.uid.as_str()).collect()
+    }
+
+    #[test]
+    fn pod_changes_are_kept_for_the_driver_cache() {
+        let mut store = PodStore::default();
+        store.fill(&[pod("d", "d1", Some("driver")), pod("web", "w1", None)]);
+        assert_eq!(store.len(), 2);
+        let (relisted, changed) = store.take_changes();
+        assert!(relisted, "a list may have missed changes: everything is forgotten");
+        assert!(changed.is_empty());
+
+        // Every modification counts (a client-mode driver may be any pod, found by its IP).
+        store.put(&pod("d", "d1", Some("driver")));
+        store.put(&pod("web", "w1", None));
+        let (relisted, changed) = store.take_changes();
+        assert!(!relisted);
+        assert_eq!(uids(&changed), ["d1", "w1"]);
+
+        // Replaced under the same name: both the old pod and the new one.
+        store.put(&pod("d", "d2", Some("driver")));
+        assert_eq!(uids(&store.take_changes().1), ["d2", "d1"]);
+
+        // Deleted: once.
+        store.remove(&pod("d", "d2", Some("driver")));
+        assert_eq!(uids(&store.take_changes().1), ["d2"]);
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.pods().next().map(|p| p.uid.as_str()), Some("w1"));
+        // Taken changes are gone.
+        assert_eq!(store.take_changes(), (false, vec![]));
     }
 }

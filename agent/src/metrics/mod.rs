@@ -35,6 +35,7 @@ pub struct Metrics {
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
+    pub host_watches: IntGauge,
     pub prober: IntGauge,
     pub config_last_reload_successful: IntGauge,
     pub api_request_duration_seconds: HistogramVec,
@@ -129,6 +130,10 @@ impl Metrics {
                 "pod_watch_up",
                 "1 while the watch of this node's pods is established (the API server accepted it and it has not failed since), 0 while it fails.",
             ))?,
+            host_watches: IntGauge::with_opts(opts(
+                "host_watches",
+                "Directories the daemon watches with inotify (the kubelet directory and the pod cgroup tree); 0 where inotify is unavailable and every scan is a full one.",
+            ))?,
             prober: IntGauge::with_opts(opts(
                 "prober",
                 "1 on the agent elected (Lease nodemedic-prober) to probe admission for the cluster, 0 on the others.",
@@ -190,6 +195,7 @@ impl Metrics {
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
+        m.registry.register(Box::new(m.host_watches.clone()))?;
         m.registry.register(Box::new(m.prober.clone()))?;
         m.registry.register(Box::new(m.admission_rejections_total.clone()))?;
         m.registry.register(Box::new(m.config_last_reload_successful.clone()))?;
@@ -342,6 +348,7 @@ mod tests {
             "nodemedic_cpu_manager_stale_cpus",
             "nodemedic_orphaned_executors",
             "nodemedic_pod_watch_up",
+            "nodemedic_host_watches",
             "nodemedic_prober",
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}");

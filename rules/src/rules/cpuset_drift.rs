@@ -76,9 +76,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let mut judged: Vec<(Option<&PodInfo>, Option<String>, &ContainerCgroup)> = Vec::new();
     match snap.pod_source {
         PodSource::Api | PodSource::File => {
+            let leaves = tree.containers_by_id();
             for pod in snap.pods.iter().filter(|p| !p.is_terminal()) {
                 for c in &pod.containers {
-                    if let Some((_, leaf)) = c.container_id.as_deref().and_then(|id| tree.container(id)) {
+                    if let Some((_, leaf)) = c.container_id.as_deref().and_then(|id| leaves.get(id)) {
                         judged.push((Some(pod), Some(c.name.clone()), leaf));
                     }
                 }

@@ -177,6 +177,12 @@ fn worst_case_seconds(webhooks: &[&WebhookInfo]) -> i64 {
     mutating + validating
 }
 
+/// Whether the API server lets a create through when `w`'s call fails or times out
+/// (`failurePolicy: Ignore`): advising Ignore for it would change nothing.
+fn ignores_failures(w: &WebhookInfo) -> bool {
+    w.failure_policy == "Ignore"
+}
+
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
     let creates: Vec<&ProbeSample> = recent(api, snap, settings)
@@ -262,14 +268,20 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     remedy.push(match (slowest_webhook, webhooks.is_empty(), &webhooks_status) {
         (Some(w), _, _) => format!(
             "Then fix or time-box the slowest webhook, {} ({} {}, {:.1} s mean, timeoutSeconds {}, failurePolicy {}): \
-             give its backend what it needs, or lower its timeoutSeconds below Spark's timeout and, if pods may be \
-             created without it, set failurePolicy: Ignore (kubectl edit {} {})",
+             give its backend what it needs, or {} (kubectl edit {} {})",
             w.name,
             configuration_kind(w),
             w.configuration,
             w.mean_latency_seconds.unwrap_or_default(),
             w.timeout_seconds,
             w.failure_policy,
+            if ignores_failures(w) {
+                "lower its timeoutSeconds below Spark's timeout: its failurePolicy is already Ignore, so the API \
+                 server lets the pod through without it once that timeout passes"
+            } else {
+                "lower its timeoutSeconds below Spark's timeout and, if pods may be created without it, set \
+                 failurePolicy: Ignore"
+            },
             configuration_kind(w).to_ascii_lowercase(),
             w.configuration
         ),
@@ -277,8 +289,13 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             "Then find the slow one among the webhooks that match pod CREATE ({}): nodemedic could not read their \
              latencies (it needs get on the nonResourceURL /metrics); `kubectl get --raw /metrics | grep \
              apiserver_admission_webhook_admission_duration_seconds_sum` shows them. Fix or time-box it \
-             (timeoutSeconds, failurePolicy: Ignore if acceptable)",
-            webhooks.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
+             ({})",
+            webhooks.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", "),
+            if webhooks.iter().all(|w| ignores_failures(w)) {
+                "timeoutSeconds; their failurePolicy is already Ignore"
+            } else {
+                "timeoutSeconds, failurePolicy: Ignore if acceptable"
+            }
         ),
         (None, true, Some(_)) => "Then find the slow admission webhook: `kubectl get \
              mutatingwebhookconfigurations,validatingwebhookconfigurations` and `kubectl get --raw /metrics | grep \
@@ -305,9 +322,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         )
     });
     let summary = format!(
-        "Creating a pod takes {median:.1} s (median of {} dry-run creates, slowest {max:.1} s), {how} the Spark client \
-         timeout of {t} s ({}){webhook_note}",
+        "Creating a pod takes {median:.1} s (median of {} dry-run create{}, slowest {max:.1} s), {how} the Spark \
+         client timeout of {t} s ({}){webhook_note}",
         creates.len(),
+        if creates.len() == 1 { "" } else { "s" },
         timeout.source
     );
     let mut finding = Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.join(". "))
@@ -612,6 +630,84 @@ mod tests {
         ] {
             assert!(f[0].remedy.contains(needle), "{needle}: {}", f[0].remedy);
         }
+    }
+
+    #[test]
+    fn advises_failure_policy_ignore_only_to_a_webhook_without_it() {
+        let slow = |policy: &str| {
+            let mut w = webhook("slow-injector", "inject.slow.example.com");
+            w.mean_latency_seconds = Some(29.7);
+            w.timeout_seconds = 30;
+            w.failure_policy = policy.into();
+            w
+        };
+        let judge = |w: WebhookInfo| {
+            let snap = node(creates(&[30.1, 29.9, 30.2])).with_webhooks(vec![w]).build();
+            check(&snap, &Settings::default()).remove(0)
+        };
+        let f = judge(slow("Fail"));
+        for needle in [
+            "failurePolicy Fail): give its backend what it needs, or lower its timeoutSeconds below Spark's timeout",
+            "if pods may be created without it, set failurePolicy: Ignore (kubectl edit mutatingwebhookconfiguration \
+             slow-injector)",
+        ] {
+            assert!(f.remedy.contains(needle), "{needle}: {}", f.remedy);
+        }
+        assert!(!f.remedy.contains("already Ignore"), "{}", f.remedy);
+
+        let f = judge(slow("Ignore"));
+        assert!(!f.remedy.contains("set failurePolicy: Ignore"), "{}", f.remedy);
+        for needle in [
+            "failurePolicy Ignore): give its backend what it needs, or lower its timeoutSeconds below Spark's timeout: \
+             its failurePolicy is already Ignore",
+            "its failurePolicy is already Ignore, so the API server lets the pod through without it once that \
+             timeout passes (kubectl edit mutatingwebhookconfiguration slow-injector)",
+        ] {
+            assert!(f.remedy.contains(needle), "{needle}: {}", f.remedy);
+        }
+
+        // Latencies unknown: the advice names Ignore unless every matching webhook has it.
+        let unknown = |policies: &[&str]| {
+            let hooks = policies
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let mut w = webhook(&format!("c{i}"), &format!("w{i}.example.com"));
+                    w.failure_policy = (*p).into();
+                    w
+                })
+                .collect();
+            let snap = node(creates(&[8.0])).with_webhooks(hooks).build();
+            check(&snap, &Settings::default()).remove(0).remedy
+        };
+        let remedy = unknown(&["Ignore", "Fail"]);
+        assert!(
+            remedy.contains("(timeoutSeconds, failurePolicy: Ignore if acceptable)"),
+            "{remedy}"
+        );
+        let remedy = unknown(&["Ignore", "Ignore"]);
+        assert!(
+            remedy.contains("(timeoutSeconds; their failurePolicy is already Ignore)"),
+            "{remedy}"
+        );
+        assert!(!remedy.contains("Ignore if acceptable"), "{remedy}");
+    }
+
+    #[test]
+    fn one_create_is_counted_in_the_singular() {
+        let f = check(&node(creates(&[8.0])).build(), &Settings::default());
+        assert!(
+            f[0].summary
+                .starts_with("Creating a pod takes 8.0 s (median of 1 dry-run create, slowest 8.0 s)"),
+            "{}",
+            f[0].summary
+        );
+        let f = check(&node(creates(&[8.0, 9.0])).build(), &Settings::default());
+        assert!(
+            f[0].summary.contains("(median of 2 dry-run creates, slowest 9.0 s)"),
+            "{}",
+            f[0].summary
+        );
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //! lookup per TTL and a burst is rate-limited).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, PodInfo};
+
+mod directory;
+pub mod network;
+
+pub use directory::{Breaker, CachedDirectory, IndexedDirectory, ListDirectory};
+use network::Cidr;
 
 /// Why a driver lookup has no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,55 +44,9 @@ pub trait PodDirectory {
     ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
     /// Pods whose `status.podIP` is `ip`.
     fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
-}
-
-/// A directory over a list of pods (a cluster-wide pods file).
-#[derive(Debug, Clone, Default)]
-pub struct ListDirectory {
-    pods: Vec<PodInfo>,
-}
-
-impl ListDirectory {
-    pub fn new(pods: Vec<PodInfo>) -> Self {
-        ListDirectory { pods }
-    }
-}
-
-/// Whether `labels` match an equality-only selector `a=b,c=d`.
-fn matches(pod: &PodInfo, selector: &str) -> bool {
-    selector
-        .split(',')
-        .filter(|t| !t.is_empty())
-        .all(|term| match term.split_once('=') {
-            Some((k, v)) => pod.label(k.trim()) == Some(v.trim()),
-            None => pod.label(term.trim()).is_some(),
-        })
-}
-
-impl PodDirectory for ListDirectory {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .find(|p| p.namespace == namespace && p.name == name)
-            .cloned())
-    }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .filter(|p| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector))
-            .cloned()
-            .collect())
-    }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .filter(|p| p.pod_ip.as_deref() == Some(ip))
-            .cloned()
-            .collect())
-    }
+    /// The cluster's pod networks (the nodes' `spec.podCIDRs`); empty when none is known (a
+    /// pods file, a network plugin that does not use them, no permission to list nodes).
+    fn pod_networks(&self) -> impl Future<Output = Result<Vec<Cidr>, LookupError>>;
 }
 
 /// The host of a `spark://CoarseGrainedScheduler@host:port` URL.
@@ -154,7 +112,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
     let Some(host) = driver_url_host(url) else {
         return DriverLookup::External { url: url.to_string() };
     };
-    if host.parse::<std::net::IpAddr>().is_ok() {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return match dir.by_ip(host).await {
             Err(e) => unknown(e.to_string()),
             Ok(found) => match best(found) {
@@ -162,7 +120,21 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
                     by: LookupMethod::DriverUrl,
                     driver: Box::new(driver),
                 },
-                None => DriverLookup::External { url: url.to_string() },
+                // No pod has the IP. Inside a pod network it belonged to a pod that is gone
+                // (a client-mode driver pod deleted); outside every one, the driver runs
+                // outside the cluster.
+                None => match dir.pod_networks().await {
+                    Err(e) => unknown(format!(
+                        "no pod has the driver's IP {host}, and the cluster's pod networks could not be read: {e}"
+                    )),
+                    Ok(networks) => match network::network_of(&networks, ip) {
+                        Some(net) => DriverLookup::Gone {
+                            by: LookupMethod::DriverUrl,
+                            expected: format!("the pod with IP {host} (pod network {net}): no pod has that IP now"),
+                        },
+                        None => DriverLookup::External { url: url.to_string() },
+                    },
+                },
             },
         };
     }
@@ -281,215 +253,11 @@ impl DriverMemory {
     }
 }
 
-/// A [`PodDirectory`] in front of another that remembers answers for `ttl` and allows at
-/// most `budget` lookups per `ttl` (beyond it, lookups fail with "rate limited" and are
-/// retried on a later cycle).
-#[derive(Debug)]
-pub struct CachedDirectory<D> {
-    inner: D,
-    ttl: Duration,
-    budget: u32,
-    state: Mutex<CacheState>,
-}
-
-#[derive(Debug, Default)]
-struct CacheState {
-    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, LookupError>)>,
-    window_start: Option<Instant>,
-    used: u32,
-    lookups_total: u64,
-}
-
-impl<D: PodDirectory> CachedDirectory<D> {
-    pub fn new(inner: D, ttl: Duration, budget: u32) -> Self {
-        CachedDirectory {
-            inner,
-            ttl,
-            budget,
-            state: Mutex::new(CacheState::default()),
-        }
-    }
-
-    /// Lookups that reached the inner directory so far.
-    pub fn lookups(&self) -> u64 {
-        self.state.lock().map_or(0, |s| s.lookups_total)
-    }
-
-    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, LookupError>> {
-        let mut st = self.state.lock().ok()?;
-        let ttl = self.ttl;
-        st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
-        st.entries.get(key).map(|(_, v)| v.clone())
-    }
-
-    /// Takes one lookup from the budget, or says no.
-    fn admit(&self) -> bool {
-        let Ok(mut st) = self.state.lock() else { return false };
-        let now = Instant::now();
-        if st.window_start.is_none_or(|w| now.duration_since(w) >= self.ttl) {
-            st.window_start = Some(now);
-            st.used = 0;
-        }
-        if st.used >= self.budget {
-            return false;
-        }
-        st.used += 1;
-        st.lookups_total += 1;
-        true
-    }
-
-    fn remember(&self, key: String, value: Result<Vec<PodInfo>, LookupError>) {
-        if let Ok(mut st) = self.state.lock() {
-            // Errors are not remembered: the next cycle tries again.
-            if value.is_ok() {
-                st.entries.insert(key, (Instant::now(), value));
-            }
-        }
-    }
-
-    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
-        &self,
-        key: String,
-        fetch: impl FnOnce() -> F,
-    ) -> Result<Vec<PodInfo>, LookupError> {
-        if let Some(hit) = self.cached(&key) {
-            return hit;
-        }
-        if !self.admit() {
-            return Err(LookupError::RateLimited);
-        }
-        let value = fetch().await;
-        self.remember(key, value.clone());
-        value
-    }
-}
-
-impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
-        let key = format!("get {namespace}/{name}");
-        let v = self
-            .through(key, || async {
-                self.inner.get(namespace, name).await.map(|p| p.into_iter().collect())
-            })
-            .await?;
-        Ok(v.into_iter().next())
-    }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
-        let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
-        self.through(key, || self.inner.list(namespace, label_selector)).await
-    }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
-        self.through(format!("ip {ip}"), || self.inner.by_ip(ip)).await
-    }
-}
-
-/// A [`PodDirectory`] that stops asking after the first failure: once a lookup failed (the API
-/// server unavailable, forbidden), every later one fails the same way without a request until
-/// [`Breaker::reset`]. One pass of driver lookups over 200 executors during an outage costs one
-/// request, not 200.
-#[derive(Debug)]
-pub struct Breaker<D> {
-    pub inner: D,
-    tripped: Mutex<Option<LookupError>>,
-}
-
-impl<D: PodDirectory> Breaker<D> {
-    pub fn new(inner: D) -> Self {
-        Breaker {
-            inner,
-            tripped: Mutex::new(None),
-        }
-    }
-
-    /// Closes the breaker again (at the start of a pass).
-    pub fn reset(&self) {
-        if let Ok(mut t) = self.tripped.lock() {
-            *t = None;
-        }
-    }
-
-    async fn guarded<T>(&self, call: impl Future<Output = Result<T, LookupError>>) -> Result<T, LookupError> {
-        if let Some(e) = self.tripped.lock().ok().and_then(|t| t.clone()) {
-            return Err(e);
-        }
-        let result = call.await;
-        if let Err(e @ LookupError::Failed(_)) = &result {
-            if let Ok(mut t) = self.tripped.lock() {
-                *t = Some(e.clone());
-            }
-        }
-        result
-    }
-}
-
-impl<D: PodDirectory> PodDirectory for Breaker<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
-        self.guarded(self.inner.get(namespace, name)).await
-    }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
-        self.guarded(self.inner.list(namespace, label_selector)).await
-    }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
-        self.guarded(self.inner.by_ip(ip)).await
-    }
-}
-
-/// The label selector of every driver of a namespace.
-const DRIVERS: &str = "spark-role=driver";
-
-/// A [`PodDirectory`] that answers driver lookups from one list of each namespace's drivers
-/// (`spark-role=driver`), read through `inner` (the cache, so once per TTL): a node whose
-/// executors belong to 25 applications in one namespace costs one LIST per TTL, not 25 GETs.
-/// A GET of a pod that is not in the list (a driver created since, one deleted, a client-mode
-/// driver without the label) and lookups by IP go to `inner` as they are; so do lists whose
-/// selector is not an equality selector containing `spark-role=driver`.
-#[derive(Debug)]
-pub struct IndexedDirectory<D> {
-    pub inner: D,
-}
-
-impl<D: PodDirectory> IndexedDirectory<D> {
-    async fn drivers(&self, namespace: &str) -> Option<Vec<PodInfo>> {
-        self.inner.list(Some(namespace), DRIVERS).await.ok()
-    }
-}
-
-/// Whether `selector` is equality terms only (`a=b,c=d`) and selects drivers.
-fn narrows_drivers(selector: &str) -> bool {
-    let terms: Vec<&str> = selector.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
-    terms.contains(&DRIVERS)
-        && terms.iter().all(|t| {
-            t.split_once('=')
-                .is_some_and(|(k, v)| !k.ends_with('!') && !v.starts_with('='))
-        })
-}
-
-impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
-        if let Some(found) = self
-            .drivers(namespace)
-            .await
-            .and_then(|list| list.into_iter().find(|p| p.name == name))
-        {
-            return Ok(Some(found));
-        }
-        self.inner.get(namespace, name).await
-    }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
-        if let (Some(ns), true) = (namespace, narrows_drivers(label_selector)) {
-            if let Some(list) = self.drivers(ns).await {
-                return Ok(list.into_iter().filter(|p| matches(p, label_selector)).collect());
-            }
-        }
-        self.inner.list(namespace, label_selector).await
-    }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
-        self.inner.by_ip(ip).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::directory::narrows_drivers;
     use super::*;
     use futures::executor::block_on;
     use nodemedic_rules::snapshot::OwnerRef;
@@ -670,6 +438,9 @@ mod tests {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.by_ip(ip).await
         }
+        async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+            Ok(vec![])
+        }
     }
 
     #[test]
@@ -713,6 +484,81 @@ mod tests {
         // A second cycle within the TTL costs nothing.
         block_on(resolve_all(&cached, &pods));
         assert_eq!(cached.lookups(), 20);
+    }
+
+    #[test]
+    fn a_changed_pod_is_looked_up_again_at_once_not_after_the_ttl() {
+        let driver = pod("spark", "app-driver", "d1", "driver", "app", "Running");
+        let exec = owned(
+            pod("spark", "app-exec", "e1", "executor", "app", "Running"),
+            "app-driver",
+            "d1",
+        );
+        let other = pod("spark", "other-driver", "d9", "driver", "other", "Running");
+        let indexed = IndexedDirectory {
+            inner: CachedDirectory::new(
+                Counting(ListDirectory::new(vec![driver.clone(), other.clone()]), 0.into()),
+                Duration::from_secs(3600),
+                1000,
+            ),
+        };
+        let count = || indexed.inner.inner.1.load(std::sync::atomic::Ordering::Relaxed);
+        let resolve = || block_on(resolve_all(&indexed, std::slice::from_ref(&exec))).0;
+        assert!(matches!(resolve()["e1"], DriverLookup::Found { .. }));
+        assert_eq!(count(), 1, "one list of the namespace's drivers");
+        resolve();
+        assert_eq!(count(), 1, "cached");
+        // Another application's driver changed: its list held it, so the list goes.
+        indexed.inner.forget(&other);
+        resolve();
+        assert_eq!(count(), 2);
+        // The driver itself changed (the watch saw it deleted): asked again.
+        indexed.inner.forget(&driver);
+        resolve();
+        assert_eq!(count(), 3);
+        // The executor changed: its driver's lookups go (its driver may run elsewhere).
+        indexed.inner.forget(&exec);
+        resolve();
+        assert_eq!(count(), 4);
+        // A pod of another namespace changes nothing here.
+        indexed
+            .inner
+            .forget(&pod("batch", "x-driver", "x1", "driver", "x", "Running"));
+        resolve();
+        assert_eq!(count(), 4);
+        indexed.inner.forget_all();
+        resolve();
+        assert_eq!(count(), 5);
+    }
+
+    #[test]
+    fn a_driver_ip_inside_a_pod_network_that_no_pod_has_is_gone() {
+        let mut exec = pod("spark", "nb-exec-1", "e1", "executor", "nb", "Running");
+        exec.spark_driver_url = Some("spark://CoarseGrainedScheduler@10.244.1.31:7078".into());
+        let mut laptop = exec.clone();
+        laptop.uid = "e2".into();
+        laptop.spark_driver_url = Some("spark://CoarseGrainedScheduler@192.0.2.10:7078".into());
+        let networks = vec![network::Cidr::parse("10.244.1.0/24").unwrap()];
+        let dir = ListDirectory::default().with_networks(networks);
+        match block_on(resolve_driver(&dir, &exec)) {
+            DriverLookup::Gone { by, expected } => {
+                assert_eq!(by, LookupMethod::DriverUrl);
+                assert!(
+                    expected.contains("10.244.1.31") && expected.contains("10.244.1.0/24"),
+                    "{expected}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            block_on(resolve_driver(&dir, &laptop)),
+            DriverLookup::External { .. }
+        ));
+        // Without the networks (a pods file), the IP leads nowhere known: outside.
+        assert!(matches!(
+            block_on(resolve_driver(&ListDirectory::default(), &exec)),
+            DriverLookup::External { .. }
+        ));
     }
 
     #[test]
@@ -783,6 +629,9 @@ mod tests {
         async fn by_ip(&self, _: &str) -> Result<Vec<PodInfo>, LookupError> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Err(LookupError::Failed("LIST pods: connection refused".into()))
+        }
+        async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+            Ok(vec![])
         }
     }
 

@@ -1,0 +1,335 @@
+//! The directories drivers are looked up in: a pods file ([`ListDirectory`]), and the layers
+//! the daemon puts in front of the API server ([`CachedDirectory`], [`Breaker`],
+//! [`IndexedDirectory`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nodemedic_rules::snapshot::PodInfo;
+
+use super::network::Cidr;
+use super::{LookupError, PodDirectory};
+
+/// A directory over a list of pods (a cluster-wide pods file).
+#[derive(Debug, Clone, Default)]
+pub struct ListDirectory {
+    pods: Vec<PodInfo>,
+    networks: Vec<Cidr>,
+}
+
+impl ListDirectory {
+    pub fn new(pods: Vec<PodInfo>) -> Self {
+        ListDirectory { pods, networks: vec![] }
+    }
+
+    /// The same directory, knowing the cluster's pod networks.
+    pub fn with_networks(mut self, networks: Vec<Cidr>) -> Self {
+        self.networks = networks;
+        self
+    }
+}
+
+/// Whether `labels` match an equality-only selector `a=b,c=d`.
+pub(super) fn matches(pod: &PodInfo, selector: &str) -> bool {
+    selector
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => pod.label(k.trim()) == Some(v.trim()),
+            None => pod.label(term.trim()).is_some(),
+        })
+}
+
+impl PodDirectory for ListDirectory {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        Ok(self
+            .pods
+            .iter()
+            .find(|p| p.namespace == namespace && p.name == name)
+            .cloned())
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        Ok(self
+            .pods
+            .iter()
+            .filter(|p| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector))
+            .cloned()
+            .collect())
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        Ok(self
+            .pods
+            .iter()
+            .filter(|p| p.pod_ip.as_deref() == Some(ip))
+            .cloned()
+            .collect())
+    }
+    async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        Ok(self.networks.clone())
+    }
+}
+
+/// A [`PodDirectory`] in front of another that remembers answers for `ttl` and allows at
+/// most `budget` lookups per `ttl` (beyond it, lookups fail with "rate limited" and are
+/// retried on a later cycle).
+#[derive(Debug)]
+pub struct CachedDirectory<D> {
+    pub(super) inner: D,
+    ttl: Duration,
+    budget: u32,
+    state: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, LookupError>)>,
+    window_start: Option<Instant>,
+    used: u32,
+    lookups_total: u64,
+}
+
+impl<D: PodDirectory> CachedDirectory<D> {
+    pub fn new(inner: D, ttl: Duration, budget: u32) -> Self {
+        CachedDirectory {
+            inner,
+            ttl,
+            budget,
+            state: Mutex::new(CacheState::default()),
+        }
+    }
+
+    /// Lookups that reached the inner directory so far.
+    pub fn lookups(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.lookups_total)
+    }
+
+    /// Forgets every answer (the pod watch listed again: changes may have been missed).
+    pub fn forget_all(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.entries.clear();
+        }
+    }
+
+    /// Forgets every answer that `pod` may have changed: a lookup of it by name or IP, a
+    /// list it is in or that its labels match, and, for an executor, the lookups of its
+    /// driver (by owner, application and driver URL). Called when the pod watch sees a Spark
+    /// pod change, so that the next lookup asks the API server instead of waiting out the TTL.
+    pub fn forget(&self, pod: &PodInfo) {
+        let Ok(mut st) = self.state.lock() else { return };
+        let mut names = vec![format!("get {}/{}", pod.namespace, pod.name)];
+        names.extend(pod.pod_ip.as_ref().map(|ip| format!("ip {ip}")));
+        if pod.spark_role() == Some("executor") {
+            if let Some(owner) = pod.controller() {
+                names.push(format!("get {}/{}", pod.namespace, owner.name));
+            }
+            if let Some(host) = pod.spark_driver_url.as_deref().and_then(super::driver_url_host) {
+                names.push(format!("ip {host}"));
+            }
+        }
+        let driver_app = pod.spark_app().filter(|_| pod.spark_role() == Some("executor"));
+        st.entries.retain(|key, (_, value)| {
+            if names.iter().any(|n| n == key) {
+                return false;
+            }
+            if value.as_ref().is_ok_and(|v| v.iter().any(|p| p.uid == pod.uid)) {
+                return false;
+            }
+            let Some((scope, selector)) = key.strip_prefix("list ").and_then(|k| k.split_once(' ')) else {
+                return true;
+            };
+            let in_scope = scope == "*" || scope == pod.namespace;
+            let selects_pod = matches(pod, selector);
+            // An executor's driver list: the drivers of its namespace (one list answers them
+            // all) or of its application.
+            let selects_its_driver = driver_app.is_some_and(|app| {
+                selector.split(',').any(|t| t.trim() == "spark-role=driver")
+                    && selector
+                        .split(',')
+                        .all(|t| t.trim() == "spark-role=driver" || t.trim() == format!("spark-app-selector={app}"))
+            });
+            !(in_scope && (selects_pod || selects_its_driver))
+        });
+    }
+
+    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, LookupError>> {
+        let mut st = self.state.lock().ok()?;
+        let ttl = self.ttl;
+        st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
+        st.entries.get(key).map(|(_, v)| v.clone())
+    }
+
+    /// Takes one lookup from the budget, or says no.
+    fn admit(&self) -> bool {
+        let Ok(mut st) = self.state.lock() else { return false };
+        let now = Instant::now();
+        if st.window_start.is_none_or(|w| now.duration_since(w) >= self.ttl) {
+            st.window_start = Some(now);
+            st.used = 0;
+        }
+        if st.used >= self.budget {
+            return false;
+        }
+        st.used += 1;
+        st.lookups_total += 1;
+        true
+    }
+
+    fn remember(&self, key: String, value: Result<Vec<PodInfo>, LookupError>) {
+        if let Ok(mut st) = self.state.lock() {
+            // Errors are not remembered: the next cycle tries again.
+            if value.is_ok() {
+                st.entries.insert(key, (Instant::now(), value));
+            }
+        }
+    }
+
+    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
+        &self,
+        key: String,
+        fetch: impl FnOnce() -> F,
+    ) -> Result<Vec<PodInfo>, LookupError> {
+        if let Some(hit) = self.cached(&key) {
+            return hit;
+        }
+        if !self.admit() {
+            return Err(LookupError::RateLimited);
+        }
+        let value = fetch().await;
+        self.remember(key, value.clone());
+        value
+    }
+}
+
+impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        let key = format!("get {namespace}/{name}");
+        let v = self
+            .through(key, || async {
+                self.inner.get(namespace, name).await.map(|p| p.into_iter().collect())
+            })
+            .await?;
+        Ok(v.into_iter().next())
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
+        self.through(key, || self.inner.list(namespace, label_selector)).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.through(format!("ip {ip}"), || self.inner.by_ip(ip)).await
+    }
+    async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        self.inner.pod_networks().await
+    }
+}
+
+/// A [`PodDirectory`] that stops asking after the first failure: once a lookup failed (the API
+/// server unavailable, forbidden), every later one fails the same way without a request until
+/// [`Breaker::reset`]. One pass of driver lookups over 200 executors during an outage costs one
+/// request, not 200.
+#[derive(Debug)]
+pub struct Breaker<D> {
+    pub inner: D,
+    tripped: Mutex<Option<LookupError>>,
+}
+
+impl<D: PodDirectory> Breaker<D> {
+    pub fn new(inner: D) -> Self {
+        Breaker {
+            inner,
+            tripped: Mutex::new(None),
+        }
+    }
+
+    /// Closes the breaker again (at the start of a pass).
+    pub fn reset(&self) {
+        if let Ok(mut t) = self.tripped.lock() {
+            *t = None;
+        }
+    }
+
+    async fn guarded<T>(&self, call: impl Future<Output = Result<T, LookupError>>) -> Result<T, LookupError> {
+        if let Some(e) = self.tripped.lock().ok().and_then(|t| t.clone()) {
+            return Err(e);
+        }
+        let result = call.await;
+        if let Err(e @ LookupError::Failed(_)) = &result {
+            if let Ok(mut t) = self.tripped.lock() {
+                *t = Some(e.clone());
+            }
+        }
+        result
+    }
+}
+
+impl<D: PodDirectory> PodDirectory for Breaker<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        self.guarded(self.inner.get(namespace, name)).await
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.guarded(self.inner.list(namespace, label_selector)).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.guarded(self.inner.by_ip(ip)).await
+    }
+    async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        self.guarded(self.inner.pod_networks()).await
+    }
+}
+
+/// The label selector of every driver of a namespace.
+const DRIVERS: &str = "spark-role=driver";
+
+/// A [`PodDirectory`] that answers driver lookups from one list of each namespace's drivers
+/// (`spark-role=driver`), read through `inner` (the cache, so once per TTL): a node whose
+/// executors belong to 25 applications in one namespace costs one LIST per TTL, not 25 GETs.
+/// A GET of a pod that is not in the list (a driver created since, one deleted, a client-mode
+/// driver without the label) and lookups by IP go to `inner` as they are; so do lists whose
+/// selector is not an equality selector containing `spark-role=driver`.
+#[derive(Debug)]
+pub struct IndexedDirectory<D> {
+    pub inner: D,
+}
+
+impl<D: PodDirectory> IndexedDirectory<D> {
+    async fn drivers(&self, namespace: &str) -> Option<Vec<PodInfo>> {
+        self.inner.list(Some(namespace), DRIVERS).await.ok()
+    }
+}
+
+/// Whether `selector` is equality terms only (`a=b,c=d`) and selects drivers.
+pub(super) fn narrows_drivers(selector: &str) -> bool {
+    let terms: Vec<&str> = selector.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    terms.contains(&DRIVERS)
+        && terms.iter().all(|t| {
+            t.split_once('=')
+                .is_some_and(|(k, v)| !k.ends_with('!') && !v.starts_with('='))
+        })
+}
+
+impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        if let Some(found) = self
+            .drivers(namespace)
+            .await
+            .and_then(|list| list.into_iter().find(|p| p.name == name))
+        {
+            return Ok(Some(found));
+        }
+        self.inner.get(namespace, name).await
+    }
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        if let (Some(ns), true) = (namespace, narrows_drivers(label_selector)) {
+            if let Some(list) = self.drivers(ns).await {
+                return Ok(list.into_iter().filter(|p| matches(p, label_selector)).collect());
+            }
+        }
+        self.inner.list(namespace, label_selector).await
+    }
+    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.inner.by_ip(ip).await
+    }
+    async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
+        self.inner.pod_networks().await
+    }
+}
