@@ -256,7 +256,8 @@ impl Pod {
         self
     }
 
-    fn container_id(&self, c: &Container) -> String {
+    /// The runtime ID the tree gives container `c` of this pod (its cgroup leaf's name).
+    pub fn container_id(&self, c: &Container) -> String {
         container_id(&format!("{}/{}", self.uid, c.name))
     }
 }

@@ -444,3 +444,68 @@ async fn automatic_repair_deletes_rejected_pods_only_when_switched_on() {
         }
     }
 }
+
+/// The event-driven daemon reads a quiet node once: every judgement after the first full scan
+/// reads nothing from the host, and a change reads only the pod it concerns. (A daemon that
+/// fell back to full scans would pass every latency test while costing a scan per interval.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
+    use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
+
+    let api = ApiServer::start().await.unwrap();
+    let pinned = Pod::new("pinned", 2).exclusive("2,6");
+    let app_id = pinned.container_id(&pinned.containers[0]);
+    let pinned_dir = format!("sys/fs/cgroup/cpuset/kubepods/pod{}", pinned.uid);
+    let node = Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+        .pod(pinned)
+        .pod(Pod::new("web", 1).burstable());
+    nodemedic_tests::scenarios::seed_api(&api.store(), &node);
+    let agent = Agent::start(&api, Some(&node), &["--scan-interval-seconds", "0.3"]);
+    let reads = |kind: &str| {
+        agent
+            .log()
+            .lines()
+            .filter(|l| l.contains(" scan ") && l.contains(&format!("read=\"{kind}\"")))
+            .count()
+    };
+    wait_for("ten judgements", Duration::from_secs(60), &agent, || {
+        reads("none") >= 10
+    })
+    .await;
+    assert_eq!(reads("full"), 1, "{}", agent.log());
+    assert_eq!(reads("changes"), 0, "{}", agent.log());
+    // Every directory of the cgroup tree (kubepods, the QoS directories, the pods and their
+    // containers) and the kubelet's directory.
+    fn dirs(d: &Path) -> usize {
+        1 + std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| dirs(&e.path()))
+            .sum::<usize>()
+    }
+    let tree = dirs(&agent.host_root().join("sys/fs/cgroup/cpuset/kubepods"));
+    assert!(tree >= 5, "kubepods, burstable, two pods, their containers: {tree}");
+    assert_eq!(agent.metric("nodemedic_host_watches"), Some((tree + 1) as f64));
+
+    // A rewrite of the pinned container's cpuset: one pod read again, the drift judged.
+    let leaf = agent.host_root().join(&pinned_dir).join(&app_id);
+    assert!(leaf.is_dir(), "{}", leaf.display());
+    let before = agent.metric("nodemedic_rule_firing{rule=\"cpuset-drift\"}");
+    assert_eq!(before, Some(0.0));
+    std::fs::write(leaf.join("cpuset.cpus"), "0-7").unwrap();
+    wait_for("cpuset-drift", Duration::from_secs(10), &agent, || {
+        agent.metric("nodemedic_rule_firing{rule=\"cpuset-drift\"}") == Some(1.0)
+    })
+    .await;
+    let changed: Vec<String> = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains(" scan ") && l.contains("read=\"changes\""))
+        .map(str::to_string)
+        .collect();
+    assert!(!changed.is_empty(), "{}", agent.log());
+    assert!(changed.iter().all(|l| l.contains("changed_pods=1")), "{changed:#?}");
+    assert_eq!(reads("full"), 1, "still no full scan: {}", agent.log());
+    nodemedic_tests::cluster::assert_no_panic(&agent);
+}

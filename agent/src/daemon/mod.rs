@@ -446,10 +446,10 @@ impl Daemon {
                 tokio::task::spawn_blocking(move || crate::collect::read_host(&host, &opts).map_err(|e| e.to_string()));
             (task.await, "full")
         } else {
-            let mut readings = self.readings.take()?;
             if changes.is_empty() && !local_due {
-                return Some((readings, "none"));
+                return self.readings.clone().map(|r| (r, "none"));
             }
+            let mut readings = self.readings.take()?;
             let (checkpoint, pods) = (changes.checkpoint, changes.pods.clone());
             let task = tokio::task::spawn_blocking(move || {
                 readings.clear_refresh_notes();
@@ -570,6 +570,7 @@ impl Daemon {
             pod_source = snapshot.pod_source.as_str(),
             findings = findings.len(),
             read,
+            rescan = changes.rescan.as_deref().unwrap_or(""),
             changed_pods = changes.pods.len(),
             checkpoint_changed = changes.checkpoint,
             elapsed_ms = started.elapsed().as_millis() as u64,
