@@ -3,7 +3,7 @@
 # `dist`, as in the image) with release builds of the bench programs, the criterion benches,
 # scan-bench, floor-bench (the scan against the floor of its own file reads), daemon-bench,
 # fleet-bench (30 agents at default settings), compare-bench (nodemedic against node_exporter) and
-# detection-bench (how fast the daemon reports a change). Not part of CI: it takes about 32 minutes with the defaults, and its numbers only mean something on a quiet
+# detection-bench (how fast the daemon reports a change). Not part of CI: it takes about 40 minutes with the defaults, and its numbers only mean something on a quiet
 # machine. The numbers in docs/performance.md come from it.
 #
 # Usage (from anywhere in the repository):
@@ -14,7 +14,8 @@
 # Environment:
 #   RUNS=21             scan runs per size (scan-bench, compare-bench), scan and floor runs (floor-bench)
 #   DAEMON_MINUTES=12   daemon-bench's measured window (plus one minute of warm-up)
-#   COMPARE_MINUTES=5   compare-bench's measured window (plus one minute of warm-up)
+#   COMPARE_MINUTES=10  compare-bench's measured window (plus one minute of warm-up): the
+#                       cost goals of issue 16 are over 10 minutes
 #   FLEET_AGENTS=30     fleet-bench's agents
 #   FLEET_MINUTES=5     fleet-bench's measured window (plus a start over one read period and
 #                       one lease duration of warm-up)
@@ -31,7 +32,7 @@ cd "$(dirname "$0")/.."
 results="${1:-bench-results-$(date -u +%Y%m%dT%H%M%SZ).md}"
 runs="${RUNS:-21}"
 daemon_minutes="${DAEMON_MINUTES:-12}"
-compare_minutes="${COMPARE_MINUTES:-5}"
+compare_minutes="${COMPARE_MINUTES:-10}"
 fleet_agents="${FLEET_AGENTS:-30}"
 fleet_minutes="${FLEET_MINUTES:-5}"
 detection_rounds="${DETECTION_ROUNDS:-20}"

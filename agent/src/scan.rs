@@ -83,7 +83,7 @@ pub struct Options {
     pub skip_host: bool,
     /// The host as read before (the daemon's readings, kept up to date by inotify): the
     /// snapshot is assembled from these instead of reading the host again.
-    pub readings: Option<collect::HostReadings>,
+    pub readings: Option<std::sync::Arc<collect::HostReadings>>,
     /// Read the host files on the calling thread: a one-shot command, whose runtime does
     /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
     /// that a hung mount never stalls its watch or `/metrics`.
@@ -193,13 +193,13 @@ pub async fn snapshot<D: PodDirectory>(
         collect::pods_only(&scan_opts)?
     } else if opts.host_reads_inline {
         match opts.readings.clone() {
-            Some(readings) => collect::assemble(host, readings, &scan_opts)?,
+            Some(readings) => collect::assemble(host, std::sync::Arc::unwrap_or_clone(readings), &scan_opts)?,
             None => collect::collect(host, &scan_opts)?,
         }
     } else {
         let (task_host, readings) = (host.clone(), opts.readings.clone());
         tokio::task::spawn_blocking(move || match readings {
-            Some(readings) => collect::assemble(&task_host, readings, &scan_opts),
+            Some(readings) => collect::assemble(&task_host, std::sync::Arc::unwrap_or_clone(readings), &scan_opts),
             None => collect::collect(&task_host, &scan_opts),
         })
         .await

@@ -507,5 +507,31 @@ async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
     assert!(!changed.is_empty(), "{}", agent.log());
     assert!(changed.iter().all(|l| l.contains("changed_pods=1")), "{changed:#?}");
     assert_eq!(reads("full"), 1, "still no full scan: {}", agent.log());
+
+    // The kubelet writes a new checkpoint (a temporary file renamed over the old one) that pins
+    // CPUs to a pod this node does not run: the checkpoint alone is read again, the entry is stale.
+    let with_gone = node.clone().pod(Pod::new("gone-job", 2).exclusive("3,7").gone());
+    let other = tempfile::tempdir().unwrap();
+    with_gone.write(other.path()).unwrap();
+    let state = "var/lib/kubelet/cpu_manager_state";
+    let tmp = agent.host_root().join("var/lib/kubelet/.cpu_manager_state.tmp");
+    std::fs::copy(other.path().join(state), &tmp).unwrap();
+    assert_eq!(
+        agent.metric("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"}"),
+        Some(0.0)
+    );
+    std::fs::rename(&tmp, agent.host_root().join(state)).unwrap();
+    wait_for("stale-cpu-assignment", Duration::from_secs(10), &agent, || {
+        agent.metric("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"}") == Some(1.0)
+    })
+    .await;
+    assert!(
+        agent.log().lines().any(|l| l.contains("read=\"changes\"")
+            && l.contains("checkpoint_changed=true")
+            && l.contains("changed_pods=0")),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(reads("full"), 1, "still no full scan: {}", agent.log());
     nodemedic_tests::cluster::assert_no_panic(&agent);
 }

@@ -313,14 +313,14 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         file.age_seconds = file.age_seconds.map(|a| a + since.as_secs_f64());
     }
 
-    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
-    let pods = read_pods(opts, &given, &mut records)?;
+    let given_source = opts.pods.as_ref().map(|(_, source)| source.clone());
+    let pods = read_pods(opts, &mut records)?;
 
     let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
     let node = named
         .clone()
         .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
-    let file_source = given.as_ref().map_or(PodSource::File, |(_, s)| s.clone());
+    let file_source = given_source.unwrap_or(PodSource::File);
     // Offline, the whole pods file is the directory drivers are looked up in: the pods of
     // other nodes are moved there, and only this node's are copied.
     let mut cluster_pods = Vec::new();
@@ -417,13 +417,9 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
 }
 
 /// The pods of `opts`: the file's (read and timed as the `pods` collector) or the given ones.
-fn read_pods(
-    opts: &ScanOptions,
-    given: &Option<(Vec<PodInfo>, PodSource)>,
-    records: &mut Records,
-) -> Result<Option<Vec<PodInfo>>, CollectError> {
+fn read_pods(opts: &ScanOptions, records: &mut Records) -> Result<Option<Vec<PodInfo>>, CollectError> {
     Ok(match &opts.pods_file {
-        None => given.as_ref().map(|(p, _)| p.clone()),
+        None => opts.pods.as_ref().map(|(p, _)| p.clone()),
         Some(path) => {
             let shown = path.display().to_string();
             let err = |reason: String| CollectError::PodsFile {
@@ -449,8 +445,8 @@ fn read_pods(
 /// root. The node must be named.
 pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
     let mut records = Records::default();
-    let given = opts.pods.as_ref().map(|(pods, source)| (pods.clone(), source.clone()));
-    let all = read_pods(opts, &given, &mut records)?;
+    let given_source = opts.pods.as_ref().map(|(_, source)| source.clone());
+    let all = read_pods(opts, &mut records)?;
     let node = opts.node.clone().unwrap_or_else(|| "unknown".into());
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -458,7 +454,7 @@ pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
     let mut snapshot = NodeSnapshot::empty(&node, now);
     let mut cluster_pods = Vec::new();
     if let Some(all) = all {
-        snapshot.pod_source = given.map_or(PodSource::File, |(_, s)| s);
+        snapshot.pod_source = given_source.unwrap_or(PodSource::File);
         for p in all {
             if p.node_name.as_deref() == Some(node.as_str()) {
                 snapshot.pods.push(p.clone());

@@ -114,7 +114,8 @@ impl HostWatch {
     pub fn new() -> std::io::Result<HostWatch> {
         let inotify = Inotify::init()?;
         let watches = inotify.watches();
-        let stream = inotify.into_event_stream(vec![0u8; 64 * 1024])?;
+        // Room for at least 60 events per read; the kernel queues the rest (16,384 by default).
+        let stream = inotify.into_event_stream(vec![0u8; 16 * 1024])?;
         Ok(HostWatch {
             watches,
             stream,

@@ -375,7 +375,7 @@ struct Daemon {
     health: Arc<Health>,
     last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
     /// The host as last read, kept up to date by the changes inotify reports.
-    readings: Option<crate::collect::HostReadings>,
+    readings: Option<Arc<crate::collect::HostReadings>>,
     /// When the host was last read in full.
     last_full: Option<Instant>,
     /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
@@ -430,7 +430,7 @@ impl Daemon {
         changes: &Changes,
         local_due: bool,
         hostwatch: &mut Option<HostWatch>,
-    ) -> Option<(crate::collect::HostReadings, &'static str)> {
+    ) -> Option<(Arc<crate::collect::HostReadings>, &'static str)> {
         let trusted = hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
         let full =
             self.readings.is_none() || changes.rescan.is_some() || !trusted || self.full_scan_due() <= Instant::now();
@@ -449,7 +449,8 @@ impl Daemon {
             if changes.is_empty() && !local_due {
                 return self.readings.clone().map(|r| (r, "none"));
             }
-            let mut readings = self.readings.take()?;
+            // The only holder by now (the last cycle's snapshot is gone): no copy.
+            let mut readings = Arc::unwrap_or_clone(self.readings.take()?);
             let (checkpoint, pods) = (changes.checkpoint, changes.pods.clone());
             let task = tokio::task::spawn_blocking(move || {
                 readings.clear_refresh_notes();
@@ -467,7 +468,7 @@ impl Daemon {
             (task.await, "changes")
         };
         let readings = match read {
-            Ok(Ok(r)) => r,
+            Ok(Ok(r)) => Arc::new(r),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "host scan failed");
                 return None;

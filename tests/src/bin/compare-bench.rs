@@ -16,6 +16,10 @@
 //! target/release/compare-bench [MINUTES] [RUNS]     # defaults: 5 minutes, 21 runs
 //! ```
 //!
+//! `COMPARE_BENCH_ROLE=follower` measures the daemon as every agent but one runs: another agent
+//! (the bench, renewing it every 15 s) holds the prober Lease, so the daemon only reads it and
+//! runs no admission probe. The default, `prober`, measures the one agent that probes.
+//!
 //! `NODE_EXPORTER` names another node_exporter binary (default
 //! `/usr/bin/prometheus-node-exporter`, Debian's), `NODEMEDIC_BIN` another nodemedic.
 //! One minute of warm-up precedes the window. node_exporter does its work when scraped, so
@@ -123,6 +127,33 @@ async fn agents(minutes: f64) -> Result<(), String> {
     let patched = text.replacen("namespace: default", &format!("namespace: {PROBE_NAMESPACE}"), 1);
     std::fs::write(&kubeconfig, patched).map_err(|e| e.to_string())?;
 
+    // As a follower: the prober Lease is held elsewhere and renewed by the bench.
+    let follower = std::env::var("COMPARE_BENCH_ROLE").is_ok_and(|r| r == "follower");
+    let renewer = follower.then(|| {
+        let store = api.store();
+        let now = || jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+        store.create(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "nodemedic-prober", "namespace": PROBE_NAMESPACE},
+            "spec": {"holderIdentity": "nodemedic-other/worker-2", "leaseDurationSeconds": 60,
+                     "acquireTime": now(), "renewTime": now(), "leaseTransitions": 0}}));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                store.modify("leases", Some(PROBE_NAMESPACE), "nodemedic-prober", |l| {
+                    l["spec"]["renewTime"] = json!(now());
+                });
+            }
+        })
+    });
+    println!(
+        "role: {}\n",
+        if follower {
+            "follower (the prober Lease is held by another agent)"
+        } else {
+            "prober (the only agent: it holds the Lease and probes admission)"
+        }
+    );
+
     // nodemedic, default settings.
     let nm = measure::Daemon::start(&root, &node.name, &kubeconfig)?;
     let nm_pid = nm.pid();
@@ -227,6 +258,9 @@ async fn agents(minutes: f64) -> Result<(), String> {
     b.hwm_mib = status_kib(ne_pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
     let log = nm.stop();
     drop(ne);
+    if let Some(r) = renewer {
+        r.abort();
+    }
 
     report(&a, &b, elapsed_min, scrape_every);
     println!();
