@@ -317,14 +317,14 @@ pub fn keep_last_good(
 
 /// Adds `driver_lookup_stale` to the evidence of findings about executors whose driver could
 /// not be re-checked.
-pub fn mark_stale(findings: &mut [Finding], view: &DriverView) {
+pub fn mark_stale(findings: &mut [Finding], stale: &BTreeMap<String, String>) {
     for f in findings.iter_mut() {
         let uid = f
             .evidence
             .get("executor_uid")
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        if let Some(why) = uid.and_then(|u| view.stale.get(&u)) {
+        if let Some(why) = uid.and_then(|u| stale.get(&u)) {
             f.evidence
                 .insert("driver_lookup_stale".into(), serde_json::Value::String(why.clone()));
         }
@@ -402,13 +402,7 @@ mod tests {
             )
             .with("executor_uid", "e1"),
         ];
-        mark_stale(
-            &mut findings,
-            &DriverView {
-                stale,
-                ..Default::default()
-            },
-        );
+        mark_stale(&mut findings, &stale);
         assert!(
             findings[0].evidence["driver_lookup_stale"]
                 .as_str()

@@ -545,21 +545,25 @@ impl Daemon {
                 reason: "no probe round has completed yet".into(),
             };
         }
-        let view = self.view.lock().map(|v| v.clone()).unwrap_or_default();
-        if snapshot.pod_source == PodSource::Api {
-            let on_node = |uid: &String| snapshot.pods.iter().any(|p| &p.uid == uid);
-            snapshot.drivers = view
-                .drivers
-                .iter()
-                .filter(|(uid, _)| on_node(uid))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            snapshot.app_drivers = view.app_drivers.clone();
+        // The drivers as the API work last resolved them: copied once, under the lock.
+        let mut stale = Default::default();
+        if let Ok(view) = self.view.lock() {
+            stale = view.stale.clone();
+            if snapshot.pod_source == PodSource::Api {
+                let on_node: std::collections::HashSet<&str> = snapshot.pods.iter().map(|p| p.uid.as_str()).collect();
+                snapshot.drivers = view
+                    .drivers
+                    .iter()
+                    .filter(|(uid, _)| on_node.contains(uid.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                snapshot.app_drivers = view.app_drivers.clone();
+            }
         }
         let snapshot = scanned.snapshot;
         let mut findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
         self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
-        apiwork::mark_stale(&mut findings, &view);
+        apiwork::mark_stale(&mut findings, &stale);
         self.metrics
             .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
         self.health.scanned.store(true, Ordering::Relaxed);

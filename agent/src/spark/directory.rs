@@ -3,7 +3,7 @@
 //! [`IndexedDirectory`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodemedic_rules::snapshot::PodInfo;
@@ -83,7 +83,8 @@ pub struct CachedDirectory<D> {
 
 #[derive(Debug, Default)]
 struct CacheState {
-    entries: HashMap<String, (Instant, Result<Vec<PodInfo>, LookupError>)>,
+    /// Answers that succeeded, shared: a hit copies only the pods it returns.
+    entries: HashMap<String, (Instant, Arc<Vec<PodInfo>>)>,
     window_start: Option<Instant>,
     used: u32,
     lookups_total: u64,
@@ -132,7 +133,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
             if names.iter().any(|n| n == key) {
                 return false;
             }
-            if value.as_ref().is_ok_and(|v| v.iter().any(|p| p.uid == pod.uid)) {
+            if value.iter().any(|p| p.uid == pod.uid) {
                 return false;
             }
             let Some((scope, selector)) = key.strip_prefix("list ").and_then(|k| k.split_once(' ')) else {
@@ -152,7 +153,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
         });
     }
 
-    fn cached(&self, key: &str) -> Option<Result<Vec<PodInfo>, LookupError>> {
+    fn cached(&self, key: &str) -> Option<Arc<Vec<PodInfo>>> {
         let mut st = self.state.lock().ok()?;
         let ttl = self.ttl;
         st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
@@ -175,29 +176,28 @@ impl<D: PodDirectory> CachedDirectory<D> {
         true
     }
 
-    fn remember(&self, key: String, value: Result<Vec<PodInfo>, LookupError>) {
+    fn remember(&self, key: String, value: Arc<Vec<PodInfo>>) {
         if let Ok(mut st) = self.state.lock() {
-            // Errors are not remembered: the next cycle tries again.
-            if value.is_ok() {
-                st.entries.insert(key, (Instant::now(), value));
-            }
+            st.entries.insert(key, (Instant::now(), value));
         }
     }
 
+    /// The answer for `key`: remembered, or fetched (within the budget) and remembered when it
+    /// succeeded (errors are not: the next cycle tries again).
     async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
         &self,
         key: String,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Vec<PodInfo>, LookupError> {
+    ) -> Result<Arc<Vec<PodInfo>>, LookupError> {
         if let Some(hit) = self.cached(&key) {
-            return hit;
+            return Ok(hit);
         }
         if !self.admit() {
             return Err(LookupError::RateLimited);
         }
-        let value = fetch().await;
+        let value = Arc::new(fetch().await?);
         self.remember(key, value.clone());
-        value
+        Ok(value)
     }
 }
 
@@ -209,14 +209,26 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
                 self.inner.get(namespace, name).await.map(|p| p.into_iter().collect())
             })
             .await?;
-        Ok(v.into_iter().next())
+        Ok(v.first().cloned())
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+        self.list_where(namespace, label_selector, |_| true).await
+    }
+    async fn list_where(
+        &self,
+        namespace: Option<&str>,
+        label_selector: &str,
+        keep: impl Fn(&PodInfo) -> bool,
+    ) -> Result<Vec<PodInfo>, LookupError> {
         let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
-        self.through(key, || self.inner.list(namespace, label_selector)).await
+        let all = self.through(key, || self.inner.list(namespace, label_selector)).await?;
+        Ok(all.iter().filter(|p| keep(p)).cloned().collect())
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
-        self.through(format!("ip {ip}"), || self.inner.by_ip(ip)).await
+        Ok(self
+            .through(format!("ip {ip}"), || self.inner.by_ip(ip))
+            .await?
+            .to_vec())
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         self.inner.pod_networks().await
@@ -269,6 +281,15 @@ impl<D: PodDirectory> PodDirectory for Breaker<D> {
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
         self.guarded(self.inner.list(namespace, label_selector)).await
     }
+    async fn list_where(
+        &self,
+        namespace: Option<&str>,
+        label_selector: &str,
+        keep: impl Fn(&PodInfo) -> bool,
+    ) -> Result<Vec<PodInfo>, LookupError> {
+        self.guarded(self.inner.list_where(namespace, label_selector, keep))
+            .await
+    }
     async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
         self.guarded(self.inner.by_ip(ip)).await
     }
@@ -292,8 +313,10 @@ pub struct IndexedDirectory<D> {
 }
 
 impl<D: PodDirectory> IndexedDirectory<D> {
-    async fn drivers(&self, namespace: &str) -> Option<Vec<PodInfo>> {
-        self.inner.list(Some(namespace), DRIVERS).await.ok()
+    /// The drivers of `namespace` that `keep` accepts, from the one list of them; `None` when
+    /// that list cannot be had.
+    async fn drivers(&self, namespace: &str, keep: impl Fn(&PodInfo) -> bool) -> Option<Vec<PodInfo>> {
+        self.inner.list_where(Some(namespace), DRIVERS, keep).await.ok()
     }
 }
 
@@ -310,9 +333,9 @@ pub(super) fn narrows_drivers(selector: &str) -> bool {
 impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
         if let Some(found) = self
-            .drivers(namespace)
+            .drivers(namespace, |p| p.name == name)
             .await
-            .and_then(|list| list.into_iter().find(|p| p.name == name))
+            .and_then(|list| list.into_iter().next())
         {
             return Ok(Some(found));
         }
@@ -320,8 +343,8 @@ impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
         if let (Some(ns), true) = (namespace, narrows_drivers(label_selector)) {
-            if let Some(list) = self.drivers(ns).await {
-                return Ok(list.into_iter().filter(|p| matches(p, label_selector)).collect());
+            if let Some(list) = self.drivers(ns, |p| matches(p, label_selector)).await {
+                return Ok(list);
             }
         }
         self.inner.list(namespace, label_selector).await

@@ -42,6 +42,21 @@ pub trait PodDirectory {
         namespace: Option<&str>,
         label_selector: &str,
     ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
+    /// The pods of [`PodDirectory::list`] that `keep` accepts: a cache answers it without
+    /// copying the pods it does not return (250 executors looking their driver up in their
+    /// namespace's list of 25 drivers copy 250 pods, not 6,250).
+    fn list_where(
+        &self,
+        namespace: Option<&str>,
+        label_selector: &str,
+        keep: impl Fn(&PodInfo) -> bool,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>> {
+        async move {
+            self.list(namespace, label_selector)
+                .await
+                .map(|all| all.into_iter().filter(|p| keep(p)).collect())
+        }
+    }
     /// Pods whose `status.podIP` is `ip`.
     fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
     /// The cluster's pod networks (the nodes' `spec.podCIDRs`); empty when none is known (a
