@@ -318,6 +318,33 @@ pub fn scan_table(runs: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs a bench's async part on a runtime of `workers` threads: exit 0 when it succeeds, 2
+/// with `<name>: <why>` on stderr when it (or the runtime) fails.
+pub fn run_bench<F: std::future::Future<Output = Result<(), String>>>(
+    name: &str,
+    workers: usize,
+    bench: F,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(bench) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

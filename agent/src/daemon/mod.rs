@@ -431,7 +431,10 @@ impl Daemon {
         local_due: bool,
         hostwatch: &mut Option<HostWatch>,
     ) -> Option<(Arc<crate::collect::HostReadings>, &'static str)> {
-        let trusted = hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
+        // Without the pod cgroups located (the kubelet has not made `kubepods` yet) nothing
+        // watches them: read in full until they are there.
+        let located = self.readings.as_ref().is_some_and(|r| r.layout.is_some());
+        let trusted = located && hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
         let full =
             self.readings.is_none() || changes.rescan.is_some() || !trusted || self.full_scan_due() <= Instant::now();
         let host = self.host.clone();

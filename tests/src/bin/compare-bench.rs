@@ -380,22 +380,5 @@ fn main() -> ExitCode {
         eprintln!("compare-bench: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("compare-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(agents(minutes)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("compare-bench: {e}");
-            ExitCode::from(2)
-        }
-    }
+    measure::run_bench("compare-bench", 1, agents(minutes))
 }

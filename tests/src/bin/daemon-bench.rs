@@ -23,24 +23,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let minutes: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(4.0);
     let pods: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(250);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("daemon-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(bench(minutes, pods)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("daemon-bench: {e}");
-            ExitCode::from(2)
-        }
-    }
+    measure::run_bench("daemon-bench", 1, bench(minutes, pods))
 }
 
 async fn bench(minutes: f64, pods: usize) -> Result<(), String> {

@@ -53,24 +53,7 @@ fn main() -> ExitCode {
         eprintln!("detection-bench: ROUNDS must be 1 to {MAX_ROUNDS}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("detection-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(bench(rounds, timeout)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("detection-bench: {e}");
-            ExitCode::from(2)
-        }
-    }
+    measure::run_bench("detection-bench", 2, bench(rounds, timeout))
 }
 
 async fn bench(rounds: usize, timeout: Duration) -> Result<(), String> {

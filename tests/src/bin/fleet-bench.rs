@@ -49,24 +49,7 @@ fn main() -> ExitCode {
         eprintln!("fleet-bench: at least 2 agents (a holder and a follower)");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("fleet-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(bench(agents, minutes)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fleet-bench: {e}");
-            ExitCode::from(2)
-        }
-    }
+    measure::run_bench("fleet-bench", 2, bench(agents, minutes))
 }
 
 /// Requests per minute of one kind: mean per follower, and the holder's.
