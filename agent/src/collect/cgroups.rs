@@ -156,7 +156,8 @@ fn link_count(dir: &Path) -> Option<u64> {
     std::fs::symlink_metadata(dir).ok().map(|m| m.nlink())
 }
 
-fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
+/// The subdirectories of `dir` by name, sorted (none when it cannot be listed).
+pub fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
     super::read::trace::dir(dir);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return vec![];
@@ -414,11 +415,6 @@ impl Layout {
             [qos, pod] => Some((parse_pod_dir_name(pod)?, parse_qos_dir_name(qos)?)),
             _ => None,
         }
-    }
-
-    /// The directory on this filesystem of a cgroup shown as `shown` (a host path).
-    pub fn real_path(&self, host: &HostPaths, shown: &str) -> PathBuf {
-        host.host(shown)
     }
 }
 

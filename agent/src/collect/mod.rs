@@ -239,8 +239,8 @@ impl HostReadings {
         });
         self.checkpoint_read = now;
         let pinned = pinned_by(&self.checkpoint);
-        let changed: Vec<(PathBuf, String)> = match (&self.cgroups, &self.layout) {
-            (Observed::Ok(tree), Some(layout)) => tree
+        let changed: Vec<PathBuf> = match &self.cgroups {
+            Observed::Ok(tree) => tree
                 .pods
                 .iter()
                 .filter(|p| {
@@ -248,12 +248,12 @@ impl HostReadings {
                         .iter()
                         .any(|c| pinned.wants(&p.uid, &c.id) != self.pinned.wants(&p.uid, &c.id))
                 })
-                .map(|p| (layout.real_path(host, &p.path), p.uid.clone()))
+                .map(|p| host.host(&p.path))
                 .collect(),
             _ => vec![],
         };
         self.pinned = pinned;
-        for (dir, _) in changed {
+        for dir in changed {
             self.reread_pod(host, &dir);
         }
     }

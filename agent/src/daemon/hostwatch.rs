@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use futures::{FutureExt as _, StreamExt as _};
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watches};
 
-use crate::collect::cgroups::{Layout, SUBTREE_DIR_LIMIT, parse_pod_dir_name, parse_qos_dir_name};
+use crate::collect::cgroups::{Layout, SUBTREE_DIR_LIMIT, parse_pod_dir_name, parse_qos_dir_name, subdirs};
 use crate::collect::checkpoint::FILE_NAME;
 
 /// What changed since the daemon last looked.
@@ -324,18 +324,6 @@ impl HostWatch {
             }
         }
     }
-}
-
-/// The subdirectories of `dir` (none when it cannot be listed).
-fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return vec![];
-    };
-    entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| Some((e.file_name().to_str()?.to_string(), e.path())))
-        .collect()
 }
 
 #[cfg(test)]
