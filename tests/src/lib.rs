@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod detection;
 pub mod fleet;
 pub mod hosttree;
+pub mod manifests;
 pub mod measure;
 pub mod scenarios;
 pub mod sparkpods;

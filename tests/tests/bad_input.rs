@@ -131,6 +131,34 @@ fn broken_sources_are_reported_and_the_rest_still_judged() {
             .any(|f| f["rule"] == "stale-cpu-assignment")
     );
 
+    // The kubelet runs with --config under /etc/kubernetes, which the base DaemonSet does not
+    // mount: said so, with the component that mounts it, never judged by the defaults.
+    let t = tempfile::tempdir().unwrap();
+    let mut node = spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd);
+    node.kubelet_config_path = "/etc/kubernetes/kubelet-config.yaml".into();
+    node.write(t.path()).unwrap();
+    let tree = Tree { dir: t };
+    let (run, report) = tree.scan();
+    assert_eq!(report["sources"]["kubelet_config"], "ok", "{report:#}");
+    assert_eq!(run.code, 1);
+    std::fs::remove_dir_all(tree.path("etc/kubernetes")).unwrap();
+    let (run, report) = tree.scan();
+    assert_eq!(
+        report["sources"]["kubelet_config"],
+        "error: the kubelet runs with --config /etc/kubernetes/kubelet-config.yaml, which is not visible at \
+         /etc/kubernetes/kubelet-config.yaml: its directory is not mounted into the agent (for /etc/kubernetes, \
+         add the component daemonset/components/etc-kubernetes; docs/operations/security.md)"
+    );
+    // The checkpoint is still judged.
+    assert_eq!(run.code, 1);
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "stale-cpu-assignment")
+    );
+
     let t = Tree::new();
     std::fs::remove_file(t.path("var/lib/kubelet/config.yaml")).unwrap();
     std::fs::create_dir(t.path("var/lib/kubelet/config.yaml")).unwrap();

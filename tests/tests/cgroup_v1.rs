@@ -293,3 +293,106 @@ async fn inotify_on_a_real_cpuset_tree_reports_what_the_daemon_rereads() {
     assert_eq!(w.len(), 3, "the removed cgroups' watches are dropped: {w:?}");
     assert_eq!(kernel_watches(), before + 3, "and the kernel released them");
 }
+
+/// A process's state letter from /proc/<pid>/stat (`Z` for a zombie), `None` once reaped.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// `nodemedic hold`, the first process of a one-off repair pod, in a real cgroup beside a
+/// "repair" (the processes `kubectl exec` adds to the container's cgroup): on SIGTERM it passes
+/// SIGTERM to the processes of its own cgroup, and to nothing outside it, and waits for them;
+/// one that ignores SIGTERM is waited for only up to the grace period.
+#[test]
+fn hold_passes_sigterm_to_its_cgroup_and_waits() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let mut sb = CpusetSandbox::new("nodemedic-hold").expect("cgroup v1 cpuset sandbox (run as root)");
+    let procs = sb.mkdir("container", None).unwrap().join("cgroup.procs");
+    let start_hold = |grace: &str| {
+        let child = Command::new(nodemedic_tests::nodemedic_bin())
+            .args(["hold", "--seconds", "60", "--grace-seconds", grace])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::fs::write(&procs, child.id().to_string()).unwrap();
+        // Its signal handlers are installed once it prints its first line.
+        std::thread::sleep(Duration::from_millis(300));
+        child
+    };
+    let wait = |mut child: std::process::Child, limit: Duration| {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                use std::io::Read as _;
+                child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+                return (status.code(), started.elapsed(), stderr);
+            }
+            assert!(started.elapsed() < limit, "hold did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // A repair that stops on SIGTERM, beside it; a process of another cgroup outside.
+    let hold = start_hold("20");
+    let repair = sb.spawn_sleep("container").unwrap();
+    let outside = sb.spawn_sleep("").unwrap();
+    kill(Pid::from_raw(hold.id() as i32), Signal::SIGTERM).unwrap();
+    let (code, took, stderr) = wait(hold, Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        took < Duration::from_secs(5),
+        "waited {took:?} for a repair that stops at once"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "SIGTERM: passing SIGTERM to 1 process(es) of this container [{repair}]"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(proc_state(repair), Some('Z'), "the repair got SIGTERM and exited");
+    assert_eq!(
+        proc_state(outside),
+        Some('S'),
+        "the process outside the cgroup is untouched"
+    );
+    sb.stop(repair);
+
+    // A repair that ignores SIGTERM (one that is between stopping and starting the kubelet
+    // finishes its step first): waited for up to the grace period, then exit 1.
+    let hold = start_hold("2");
+    let stubborn = Command::new("bash")
+        .args(["-c", "trap '' TERM; exec sleep 600"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until `exec sleep`, bash may not have set SIGTERM aside yet.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(format!("/proc/{}/comm", stubborn.id())).is_ok_and(|c| c.trim() == "sleep") {
+        assert!(Instant::now() < deadline, "bash never became sleep");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(&procs, stubborn.id().to_string()).unwrap();
+    kill(Pid::from_raw(hold.id() as i32), Signal::SIGTERM).unwrap();
+    let (code, took, stderr) = wait(hold, Duration::from_secs(15));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "left after {took:?}, before the grace period"
+    );
+    assert!(
+        stderr.contains("exiting, 1 process(es) of this container still running"),
+        "{stderr}"
+    );
+    assert_eq!(proc_state(stubborn.id()), Some('S'));
+    let _ = kill(Pid::from_raw(stubborn.id() as i32), Signal::SIGKILL);
+    let mut stubborn = stubborn;
+    let _ = stubborn.wait();
+}

