@@ -87,7 +87,8 @@ fn finding(node: &str, o: &Orphan<'_>) -> Finding {
     let include = if running { " --include-running" } else { "" };
     let mut remedy = format!(
         "kubectl nodemedic repair {node} orphans{include} (shows the plan), then kubectl nodemedic repair {node} \
-         orphans{include} --apply --yes (deletes each orphan with its UID as a precondition; needs the repair overlay)"
+         orphans{include} --apply --yes (deletes each orphan with its UID as a precondition; needs pod delete, \
+         components/pod-repairs)"
     );
     if !running && o.local.held() {
         remedy.push_str("; deleting the pod object also removes its emptyDir local dirs");
@@ -284,7 +285,7 @@ mod tests {
             f.remedy.starts_with(
                 "kubectl nodemedic repair node-a orphans --include-running (shows the plan), then \
                  kubectl nodemedic repair node-a orphans --include-running --apply --yes (deletes each orphan with \
-                 its UID as a precondition; needs the repair overlay); or by hand, first check it is still the same \
+                 its UID as a precondition; needs pod delete, components/pod-repairs); or by hand, first check it is still the same \
                  pod (UID e1): kubectl get pod -n spark-jobs etl-exec-3 -o jsonpath='{.metadata.uid}', then \
                  kubectl delete pod -n spark-jobs etl-exec-3 (or every executor"
             ),

@@ -98,8 +98,8 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     let by_repair = repair.map_or(String::new(), |r| {
                         format!(
                             "kubectl nodemedic repair {node} {r} (shows the plan), then kubectl nodemedic repair \
-                             {node} {r} --apply --yes (deletes it with its UID as a precondition; needs the repair \
-                             overlay), or ",
+                             {node} {r} --apply --yes (deletes it with its UID as a precondition; needs pod delete, \
+                             components/pod-repairs), or ",
                             node = snap.node
                         )
                     });
@@ -148,9 +148,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                         format!("under hostPath {root}"),
                         format!(
                             "nothing cleans a hostPath: {repair} (shows the plan), then {repair} --apply --yes (checks \
-                             each directory again and that no process uses it; needs the repair overlay, the root \
-                             mounted read-write and the capabilities in \
-                             docs/operations/runbooks/repair-local-dirs.md); or on the node: {}",
+                             each directory again and that no process uses it; the plugin runs it in a one-off pod \
+                             on the node with the root writable, see docs/operations/runbooks/repair-local-dirs.md); \
+                             or on the node: {}",
                             rm_command(&o.dirs)
                         ),
                     )
@@ -378,9 +378,9 @@ mod tests {
             f.remedy,
             "nothing cleans a hostPath: kubectl nodemedic repair node-a local-dirs --local-dir-root /mnt/nvme0/spark \
              (shows the plan), then kubectl nodemedic repair node-a local-dirs --local-dir-root /mnt/nvme0/spark \
-             --apply --yes (checks each directory again and that no process uses it; needs the repair overlay, the \
-             root mounted read-write and the capabilities in docs/operations/runbooks/repair-local-dirs.md); or on \
-             the node: for d in /mnt/nvme0/spark/blockmgr-old; do if findmnt -rno TARGET | grep -q \"^$d/\"; then \
+             --apply --yes (checks each directory again and that no process uses it; the plugin runs it in a one-off pod \
+             on the node with the root writable, see docs/operations/runbooks/repair-local-dirs.md); or on the node: \
+             for d in /mnt/nvme0/spark/blockmgr-old; do if findmnt -rno TARGET | grep -q \"^$d/\"; then \
              echo \"$d: a file system is mounted inside: unmount it first\"; else rm -rf --one-file-system \"$d\"; \
              fi; done"
         );
@@ -405,8 +405,8 @@ mod tests {
         assert_eq!(
             f[0].remedy,
             "kubectl nodemedic repair node-a orphans (shows the plan), then kubectl nodemedic repair node-a orphans \
-             --apply --yes (deletes it with its UID as a precondition; needs the repair overlay), or kubectl delete \
-             pod -n spark-jobs etl-exec-1 (deleting the pod object makes the kubelet remove its emptyDir volumes)"
+             --apply --yes (deletes it with its UID as a precondition; needs pod delete, components/pod-repairs), or \
+             kubectl delete pod -n spark-jobs etl-exec-1 (deleting the pod object makes the kubelet remove its emptyDir volumes)"
         );
 
         // A pod the kubelet rejected: `repair failed-pods`.
