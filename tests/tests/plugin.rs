@@ -532,8 +532,8 @@ fn cpu_state_runs_in_a_one_off_pod_that_is_deleted_afterwards() {
         ]
     );
 
-    // --restart-kubelet: the template with hostPID and no AppArmor confinement (to signal the
-    // kubelet), still no capability.
+    // --restart-kubelet: the template that may run systemd-run and systemctl in the host's
+    // namespaces (and signal the kubelet when they fail).
     let r = fake.run(
         &["repair", "worker-3", "cpu-state", "--apply", "--restart-kubelet"],
         &[("FAKE_DS", BASE_DS), ("FAKE_EXIT", "3")],
@@ -549,7 +549,10 @@ fn cpu_state_runs_in_a_one_off_pod_that_is_deleted_afterwards() {
     assert_eq!(pod["spec"]["hostPID"], true);
     let sc = &pod["spec"]["containers"][0]["securityContext"];
     assert_eq!(sc["appArmorProfile"]["type"], "Unconfined");
-    assert!(sc["capabilities"]["add"].is_null());
+    assert_eq!(
+        sc["capabilities"]["add"],
+        serde_json::json!(["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"])
+    );
 }
 
 #[test]

@@ -1635,3 +1635,82 @@ fn a_killed_runs_temporary_files_are_gone_after_the_next_apply_even_with_nothing
     let _ = run(&host.args(&[]));
     assert!(leftovers[0].exists());
 }
+
+/// Commands for the host (`systemd-run`, `systemctl`) run in the namespaces of the host's pid 1
+/// when those differ from nodemedic's, as in a pod, with no `nsenter` (the image has none):
+/// here "pid 1" is a real process in a mount namespace of its own, where a tmpfs holds a
+/// `systemd-run` that exists nowhere else. Needs root (unshare), as on CI.
+#[test]
+fn host_commands_run_in_the_namespaces_of_pid_1() {
+    use nodemedic::host::HostPaths;
+    use nodemedic::repair::kubelet::{KubeletControl, run_bounded};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let hidden = dir.path().join("hidden");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&hidden).unwrap();
+    let script = src.join("systemd-run");
+    std::fs::write(&script, "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/ran\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let setup = format!(
+        "mount -t tmpfs nodemedic-test {h} && cp {s} {h}/ && echo ready && exec sleep 60",
+        h = hidden.display(),
+        s = script.display()
+    );
+    let mut other = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &setup])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) runs as root");
+    let mut line = String::new();
+    std::io::BufReader::new(other.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the namespace was not set up");
+    let pid = other.id();
+
+    // The host root: its proc/1 is that process.
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    symlink(format!("/proc/{pid}"), root.join("proc/1")).unwrap();
+    let ctl = KubeletControl {
+        host: HostPaths::new(&root, None),
+        systemctl: hidden.join("systemctl"),
+        systemd_run: hidden.join("systemd-run"),
+        unit: "kubelet.service".into(),
+        timeout: Duration::from_secs(10),
+    };
+    assert!(ctl.enters_host_namespaces());
+    assert!(
+        !hidden.join("systemd-run").exists(),
+        "the program exists only in the other mount namespace"
+    );
+    let guard = ctl.arm_guard(60).expect("systemd-run ran in pid 1's namespaces");
+    let ran = std::fs::read_to_string(format!("/proc/{pid}/root{}/ran", hidden.display())).unwrap();
+    assert_eq!(
+        ran.trim(),
+        format!(
+            "--unit={} --on-active=60 --timer-property=AccuracySec=1s --collect -- {} start kubelet.service",
+            guard.unit,
+            hidden.join("systemctl").display()
+        )
+    );
+    // Not entering them, the same command finds nothing.
+    let argv = vec![hidden.join("systemd-run").display().to_string()];
+    let e = run_bounded(&argv, Duration::from_secs(5), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("No such file or directory"), "{e}");
+    // A pid 1 whose namespaces cannot be opened: said so, nothing runs.
+    let gone = dir.path().join("gone");
+    std::fs::create_dir_all(gone.join("proc/1")).unwrap();
+    let e = run_bounded(&argv, Duration::from_secs(5), Some(&gone.join("proc/1")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cannot open") && e.contains("to enter the host's namespaces"),
+        "{e}"
+    );
+    let _ = other.kill();
+    let _ = other.wait();
+}

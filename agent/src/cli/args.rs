@@ -317,7 +317,7 @@ pub struct CpuStateArgs {
     /// Where the backup of the original file is written; default: beside the checkpoint, in the kubelet directory.
     #[arg(long, env = "NODEMEDIC_BACKUP_DIR")]
     pub backup_dir: Option<PathBuf>,
-    /// The systemctl program that stops and starts the kubelet (run through nsenter into pid 1's namespaces when the agent runs in a pod).
+    /// The systemctl program that stops and starts the kubelet (run in the namespaces of the host's pid 1 when the agent runs in a pod: the host's own).
     #[arg(long, env = "NODEMEDIC_SYSTEMCTL", default_value = "systemctl")]
     pub systemctl: PathBuf,
     /// The systemd-run program that arms the guard: a transient timer on the host that starts the kubelet if nodemedic dies after stopping it.

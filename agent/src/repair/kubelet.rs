@@ -6,9 +6,14 @@
 //! command line is the kubelet's. A zombie has an empty command line and counts as gone.
 //!
 //! Stopping: `systemctl stop <unit>` in the host's namespaces. When the agent runs in a pod
-//! (the host root's pid 1 has another mount namespace than ours), the command is wrapped in
-//! `nsenter --target 1 --mount --uts --ipc --net --pid --`. When that fails (no systemd, or a
-//! container without the capabilities `nsenter` needs), the kubelet gets SIGTERM, but only if
+//! (the host root's pid 1 has another mount namespace than ours), the command is started in
+//! pid 1's mount, UTS, IPC and network namespaces: nodemedic opens `<host>/proc/1/ns/*` and
+//! joins them with setns(2), so the host's own `systemctl` runs, found on
+//! the host's file system, with no `nsenter` needed in the image (a thread of its own joins
+//! them and starts the command, which inherits them). Opening another process's
+//! namespaces needs ptrace read access to it (`CAP_SYS_PTRACE` towards pid 1), joining them
+//! `CAP_SYS_ADMIN`, and a mount namespace also `CAP_SYS_CHROOT`. When that fails (no systemd,
+//! or a container without those capabilities), the kubelet gets SIGTERM, but only if
 //! the pid read under the host root is the same process in our own pid namespace (same start
 //! time in both `/proc`s, which needs `hostPID` in a pod). Starting: `systemctl start <unit>`;
 //! when that fails, a supervisor (systemd's `Restart=always`) may still bring it back, so the
@@ -133,31 +138,38 @@ pub struct Guard {
     pub command: Vec<String>,
 }
 
+/// The namespaces a command for the host joins, in the order they are joined: the mount
+/// namespace last, since after it the host's `/proc` is no longer where we opened it.
+const HOST_NAMESPACES: [(&str, nix::sched::CloneFlags); 4] = [
+    ("ipc", nix::sched::CloneFlags::CLONE_NEWIPC),
+    ("uts", nix::sched::CloneFlags::CLONE_NEWUTS),
+    ("net", nix::sched::CloneFlags::CLONE_NEWNET),
+    ("mnt", nix::sched::CloneFlags::CLONE_NEWNS),
+];
+
 impl KubeletControl {
-    /// `argv` run in the host's namespaces (through `nsenter` into pid 1's when the agent runs
-    /// in a pod).
-    fn on_host(&self, argv: Vec<String>) -> Vec<String> {
-        let mut cmd: Vec<String> = if needs_nsenter(&self.host) {
-            [
-                "nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-        } else {
-            vec![]
-        };
-        cmd.extend(argv);
-        cmd
+    /// Where the commands run: `Some(<host>/proc/1)` when they must join pid 1's namespaces
+    /// ([`needs_host_namespaces`]), `None` when they run as they are.
+    fn target(&self) -> Option<PathBuf> {
+        needs_host_namespaces(&self.host).then(|| self.host.proc().join("1"))
     }
 
-    /// The command line that runs `systemctl <verb> <unit>` in the host's namespaces.
+    /// The command line of `systemctl <verb> <unit>` (run in the host's namespaces).
     pub fn command(&self, verb: &str) -> Vec<String> {
-        self.on_host(vec![
+        vec![
             self.systemctl.display().to_string(),
             verb.to_string(),
             self.unit.clone(),
-        ])
+        ]
+    }
+
+    /// Whether the commands join the namespaces of the host's pid 1.
+    pub fn enters_host_namespaces(&self) -> bool {
+        self.target().is_some()
+    }
+
+    fn run(&self, argv: &[String]) -> Result<(), KubeletError> {
+        run_bounded(argv, self.timeout, self.target().as_deref())
     }
 
     /// Arms the [`Guard`]: `systemd-run --on-active=<seconds>` a transient unit that starts the
@@ -168,7 +180,7 @@ impl KubeletControl {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         let unit = format!("nodemedic-kubelet-guard-{}-{stamp}", std::process::id());
-        let command = self.on_host(vec![
+        let command = vec![
             self.systemd_run.display().to_string(),
             format!("--unit={unit}"),
             format!("--on-active={seconds}"),
@@ -178,26 +190,26 @@ impl KubeletControl {
             self.systemctl.display().to_string(),
             "start".into(),
             self.unit.clone(),
-        ]);
-        run_bounded(&command, self.timeout)?;
+        ];
+        self.run(&command)?;
         Ok(Guard { unit, seconds, command })
     }
 
     /// Disarms `guard` (`systemctl stop <unit>.timer`): the kubelet runs, started by nodemedic.
     pub fn disarm_guard(&self, guard: &Guard) -> Result<(), KubeletError> {
-        let command = self.on_host(vec![
+        let command = vec![
             self.systemctl.display().to_string(),
             "stop".into(),
             format!("{}.timer", guard.unit),
-        ]);
-        run_bounded(&command, self.timeout)
+        ];
+        self.run(&command)
     }
 
     /// Stops the kubelet `process` and waits until no kubelet runs.
     pub fn stop(&self, process: &KubeletProcess) -> Result<Stopped, KubeletError> {
         let start = Instant::now();
         let command = self.command("stop");
-        let systemctl_error = match run_bounded(&command, self.timeout) {
+        let systemctl_error = match self.run(&command) {
             Ok(()) => match self.wait_gone(self.timeout.saturating_sub(start.elapsed())) {
                 Ok(()) => {
                     return Ok(Stopped {
@@ -243,7 +255,7 @@ impl KubeletControl {
     pub fn start(&self) -> Started {
         let start = Instant::now();
         let command = self.command("start");
-        let systemctl_error = run_bounded(&command, self.timeout).err().map(|e| e.to_string());
+        let systemctl_error = self.run(&command).err().map(|e| e.to_string());
         let process = self.wait_running(self.timeout.saturating_sub(start.elapsed()));
         Started {
             command,
@@ -285,9 +297,9 @@ impl KubeletControl {
     }
 }
 
-/// Whether commands for the host must enter pid 1's namespaces: the host root's pid 1 is
+/// Whether commands for the host must join pid 1's namespaces: the host root's pid 1 is
 /// visible and lives in another mount namespace than this process (or we may not tell).
-pub fn needs_nsenter(host: &HostPaths) -> bool {
+pub fn needs_host_namespaces(host: &HostPaths) -> bool {
     if host.root() == Path::new("/") {
         return false;
     }
@@ -301,20 +313,87 @@ pub fn needs_nsenter(host: &HostPaths) -> bool {
     }
 }
 
+/// Opens the namespaces of the process `proc_pid` (`<proc>/<pid>`) that [`HOST_NAMESPACES`]
+/// names, to join them before a command runs.
+fn open_namespaces(
+    proc_pid: &Path,
+) -> Result<Vec<(&'static str, std::fs::File, nix::sched::CloneFlags)>, KubeletError> {
+    HOST_NAMESPACES
+        .iter()
+        .map(|&(name, flag)| {
+            let path = proc_pid.join("ns").join(name);
+            std::fs::File::open(&path).map(|f| (name, f, flag)).map_err(|e| {
+                KubeletError::Command(format!(
+                    "cannot open {} to enter the host's namespaces: {e} (needs CAP_SYS_PTRACE and, under \
+                     AppArmor, a profile that allows it)",
+                    path.display()
+                ))
+            })
+        })
+        .collect()
+}
+
 /// Runs `argv` and waits at most `timeout`; `Err` with its status and stderr when it fails.
-fn run_bounded(argv: &[String], timeout: Duration) -> Result<(), KubeletError> {
+/// With `enter` (`<proc>/<pid>`), the command runs in that process's namespaces.
+pub fn run_bounded(argv: &[String], timeout: Duration, enter: Option<&Path>) -> Result<(), KubeletError> {
     let fail = KubeletError::Command;
     let Some((program, args)) = argv.split_first() else {
         return Err(fail("empty command".into()));
     };
-    let shown = argv.join(" ");
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(format!("{shown}: {e}")))?;
+    let shown = match enter {
+        Some(target) => format!("{} (in the namespaces of {})", argv.join(" "), target.display()),
+        None => argv.join(" "),
+    };
+    let build = || {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command
+    };
+    let child = match enter {
+        None => build().spawn().map_err(|e| fail(format!("{shown}: {e}")))?,
+        Some(target) => {
+            // A thread of its own joins the namespaces and starts the command, which inherits
+            // them; the thread then ends, and no other thread of nodemedic ever changes
+            // namespace. A mount namespace can be joined only by a thread that shares its
+            // file-system context (root, working directory) with no other: unshare it first.
+            let namespaces = open_namespaces(target)?;
+            let command = build();
+            let joined = std::thread::Builder::new()
+                .name("nodemedic-host-ns".into())
+                .spawn(move || -> Result<std::process::Child, String> {
+                    let mut command = command;
+                    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
+                        .map_err(|e| format!("unshare(CLONE_FS): {e}"))?;
+                    for (name, file, flag) in &namespaces {
+                        nix::sched::setns(file, *flag).map_err(|e| {
+                            format!(
+                                "joining the host's {name} namespace: {e} (needs CAP_SYS_ADMIN{})",
+                                if *name == "mnt" { " and CAP_SYS_CHROOT" } else { "" }
+                            )
+                        })?;
+                    }
+                    command.spawn().map_err(|e| e.to_string())
+                })
+                .map_err(|e| fail(format!("{shown}: {e}")))?
+                .join()
+                .map_err(|_| {
+                    fail(format!(
+                        "{shown}: the thread that enters the host's namespaces panicked"
+                    ))
+                })?;
+            joined.map_err(|e| fail(format!("{shown}: {e}")))?
+        }
+    };
+    wait_bounded(child, &shown, timeout)
+}
+
+/// Waits for `child` at most `timeout` (killing it then); `Err` with its status and stderr.
+fn wait_bounded(mut child: std::process::Child, shown: &str, timeout: Duration) -> Result<(), KubeletError> {
+    let fail = KubeletError::Command;
     // stderr is read on the side: a child it started in the background (a daemon) may keep
     // the pipe open long after it exited.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -405,12 +484,12 @@ mod tests {
     }
 
     #[test]
-    fn nsenter_only_for_another_mount_namespace() {
-        assert!(!needs_nsenter(&HostPaths::new("/", None)));
+    fn host_namespaces_only_for_another_mount_namespace() {
+        assert!(!needs_host_namespaces(&HostPaths::new("/", None)));
         let dir = tempfile::tempdir().unwrap();
         // No pid 1 under the root: nothing to enter.
         std::fs::create_dir(dir.path().join("proc")).unwrap();
-        assert!(!needs_nsenter(&HostPaths::new(dir.path(), None)));
+        assert!(!needs_host_namespaces(&HostPaths::new(dir.path(), None)));
         let ctl = KubeletControl {
             host: HostPaths::new(dir.path(), None),
             systemctl: "systemctl".into(),
@@ -419,8 +498,9 @@ mod tests {
             timeout: Duration::from_secs(1),
         };
         assert_eq!(ctl.command("stop"), ["systemctl", "stop", "kubelet"]);
-        // Our own /proc under another root: nsenter unless pid 1 is known to share our mount
-        // namespace (reading its ns link needs ptrace access, which a sandbox may deny).
+        assert!(!ctl.enters_host_namespaces());
+        // Our own /proc under another root: pid 1's namespaces unless pid 1 is known to share
+        // our mount namespace (reading its ns link needs ptrace access, which a sandbox may deny).
         let same = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink("/proc", same.path().join("proc")).unwrap();
         let ours = std::fs::read_link("/proc/self/ns/mnt").ok();
@@ -431,26 +511,10 @@ mod tests {
             host: HostPaths::new(same.path(), None),
             ..ctl
         };
-        assert_eq!(needs_nsenter(&ctl.host), !shared);
-        if !shared {
-            assert_eq!(
-                ctl.command("start"),
-                [
-                    "nsenter",
-                    "--target",
-                    "1",
-                    "--mount",
-                    "--uts",
-                    "--ipc",
-                    "--net",
-                    "--pid",
-                    "--",
-                    "systemctl",
-                    "start",
-                    "kubelet"
-                ]
-            );
-        }
+        assert_eq!(needs_host_namespaces(&ctl.host), !shared);
+        assert_eq!(ctl.enters_host_namespaces(), !shared);
+        // The command line stays the host's own systemctl either way.
+        assert_eq!(ctl.command("start"), ["systemctl", "start", "kubelet"]);
     }
 
     #[test]
@@ -496,18 +560,23 @@ mod tests {
     #[test]
     fn commands_report_status_and_stderr() {
         let argv = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
-        assert_eq!(run_bounded(&argv(&["true"]), Duration::from_secs(5)), Ok(()));
-        let e = run_bounded(&argv(&["sh", "-c", "echo nope >&2; exit 3"]), Duration::from_secs(5)).unwrap_err();
+        assert_eq!(run_bounded(&argv(&["true"]), Duration::from_secs(5), None), Ok(()));
+        let e = run_bounded(
+            &argv(&["sh", "-c", "echo nope >&2; exit 3"]),
+            Duration::from_secs(5),
+            None,
+        )
+        .unwrap_err();
         assert_eq!(
             e,
             KubeletError::Command("sh -c echo nope >&2; exit 3: exit status: 3: nope".into())
         );
-        let e = run_bounded(&argv(&["/nonexistent/systemctl", "stop"]), Duration::from_secs(5))
+        let e = run_bounded(&argv(&["/nonexistent/systemctl", "stop"]), Duration::from_secs(5), None)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("/nonexistent/systemctl stop: "), "{e}");
         let t = Instant::now();
-        let e = run_bounded(&argv(&["sleep", "5"]), Duration::from_millis(200))
+        let e = run_bounded(&argv(&["sleep", "5"]), Duration::from_millis(200), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("no answer within"), "{e}");
