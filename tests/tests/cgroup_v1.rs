@@ -396,3 +396,57 @@ fn hold_passes_sigterm_to_its_cgroup_and_waits() {
     let mut stubborn = stubborn;
     let _ = stubborn.wait();
 }
+
+/// The agent reports its own container's limits as the kernel holds them: moved into real
+/// cgroup v1 `cpu` and `memory` cgroups with a CFS quota of 20 ms per 100 ms and a 96 MiB
+/// limit (the base DaemonSet's 200m and 96Mi), its `/metrics` says 0.2 cores and 100663296
+/// bytes. The dashboard draws usage against these.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_reports_its_own_cgroup_limits() {
+    use nodemedic_tests::agent::{Agent, wait_for};
+    use nodemedic_tests::apiserver::ApiServer;
+    use std::time::Duration;
+
+    struct Cgroup(std::path::PathBuf);
+    impl Drop for Cgroup {
+        fn drop(&mut self) {
+            // The agent is killed first (declared later, dropped earlier); a cgroup whose last
+            // task just died can be busy for a moment.
+            for _ in 0..50 {
+                if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let name = format!("nodemedic-limits-{}", std::process::id());
+    let make = |controller: &str, files: &[(&str, &str)]| {
+        let dir = Path::new("/sys/fs/cgroup").join(controller).join(&name);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e} (needs root and cgroup v1)", dir.display()));
+        for (file, value) in files {
+            std::fs::write(dir.join(file), value).unwrap_or_else(|e| panic!("{file}: {e}"));
+        }
+        Cgroup(dir)
+    };
+    let cpu = make("cpu", &[("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "20000")]);
+    let memory = make("memory", &[("memory.limit_in_bytes", "100663296")]);
+
+    let api = ApiServer::start().await.unwrap();
+    let agent = Agent::start(&api, None, &[]);
+    for cg in [&cpu, &memory] {
+        std::fs::write(cg.0.join("cgroup.procs"), agent.pid().to_string()).unwrap();
+    }
+    wait_for("the limits in /metrics", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_cpu_limit_cores") == Some(0.2)
+            && agent.metric("nodemedic_memory_limit_bytes") == Some(100_663_296.0)
+    })
+    .await;
+    // The quota lifted: no limit, +Inf.
+    std::fs::write(cpu.0.join("cpu.cfs_quota_us"), "-1").unwrap();
+    wait_for("no CPU limit", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_cpu_limit_cores") == Some(f64::INFINITY)
+    })
+    .await;
+    drop(agent);
+}

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub cpu_manager_default_cpus: IntGauge,
     pub cpu_manager_stale_cpus: IntGauge,
     pub orphaned_executors: IntGauge,
+    pub orphaned_local_dir_bytes: IntGauge,
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
@@ -119,6 +120,10 @@ impl Metrics {
                 "orphaned_executors",
                 "Spark executor pods on this node whose driver is gone, replaced or long finished.",
             ))?,
+            orphaned_local_dir_bytes: IntGauge::with_opts(opts(
+                "orphaned_local_dir_bytes",
+                "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
+            ))?,
             events_emitted_total: IntCounterVec::new(
                 opts(
                     "events_emitted_total",
@@ -193,6 +198,7 @@ impl Metrics {
         m.registry.register(Box::new(m.cpu_manager_default_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_stale_cpus.clone()))?;
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
+        m.registry.register(Box::new(m.orphaned_local_dir_bytes.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
         m.registry.register(Box::new(m.host_watches.clone()))?;
@@ -287,6 +293,13 @@ impl Metrics {
         }
         self.orphaned_executors
             .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
+        let local_dir_bytes: u64 = findings
+            .iter()
+            .filter(|f| f.rule == "orphaned-local-dir")
+            .filter_map(|f| f.evidence.get("bytes").and_then(serde_json::Value::as_u64))
+            .sum();
+        self.orphaned_local_dir_bytes
+            .set(i64::try_from(local_dir_bytes).unwrap_or(i64::MAX));
         if let Ok(mut seen) = self.counted_rejections.lock() {
             let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
             for r in facts::rejections(snap) {
@@ -347,6 +360,7 @@ mod tests {
             "nodemedic_rule_firing",
             "nodemedic_cpu_manager_stale_cpus",
             "nodemedic_orphaned_executors",
+            "nodemedic_orphaned_local_dir_bytes",
             "nodemedic_pod_watch_up",
             "nodemedic_host_watches",
             "nodemedic_prober",

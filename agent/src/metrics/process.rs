@@ -104,6 +104,50 @@ pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> 
     read_limit(&[root.join(&path), root.to_path_buf()], "memory.max")
 }
 
+/// The CPU limit (CFS bandwidth) of this process's own cgroup in cores, from `cgroup_file`
+/// (`/proc/self/cgroup`) and the cgroup mount `root`; `Some(f64::INFINITY)` when it has none,
+/// `None` when it cannot be read. v1: the `cpu` controller's line (`N:cpu:/path`, or with
+/// `cpuacct`), `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`, in the hierarchy mounted
+/// under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max` (`max 100000` or
+/// `20000 100000`). Looked up below the mount first, then at its root, as for memory.
+pub fn own_cpu_limit(cgroup_file: &Path, root: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(cgroup_file).ok()?;
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "cpu") {
+            let mounts = [root.join(controllers), root.join("cpu")];
+            let dirs: Vec<PathBuf> = mounts.iter().flat_map(|m| [m.join(path), m.clone()]).collect();
+            let dir = dirs.iter().find(|d| d.join("cpu.cfs_quota_us").is_file())?;
+            let read = |f: &str| -> Option<i64> { std::fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok() };
+            let quota = read("cpu.cfs_quota_us")?;
+            if quota < 0 {
+                return Some(f64::INFINITY);
+            }
+            let period = read("cpu.cfs_period_us").filter(|p| *p > 0)?;
+            return Some(quota as f64 / period as f64);
+        }
+        if controllers.is_empty() {
+            v2 = Some(path.to_string());
+        }
+    }
+    let path = v2?;
+    let text = [root.join(&path), root.to_path_buf()]
+        .iter()
+        .find_map(|d| std::fs::read_to_string(d.join("cpu.max")).ok())?;
+    let mut fields = text.split_whitespace();
+    let (quota, period) = (fields.next()?, fields.next().unwrap_or("100000"));
+    if quota == "max" {
+        return Some(f64::INFINITY);
+    }
+    let (quota, period): (f64, f64) = (quota.parse().ok()?, period.parse().ok()?);
+    (period > 0.0).then_some(quota / period)
+}
+
 /// The first of `dirs` that holds `file`, parsed: `max` (v2) or a v1 value from the kernel's
 /// "unlimited" up is no limit; a file that is not a number is `None`.
 fn read_limit(dirs: &[PathBuf], file: &str) -> Option<MemoryLimit> {
@@ -132,6 +176,7 @@ pub struct ProcessMetrics {
     start_time: Gauge,
     threads: Gauge,
     memory_limit: Gauge,
+    cpu_limit: Gauge,
     ticks_per_second: u64,
     page_size: u64,
     /// Boot time, read once (it does not change while the process lives).
@@ -166,6 +211,10 @@ impl ProcessMetrics {
             memory_limit: gauge(
                 "nodemedic_memory_limit_bytes",
                 "The memory limit of the agent's own cgroup (its container's limit), in bytes; +Inf when it has none.",
+            )?,
+            cpu_limit: gauge(
+                "nodemedic_cpu_limit_cores",
+                "The CPU limit of the agent's own cgroup (its container's limit, CFS quota over period), in cores; +Inf when it has none.",
             )?,
             ticks_per_second: sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap_or(100),
             page_size: sysconf(nix::unistd::SysconfVar::PAGE_SIZE).unwrap_or(4096),
@@ -227,6 +276,10 @@ impl Collector for ProcessMetrics {
             self.memory_limit.set(limit.as_f64());
             families.extend(self.memory_limit.collect());
         }
+        if let Some(cores) = own_cpu_limit(Path::new("/proc/self/cgroup"), Path::new("/sys/fs/cgroup")) {
+            self.cpu_limit.set(cores);
+            families.extend(self.cpu_limit.collect());
+        }
         if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
             self.max_fds.set(soft as f64);
             families.extend(self.max_fds.collect());
@@ -236,9 +289,10 @@ impl Collector for ProcessMetrics {
 }
 
 impl ProcessMetrics {
-    fn gauges(&self) -> [&Gauge; 7] {
+    fn gauges(&self) -> [&Gauge; 8] {
         [
             &self.memory_limit,
+            &self.cpu_limit,
             &self.resident,
             &self.virtual_memory,
             &self.open_fds,
@@ -296,6 +350,71 @@ mod tests {
             std::fs::write(p, text).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn cpu_limit_of_the_own_cgroup_v1_v2_and_in_a_container() {
+        let limit = |files: &[(&str, &str)]| {
+            let t = cgroup_tree(files);
+            own_cpu_limit(&t.path().join("proc-self-cgroup"), &t.path().join("cg"))
+        };
+        // v1 with cpu and cpuacct co-mounted, the whole tree visible.
+        let comounted = "4:memory:/a\n3:cpu,cpuacct:/kubepods/pod1/c1\n0::/\n";
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", comounted),
+                ("cg/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"),
+                ("cg/cpu,cpuacct/cpu.cfs_period_us", "100000\n"),
+                ("cg/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_quota_us", "20000\n"),
+                ("cg/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_period_us", "100000\n"),
+            ]),
+            Some(0.2)
+        );
+        // v1 with a hierarchy of its own (`1:cpu:/...`), in a container: the mount's root.
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "2:cpuacct:/x\n1:cpu:/x\n"),
+                ("cg/cpu/cpu.cfs_quota_us", "150000\n"),
+                ("cg/cpu/cpu.cfs_period_us", "100000\n"),
+            ]),
+            Some(1.5)
+        );
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "1:cpu:/\n"),
+                ("cg/cpu/cpu.cfs_quota_us", "-1\n"),
+                ("cg/cpu/cpu.cfs_period_us", "100000\n"),
+            ]),
+            Some(f64::INFINITY)
+        );
+        // v2.
+        assert_eq!(
+            limit(&[("proc-self-cgroup", "0::/\n"), ("cg/cpu.max", "20000 100000\n")]),
+            Some(0.2)
+        );
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "0::/kubepods.slice/c1.scope\n"),
+                ("cg/cpu.max", "max 100000\n"),
+                ("cg/kubepods.slice/c1.scope/cpu.max", "50000 100000\n"),
+            ]),
+            Some(0.5)
+        );
+        assert_eq!(
+            limit(&[("proc-self-cgroup", "0::/\n"), ("cg/cpu.max", "max 100000\n")]),
+            Some(f64::INFINITY)
+        );
+        // Nothing readable, a zero period, garbage: no value rather than a wrong one.
+        assert_eq!(limit(&[("proc-self-cgroup", "0::/\n")]), None);
+        assert_eq!(
+            limit(&[
+                ("proc-self-cgroup", "1:cpu:/\n"),
+                ("cg/cpu/cpu.cfs_quota_us", "20000\n"),
+                ("cg/cpu/cpu.cfs_period_us", "0\n"),
+            ]),
+            None
+        );
+        assert_eq!(limit(&[("proc-self-cgroup", "0::/\n"), ("cg/cpu.max", "lots\n")]), None);
     }
 
     #[test]
