@@ -22,13 +22,20 @@ fn plugin() -> PathBuf {
 ///    `hostpath VOLUME PATH`;
 ///  - `get configmap` (the repair pod templates): the template file the go-template names,
 ///    from daemonset/base/repair-pods/ (as the base's ConfigMap holds it);
-///  - `create -f -`: saves stdin to created.yaml, prints `pod/NAME` with the pod's name, or
+///  - `create -f -`: saves stdin to created-N.yaml (N = 1, 2, ...), prints `pod/NAME`, or
 ///    fails as kubectl does with $FAKE_CREATE `forbidden` or `exists` (AlreadyExists);
-///  - `wait`: exit $FAKE_WAIT_EXIT; `get -n NS pod/...`: $FAKE_POD_STATUS; `delete`: exit 0;
-///  - `exec`: prints "fake exec", sleeps $FAKE_EXEC_SLEEP seconds, and exits $FAKE_EXIT
-///    saying "command terminated with exit code N" as kubectl does, or, with $FAKE_EXEC_FAILS,
-///    fails as kubectl itself does (Forbidden, exit 1);
-///  - `logs`, `get nodes`, `get lease`, `get pods` (status): as before.
+///  - `get -n NS pod/...` (the pod's state): `Pending $FAKE_WAITING -` when that is set; else
+///    `Running - -` for the first $FAKE_RUNNING_POLLS looks, then `Succeeded Completed 0` or
+///    `Failed Error N`, N being $FAKE_PLAN_EXIT (default 1: a plan shown) for a pod without
+///    `--apply` and $FAKE_APPLY_EXIT (default 0) for one with it;
+///  - `logs [-f] ... pod/...`: the pod's output, `plan line 1..2` or `apply line 1..3`; with
+///    $FAKE_LOG_CUT the first follow of an apply pod stops after its first line (as when the
+///    kubelet stops) and the pod still runs at the next look; $FAKE_LOG_SLEEP makes a follow
+///    hang that many seconds first;
+///  - `delete`: exit 0;
+///  - `exec`: prints "fake exec", exits $FAKE_EXIT saying "command terminated with exit code N"
+///    as kubectl does, or, with $FAKE_EXEC_FAILS, fails as kubectl itself does (Forbidden);
+///  - `logs` of the agent, `get nodes`, `get lease`, `get pods` (status): as before.
 struct FakeKubectl {
     dir: tempfile::TempDir,
 }
@@ -38,6 +45,11 @@ set -euo pipefail
 for a in "$@"; do printf '%s\n' "$a"; done >>"$FAKE_DIR/calls.log"
 echo "--END--" >>"$FAKE_DIR/calls.log"
 args=" $* "
+n="$(cat "$FAKE_DIR/pods" 2>/dev/null || echo 0)"
+current="$FAKE_DIR/created-$n.yaml"
+is_apply() { grep -q -- '"--apply"' "$current"; }
+looks() { local k; k="$(cat "$FAKE_DIR/looks-$n" 2>/dev/null || echo 0)"; echo $((k + 1)) >"$FAKE_DIR/looks-$n"; echo "$k"; }
+pod_log() { if is_apply; then printf 'apply line %s\n' 1 2 3; else printf 'plan line %s\n' 1 2; fi; }
 case "$args" in
   *" exec "*)
     if [[ -n "${FAKE_EXEC_FAILS:-}" ]]; then
@@ -45,27 +57,39 @@ case "$args" in
       exit 1
     fi
     echo "fake exec"
-    if [[ -n "${FAKE_EXEC_SLEEP:-}" ]]; then sleep "$FAKE_EXEC_SLEEP"; fi
     code="${FAKE_EXIT:-0}"
     if [[ "$code" -ne 0 ]]; then echo "command terminated with exit code $code" >&2; fi
     exit "$code" ;;
+  *" logs "*" pod/nodemedic-repair-"*)
+    if [[ "$args" == *" -f "* ]]; then
+      if [[ -n "${FAKE_LOG_SLEEP:-}" ]]; then sleep "$FAKE_LOG_SLEEP"; fi
+      follows="$(cat "$FAKE_DIR/follows-$n" 2>/dev/null || echo 0)"
+      echo $((follows + 1)) >"$FAKE_DIR/follows-$n"
+      if [[ -n "${FAKE_LOG_CUT:-}" && "$follows" -eq 0 ]] && is_apply; then
+        pod_log | head -n 1
+        echo 1 >"$FAKE_DIR/cut-$n"
+        exit 1
+      fi
+    fi
+    pod_log ;;
   *" logs "*) echo "fake logs"; exit "${FAKE_EXIT:-0}" ;;
   *" create "*)
-    cat >"$FAKE_DIR/created.yaml"
-    name="$(sed -n 's/^  name: //p' "$FAKE_DIR/created.yaml" | head -n 1)"
+    n=$((n + 1)); echo "$n" >"$FAKE_DIR/pods"
+    cat >"$FAKE_DIR/created-$n.yaml"
+    name="$(sed -n 's/^  name: //p' "$FAKE_DIR/created-$n.yaml" | head -n 1)"
     case "${FAKE_CREATE:-}" in
       forbidden) echo 'Error from server (Forbidden): pods is forbidden: User "alice" cannot create resource "pods" in API group "" in the namespace "nodemedic"' >&2; exit 1 ;;
       exists) echo "Error from server (AlreadyExists): error when creating \"STDIN\": pods \"$name\" already exists" >&2; exit 1 ;;
     esac
     echo "pod/$name" ;;
-  *" wait "*)
-    if [[ "${FAKE_WAIT_EXIT:-0}" -ne 0 ]]; then
-      echo "error: timed out waiting for the condition on pods/nodemedic-repair-worker-3" >&2
-      exit "$FAKE_WAIT_EXIT"
-    fi
-    echo "pod/nodemedic-repair-worker-3 condition met" ;;
-  *" delete "*) echo "pod \"nodemedic-repair-worker-3\" deleted" ;;
-  *" get -n "*" pod/"*) printf '%s' "${FAKE_POD_STATUS:-}" ;;
+  *" delete "*) echo "pod deleted" ;;
+  *" get -n "*" pod/"*)
+    if [[ -n "${FAKE_WAITING:-}" ]]; then echo "Pending $FAKE_WAITING -"; exit 0; fi
+    k="$(looks)"
+    if [[ -f "$FAKE_DIR/cut-$n" ]]; then rm "$FAKE_DIR/cut-$n"; echo "Running - -"; exit 0; fi
+    if [[ "$k" -lt "${FAKE_RUNNING_POLLS:-1}" ]]; then echo "Running - -"; exit 0; fi
+    if is_apply; then code="${FAKE_APPLY_EXIT:-0}"; else code="${FAKE_PLAN_EXIT:-1}"; fi
+    if [[ "$code" -eq 0 ]]; then echo "Succeeded Completed 0"; else echo "Failed Error $code"; fi ;;
   *" get daemonset "*) printf '%s' "${FAKE_DS:-}" ;;
   *" get configmap "*)
     key="$(sed -n 's/.*index \.data "\([a-z-]*\)\.yaml".*/\1/p' <<<"$*")"
@@ -107,13 +131,18 @@ impl FakeKubectl {
         self.dir.path().join("calls.log")
     }
 
-    /// The pod the last `create -f -` was given.
-    fn created(&self) -> Option<String> {
-        std::fs::read_to_string(self.dir.path().join("created.yaml")).ok()
+    /// The pod the `n`th `create -f -` (from 1) was given.
+    fn created(&self, n: usize) -> Option<String> {
+        std::fs::read_to_string(self.dir.path().join(format!("created-{n}.yaml"))).ok()
     }
 
     fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
-        let _ = std::fs::remove_file(self.dir.path().join("created.yaml"));
+        // A fresh state for each run: no pods created, no looks, no follows.
+        for e in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if e.file_name() != "kubectl" {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
         std::fs::write(self.log(), "").unwrap();
         let path = format!(
             "{}:{}",
@@ -126,6 +155,7 @@ impl FakeKubectl {
             .env("PATH", path)
             .env("FAKE_DIR", self.dir.path())
             .env("FAKE_TEMPLATES", daemonset_dir().join("base/repair-pods"))
+            .env("NODEMEDIC_REPAIR_POLL_SECONDS", "0.1")
             .env_remove("NODEMEDIC_NAMESPACE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -390,11 +420,13 @@ fn host_repairs_via_exec_run_in_the_agent() {
     );
 }
 
-// ----------------------------------------------------------------------- the one-off pod
+// ----------------------------------------------------------------------- the one-off pods
 
-/// The pod the plugin created, checked against the schemas and returned as JSON.
-fn created_pod(fake: &FakeKubectl) -> Value {
-    let text = fake.created().expect("a pod was created");
+/// The `n`th pod the plugin created (from 1), checked against the schemas, as JSON.
+fn created_pod(fake: &FakeKubectl, n: usize) -> Value {
+    let text = fake
+        .created(n)
+        .unwrap_or_else(|| panic!("no pod number {n} was created"));
     assert!(!text.contains("__"), "a placeholder was left:\n{text}");
     validate(&text, "repair-pod");
     let mut docs = yaml_docs(&text);
@@ -427,8 +459,43 @@ fn m(path: &str, source: &str, read_only: bool) -> (String, String, bool) {
     (path.into(), source.into(), read_only)
 }
 
+fn pod_args(pod: &Value) -> Vec<String> {
+    strs(&pod["spec"]["containers"][0]["args"])
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The calls' verbs, after kubectl's global options, with `get` told apart by what it reads.
+fn verbs(calls: &[Vec<String>]) -> Vec<String> {
+    calls
+        .iter()
+        .map(|c| {
+            let v = verb(c);
+            let joined = c.join(" ");
+            if v != "get" {
+                v.to_string()
+            } else if joined.contains(" daemonset ") {
+                "get-ds".into()
+            } else if joined.contains(" configmap ") {
+                "get-template".into()
+            } else if joined.contains(" pod/") {
+                "state".into()
+            } else {
+                "get".into()
+            }
+        })
+        .collect()
+}
+
+const PLAN_OUTPUT: &str = "plan line 1\nplan line 2\n";
+const APPLY_OUTPUT: &str = "apply line 1\napply line 2\napply line 3\n";
+
 #[test]
-fn cpu_state_runs_in_a_one_off_pod_that_is_deleted_afterwards() {
+fn cpu_state_plans_in_one_pod_and_applies_in_another() {
     let fake = FakeKubectl::new();
     let r = fake.run(
         &[
@@ -438,125 +505,209 @@ fn cpu_state_runs_in_a_one_off_pod_that_is_deleted_afterwards() {
             "worker-3",
             "cpu-state",
             "--apply",
+            "--restart-kubelet",
             "--yes",
+            "--guard-seconds",
+            "90",
         ],
-        &[("FAKE_DS", BASE_DS), ("FAKE_EXIT", "0")],
+        &[("FAKE_DS", BASE_DS)],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let verbs: Vec<&str> = r.calls.iter().map(|c| verb(c)).collect();
+    // Both pods' output, in order, each line once.
+    assert_eq!(r.stdout, format!("{PLAN_OUTPUT}{APPLY_OUTPUT}"));
     assert_eq!(
-        verbs,
-        ["get", "get", "create", "wait", "exec", "delete"],
+        verbs(&r.calls),
+        [
+            "get-ds",
+            "get-template",
+            "create",
+            "state",
+            "logs",
+            "state",
+            "logs",
+            "delete",
+            "get-template",
+            "create",
+            "state",
+            "logs",
+            "state",
+            "logs",
+            "delete"
+        ],
         "{:?}",
         r.calls
     );
     assert!(r.calls.iter().all(|c| c[..2] == args(&["--context", "prod"])));
+    assert!(
+        r.calls.iter().all(|c| verb(c) != "exec"),
+        "no kubectl exec: {:?}",
+        r.calls
+    );
     let joined: Vec<String> = r.calls.iter().map(|c| c.join(" ")).collect();
     assert!(
-        joined[0].contains("get daemonset -n nodemedic -l app.kubernetes.io/name=nodemedic"),
-        "{}",
-        joined[0]
-    );
-    assert!(
-        joined[1].contains("get configmap -n nodemedic -l app.kubernetes.io/component=repair-pods")
-            && joined[1].contains("index .data \"cpu-state.yaml\""),
+        joined[1].contains("index .data \"cpu-state-plan.yaml\""),
         "{}",
         joined[1]
     );
-    assert!(joined[2].ends_with("create -n nodemedic -f - -o name"), "{}", joined[2]);
     assert!(
-        joined[3].ends_with("wait -n nodemedic --for=condition=Ready pod/nodemedic-repair-worker-3 --timeout=180s"),
+        joined[8].contains("index .data \"cpu-state-restart-kubelet.yaml\""),
         "{}",
-        joined[3]
-    );
-    assert_eq!(
-        r.calls[4][2..],
-        args(&[
-            "exec",
-            "-i",
-            "-n",
-            "nodemedic",
-            "pod/nodemedic-repair-worker-3",
-            "-c",
-            "repair",
-            "--",
-            "nodemedic",
-            "repair",
-            "cpu-state",
-            "--apply",
-            "--yes"
-        ])[..]
+        joined[8]
     );
     assert!(
-        joined[5].ends_with("delete -n nodemedic pod/nodemedic-repair-worker-3 --ignore-not-found --wait=false"),
+        joined[4].ends_with("logs -f -n nodemedic pod/nodemedic-repair-worker-3 -c repair"),
         "{}",
-        joined[5]
+        joined[4]
+    );
+    assert!(
+        joined[7].ends_with("delete -n nodemedic pod/nodemedic-repair-worker-3 --ignore-not-found --wait=false"),
+        "{}",
+        joined[7]
     );
     assert!(
         r.stderr.contains(
-            "repairing through a one-off pod on node worker-3: pod/nodemedic-repair-worker-3 (template cpu-state.yaml"
+            "running `nodemedic repair cpu-state --restart-kubelet --guard-seconds 90` in a one-off pod on node worker-3: \
+             pod/nodemedic-repair-worker-3 (template cpu-state-plan.yaml"
         ),
         "{}",
         r.stderr
     );
-    assert!(
-        r.stderr.contains("deleted pod/nodemedic-repair-worker-3"),
+    assert_eq!(
+        r.stderr.matches("deleted pod/nodemedic-repair-worker-3").count(),
+        2,
         "{}",
         r.stderr
     );
 
-    // The pod: the node, the agent's image and configuration, the kubelet directory writable,
-    // nothing else beyond the base's read-only mounts; no capability, no hostPID.
-    let pod = created_pod(&fake);
-    let spec = &pod["spec"];
+    // The plan: a dry run with the agent's rights only (everything read-only, no capability).
+    let plan = created_pod(&fake, 1);
+    assert_eq!(
+        pod_args(&plan),
+        ["repair", "cpu-state", "--restart-kubelet", "--guard-seconds", "90"]
+    );
+    let spec = &plan["spec"];
     assert_eq!(spec["nodeName"], "worker-3");
     assert_eq!(spec["restartPolicy"], "Never");
-    assert!(spec["activeDeadlineSeconds"].as_u64().unwrap() <= 1800);
     assert_eq!(spec["hostPID"], false);
     assert_eq!(spec["serviceAccountName"], "nodemedic");
-    assert_ne!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "nodemedic");
+    assert_ne!(plan["metadata"]["labels"]["app.kubernetes.io/name"], "nodemedic");
     let c = &spec["containers"][0];
     assert_eq!(c["image"], "ghcr.io/nodemedic/nodemedic:0.1.0");
-    assert_eq!(c["args"][0], "hold");
-    assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert!(c["securityContext"]["capabilities"]["add"].is_null());
     assert!(c["securityContext"]["appArmorProfile"].is_null());
+    let read_only = [
+        m("/etc/nodemedic", "configMap nodemedic-config-5g7h8k", true),
+        m("/host/proc", "/proc", true),
+        m("/host/sys/fs/cgroup", "/sys/fs/cgroup", true),
+        m("/host/sys/devices/system/cpu", "/sys/devices/system/cpu", true),
+        m("/host/var/lib/kubelet", "/var/lib/kubelet", true),
+    ];
+    assert_eq!(mounts(&plan), read_only);
+    // The apply: --apply --yes, the kubelet directory writable, what restarting the kubelet needs.
+    let apply = created_pod(&fake, 2);
     assert_eq!(
-        mounts(&pod),
+        pod_args(&apply),
         [
-            m("/etc/nodemedic", "configMap nodemedic-config-5g7h8k", true),
-            m("/host/proc", "/proc", true),
-            m("/host/sys/fs/cgroup", "/sys/fs/cgroup", true),
-            m("/host/sys/devices/system/cpu", "/sys/devices/system/cpu", true),
-            m("/host/var/lib/kubelet", "/var/lib/kubelet", false),
+            "repair",
+            "cpu-state",
+            "--apply",
+            "--yes",
+            "--restart-kubelet",
+            "--guard-seconds",
+            "90"
         ]
     );
-
-    // --restart-kubelet: the template that may run systemd-run and systemctl in the host's
-    // namespaces (and signal the kubelet when they fail).
-    let r = fake.run(
-        &["repair", "worker-3", "cpu-state", "--apply", "--restart-kubelet"],
-        &[("FAKE_DS", BASE_DS), ("FAKE_EXIT", "3")],
-    );
-    assert_eq!(r.code, 3, "applied, an action failed: {}", r.stderr);
-    assert!(r.calls[1].join(" ").contains("cpu-state-restart-kubelet.yaml"));
-    assert_eq!(
-        verb(r.calls.last().unwrap()),
-        "delete",
-        "deleted after a failed repair too"
-    );
-    let pod = created_pod(&fake);
-    assert_eq!(pod["spec"]["hostPID"], true);
-    let sc = &pod["spec"]["containers"][0]["securityContext"];
+    assert_eq!(apply["spec"]["hostPID"], true);
+    let sc = &apply["spec"]["containers"][0]["securityContext"];
     assert_eq!(sc["appArmorProfile"]["type"], "Unconfined");
     assert_eq!(
         sc["capabilities"]["add"],
         serde_json::json!(["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"])
     );
+    let mut writable = read_only.to_vec();
+    writable[4].2 = false;
+    assert_eq!(mounts(&apply), writable);
 }
 
 #[test]
-fn local_dirs_pod_mounts_the_roots_writable() {
+fn the_plan_is_confirmed_before_anything_changes() {
+    let fake = FakeKubectl::new();
+    let base = ["repair", "worker-3", "cpu-state", "--restart-kubelet"];
+    // Without --apply: the plan, its exit status (1: a plan shown), one pod.
+    let r = fake.run(&base, &[("FAKE_DS", BASE_DS)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stdout, PLAN_OUTPUT);
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "create").count(), 1);
+    // --apply without --yes and without a terminal: not confirmed, nothing applied.
+    let mut with_apply = base.to_vec();
+    with_apply.push("--apply");
+    let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("not confirmed: nothing changed (no terminal to ask; add --yes"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "create").count(), 1);
+    // Nothing to do (the plan exits 0): no question, no second pod.
+    let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_PLAN_EXIT", "0")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "create").count(), 1);
+    // The plan could not run (2): its status, no apply.
+    let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_PLAN_EXIT", "2")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "create").count(), 1);
+    // Applied, an action failed (3): that status, both pods deleted.
+    with_apply.push("--yes");
+    let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_APPLY_EXIT", "3")]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "delete").count(), 2);
+    // The checkpoint cannot be rewritten from a pod with the kubelet stopped by hand.
+    let r = fake.run(
+        &["repair", "worker-3", "cpu-state", "--apply", "--yes"],
+        &[("FAKE_DS", BASE_DS)],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("add --restart-kubelet"), "{}", r.stderr);
+    assert!(r.calls.is_empty(), "{:?}", r.calls);
+}
+
+#[test]
+fn the_apply_is_followed_through_a_kubelet_restart() {
+    let fake = FakeKubectl::new();
+    // The log stream of the apply pod breaks after its first line (the kubelet stopped) and
+    // the pod still runs: the plugin follows again and prints each line once.
+    let r = fake.run(
+        &[
+            "repair",
+            "worker-3",
+            "cpu-state",
+            "--apply",
+            "--restart-kubelet",
+            "--yes",
+        ],
+        &[("FAKE_DS", BASE_DS), ("FAKE_LOG_CUT", "1")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, format!("{PLAN_OUTPUT}{APPLY_OUTPUT}"));
+    assert!(
+        r.stderr.contains(
+            "the log stream ended while pod/nodemedic-repair-worker-3 runs (the kubelet restarting?); following again"
+        ),
+        "{}",
+        r.stderr
+    );
+    let follows = r
+        .calls
+        .iter()
+        .filter(|c| c.contains(&"logs".to_string()) && c.contains(&"-f".to_string()))
+        .count();
+    assert_eq!(follows, 3, "the plan once, the apply twice: {:?}", r.calls);
+}
+
+#[test]
+fn local_dirs_pods_mount_the_roots() {
     let fake = FakeKubectl::new();
     // The agent mounts one local-dir root read-only (the install docs' patch); the operator
     // names another.
@@ -569,83 +720,98 @@ fn local_dirs_pod_mounts_the_roots_writable() {
             "--local-dir-root",
             "/data/spark/",
             "--apply",
+            "--yes",
         ],
         &[("FAKE_DS", &ds)],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let pod = created_pod(&fake);
-    let sc = &pod["spec"]["containers"][0]["securityContext"];
+    let base = [
+        m("/etc/nodemedic", "configMap nodemedic-config-5g7h8k", true),
+        m("/host/proc", "/proc", true),
+        m("/host/sys/fs/cgroup", "/sys/fs/cgroup", true),
+        m("/host/sys/devices/system/cpu", "/sys/devices/system/cpu", true),
+        m("/host/var/lib/kubelet", "/var/lib/kubelet", true),
+    ];
+    // The plan reads them ...
+    let plan = created_pod(&fake, 1);
+    let mut want = base.to_vec();
+    want.push(m("/host/data/spark", "/data/spark", true));
+    want.push(m("/host/mnt/spark-local", "/mnt/spark-local", true));
+    assert_eq!(mounts(&plan), want);
+    assert_eq!(
+        pod_args(&plan),
+        ["repair", "local-dirs", "--local-dir-root", "/data/spark/"]
+    );
+    // ... the apply writes them, with the capabilities removing Spark's files needs.
+    let apply = created_pod(&fake, 2);
+    want[5].2 = false;
+    want[6].2 = false;
+    assert_eq!(mounts(&apply), want);
+    let sc = &apply["spec"]["containers"][0]["securityContext"];
     assert_eq!(
         sc["capabilities"]["add"],
         serde_json::json!(["DAC_OVERRIDE", "SYS_PTRACE"])
     );
-    assert_eq!(pod["spec"]["hostPID"], false);
-    assert_eq!(
-        mounts(&pod),
-        [
-            m("/etc/nodemedic", "configMap nodemedic-config-5g7h8k", true),
-            m("/host/proc", "/proc", true),
-            m("/host/sys/fs/cgroup", "/sys/fs/cgroup", true),
-            m("/host/sys/devices/system/cpu", "/sys/devices/system/cpu", true),
-            m("/host/var/lib/kubelet", "/var/lib/kubelet", true),
-            m("/host/data/spark", "/data/spark", false),
-            m("/host/mnt/spark-local", "/mnt/spark-local", false),
-        ]
-    );
+    assert_eq!(apply["spec"]["hostPID"], false);
     // A root that could break out of its line in the YAML is refused before anything is created.
+    for bad in ["/data\n    hostPID: true", "/data/../etc", "relative"] {
+        let r = fake.run(
+            &["repair", "worker-3", "local-dirs", "--local-dir-root", bad],
+            &[("FAKE_DS", BASE_DS)],
+        );
+        assert_eq!(r.code, 2, "{bad:?}");
+        assert!(
+            r.stderr.contains("invalid local-dir root") || r.stderr.contains("control character"),
+            "{bad:?}: {}",
+            r.stderr
+        );
+        assert!(r.calls.iter().all(|c| verb(c) == "get"), "{:?}", r.calls);
+    }
+    // Arguments with quotes reach nodemedic as they were given.
     let r = fake.run(
-        &[
-            "repair",
-            "worker-3",
-            "local-dirs",
-            "--local-dir-root",
-            "/data\n    hostPID: true",
-        ],
+        &["repair", "worker-3", "local-dirs", "--older-than-seconds", "3\"6'0"],
         &[("FAKE_DS", BASE_DS)],
     );
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("invalid local-dir root"), "{}", r.stderr);
-    assert!(r.calls.iter().all(|c| verb(c) == "get"), "{:?}", r.calls);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        pod_args(&created_pod(&fake, 1)),
+        ["repair", "local-dirs", "--older-than-seconds", "3\"6'0"]
+    );
 }
 
 #[test]
 fn the_repair_pod_is_deleted_whatever_happens() {
     let fake = FakeKubectl::new();
-    // Never Ready: 2 with the pod's state, and deleted.
+    // It cannot start (the image cannot be pulled): 2 with the reason, and deleted.
+    let r = fake.run(
+        &["repair", "worker-3", "cpu-state"],
+        &[("FAKE_DS", BASE_DS), ("FAKE_WAITING", "ErrImagePull")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("pod/nodemedic-repair-worker-3 cannot start: ErrImagePull"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(verbs(&r.calls), ["get-ds", "get-template", "create", "state", "delete"]);
+    // It does not start in time: 2, deleted.
     let r = fake.run(
         &["repair", "worker-3", "cpu-state"],
         &[
             ("FAKE_DS", BASE_DS),
-            ("FAKE_WAIT_EXIT", "1"),
-            ("FAKE_POD_STATUS", "Pending: ErrImagePull pull access denied"),
-            ("NODEMEDIC_REPAIR_POD_TIMEOUT", "5s"),
+            ("FAKE_WAITING", "ContainerCreating"),
+            ("NODEMEDIC_REPAIR_POD_TIMEOUT", "1"),
         ],
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
-        r.stderr.contains(
-            "pod/nodemedic-repair-worker-3 did not become Ready within 5s (Pending: ErrImagePull pull access denied)"
-        ),
+        r.stderr
+            .contains("did not start within 1s (Pending, ContainerCreating)"),
         "{}",
         r.stderr
     );
-    let verbs: Vec<&str> = r.calls.iter().map(|c| verb(c)).collect();
-    assert_eq!(verbs, ["get", "get", "create", "wait", "get", "delete"]);
-    // kubectl exec refused: 2, deleted.
-    let r = fake.run(
-        &["repair", "worker-3", "cpu-state"],
-        &[("FAKE_DS", BASE_DS), ("FAKE_EXEC_FAILS", "1")],
-    );
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("kubectl failed (exit 1)"), "{}", r.stderr);
-    assert_eq!(verb(r.calls.last().unwrap()), "delete");
-    // The plan only (exit 1): deleted.
-    let r = fake.run(
-        &["repair", "worker-3", "cpu-state"],
-        &[("FAKE_DS", BASE_DS), ("FAKE_EXIT", "1")],
-    );
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert_eq!(verb(r.calls.last().unwrap()), "delete");
+    assert_eq!(verbs(&r.calls).last().map(String::as_str), Some("delete"));
     // Not created (forbidden): nothing to delete, 2 with kubectl's reason.
     let r = fake.run(
         &["repair", "worker-3", "cpu-state"],
@@ -672,11 +838,7 @@ fn the_repair_pod_is_deleted_whatever_happens() {
         "{}",
         r.stderr
     );
-    assert!(
-        r.calls.iter().all(|c| verb(c) != "delete" && verb(c) != "exec"),
-        "{:?}",
-        r.calls
-    );
+    assert!(r.calls.iter().all(|c| verb(c) != "delete"), "{:?}", r.calls);
     // No DaemonSet (another namespace?): 2 before anything is created.
     let r = fake.run(&["repair", "worker-3", "local-dirs"], &[("FAKE_DS", "")]);
     assert_eq!(r.code, 2);
@@ -689,22 +851,22 @@ fn ctrl_c_during_the_repair_deletes_the_pod() {
     use std::os::unix::process::CommandExt as _;
     let fake = FakeKubectl::new();
     let mut cmd = fake.command(
-        &["repair", "worker-3", "cpu-state", "--apply"],
-        &[("FAKE_DS", BASE_DS), ("FAKE_EXEC_SLEEP", "30")],
+        &["repair", "worker-3", "cpu-state", "--restart-kubelet"],
+        &[("FAKE_DS", BASE_DS), ("FAKE_LOG_SLEEP", "30")],
     );
     // Its own process group, as a terminal's foreground job: Ctrl-C signals the whole group
-    // (the plugin, kubectl, tee).
+    // (the plugin, kubectl, tail, tee).
     cmd.process_group(0);
     let child = cmd.spawn().unwrap();
     let pid = child.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(fake.log())
         .unwrap_or_default()
-        .contains("\nexec\n")
+        .contains("\nlogs\n-f\n")
     {
         assert!(
             Instant::now() < deadline,
-            "the repair never started: {:?}",
+            "the pod was never followed: {:?}",
             fake.calls()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -737,25 +899,26 @@ fn the_templates_validate_and_differ_only_where_their_repair_needs() {
     names.sort();
     assert_eq!(
         names,
-        ["cpu-state-restart-kubelet.yaml", "cpu-state.yaml", "local-dirs.yaml"]
+        [
+            "cpu-state-plan.yaml",
+            "cpu-state-restart-kubelet.yaml",
+            "local-dirs.yaml"
+        ]
     );
     for name in &names {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         validate(&text, name.trim_end_matches(".yaml"));
         let pod = &yaml_docs(&text)[0];
         let c = &pod["spec"]["containers"][0];
-        // Never privileged, never escalating, root filesystem read-only, the pod's deadline
-        // beyond `hold`'s own.
+        // Never privileged, never escalating, root file system read-only, a deadline, the
+        // nodemedic command line left to the plugin.
         assert_eq!(c["securityContext"]["privileged"], false, "{name}");
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{name}");
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{name}");
-        let hold: u64 = c["args"][2].as_str().unwrap().parse().unwrap();
-        assert!(pod["spec"]["activeDeadlineSeconds"].as_u64().unwrap() > hold, "{name}");
-        let grace: u64 = c["args"][4].as_str().unwrap().parse().unwrap();
-        assert!(
-            pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap() > grace,
-            "{name}"
-        );
+        assert!(pod["spec"]["activeDeadlineSeconds"].as_u64().unwrap() <= 1800, "{name}");
+        assert_eq!(pod["spec"]["restartPolicy"], "Never", "{name}");
+        assert_eq!(c["args"], serde_json::json!(["__ARGS__"]), "{name}");
+        assert_eq!(c["name"], "repair", "{name}");
         assert_eq!(pod["spec"]["nodeName"], "__NODE__");
         assert_eq!(pod["metadata"]["name"], "nodemedic-repair-__NODE__");
     }
@@ -920,6 +1083,7 @@ fn help_and_usage_errors() {
         "NODEMEDIC_NAMESPACE",
         "Permissions",
         "pods/exec create",
+        "pods/log get",
     ] {
         assert!(r.stdout.contains(word), "--help does not mention {word}");
     }

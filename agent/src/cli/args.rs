@@ -48,15 +48,6 @@ pub enum Command {
         #[command(subcommand)]
         target: ProbeTarget,
     },
-    /// Keep a one-off repair pod alive for `kubectl exec` (its first process; see daemonset/base/repair-pods/): exit after --seconds, or on SIGTERM pass SIGTERM to the container's other processes and wait up to --grace-seconds for them.
-    Hold {
-        /// Exit after this many seconds.
-        #[arg(long, default_value_t = 1500)]
-        seconds: u64,
-        /// On SIGTERM, how long to wait for the repair running beside it.
-        #[arg(long, default_value_t = 100)]
-        grace_seconds: u64,
-    },
     /// Ask a running daemon to re-read its configuration file (sends it SIGHUP; in the agent's container it is PID 1).
     Reload {
         /// The daemon's process id.

@@ -80,7 +80,6 @@ pub fn main() -> ExitCode {
         Command::Rules(f) => Ok(list_rules(f.get())),
         Command::Run(args) => run(args),
         Command::Reload { pid } => reload(pid),
-        Command::Hold { seconds, grace_seconds } => hold(seconds, grace_seconds),
         Command::Repair { action } => repair(action),
         Command::Probe {
             target: args::ProbeTarget::Api(args),
@@ -195,21 +194,6 @@ fn probe_api(args: args::ProbeArgs) -> Result<u8, CliError> {
 }
 
 /// `nodemedic reload`: SIGHUP to the daemon, after checking it is one.
-/// `nodemedic hold`: exit 0 when the time is up or every process beside it has exited, 1 when
-/// some were still running after the grace period.
-fn hold(seconds: u64, grace_seconds: u64) -> Result<u8, CliError> {
-    use crate::repair::hold::{Ended, hold};
-    let ended = hold(
-        std::time::Duration::from_secs(seconds),
-        std::time::Duration::from_secs(grace_seconds),
-        &mut std::io::stderr(),
-    )?;
-    Ok(match ended {
-        Ended::Signal { left, .. } if left > 0 => EXIT_FINDINGS,
-        _ => EXIT_OK,
-    })
-}
-
 fn reload(pid: i32) -> Result<u8, CliError> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|e| format!("process {pid}: {e}"))?;
     let args = crate::collect::procfs::parse_cmdline(&cmdline);

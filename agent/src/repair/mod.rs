@@ -12,7 +12,6 @@ pub mod audit;
 pub mod auto;
 pub mod command;
 pub mod cpu_state;
-pub mod hold;
 pub mod interrupt;
 pub mod kubelet;
 pub mod local_dirs;
