@@ -20,6 +20,24 @@ pub mod sparkpods;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Ends `child` as a supervisor would: SIGTERM, up to 5 s to exit, then SIGKILL; reaped
+/// either way.
+pub fn stop_child(child: &mut std::process::Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// The `nodemedic` binary under test.
 pub fn nodemedic_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NODEMEDIC_BIN") {

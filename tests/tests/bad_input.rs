@@ -57,6 +57,12 @@ impl Tree {
     }
 }
 
+fn has_finding(report: &Value, rule: &str) -> bool {
+    report["findings"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f["rule"] == rule))
+}
+
 #[test]
 fn broken_checkpoints_are_findings() {
     let cases: &[(&str, &[u8], &str)] = &[
@@ -123,13 +129,7 @@ fn broken_sources_are_reported_and_the_rest_still_judged() {
     );
     // The stale entry is still found from the checkpoint and the pod list.
     assert_eq!(run.code, 1);
-    assert!(
-        report["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["rule"] == "stale-cpu-assignment")
-    );
+    assert!(has_finding(&report, "stale-cpu-assignment"), "{report:#}");
 
     // The kubelet runs with --config under /etc/kubernetes, which the base DaemonSet does not
     // mount: said so, with the component that mounts it, never judged by the defaults.
@@ -151,13 +151,7 @@ fn broken_sources_are_reported_and_the_rest_still_judged() {
     );
     // The checkpoint is still judged.
     assert_eq!(run.code, 1);
-    assert!(
-        report["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["rule"] == "stale-cpu-assignment")
-    );
+    assert!(has_finding(&report, "stale-cpu-assignment"), "{report:#}");
 
     let t = Tree::new();
     std::fs::remove_file(t.path("var/lib/kubelet/config.yaml")).unwrap();

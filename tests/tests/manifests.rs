@@ -984,7 +984,12 @@ fn each_variants_privileges_are_pinned() {
         variant_privileges(&kustomize(&daemonset_dir().join("overlays/repair"))),
     );
     // The one-off repair pods (their ServiceAccount is the agent's: the base's RBAC).
-    for t in ["cpu-state-plan", "cpu-state-restart-kubelet", "local-dirs"] {
+    for t in [
+        "cpu-state-plan",
+        "cpu-state-restart-kubelet",
+        "local-dirs-plan",
+        "local-dirs",
+    ] {
         let text = std::fs::read_to_string(daemonset_dir().join(format!("base/repair-pods/{t}.yaml"))).unwrap();
         let pod = yaml_docs(&text).remove(0);
         all.insert(format!("repair pod {t}"), json!({"pod": pod_privileges(&pod["spec"])}));

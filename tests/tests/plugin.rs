@@ -66,8 +66,9 @@ case "$args" in
       follows="$(cat "$FAKE_DIR/follows-$n" 2>/dev/null || echo 0)"
       echo $((follows + 1)) >"$FAKE_DIR/follows-$n"
       if [[ -n "${FAKE_LOG_CUT:-}" && "$follows" -eq 0 ]] && is_apply; then
-        pod_log | head -n 1
         echo 1 >"$FAKE_DIR/cut-$n"
+        # sed reads all its input: head could end the pipe early and fail the script (pipefail).
+        pod_log | sed -n 1p
         exit 1
       fi
     fi
@@ -76,7 +77,7 @@ case "$args" in
   *" create "*)
     n=$((n + 1)); echo "$n" >"$FAKE_DIR/pods"
     cat >"$FAKE_DIR/created-$n.yaml"
-    name="$(sed -n 's/^  name: //p' "$FAKE_DIR/created-$n.yaml" | head -n 1)"
+    name="$(awk '/^  name: / { print $2; exit }' "$FAKE_DIR/created-$n.yaml")"
     case "${FAKE_CREATE:-}" in
       forbidden) echo 'Error from server (Forbidden): pods is forbidden: User "alice" cannot create resource "pods" in API group "" in the namespace "nodemedic"' >&2; exit 1 ;;
       exists) echo "Error from server (AlreadyExists): error when creating \"STDIN\": pods \"$name\" already exists" >&2; exit 1 ;;
@@ -277,7 +278,7 @@ fn the_agent_is_the_newest_running_and_ready_pod() {
     );
     // None Running and Ready: exit 2, each pod's state, nothing exec'd.
     let pods =
-        "nodemedic-ccccc Running False 2026-11-24T09:00:00Z -\nnodemedic-ddddd Pending  2026-11-24T09:30:00Z -\n";
+        "nodemedic-ccccc Running False 2026-11-24T09:00:00Z -\nnodemedic-ddddd Pending - 2026-11-24T09:30:00Z -\n";
     let r = fake.run(&["scan", "worker-3"], &[("FAKE_PODS", pods)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
@@ -287,7 +288,15 @@ fn the_agent_is_the_newest_running_and_ready_pod() {
         r.stderr
     );
     assert!(
-        r.stderr.contains("  nodemedic-ccccc Running ready=False"),
+        r.stderr
+            .contains("  nodemedic-ccccc Running ready=False 2026-11-24T09:00:00Z\n"),
+        "{}",
+        r.stderr
+    );
+    // A pod without a Ready condition yet: "-", the fields stay in their columns.
+    assert!(
+        r.stderr
+            .contains("  nodemedic-ddddd Pending ready=- 2026-11-24T09:30:00Z\n"),
         "{}",
         r.stderr
     );
@@ -742,6 +751,10 @@ fn local_dirs_pods_mount_the_roots() {
         pod_args(&plan),
         ["repair", "local-dirs", "--local-dir-root", "/data/spark/"]
     );
+    // ... with the agent's rights only ...
+    let sc = &plan["spec"]["containers"][0]["securityContext"];
+    assert!(sc["capabilities"]["add"].is_null(), "{sc}");
+    assert!(sc["appArmorProfile"].is_null(), "{sc}");
     // ... the apply writes them, with the capabilities removing Spark's files needs.
     let apply = created_pod(&fake, 2);
     want[5].2 = false;
@@ -902,6 +915,7 @@ fn the_templates_validate_and_differ_only_where_their_repair_needs() {
         [
             "cpu-state-plan.yaml",
             "cpu-state-restart-kubelet.yaml",
+            "local-dirs-plan.yaml",
             "local-dirs.yaml"
         ]
     );

@@ -84,6 +84,25 @@ impl MemoryLimit {
 /// the mount first (a host cgroup namespace shows the whole tree), then the mount's root is
 /// read (in a container the runtime mounts the container's own cgroup there).
 pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> {
+    match own_cgroup(cgroup_file, "memory")? {
+        OwnCgroup::V1 { path, .. } => {
+            let base = root.join("memory");
+            read_limit(&[base.join(&path), base], "memory.limit_in_bytes")
+        }
+        OwnCgroup::V2 { path } => read_limit(&[root.join(&path), root.to_path_buf()], "memory.max"),
+    }
+}
+
+/// Where this process sits for one controller, from `/proc/self/cgroup`.
+enum OwnCgroup {
+    /// The controller's own v1 line: the controllers mounted together (`cpu,cpuacct`) and the
+    /// path, relative.
+    V1 { controllers: String, path: String },
+    /// No v1 line for it: the unified (v2) line's path, relative.
+    V2 { path: String },
+}
+
+fn own_cgroup(cgroup_file: &Path, controller: &str) -> Option<OwnCgroup> {
     let text = std::fs::read_to_string(cgroup_file).ok()?;
     let mut v2 = None;
     for line in text.lines() {
@@ -91,17 +110,18 @@ pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> 
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        let path = path.trim_start_matches('/');
-        if controllers.split(',').any(|c| c == "memory") {
-            let base = root.join("memory");
-            return read_limit(&[base.join(path), base], "memory.limit_in_bytes");
+        let path = path.trim_start_matches('/').to_string();
+        if controllers.split(',').any(|c| c == controller) {
+            return Some(OwnCgroup::V1 {
+                controllers: controllers.to_string(),
+                path,
+            });
         }
         if controllers.is_empty() {
-            v2 = Some(path.to_string());
+            v2 = Some(OwnCgroup::V2 { path });
         }
     }
-    let path = v2?;
-    read_limit(&[root.join(&path), root.to_path_buf()], "memory.max")
+    v2
 }
 
 /// The CPU limit (CFS bandwidth) of this process's own cgroup in cores, from `cgroup_file`
@@ -111,17 +131,10 @@ pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> 
 /// under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max` (`max 100000` or
 /// `20000 100000`). Looked up below the mount first, then at its root, as for memory.
 pub fn own_cpu_limit(cgroup_file: &Path, root: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(cgroup_file).ok()?;
-    let mut v2 = None;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let path = path.trim_start_matches('/');
-        if controllers.split(',').any(|c| c == "cpu") {
+    match own_cgroup(cgroup_file, "cpu")? {
+        OwnCgroup::V1 { controllers, path } => {
             let mounts = [root.join(controllers), root.join("cpu")];
-            let dirs: Vec<PathBuf> = mounts.iter().flat_map(|m| [m.join(path), m.clone()]).collect();
+            let dirs: Vec<PathBuf> = mounts.iter().flat_map(|m| [m.join(&path), m.clone()]).collect();
             let dir = dirs.iter().find(|d| d.join("cpu.cfs_quota_us").is_file())?;
             let read = |f: &str| -> Option<i64> { std::fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok() };
             let quota = read("cpu.cfs_quota_us")?;
@@ -129,23 +142,21 @@ pub fn own_cpu_limit(cgroup_file: &Path, root: &Path) -> Option<f64> {
                 return Some(f64::INFINITY);
             }
             let period = read("cpu.cfs_period_us").filter(|p| *p > 0)?;
-            return Some(quota as f64 / period as f64);
+            Some(quota as f64 / period as f64)
         }
-        if controllers.is_empty() {
-            v2 = Some(path.to_string());
+        OwnCgroup::V2 { path } => {
+            let text = [root.join(&path), root.to_path_buf()]
+                .iter()
+                .find_map(|d| std::fs::read_to_string(d.join("cpu.max")).ok())?;
+            let mut fields = text.split_whitespace();
+            let (quota, period) = (fields.next()?, fields.next().unwrap_or("100000"));
+            if quota == "max" {
+                return Some(f64::INFINITY);
+            }
+            let (quota, period): (f64, f64) = (quota.parse().ok()?, period.parse().ok()?);
+            (period > 0.0).then_some(quota / period)
         }
     }
-    let path = v2?;
-    let text = [root.join(&path), root.to_path_buf()]
-        .iter()
-        .find_map(|d| std::fs::read_to_string(d.join("cpu.max")).ok())?;
-    let mut fields = text.split_whitespace();
-    let (quota, period) = (fields.next()?, fields.next().unwrap_or("100000"));
-    if quota == "max" {
-        return Some(f64::INFINITY);
-    }
-    let (quota, period): (f64, f64) = (quota.parse().ok()?, period.parse().ok()?);
-    (period > 0.0).then_some(quota / period)
 }
 
 /// The first of `dirs` that holds `file`, parsed: `max` (v2) or a v1 value from the kernel's
