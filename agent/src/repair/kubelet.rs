@@ -7,13 +7,13 @@
 //!
 //! Stopping: `systemctl stop <unit>` in the host's namespaces. When the agent runs in a pod
 //! (the host root's pid 1 has another mount namespace than ours), the command is started in
-//! pid 1's mount, UTS, IPC and network namespaces: nodemedic opens `<host>/proc/1/ns/*` and
-//! joins them with setns(2), so the host's own `systemctl` runs, found on
-//! the host's file system, with no `nsenter` needed in the image (a thread of its own joins
-//! them and starts the command, which inherits them). Opening another process's
-//! namespaces needs ptrace read access to it (`CAP_SYS_PTRACE` towards pid 1), joining them
-//! `CAP_SYS_ADMIN`, and a mount namespace also `CAP_SYS_CHROOT`. When that fails (no systemd,
-//! or a container without those capabilities), the kubelet gets SIGTERM, but only if
+//! pid 1's mount, UTS, IPC and network namespaces: nodemedic opens `<host>/proc/1/ns/*`, and a
+//! thread of its own joins them with setns(2) and starts the command, which inherits them. So
+//! the host's own `systemctl` runs, found on the host's file system, with no `nsenter` in the
+//! image. Opening another process's namespaces needs ptrace read access to it
+//! (`CAP_SYS_PTRACE` towards pid 1), joining them `CAP_SYS_ADMIN`, and a mount namespace also
+//! `CAP_SYS_CHROOT`. When that fails (no systemd, or a container without those capabilities),
+//! the kubelet gets SIGTERM, but only if
 //! the pid read under the host root is the same process in our own pid namespace (same start
 //! time in both `/proc`s, which needs `hostPID` in a pod). Starting: `systemctl start <unit>`;
 //! when that fails, a supervisor (systemd's `Restart=always`) may still bring it back, so the
@@ -138,8 +138,7 @@ pub struct Guard {
     pub command: Vec<String>,
 }
 
-/// The namespaces a command for the host joins, in the order they are joined: the mount
-/// namespace last, since after it the host's `/proc` is no longer where we opened it.
+/// The namespaces a command for the host joins, in this order (all are opened first).
 const HOST_NAMESPACES: [(&str, nix::sched::CloneFlags); 4] = [
     ("ipc", nix::sched::CloneFlags::CLONE_NEWIPC),
     ("uts", nix::sched::CloneFlags::CLONE_NEWUTS),
