@@ -28,7 +28,8 @@ fn plugin() -> PathBuf {
 ///    `Running - -` for the first $FAKE_RUNNING_POLLS looks, then `Succeeded Completed 0` or
 ///    `Failed Error N`, N being $FAKE_PLAN_EXIT (default 1: a plan shown) for a pod without
 ///    `--apply` and $FAKE_APPLY_EXIT (default 0) for one with it;
-///  - `logs [-f] ... pod/...`: the pod's output, `plan line 1..2` or `apply line 1..3`; with
+///  - `logs [-f] ... pod/...`: the pod's output, `plan line 1..2` and its `Plan fingerprint:`
+///    line ($FAKE_FINGERPRINT, default 0123456789abcdef), or `apply line 1..3`; with
 ///    $FAKE_LOG_CUT the first follow of an apply pod stops after its first line (as when the
 ///    kubelet stops) and the pod still runs at the next look; $FAKE_LOG_SLEEP makes a follow
 ///    hang that many seconds first;
@@ -49,7 +50,9 @@ n="$(cat "$FAKE_DIR/pods" 2>/dev/null || echo 0)"
 current="$FAKE_DIR/created-$n.yaml"
 is_apply() { grep -q -- '"--apply"' "$current"; }
 looks() { local k; k="$(cat "$FAKE_DIR/looks-$n" 2>/dev/null || echo 0)"; echo $((k + 1)) >"$FAKE_DIR/looks-$n"; echo "$k"; }
-pod_log() { if is_apply; then printf 'apply line %s\n' 1 2 3; else printf 'plan line %s\n' 1 2; fi; }
+pod_log() {
+  if is_apply; then printf 'apply line %s\n' 1 2 3; else printf 'plan line %s\n' 1 2; echo "Plan fingerprint: ${FAKE_FINGERPRINT-0123456789abcdef}"; fi
+}
 case "$args" in
   *" exec "*)
     if [[ -n "${FAKE_EXEC_FAILS:-}" ]]; then
@@ -500,7 +503,7 @@ fn verbs(calls: &[Vec<String>]) -> Vec<String> {
         .collect()
 }
 
-const PLAN_OUTPUT: &str = "plan line 1\nplan line 2\n";
+const PLAN_OUTPUT: &str = "plan line 1\nplan line 2\nPlan fingerprint: 0123456789abcdef\n";
 const APPLY_OUTPUT: &str = "apply line 1\napply line 2\napply line 3\n";
 
 #[test]
@@ -621,6 +624,8 @@ fn cpu_state_plans_in_one_pod_and_applies_in_another() {
             "cpu-state",
             "--apply",
             "--yes",
+            "--expect-plan",
+            "0123456789abcdef",
             "--restart-kubelet",
             "--guard-seconds",
             "90"
@@ -672,6 +677,11 @@ fn the_plan_is_confirmed_before_anything_changes() {
     let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_APPLY_EXIT", "3")]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "delete").count(), 2);
+    // A plan without a fingerprint (an older image): nothing applied.
+    let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_FINGERPRINT", "")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("the plan printed no fingerprint"), "{}", r.stderr);
+    assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "create").count(), 1);
     // The checkpoint cannot be rewritten from a pod with the kubelet stopped by hand.
     let r = fake.run(
         &["repair", "worker-3", "cpu-state", "--apply", "--yes"],

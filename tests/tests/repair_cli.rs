@@ -52,9 +52,55 @@ fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries
     );
     assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
 
-    // With the kubelet stopped (its process gone from /proc), the repair applies.
+    // With the kubelet stopped (its process gone from /proc), the repair applies: only the plan
+    // the dry run showed, named by its fingerprint (what `kubectl nodemedic` passes on).
     std::fs::remove_dir_all(root.join("proc/1000")).unwrap();
-    let run = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p, "--apply", "--yes"]);
+    let dry = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p]);
+    let fingerprint = dry
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Plan fingerprint: "))
+        .unwrap_or_else(|| panic!("no fingerprint in the plan:\n{}", dry.stdout))
+        .to_string();
+    assert_eq!(fingerprint.len(), 16, "{fingerprint}");
+    // The JSON plan carries the same.
+    let json = nodemedic(&["repair", "cpu-state", "--host-root", r, "--pods", p, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["plan_fingerprint"], fingerprint.as_str());
+    // Another plan's fingerprint: nothing written, exit 1, and why.
+    let run = nodemedic(&[
+        "repair",
+        "cpu-state",
+        "--host-root",
+        r,
+        "--pods",
+        p,
+        "--apply",
+        "--yes",
+        "--expect-plan",
+        "0000000000000000",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains(&format!(
+            "the plan changed since it was shown (fingerprint 0000000000000000, now {fingerprint})"
+        )),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
+    let run = nodemedic(&[
+        "repair",
+        "cpu-state",
+        "--host-root",
+        r,
+        "--pods",
+        p,
+        "--apply",
+        "--yes",
+        "--expect-plan",
+        &fingerprint,
+    ]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_ne!(std::fs::read(&checkpoint).unwrap(), before);
     let backups: Vec<_> = std::fs::read_dir(checkpoint.parent().unwrap())

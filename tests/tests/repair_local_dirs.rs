@@ -94,7 +94,11 @@ impl Host {
             config: None,
             rule_setting: vec![],
             older_than_seconds: Some(0),
-            apply: ApplyArgs { apply, yes: true },
+            apply: ApplyArgs {
+                apply,
+                yes: true,
+                expect_plan: None,
+            },
             format: FormatArg { format: Format::Json },
         }
     }

@@ -86,7 +86,11 @@ impl Fixture {
             kubelet_dir: None,
             config: None,
             rule_setting: vec![],
-            apply: ApplyArgs { apply, yes },
+            apply: ApplyArgs {
+                apply,
+                yes,
+                expect_plan: None,
+            },
             format: FormatArg { format: Format::Text },
         }
     }

@@ -134,6 +134,9 @@ pub struct ApplyArgs {
     /// With --apply: do not ask for confirmation (required when nobody can answer).
     #[arg(long, short = 'y', default_value_t = false)]
     pub yes: bool,
+    /// With --apply: act only if the plan is still the one a dry run showed with this fingerprint (its "Plan fingerprint:" line); otherwise change nothing and exit 1.
+    #[arg(long, value_name = "FINGERPRINT")]
+    pub expect_plan: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -302,6 +305,9 @@ pub struct CpuStateArgs {
     /// With --apply: do not ask for confirmation (required without a terminal).
     #[arg(long, short = 'y', default_value_t = false)]
     pub yes: bool,
+    /// With --apply: act only if the plan is still the one a dry run showed with this fingerprint (its "Plan fingerprint:" line); otherwise change nothing and exit 1.
+    #[arg(long, value_name = "FINGERPRINT")]
+    pub expect_plan: Option<String>,
     /// Rewrite a checkpoint whose checksum matches no known kubelet layout (the new file gets a V2/V3 checksum).
     #[arg(long, default_value_t = false)]
     pub force_unknown_layout: bool,

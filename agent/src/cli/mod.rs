@@ -357,11 +357,12 @@ fn instance() -> String {
         .unwrap_or_else(|| "nodemedic".into())
 }
 
-/// `apply` and `yes` as the repair flow's.
-fn flow(apply: bool, yes: bool, format: &args::FormatArg) -> Flow {
+/// `apply`, `yes` and `expect_plan` as the repair flow's.
+fn flow(apply: bool, yes: bool, expect_plan: Option<&String>, format: &args::FormatArg) -> Flow {
     Flow {
         apply,
         yes,
+        expect_plan: expect_plan.cloned(),
         format: format.get(),
     }
 }
@@ -379,7 +380,7 @@ pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
     opts.apply.control.unit = a.kubelet_unit.clone();
     opts.apply.control.timeout = std::time::Duration::from_secs_f64(a.kubelet_timeout_seconds.clamp(0.1, 3600.0));
     opts.apply.settle = std::time::Duration::from_secs_f64(a.settle_seconds.clamp(0.0, 3600.0));
-    opts.flow = flow(a.apply, a.yes, &a.format);
+    opts.flow = flow(a.apply, a.yes, a.expect_plan.as_ref(), &a.format);
     opts
 }
 
@@ -416,7 +417,12 @@ pub fn pod_repair_options(action: args::RepairAction) -> Result<pods::Options, C
         include_running,
         older_than_seconds,
         instance: instance(),
-        flow: flow(common.apply.apply, common.apply.yes, &common.format),
+        flow: flow(
+            common.apply.apply,
+            common.apply.yes,
+            common.apply.expect_plan.as_ref(),
+            &common.format,
+        ),
     })
 }
 
@@ -450,7 +456,7 @@ pub fn local_dirs_options(a: &args::LocalDirsArgs) -> Result<local_dirs::Options
         kubeconfig: a.source.kubeconfig.clone(),
         settings,
         instance: instance(),
-        flow: flow(a.apply.apply, a.apply.yes, &a.format),
+        flow: flow(a.apply.apply, a.apply.yes, a.apply.expect_plan.as_ref(), &a.format),
     })
 }
 

@@ -1,9 +1,10 @@
 //! The one flow every repair command follows, and its exit codes:
 //!
 //! ```text
-//!  plan ─> print ─> nothing to do? exit 0
+//!  plan ─> print (with its fingerprint) ─> nothing to do? exit 0
 //!               ─> dry run (no --apply)? exit 1
 //!               ─> refused (the plan says why, or a precondition)? exit 1
+//!               ─> not the plan --expect-plan names (it changed since it was shown)? exit 1
 //!               ─> confirm (--yes, or an answer y/yes) ─> no? exit 1
 //!               ─> re-check and apply (the repair's own) ─> print the records
 //!                    ─> every action done or skipped on purpose: exit 0
@@ -120,18 +121,36 @@ pub trait Repair {
     fn end(&self, applied: &Self::Applied) -> End;
     /// The whole run as one JSON document.
     fn json(&self, plan: &Self::Plan, applied: Option<&Self::Applied>, end: &End) -> serde_json::Value;
+    /// What the plan would change, one line per target (which entry, directory or pod, and
+    /// what of it), in any order: the [`fingerprint`] of the plan. Not what merely describes it
+    /// (ages, sizes, notes), which may move between a dry run and the apply.
+    fn targets(&self, plan: &Self::Plan) -> Vec<String>;
+}
+
+/// A plan's fingerprint: FNV-1a (64 bits) of its targets, sorted, as 16 hex digits. A dry run
+/// prints it; `--expect-plan` makes the apply act only when its own plan has the same one.
+pub fn fingerprint(mut targets: Vec<String>) -> String {
+    targets.sort();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in targets.join("\n").bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 /// The answer to a confirmation question: `Ok(true)` to act; `Err` when nobody can answer.
 pub type Confirm<'a> = &'a mut dyn FnMut(&str) -> Result<bool, String>;
 
 /// How the flow runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Flow {
     /// Act (otherwise a dry run).
     pub apply: bool,
     /// Do not ask.
     pub yes: bool,
+    /// Act only on the plan with this fingerprint.
+    pub expect_plan: Option<String>,
     pub format: Format,
 }
 
@@ -166,12 +185,23 @@ pub fn run<R: Repair>(
 ) -> Result<Ran<R::Plan, R::Applied>, RepairError> {
     let text = flow.format == Format::Text;
     let readiness = repair.readiness(&plan);
+    let print = fingerprint(repair.targets(&plan));
+    let changed = match &flow.expect_plan {
+        Some(expected) if *expected != print => Some(format!(
+            "the plan changed since it was shown (fingerprint {expected}, now {print}): nothing was changed; \
+             look at the plan again"
+        )),
+        _ => None,
+    };
     let refusal = match (&readiness, flow.apply) {
-        (Readiness::Ready, true) => repair.precheck(&plan).err(),
+        (Readiness::Ready, true) => changed.clone().or_else(|| repair.precheck(&plan).err()),
         _ => None,
     };
     if text {
         write(out, &repair.render_plan(&plan, !flow.apply))?;
+        if readiness != Readiness::NothingToDo {
+            write(out, &format!("Plan fingerprint: {print}\n"))?;
+        }
     }
     let end = match (&readiness, flow.apply, refusal) {
         (Readiness::NothingToDo, _, _) => Some(End::NothingToDo),
@@ -181,7 +211,11 @@ pub fn run<R: Repair>(
             if text {
                 write(out, &format!("\nNot applied: {why}\n"))?;
             }
-            Some(End::Failed(RepairError::Refused(why)))
+            Some(End::Failed(if changed.is_some() {
+                RepairError::Aborted(why)
+            } else {
+                RepairError::Refused(why)
+            }))
         }
         (Readiness::Ready, true, None) => None,
     };
@@ -236,7 +270,11 @@ fn finish<R: Repair>(
     out: &mut dyn Write,
 ) -> Result<Ran<R::Plan, R::Applied>, RepairError> {
     if flow.format == Format::Json {
-        write(out, &output::pretty_json(&repair.json(&plan, applied.as_ref(), &end)))?;
+        let mut json = repair.json(&plan, applied.as_ref(), &end);
+        if let serde_json::Value::Object(map) = &mut json {
+            map.insert("plan_fingerprint".into(), fingerprint(repair.targets(&plan)).into());
+        }
+        write(out, &output::pretty_json(&json))?;
     }
     Ok(Ran { plan, applied, end })
 }
@@ -298,6 +336,9 @@ mod tests {
         fn json(&self, plan: &Vec<u32>, applied: Option<&Self::Applied>, end: &End) -> serde_json::Value {
             serde_json::json!({"plan": plan, "applied": applied.map(|a| a.len()), "code": end.exit_code()})
         }
+        fn targets(&self, plan: &Vec<u32>) -> Vec<String> {
+            plan.iter().map(u32::to_string).collect()
+        }
     }
 
     fn go(plan: Vec<u32>, flow: Flow, refuse: Option<&str>, answer: Result<bool, String>) -> (u8, String, usize) {
@@ -313,33 +354,44 @@ mod tests {
     const TEXT: Flow = Flow {
         apply: false,
         yes: false,
+        expect_plan: None,
         format: Format::Text,
     };
+
+    fn print_of(plan: &[u32]) -> String {
+        fingerprint(plan.iter().map(u32::to_string).collect())
+    }
 
     #[test]
     fn every_way_a_run_ends_has_its_exit_code() {
         assert_eq!(go(vec![], TEXT, None, Ok(true)).0, EXIT_OK);
         let (code, out, calls) = go(vec![2], TEXT, None, Ok(true));
         assert_eq!((code, calls), (EXIT_NOT_APPLIED, 0));
-        assert_eq!(out, "plan [2] (dry run)\n");
+        assert_eq!(
+            out,
+            format!("plan [2] (dry run)\nPlan fingerprint: {}\n", print_of(&[2]))
+        );
         let apply = Flow { apply: true, ..TEXT };
-        let (code, out, calls) = go(vec![2, 4], apply, None, Ok(true));
+        let (code, out, calls) = go(vec![2, 4], apply.clone(), None, Ok(true));
         assert_eq!((code, calls), (EXIT_OK, 1));
         assert_eq!(
             out,
-            "plan [2, 4]\nApply 2 numbers? [y/N] \napplied [(2, true), (4, true)]\n"
+            format!(
+                "plan [2, 4]\nPlan fingerprint: {}\nApply 2 numbers? [y/N] \napplied [(2, true), (4, true)]\n",
+                print_of(&[2, 4])
+            )
         );
-        assert_eq!(go(vec![2, 3], apply, None, Ok(true)).0, EXIT_ACTIONS_FAILED);
-        let (code, out, calls) = go(vec![2], apply, None, Ok(false));
+        assert_eq!(go(vec![2, 3], apply.clone(), None, Ok(true)).0, EXIT_ACTIONS_FAILED);
+        let (code, out, calls) = go(vec![2], apply.clone(), None, Ok(false));
         assert_eq!((code, calls), (EXIT_NOT_APPLIED, 0));
         assert!(
             out.contains("Not applied: not confirmed: nothing changed (add --yes"),
             "{out}"
         );
-        let (code, out, _) = go(vec![2], apply, None, Err("no terminal".into()));
+        let (code, out, _) = go(vec![2], apply.clone(), None, Err("no terminal".into()));
         assert_eq!(code, EXIT_NOT_APPLIED);
         assert!(out.contains("Not applied: no terminal; nothing was changed"), "{out}");
-        let (code, out, calls) = go(vec![2], apply, Some("the kubelet runs"), Ok(true));
+        let (code, out, calls) = go(vec![2], apply.clone(), Some("the kubelet runs"), Ok(true));
         assert_eq!((code, calls), (EXIT_NOT_APPLIED, 0));
         assert!(out.ends_with("\nNot applied: the kubelet runs\n"), "{out}");
         // --yes never asks.
@@ -349,16 +401,59 @@ mod tests {
     }
 
     #[test]
+    fn expect_plan_applies_only_the_plan_that_was_shown() {
+        let shown = print_of(&[2, 4]);
+        // The same targets in another order: the same plan.
+        assert_eq!(print_of(&[4, 2]), shown);
+        let flow = Flow {
+            apply: true,
+            yes: true,
+            expect_plan: Some(shown.clone()),
+            ..TEXT
+        };
+        let (code, _, calls) = go(vec![4, 2], flow.clone(), None, Ok(true));
+        assert_eq!((code, calls), (EXIT_OK, 1));
+        // One more target since the dry run: nothing is applied, and it says why.
+        let (code, out, calls) = go(vec![2, 4, 6], flow, None, Ok(true));
+        assert_eq!((code, calls), (EXIT_NOT_APPLIED, 0));
+        assert!(
+            out.contains(&format!(
+                "Not applied: the plan changed since it was shown (fingerprint {shown}, now {}): nothing was changed",
+                print_of(&[2, 4, 6])
+            )),
+            "{out}"
+        );
+        // Nothing to do any more: nothing to refuse either.
+        let (code, out, _) = go(
+            vec![],
+            Flow {
+                apply: true,
+                yes: true,
+                expect_plan: Some(shown),
+                ..TEXT
+            },
+            None,
+            Ok(true),
+        );
+        assert_eq!(code, EXIT_OK);
+        assert!(!out.contains("Plan fingerprint"), "{out}");
+    }
+
+    #[test]
     fn json_is_one_document_with_the_end() {
         let flow = Flow {
             apply: true,
             yes: true,
+            expect_plan: None,
             format: Format::Json,
         };
         let (code, out, _) = go(vec![1], flow, None, Ok(true));
         assert_eq!(code, EXIT_ACTIONS_FAILED);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v, serde_json::json!({"plan": [1], "applied": 1, "code": 3}));
+        assert_eq!(
+            v,
+            serde_json::json!({"plan": [1], "applied": 1, "code": 3, "plan_fingerprint": print_of(&[1])})
+        );
     }
 
     #[test]

@@ -539,6 +539,13 @@ impl Repair for PodRepair<'_> {
         json!({"repair": plan.action.as_str(), "node": plan.node, "dry_run": records.is_none(),
                "plan": plan, "actions": records.cloned().unwrap_or_default(), "exit_code": end.exit_code()})
     }
+
+    fn targets(&self, plan: &PodPlan) -> Vec<String> {
+        plan.delete
+            .iter()
+            .map(|p| format!("delete pod {}/{} uid {}", p.namespace, p.name, p.uid))
+            .collect()
+    }
 }
 
 /// `nodemedic repair orphans` and `failed-pods`: plan from the API (and the host with
@@ -572,7 +579,7 @@ pub fn run(
         runtime: &runtime,
         snapshot,
     };
-    command::run(&mut repair, plan, opts.flow, out, confirm)
+    command::run(&mut repair, plan, opts.flow.clone(), out, confirm)
 }
 
 /// How applying `records` ended: an action that failed makes it [`RepairError::ActionsFailed`].

@@ -147,6 +147,16 @@ impl Repair for CpuState<'_> {
         v["exit_code"] = serde_json::json!(end.exit_code());
         v
     }
+
+    fn targets(&self, plan: &Plan) -> Vec<String> {
+        plan.removals
+            .iter()
+            .map(|r| {
+                let target = serde_json::to_string(&r.target).unwrap_or_default();
+                format!("remove {target} cpus {}", r.cpus)
+            })
+            .collect()
+    }
 }
 
 /// `nodemedic repair cpu-state`: the plan, then the flow of [`command`], writing to `out` and
@@ -156,7 +166,7 @@ pub fn run_with(opts: &Options, out: &mut dyn Write, confirm: Confirm<'_>) -> Re
     if opts.flow.apply {
         plan.notes.extend(remove_leftovers(&plan, &opts.apply));
     }
-    let ran = command::run(&mut CpuState { opts }, plan, opts.flow, out, confirm)?;
+    let ran = command::run(&mut CpuState { opts }, plan, opts.flow.clone(), out, confirm)?;
     if let Some(report) = &ran.applied {
         record_event(opts, report);
     }

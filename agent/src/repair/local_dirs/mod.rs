@@ -256,6 +256,10 @@ impl Repair for LocalDirs<'_> {
         json!({"repair": "local-dirs", "node": plan.node, "dry_run": records.is_none(), "plan": plan,
                "actions": records.cloned().unwrap_or_default(), "exit_code": end.exit_code()})
     }
+
+    fn targets(&self, plan: &LocalDirPlan) -> Vec<String> {
+        plan.remove.iter().map(|d| format!("remove {}", d.path)).collect()
+    }
 }
 
 /// `nodemedic repair local-dirs`: plan from the scan's snapshot (pods from the API or
@@ -318,7 +322,7 @@ pub fn run(
         .map_err(|e| RepairError::CouldNotRun(format!("{e} (local-dirs needs a pod list: the API, or --pods FILE)")))?;
     repair.snapshot = scanned.snapshot;
     let plan = plan(&opts.host, &opts.roots, &repair.snapshot, &opts.settings);
-    command::run(&mut repair, plan, opts.flow, out, confirm)
+    command::run(&mut repair, plan, opts.flow.clone(), out, confirm)
 }
 
 fn render_plan(plan: &LocalDirPlan, apply: bool) -> String {
