@@ -51,7 +51,10 @@ current="$FAKE_DIR/created-$n.yaml"
 is_apply() { grep -q -- '"--apply"' "$current"; }
 looks() { local k; k="$(cat "$FAKE_DIR/looks-$n" 2>/dev/null || echo 0)"; echo $((k + 1)) >"$FAKE_DIR/looks-$n"; echo "$k"; }
 pod_log() {
-  if is_apply; then printf 'apply line %s\n' 1 2 3; else printf 'plan line %s\n' 1 2; echo "Plan fingerprint: ${FAKE_FINGERPRINT-0123456789abcdef}"; fi
+  if is_apply; then printf 'apply line %s\n' 1 2 3; else
+    printf 'plan line %s\n' 1 2
+    if [[ -n "${FAKE_PLAN_JSON:-}" ]]; then echo "$FAKE_PLAN_JSON"; else echo "Plan fingerprint: ${FAKE_FINGERPRINT-0123456789abcdef}"; fi
+  fi
 }
 case "$args" in
   *" exec "*)
@@ -677,6 +680,22 @@ fn the_plan_is_confirmed_before_anything_changes() {
     let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_APPLY_EXIT", "3")]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert_eq!(verbs(&r.calls).iter().filter(|v| *v == "delete").count(), 2);
+    // A JSON plan (--format json) carries it as a field.
+    let mut json = with_apply.clone();
+    json.extend(["--format", "json"]);
+    let r = fake.run(
+        &json,
+        &[
+            ("FAKE_DS", BASE_DS),
+            ("FAKE_FINGERPRINT", "x"),
+            ("FAKE_PLAN_JSON", "  \"plan_fingerprint\": \"fedcba9876543210\","),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let apply = created_pod(&fake, 2);
+    let args = pod_args(&apply);
+    let at = args.iter().position(|a| a == "--expect-plan").unwrap();
+    assert_eq!(args[at + 1], "fedcba9876543210");
     // A plan without a fingerprint (an older image): nothing applied.
     let r = fake.run(&with_apply, &[("FAKE_DS", BASE_DS), ("FAKE_FINGERPRINT", "")]);
     assert_eq!(r.code, 2, "{}", r.stderr);
