@@ -2,8 +2,7 @@
 //! double over HTTPS, its log captured, its endpoints scraped, and stopped (SIGTERM, then
 //! SIGKILL) when dropped, pass or fail.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -182,19 +181,7 @@ impl Agent {
     }
 
     pub fn get(&self, path: &str) -> (u16, String) {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else {
-            return (0, String::new());
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (code, body)
+        crate::http_get(&self.addr, path, Duration::from_secs(5))
     }
 
     /// The value of one metric sample, e.g. `nodemedic_rule_firing{rule="duplicate-driver"}`.

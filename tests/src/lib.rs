@@ -38,6 +38,25 @@ pub fn stop_child(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
+/// `GET path` over HTTP/1.0 to `addr` (a test's own servers: the agent's `/metrics`, a
+/// Prometheus): the status code (0 when nothing answers) and the body.
+pub fn http_get(addr: &str, path: &str, timeout: std::time::Duration) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
 /// The `nodemedic` binary under test.
 pub fn nodemedic_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NODEMEDIC_BIN") {

@@ -18,8 +18,6 @@
 //! than skip without them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -276,19 +274,7 @@ impl Prometheus {
 
     /// An HTTP/1.0 GET: (status, body). Status 0 when nothing answers.
     fn get(&self, path: &str) -> (u16, String) {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else {
-            return (0, String::new());
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr);
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (code, body)
+        nodemedic_tests::http_get(&self.addr, path, Duration::from_secs(10))
     }
 
     /// An API call: its `data`, or the error Prometheus gives.

@@ -68,18 +68,21 @@ fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["plan_fingerprint"], fingerprint.as_str());
     // Another plan's fingerprint: nothing written, exit 1, and why.
-    let run = nodemedic(&[
-        "repair",
-        "cpu-state",
-        "--host-root",
-        r,
-        "--pods",
-        p,
-        "--apply",
-        "--yes",
-        "--expect-plan",
-        "0000000000000000",
-    ]);
+    let apply_expecting = |print: &str| {
+        nodemedic(&[
+            "repair",
+            "cpu-state",
+            "--host-root",
+            r,
+            "--pods",
+            p,
+            "--apply",
+            "--yes",
+            "--expect-plan",
+            print,
+        ])
+    };
+    let run = apply_expecting("0000000000000000");
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains(&format!(
@@ -89,18 +92,7 @@ fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries
         run.stdout
     );
     assert_eq!(std::fs::read(&checkpoint).unwrap(), before);
-    let run = nodemedic(&[
-        "repair",
-        "cpu-state",
-        "--host-root",
-        r,
-        "--pods",
-        p,
-        "--apply",
-        "--yes",
-        "--expect-plan",
-        &fingerprint,
-    ]);
+    let run = apply_expecting(&fingerprint);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_ne!(std::fs::read(&checkpoint).unwrap(), before);
     let backups: Vec<_> = std::fs::read_dir(checkpoint.parent().unwrap())
