@@ -139,3 +139,11 @@ pub fn validate(rendered: &str, what: &str) {
     let docs = yaml_docs(rendered).len();
     assert_eq!(stdout.matches(" passed for resource ").count(), docs, "{stdout}");
 }
+
+/// A JSON array of strings (a manifest's `verbs`, a container's `args`) as strings; empty when
+/// the value is not an array.
+pub fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}

@@ -16,7 +16,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use nodemedic_tests::manifests::{
-    daemonset_dir, kustomize, python3, relative, repo, require, run, validate, yaml_docs, yaml_file,
+    daemonset_dir, kustomize, python3, relative, repo, require, run, strs, validate, yaml_docs, yaml_file,
 };
 
 /// The base plus `components` (names under daemonset/components/), as a user's kustomization
@@ -41,12 +41,6 @@ fn by_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name} in the rendered manifests"))
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default()
 }
 
 /// (apiGroup or nonResourceURL, resource, verb) triples of a role's rules.

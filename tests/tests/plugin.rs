@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nodemedic_tests::manifests::{daemonset_dir, require, run, validate, yaml_docs};
+use nodemedic_tests::manifests::{daemonset_dir, require, run, strs, validate, yaml_docs};
 use serde_json::Value;
 
 fn plugin() -> PathBuf {
@@ -476,12 +476,6 @@ fn m(path: &str, source: &str, read_only: bool) -> (String, String, bool) {
 
 fn pod_args(pod: &Value) -> Vec<String> {
     strs(&pod["spec"]["containers"][0]["args"])
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default()
 }
 
 /// The calls' verbs, after kubectl's global options, with `get` told apart by what it reads.

@@ -76,15 +76,16 @@ impl MemoryLimit {
     }
 }
 
-/// The memory limit of this process's own cgroup, from `cgroup_file` (`/proc/self/cgroup`)
-/// and the cgroup mount `root` (`/sys/fs/cgroup`); `None` when it cannot be read.
+/// The memory limit of this process's own cgroup, from `cgroups` (the text of
+/// `/proc/self/cgroup`) and the cgroup mount `root` (`/sys/fs/cgroup`); `None` when it cannot
+/// be read.
 ///
 /// The memory controller's own line is used: v1 (`N:memory:/path` or with other controllers,
 /// `memory.limit_in_bytes`), else v2 (`0::/path`, `memory.max`). The path is looked up below
 /// the mount first (a host cgroup namespace shows the whole tree), then the mount's root is
 /// read (in a container the runtime mounts the container's own cgroup there).
-pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> {
-    match own_cgroup(cgroup_file, "memory")? {
+pub fn own_memory_limit(cgroups: &str, root: &Path) -> Option<MemoryLimit> {
+    match own_cgroup(cgroups, "memory")? {
         OwnCgroup::V1 { path, .. } => {
             let base = root.join("memory");
             read_limit(&[base.join(&path), base], "memory.limit_in_bytes")
@@ -93,7 +94,7 @@ pub fn own_memory_limit(cgroup_file: &Path, root: &Path) -> Option<MemoryLimit> 
     }
 }
 
-/// Where this process sits for one controller, from `/proc/self/cgroup`.
+/// Where this process sits for one controller, from the text of `/proc/self/cgroup`.
 enum OwnCgroup {
     /// The controller's own v1 line: the controllers mounted together (`cpu,cpuacct`) and the
     /// path, relative.
@@ -102,10 +103,9 @@ enum OwnCgroup {
     V2 { path: String },
 }
 
-fn own_cgroup(cgroup_file: &Path, controller: &str) -> Option<OwnCgroup> {
-    let text = std::fs::read_to_string(cgroup_file).ok()?;
+fn own_cgroup(cgroups: &str, controller: &str) -> Option<OwnCgroup> {
     let mut v2 = None;
-    for line in text.lines() {
+    for line in cgroups.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
@@ -124,14 +124,14 @@ fn own_cgroup(cgroup_file: &Path, controller: &str) -> Option<OwnCgroup> {
     v2
 }
 
-/// The CPU limit (CFS bandwidth) of this process's own cgroup in cores, from `cgroup_file`
-/// (`/proc/self/cgroup`) and the cgroup mount `root`; `Some(f64::INFINITY)` when it has none,
+/// The CPU limit (CFS bandwidth) of this process's own cgroup in cores, from `cgroups` (the
+/// text of `/proc/self/cgroup`) and the cgroup mount `root`; `Some(f64::INFINITY)` when it has none,
 /// `None` when it cannot be read. v1: the `cpu` controller's line (`N:cpu:/path`, or with
 /// `cpuacct`), `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`, in the hierarchy mounted
 /// under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max` (`max 100000` or
 /// `20000 100000`). Looked up below the mount first, then at its root, as for memory.
-pub fn own_cpu_limit(cgroup_file: &Path, root: &Path) -> Option<f64> {
-    match own_cgroup(cgroup_file, "cpu")? {
+pub fn own_cpu_limit(cgroups: &str, root: &Path) -> Option<f64> {
+    match own_cgroup(cgroups, "cpu")? {
         OwnCgroup::V1 { controllers, path } => {
             let mounts = [root.join(controllers), root.join("cpu")];
             let dirs: Vec<PathBuf> = mounts.iter().flat_map(|m| [m.join(&path), m.clone()]).collect();
@@ -283,13 +283,16 @@ impl Collector for ProcessMetrics {
             self.open_fds.set(dir.count().saturating_sub(1) as f64);
             families.extend(self.open_fds.collect());
         }
-        if let Some(limit) = own_memory_limit(Path::new("/proc/self/cgroup"), Path::new("/sys/fs/cgroup")) {
-            self.memory_limit.set(limit.as_f64());
-            families.extend(self.memory_limit.collect());
-        }
-        if let Some(cores) = own_cpu_limit(Path::new("/proc/self/cgroup"), Path::new("/sys/fs/cgroup")) {
-            self.cpu_limit.set(cores);
-            families.extend(self.cpu_limit.collect());
+        if let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") {
+            let mount = Path::new("/sys/fs/cgroup");
+            if let Some(limit) = own_memory_limit(&cgroups, mount) {
+                self.memory_limit.set(limit.as_f64());
+                families.extend(self.memory_limit.collect());
+            }
+            if let Some(cores) = own_cpu_limit(&cgroups, mount) {
+                self.cpu_limit.set(cores);
+                families.extend(self.cpu_limit.collect());
+            }
         }
         if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
             self.max_fds.set(soft as f64);
@@ -367,7 +370,8 @@ mod tests {
     fn cpu_limit_of_the_own_cgroup_v1_v2_and_in_a_container() {
         let limit = |files: &[(&str, &str)]| {
             let t = cgroup_tree(files);
-            own_cpu_limit(&t.path().join("proc-self-cgroup"), &t.path().join("cg"))
+            let cgroups = std::fs::read_to_string(t.path().join("proc-self-cgroup")).unwrap();
+            own_cpu_limit(&cgroups, &t.path().join("cg"))
         };
         // v1 with cpu and cpuacct co-mounted, the whole tree visible.
         let comounted = "4:memory:/a\n3:cpu,cpuacct:/kubepods/pod1/c1\n0::/\n";
@@ -432,7 +436,8 @@ mod tests {
     fn memory_limit_of_the_own_cgroup_v1_v2_and_in_a_container() {
         let limit = |files: &[(&str, &str)]| {
             let t = cgroup_tree(files);
-            own_memory_limit(&t.path().join("proc-self-cgroup"), &t.path().join("cg"))
+            let cgroups = std::fs::read_to_string(t.path().join("proc-self-cgroup")).unwrap();
+            own_memory_limit(&cgroups, &t.path().join("cg"))
         };
         let v1_host = "9:name=systemd:/\n4:memory:/kubepods/pod1/c1\n3:cpu,cpuacct:/\n0::/\n";
         // v1, the whole tree visible: the own directory's limit, not the root's.

@@ -179,7 +179,7 @@ fn write(out: &mut dyn Write, text: &str) -> Result<(), RepairError> {
 pub fn run<R: Repair>(
     repair: &mut R,
     plan: R::Plan,
-    flow: Flow,
+    flow: &Flow,
     out: &mut dyn Write,
     confirm: Confirm<'_>,
 ) -> Result<Ran<R::Plan, R::Applied>, RepairError> {
@@ -220,7 +220,7 @@ pub fn run<R: Repair>(
         (Readiness::Ready, true, None) => None,
     };
     if let Some(end) = end {
-        return finish(repair, plan, None, end, flow, out);
+        return finish(repair, plan, None, end, flow.format, &print, out);
     }
     if !flow.yes {
         let question = format!("{} [y/N] ", repair.question(&plan));
@@ -248,7 +248,8 @@ pub fn run<R: Repair>(
                 plan,
                 None,
                 End::Failed(RepairError::NotConfirmed(why)),
-                flow,
+                flow.format,
+                &print,
                 out,
             );
         }
@@ -258,7 +259,7 @@ pub fn run<R: Repair>(
         write(out, &repair.render_applied(&plan, &applied))?;
     }
     let end = repair.end(&applied);
-    finish(repair, plan, Some(applied), end, flow, out)
+    finish(repair, plan, Some(applied), end, flow.format, &print, out)
 }
 
 fn finish<R: Repair>(
@@ -266,13 +267,14 @@ fn finish<R: Repair>(
     plan: R::Plan,
     applied: Option<R::Applied>,
     end: End,
-    flow: Flow,
+    format: Format,
+    print: &str,
     out: &mut dyn Write,
 ) -> Result<Ran<R::Plan, R::Applied>, RepairError> {
-    if flow.format == Format::Json {
+    if format == Format::Json {
         let mut json = repair.json(&plan, applied.as_ref(), &end);
         if let serde_json::Value::Object(map) = &mut json {
-            map.insert("plan_fingerprint".into(), fingerprint(repair.targets(&plan)).into());
+            map.insert("plan_fingerprint".into(), print.into());
         }
         write(out, &output::pretty_json(&json))?;
     }
@@ -347,7 +349,7 @@ mod tests {
             applied_calls: 0,
         };
         let mut out = Vec::new();
-        let ran = run(&mut repair, plan, flow, &mut out, &mut |_| answer.clone()).unwrap();
+        let ran = run(&mut repair, plan, &flow, &mut out, &mut |_| answer.clone()).unwrap();
         (ran.code(), String::from_utf8(out).unwrap(), repair.applied_calls)
     }
 

@@ -343,24 +343,20 @@ pub fn run_bounded(argv: &[String], timeout: Duration, enter: Option<&Path>) -> 
         Some(target) => format!("{} (in the namespaces of {})", argv.join(" "), target.display()),
         None => argv.join(" "),
     };
-    let build = || {
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        command
-    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let child = match enter {
-        None => build().spawn().map_err(|e| fail(format!("{shown}: {e}")))?,
+        None => command.spawn().map_err(|e| fail(format!("{shown}: {e}")))?,
         Some(target) => {
             // A thread of its own joins the namespaces and starts the command, which inherits
             // them; the thread then ends, and no other thread of nodemedic ever changes
             // namespace. A mount namespace can be joined only by a thread that shares its
             // file-system context (root, working directory) with no other: unshare it first.
             let namespaces = open_namespaces(target)?;
-            let command = build();
             let joined = std::thread::Builder::new()
                 .name("nodemedic-host-ns".into())
                 .spawn(move || -> Result<std::process::Child, String> {

@@ -579,7 +579,7 @@ pub fn run(
         runtime: &runtime,
         snapshot,
     };
-    command::run(&mut repair, plan, opts.flow.clone(), out, confirm)
+    command::run(&mut repair, plan, &opts.flow, out, confirm)
 }
 
 /// How applying `records` ended: an action that failed makes it [`RepairError::ActionsFailed`].

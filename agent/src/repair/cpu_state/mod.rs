@@ -166,7 +166,7 @@ pub fn run_with(opts: &Options, out: &mut dyn Write, confirm: Confirm<'_>) -> Re
     if opts.flow.apply {
         plan.notes.extend(remove_leftovers(&plan, &opts.apply));
     }
-    let ran = command::run(&mut CpuState { opts }, plan, opts.flow.clone(), out, confirm)?;
+    let ran = command::run(&mut CpuState { opts }, plan, &opts.flow, out, confirm)?;
     if let Some(report) = &ran.applied {
         record_event(opts, report);
     }

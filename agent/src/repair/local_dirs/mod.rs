@@ -322,7 +322,7 @@ pub fn run(
         .map_err(|e| RepairError::CouldNotRun(format!("{e} (local-dirs needs a pod list: the API, or --pods FILE)")))?;
     repair.snapshot = scanned.snapshot;
     let plan = plan(&opts.host, &opts.roots, &repair.snapshot, &opts.settings);
-    command::run(&mut repair, plan, opts.flow.clone(), out, confirm)
+    command::run(&mut repair, plan, &opts.flow, out, confirm)
 }
 
 fn render_plan(plan: &LocalDirPlan, apply: bool) -> String {
