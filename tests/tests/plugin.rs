@@ -886,9 +886,15 @@ fn the_repair_pod_is_deleted_whatever_happens() {
 fn ctrl_c_during_the_repair_deletes_the_pod() {
     use std::os::unix::process::CommandExt as _;
     let fake = FakeKubectl::new();
+    // Where the plugin gathers the pod's output: empty again afterwards.
+    let tmp = tempfile::tempdir().unwrap();
     let mut cmd = fake.command(
         &["repair", "worker-3", "cpu-state", "--restart-kubelet"],
-        &[("FAKE_DS", BASE_DS), ("FAKE_LOG_SLEEP", "30")],
+        &[
+            ("FAKE_DS", BASE_DS),
+            ("FAKE_LOG_SLEEP", "30"),
+            ("TMPDIR", tmp.path().to_str().unwrap()),
+        ],
     );
     // Its own process group, as a terminal's foreground job: Ctrl-C signals the whole group
     // (the plugin, kubectl, tail, tee).
@@ -923,6 +929,12 @@ fn ctrl_c_during_the_repair_deletes_the_pod() {
     assert_eq!(verb(last), "delete", "{calls:?}");
     assert!(last.contains(&"pod/nodemedic-repair-worker-3".to_string()));
     assert!(stderr.contains("deleted pod/nodemedic-repair-worker-3"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
 }
 
 #[test]
