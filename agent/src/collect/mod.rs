@@ -410,6 +410,8 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
                 reason: "not probed".into(),
             },
             spark_confs,
+            pod_events: Default::default(),
+            nodes: Default::default(),
         },
         records,
         cluster_pods,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
-use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
+use nodemedic_rules::snapshot::{self, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -35,6 +35,26 @@ pub struct PodSpec {
     pub ephemeral_containers: Option<Vec<Container>>,
     #[serde(default)]
     pub volumes: Option<Vec<Volume>>,
+    #[serde(default)]
+    pub tolerations: Option<Vec<Toleration>>,
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
+}
+
+/// `v1 Toleration`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Toleration {
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub effect: Option<String>,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
 }
 
 /// `v1 Volume`, in part: its name and whether it is a hostPath or an emptyDir.
@@ -330,5 +350,20 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             })
             .unwrap_or_default(),
         pod_ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
+        tolerations: spec
+            .and_then(|s| s.tolerations.as_ref())
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| snapshot::Toleration {
+                        key: t.key.clone(),
+                        operator: t.operator.clone(),
+                        value: t.value.clone(),
+                        effect: t.effect.clone(),
+                        seconds: t.toleration_seconds,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        termination_grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
     })
 }
