@@ -254,6 +254,26 @@ fn lease(ns: &str, name: &str, holder: &str, renew: &str) -> Value {
     })
 }
 
+/// A SparkApplication as a user or the Spark operator's webhook writes it.
+fn spark_app(ns: &str, name: &str, restart: Value, labels: Value) -> Value {
+    json!({
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "type": "Scala",
+            "mode": "cluster",
+            "sparkVersion": "3.5.3",
+            "image": "spark:3.5.3",
+            "mainClass": "org.apache.spark.examples.SparkPi",
+            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
+            "restartPolicy": restart,
+            "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
+            "executor": {"instances": 2, "cores": 1, "memory": "512m"}
+        }
+    })
+}
+
 fn names(list: &Value) -> Vec<String> {
     list["items"]
         .as_array()
@@ -298,7 +318,12 @@ async fn version_health_discovery_and_metrics() {
         .collect();
     assert_eq!(
         group_names,
-        ["events.k8s.io", "admissionregistration.k8s.io", "coordination.k8s.io"]
+        [
+            "events.k8s.io",
+            "admissionregistration.k8s.io",
+            "coordination.k8s.io",
+            "sparkoperator.k8s.io"
+        ]
     );
     assert_eq!(
         c.get("/apis/events.k8s.io/v1").await.json()["resources"][0]["name"],
@@ -1415,6 +1440,299 @@ async fn leases_round_trip_with_optimistic_concurrency() {
 }
 
 #[tokio::test]
+async fn spark_applications_are_served_with_a_status_subresource() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let group = "/apis/sparkoperator.k8s.io/v1beta2";
+    let coll = format!("{group}/namespaces/spark/sparkapplications");
+    let path = format!("{coll}/pi");
+    let restart = json!({"type": "OnFailure", "onFailureRetries": 3, "onFailureRetryInterval": 10,
+                         "onSubmissionFailureRetries": 5, "onSubmissionFailureRetryInterval": 20});
+
+    // Create: the spec is stored as given, a status in the body is dropped.
+    let mut body = spark_app("spark", "pi", restart.clone(), json!({"team": "data"}));
+    body["status"] = json!({"applicationState": {"state": "COMPLETED"}});
+    let r = c.post(&coll, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let created = r.json();
+    assert_eq!(
+        (&created["apiVersion"], &created["kind"]),
+        (&json!("sparkoperator.k8s.io/v1beta2"), &json!("SparkApplication"))
+    );
+    assert_eq!(created["spec"], body["spec"]);
+    assert_eq!(created["spec"]["restartPolicy"], restart);
+    assert!(created.get("status").is_none(), "{created}");
+    assert!(created["metadata"]["uid"].is_string());
+    assert_eq!(c.get(&path).await.json(), created);
+    assert_eq!(api.store().get("sparkapp", Some("spark"), "pi").unwrap(), created);
+    assert_eq!(
+        c.post(&coll, &body).await.json()["message"],
+        "sparkapplications.sparkoperator.k8s.io \"pi\" already exists"
+    );
+
+    // Direct inserts keep their status; lists filter by label and namespace.
+    let store = api.store();
+    let mut running = spark_app("spark", "etl", json!({"type": "Never"}), json!({"team": "data"}));
+    running["status"] = json!({"applicationState": {"state": "RUNNING"}, "driverInfo": {"podName": "etl-driver"}});
+    store.create(running);
+    store.create(spark_app(
+        "other",
+        "adhoc",
+        json!({"type": "Always"}),
+        json!({"team": "ml"}),
+    ));
+    assert_eq!(
+        store.get("sparkapplications", Some("spark"), "etl").unwrap()["status"]["driverInfo"]["podName"],
+        "etl-driver"
+    );
+    let all = c.get(&format!("{group}/sparkapplications")).await.json();
+    assert_eq!(
+        (&all["kind"], &all["apiVersion"]),
+        (&json!("SparkApplicationList"), &json!("sparkoperator.k8s.io/v1beta2"))
+    );
+    assert_eq!(names(&all), ["adhoc", "etl", "pi"]);
+    assert_eq!(
+        names(&c.get(&format!("{coll}?labelSelector=team%3Ddata")).await.json()),
+        ["etl", "pi"]
+    );
+    assert_eq!(
+        names(
+            &c.get(&format!("{group}/sparkapplications?labelSelector=team%20in%20(ml)"))
+                .await
+                .json()
+        ),
+        ["adhoc"]
+    );
+    assert_eq!(
+        names(
+            &c.get(&format!(
+                "{group}/sparkapplications?fieldSelector=metadata.namespace%3Dother"
+            ))
+            .await
+            .json()
+        ),
+        ["adhoc"]
+    );
+    assert_eq!(
+        c.get(&format!("{coll}?fieldSelector=spec.restartPolicy.type%3DNever"))
+            .await
+            .status,
+        400,
+        "a CRD without selectableFields has only the metadata field labels"
+    );
+
+    // The status subresource changes the status and nothing else, labels included.
+    let rv = rv_of(&created);
+    let r = c
+        .patch(
+            &format!("{path}/status"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"team": "ml"}}, "spec": {"restartPolicy": {"type": "Never"}},
+                    "status": {"applicationState": {"state": "FAILED", "errorMessage": "driver pod failed"},
+                               "driverInfo": {"podName": "pi-driver"}, "executionAttempts": 1}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let failed = r.json();
+    assert_eq!(failed["status"]["applicationState"]["state"], "FAILED");
+    assert_eq!(failed["status"]["driverInfo"]["podName"], "pi-driver");
+    assert_eq!(failed["spec"], created["spec"]);
+    assert_eq!(failed["metadata"]["labels"], json!({"team": "data"}));
+    assert!(rv_of(&failed) > rv);
+    assert_eq!(c.get(&format!("{path}/status")).await.json(), failed);
+
+    // The main endpoint changes the spec and ignores the status.
+    let r = c
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &json!({"spec": {"restartPolicy": {"onFailureRetries": 0}}, "status": null}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let patched = r.json();
+    assert_eq!(patched["spec"]["restartPolicy"]["onFailureRetries"], 0);
+    assert_eq!(patched["spec"]["restartPolicy"]["type"], "OnFailure");
+    assert_eq!(patched["status"], failed["status"]);
+    let r = c
+        .patch(
+            &path,
+            "application/json-patch+json",
+            &json!([{"op": "replace", "path": "/spec/restartPolicy/type", "value": "Never"}]),
+        )
+        .await;
+    assert_eq!(
+        (r.status, &r.json()["spec"]["restartPolicy"]["type"]),
+        (200, &json!("Never"))
+    );
+
+    // No strategic merge patch for custom resources.
+    let r = c
+        .patch(
+            &path,
+            "application/strategic-merge-patch+json",
+            &json!({"metadata": {"labels": {"x": "y"}}}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    assert_eq!(
+        r.json()["message"],
+        "the body of the request was in an unknown format - accepted media types include: \
+         application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    );
+    assert_eq!(
+        c.patch(
+            &format!("{path}/status"),
+            "application/strategic-merge-patch+json",
+            &json!({})
+        )
+        .await
+        .status,
+        415
+    );
+
+    // No unconditional PUT either; with the resource version it is an ordinary update.
+    let mut current = c.get(&path).await.json();
+    current["metadata"]["annotations"] = json!({"nodemedic.io/fenced": "true"});
+    let mut blind = current.clone();
+    blind["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let r = c.put(&path, &blind).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "sparkapplications.sparkoperator.k8s.io \"pi\" is invalid: metadata.resourceVersion: \
+                           Invalid value: 0x0: must be specified for an update",
+               "reason": "Invalid",
+               "details": {"name": "pi", "group": "sparkoperator.k8s.io", "kind": "sparkapplications",
+                           "causes": [{"reason": "FieldValueInvalid",
+                                       "message": "Invalid value: 0x0: must be specified for an update",
+                                       "field": "metadata.resourceVersion"}]},
+               "code": 422})
+    );
+    let r = c.put(&path, &current).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["metadata"]["annotations"]["nodemedic.io/fenced"], "true");
+    assert_eq!(r.json()["status"], failed["status"]);
+
+    // Watch and delete: the DELETED event, a success Status.
+    let mut w = c
+        .watch(&format!("{coll}?watch=true&resourceVersion={}", rv_of(&r.json())))
+        .await;
+    let gone = c.delete(&path, None).await.json();
+    assert_eq!(
+        (&gone["kind"], &gone["status"], &gone["details"]),
+        (
+            &json!("Status"),
+            &json!("Success"),
+            &json!({"name": "pi", "group": "sparkoperator.k8s.io", "kind": "sparkapplications",
+                    "uid": created["metadata"]["uid"]})
+        )
+    );
+    let e = w.change().await;
+    assert_eq!(
+        (&e["type"], &e["object"]["kind"]),
+        (&json!("DELETED"), &json!("SparkApplication"))
+    );
+    assert_eq!(c.get(&path).await.status, 404);
+
+    // Discovery, legacy and aggregated.
+    let resources = c.get(group).await.json();
+    assert_eq!(
+        resources,
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "sparkoperator.k8s.io/v1beta2",
+        "resources": [
+            {"name": "sparkapplications", "singularName": "sparkapplication", "namespaced": true,
+             "kind": "SparkApplication",
+             "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+             "shortNames": ["sparkapp"]},
+            {"name": "sparkapplications/status", "singularName": "", "namespaced": true,
+             "kind": "SparkApplication", "verbs": ["get", "patch", "update"]}
+        ]})
+    );
+    assert_eq!(
+        c.get("/apis/sparkoperator.k8s.io").await.json()["preferredVersion"]["version"],
+        "v1beta2"
+    );
+}
+
+#[tokio::test]
+async fn pods_get_the_default_tolerations() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let default =
+        |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300});
+    let not_ready = default("node.kubernetes.io/not-ready");
+    let unreachable = default("node.kubernetes.io/unreachable");
+
+    // Through the API: exactly the two.
+    let r = c
+        .post("/api/v1/namespaces/spark/pods", &pod("spark", "a", "n1", json!({})))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["spec"]["tolerations"], json!([not_ready, unreachable]));
+
+    // A user's own toleration for a taint, keyed exactly or by an empty key with Exists,
+    // stays as given (its tolerationSeconds too) and is not added again.
+    let mut own = pod("spark", "b", "n1", json!({}));
+    let own_not_ready = json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                               "effect": "NoExecute", "tolerationSeconds": 30});
+    own["spec"]["tolerations"] = json!([own_not_ready]);
+    let r = c.post("/api/v1/namespaces/spark/pods", &own).await;
+    assert_eq!(r.json()["spec"]["tolerations"], json!([own_not_ready, unreachable]));
+    let mut everything = pod("spark", "c", "n1", json!({}));
+    everything["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    let r = c.post("/api/v1/namespaces/spark/pods", &everything).await;
+    assert_eq!(r.json()["spec"]["tolerations"], json!([{"operator": "Exists"}]));
+
+    // A dry run shows them too.
+    let r = c
+        .post(
+            "/api/v1/namespaces/spark/pods?dryRun=All",
+            &pod("spark", "d", "n1", json!({})),
+        )
+        .await;
+    assert_eq!(r.json()["spec"]["tolerations"], json!([not_ready, unreachable]));
+
+    // Direct inserts model pods that went through admission: the same.
+    let store = api.store();
+    let inserted = store.create(pod("spark", "e", "n1", json!({})));
+    assert_eq!(inserted["spec"]["tolerations"], json!([not_ready, unreachable]));
+
+    // A test that wants a pod without them takes them away afterwards; updates do not add
+    // them back.
+    store.modify("pods", Some("spark"), "e", |p| {
+        p["spec"].as_object_mut().unwrap().remove("tolerations");
+    });
+    assert!(
+        store.get("pods", Some("spark"), "e").unwrap()["spec"]
+            .get("tolerations")
+            .is_none()
+    );
+    let r = c
+        .patch(
+            "/api/v1/namespaces/spark/pods/e",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"x": "y"}}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.json()["spec"].get("tolerations").is_none());
+    let r = c
+        .patch(
+            "/api/v1/namespaces/spark/pods/a",
+            "application/json-patch+json",
+            &json!([{"op": "remove", "path": "/spec/tolerations"}]),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.json()["spec"].get("tolerations").is_none());
+}
+
+#[tokio::test]
 async fn configmaps_create_get_list() {
     let api = ApiServer::start().await.unwrap();
     let c = Client::http(&api);
@@ -1821,6 +2139,61 @@ mod kube_compat {
         assert!(reqs.iter().all(|r| r.bearer_token.as_deref() == Some(TEST_TOKEN)));
         assert!(reqs.iter().any(|r| r.verb == "create" && r.group == "events.k8s.io"));
         assert!(reqs.iter().any(|r| r.verb == "patch" && r.group == "events.k8s.io"));
+    }
+
+    #[tokio::test]
+    async fn spark_applications_through_kube() {
+        use kube::api::{DynamicObject, GroupVersionKind};
+        use kube::discovery::Scope;
+
+        let api = ApiServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&api, dir.path()).await;
+
+        // Found through discovery, as a controller that does not know the CRD up front would.
+        let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+        let gvk = GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", "SparkApplication");
+        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
+        assert_eq!(ar.plural, "sparkapplications");
+        assert_eq!(caps.scope, Scope::Namespaced);
+        assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+        let legacy = Discovery::new(client.clone()).run().await.unwrap();
+        assert!(legacy.has_group("sparkoperator.k8s.io"));
+
+        let apps: Api<DynamicObject> = Api::namespaced_with(client.clone(), "spark", &ar);
+        for (name, role) in [("pi", "batch"), ("etl", "stream")] {
+            let obj: DynamicObject = serde_json::from_value(spark_app(
+                "spark",
+                name,
+                json!({"type": "OnFailure", "onFailureRetries": 2}),
+                json!({"role": role}),
+            ))
+            .unwrap();
+            apps.create(&PostParams::default(), &obj).await.unwrap();
+        }
+        let batch = apps.list(&ListParams::default().labels("role=batch")).await.unwrap();
+        assert_eq!(batch.items.iter().map(|a| a.name_any()).collect::<Vec<_>>(), ["pi"]);
+        assert_eq!(batch.items[0].data["spec"]["restartPolicy"]["onFailureRetries"], 2);
+
+        let status = apps
+            .patch_status(
+                "pi",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"applicationState": {"state": "RUNNING"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status.data["status"]["applicationState"]["state"], "RUNNING");
+        let got = apps.get_status("pi").await.unwrap();
+        assert_eq!(got.data["status"], status.data["status"]);
+        match apps
+            .patch("pi", &PatchParams::default(), &Patch::Strategic(json!({"spec": {}})))
+            .await
+        {
+            Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (415, "UnsupportedMediaType")),
+            other => panic!("expected 415, got {other:?}"),
+        }
+        assert!(apps.delete("etl", &DeleteParams::default()).await.unwrap().is_right());
     }
 
     #[tokio::test]

@@ -238,6 +238,33 @@ mod tests {
         );
         let coordination = resource_list("coordination.k8s.io", "v1").unwrap();
         assert_eq!(coordination["resources"].as_array().unwrap().len(), 1);
+        // A CRD's group is listed like any other, after the built-in ones.
+        assert_eq!(groups["groups"][3]["name"], "sparkoperator.k8s.io");
+        assert_eq!(
+            groups["groups"][3]["preferredVersion"]["groupVersion"],
+            "sparkoperator.k8s.io/v1beta2"
+        );
+        let spark = resource_list("sparkoperator.k8s.io", "v1beta2").unwrap();
+        let spark_names: Vec<&str> = spark["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(spark_names, ["sparkapplications", "sparkapplications/status"]);
+        assert_eq!(spark["resources"][0]["shortNames"], json!(["sparkapp"]));
+        let spark_agg = &agg["items"][3];
+        assert_eq!(spark_agg["metadata"]["name"], "sparkoperator.k8s.io");
+        assert_eq!(
+            spark_agg["versions"][0]["resources"][0]["subresources"][0]["subresource"],
+            "status"
+        );
+        assert!(
+            root_paths()["paths"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("/apis/sparkoperator.k8s.io/v1beta2"))
+        );
         assert!(wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
         ));

@@ -621,6 +621,14 @@ fn serve_resource(
         "patch" => {
             let kind = match media_type(parts).as_deref() {
                 Some("application/merge-patch+json") => PatchType::Merge,
+                // Custom resources have no Go struct to take patch strategies from.
+                Some("application/strategic-merge-patch+json") if r.rt.custom_resource => {
+                    return Err(ApiError::new(
+                        415,
+                        "the body of the request was in an unknown format - accepted media types include: \
+                         application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    ));
+                }
                 Some("application/strategic-merge-patch+json") => PatchType::Strategic,
                 Some("application/json-patch+json") => PatchType::Json,
                 Some("application/apply-patch+yaml" | "application/apply-patch+cbor") => {

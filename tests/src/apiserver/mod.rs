@@ -14,7 +14,20 @@
 //! ConfigMaps (short name `cm`); `events.k8s.io/v1` Events (the same objects as core
 //! Events); `admissionregistration.k8s.io/v1` Mutating- and ValidatingWebhookConfigurations;
 //! `coordination.k8s.io/v1` Leases (no `/status`; `spec` fields such as the MicroTime
-//! `renewTime` are stored as given, `leaseDurationSeconds` and `leaseTransitions` validated).
+//! `renewTime` are stored as given, `leaseDurationSeconds` and `leaseTransitions` validated);
+//! and the Spark operator's custom resource, `sparkoperator.k8s.io/v1beta2` SparkApplications
+//! (short name `sparkapp`, with `/status`), served as the apiextensions-apiserver serves a
+//! CRD: no strategic merge patch (415), no PUT without a resource version (422), a status
+//! given to a create is dropped, `/status` changes only the status; `spec` (such as
+//! `restartPolicy`) is stored as given, the CRD's schema is not checked.
+//!
+//! Pods get what the API server's defaults and the DefaultTolerationSeconds admission plugin
+//! give them, both when created through the API and when a test inserts them with
+//! [`Store::create`] (they stand for pods that went through admission): among others the
+//! `NoExecute` tolerations of `node.kubernetes.io/not-ready` and
+//! `node.kubernetes.io/unreachable` for 300 s, unless the pod tolerates those taints already.
+//! A test that needs a pod without them removes them afterwards (with [`Store::modify`] or a
+//! patch); updates do not add them back.
 //!
 //! The pieces:
 //! - [`Store`] ([`store`]): the objects, one global resource version, the change history.

@@ -32,6 +32,10 @@ pub struct ResourceType {
     pub field_labels: &'static [&'static str],
     /// DELETE answers with the deleted object (pods) instead of a `Status`.
     pub delete_returns_object: bool,
+    /// Served from a CustomResourceDefinition (apiextensions-apiserver `customresource`):
+    /// no strategic merge patch, no unconditional PUT, a create through the API drops the
+    /// status, and the `/status` subresource changes the status and nothing else.
+    pub custom_resource: bool,
 }
 
 const POD_FIELDS: &[&str] = &[
@@ -80,6 +84,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["po"],
         field_labels: POD_FIELDS,
         delete_returns_object: true,
+        custom_resource: false,
     },
     ResourceType {
         group: "",
@@ -93,6 +98,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["no"],
         field_labels: &["spec.unschedulable"],
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "",
@@ -106,6 +112,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["ns"],
         field_labels: &["status.phase"],
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "",
@@ -119,6 +126,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["ev"],
         field_labels: EVENT_FIELDS,
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "events.k8s.io",
@@ -132,6 +140,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["ev"],
         field_labels: EVENT_FIELDS,
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "",
@@ -145,6 +154,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &["cm"],
         field_labels: &[],
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "admissionregistration.k8s.io",
@@ -158,6 +168,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &[],
         field_labels: &[],
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "admissionregistration.k8s.io",
@@ -171,6 +182,7 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &[],
         field_labels: &[],
         delete_returns_object: false,
+        custom_resource: false,
     },
     ResourceType {
         group: "coordination.k8s.io",
@@ -184,6 +196,26 @@ pub static RESOURCES: &[ResourceType] = &[
         short_names: &[],
         field_labels: &[],
         delete_returns_object: false,
+        custom_resource: false,
+    },
+    // The Spark operator's CRD (kubeflow/spark-operator
+    // `config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml`): one served and stored
+    // version, `scope: Namespaced`, `shortNames: [sparkapp]`, `subresources: {status: {}}`, no
+    // `selectableFields`. Objects are stored as given: the CRD's OpenAPI schema (for
+    // `spec.restartPolicy.type` the enum Never, OnFailure, Always) is not checked.
+    ResourceType {
+        group: "sparkoperator.k8s.io",
+        version: "v1beta2",
+        plural: "sparkapplications",
+        singular: "sparkapplication",
+        kind: "SparkApplication",
+        namespaced: true,
+        storage: "sparkapplications",
+        status_subresource: true,
+        short_names: &["sparkapp"],
+        field_labels: &[],
+        delete_returns_object: false,
+        custom_resource: true,
     },
 ];
 
@@ -420,11 +452,32 @@ fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
     }
 }
 
+/// The taints the DefaultTolerationSeconds admission plugin (on by default in
+/// kube-apiserver) makes every pod tolerate for a while, and for how many seconds: the
+/// defaults of `--default-not-ready-toleration-seconds` and
+/// `--default-unreachable-toleration-seconds`.
+pub const DEFAULT_TOLERATIONS: [(&str, u64); 2] = [
+    ("node.kubernetes.io/not-ready", 300),
+    ("node.kubernetes.io/unreachable", 300),
+];
+
 /// Fills what the API server fills on create. For pods created through the API the status is
 /// reset to `{phase: Pending, qosClass}` (the pod strategy's `PrepareForCreate`); for objects
 /// a test inserts directly (`from_api == false`) a given status is kept and only missing
-/// fields are filled.
+/// fields are filled. Both get the spec defaults and the tolerations of
+/// [`add_default_tolerations`], since direct inserts model pods that went through admission.
+/// Custom resources with a `/status` subresource lose a status given to a create through the
+/// API (the custom resource strategy's `PrepareForCreate`); direct inserts keep it.
 pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool) {
+    if rt.custom_resource {
+        if rt.status_subresource
+            && from_api
+            && let Some(m) = obj.as_object_mut()
+        {
+            m.remove("status");
+        }
+        return;
+    }
     if rt.storage != "pods" {
         if rt.storage == "namespaces" {
             let status = obj
@@ -442,6 +495,7 @@ pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool)
         set_default(spec, "dnsPolicy", "ClusterFirst".into());
         set_default(spec, "terminationGracePeriodSeconds", 30.into());
         set_default(spec, "securityContext", json!({}));
+        add_default_tolerations(spec);
     }
     let qos = qos_class(obj);
     let Some(m) = obj.as_object_mut() else { return };
@@ -453,6 +507,41 @@ pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool)
             set_default(s, "phase", "Pending".into());
             set_default(s, "qosClass", qos.into());
         }
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin
+/// (kubernetes `plugin/pkg/admission/defaulttolerationseconds/admission.go`): for each of
+/// [`DEFAULT_TOLERATIONS`] that no toleration of the pod already covers, appends
+/// `{key, operator: Exists, effect: NoExecute, tolerationSeconds}`. A toleration covers a
+/// taint when its key is the taint's or empty, and its effect is `NoExecute` or empty; its
+/// operator and `tolerationSeconds` do not matter, so a user's own `tolerationSeconds` stays.
+/// A `tolerations` that is not a list is left alone.
+pub fn add_default_tolerations(spec: &mut Map<String, Value>) {
+    let tolerations = spec
+        .entry("tolerations")
+        .and_modify(|t| {
+            if t.is_null() {
+                *t = json!([]);
+            }
+        })
+        .or_insert_with(|| json!([]));
+    let Value::Array(list) = tolerations else { return };
+    let covers = |t: &Value, taint: &str| {
+        let field = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or("");
+        (field("key") == taint || field("key").is_empty()) && matches!(field("effect"), "NoExecute" | "")
+    };
+    let missing: Vec<(&str, u64)> = DEFAULT_TOLERATIONS
+        .into_iter()
+        .filter(|(taint, _)| !list.iter().any(|t| covers(t, taint)))
+        .collect();
+    for (taint, seconds) in missing {
+        list.push(json!({
+            "key": taint,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": seconds,
+        }));
     }
 }
 
@@ -614,5 +703,167 @@ mod tests {
         assert_eq!(p["spec"]["schedulerName"], "default-scheduler");
         apply_create_defaults(pods, &mut p, true);
         assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+    }
+
+    const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+    /// The pod's tolerations after create defaults, through the API or inserted directly.
+    fn tolerations_after_create(given: Option<Value>, from_api: bool) -> Value {
+        let mut spec = json!({"containers": [{"name": "a"}]});
+        if let Some(t) = given {
+            spec["tolerations"] = t;
+        }
+        let mut p = json!({"spec": spec});
+        apply_create_defaults(resolve("pods").unwrap(), &mut p, from_api);
+        p["spec"]["tolerations"].clone()
+    }
+
+    fn default_toleration(key: &str) -> Value {
+        json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+    }
+
+    #[test]
+    fn pods_get_exactly_the_two_default_tolerations() {
+        let both = json!([default_toleration(NOT_READY), default_toleration(UNREACHABLE)]);
+        for from_api in [true, false] {
+            assert_eq!(tolerations_after_create(None, from_api), both, "from_api {from_api}");
+            assert_eq!(tolerations_after_create(Some(Value::Null), from_api), both);
+            assert_eq!(tolerations_after_create(Some(json!([])), from_api), both);
+        }
+        // Appended after the pod's own, which are kept as given.
+        let gpu = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+        assert_eq!(
+            tolerations_after_create(Some(json!([gpu])), true),
+            json!([gpu, default_toleration(NOT_READY), default_toleration(UNREACHABLE)])
+        );
+        // Running the defaults again adds nothing.
+        let mut p = json!({"spec": {"containers": [{"name": "a"}]}});
+        let pods = resolve("pods").unwrap();
+        apply_create_defaults(pods, &mut p, false);
+        let once = p.clone();
+        apply_create_defaults(pods, &mut p, false);
+        assert_eq!(p, once);
+    }
+
+    #[test]
+    fn a_toleration_already_there_is_not_added_again() {
+        // Table: the pod's tolerations, then which defaults are added after them.
+        let cases: &[(Value, &[&str])] = &[
+            // The exact key with a user's tolerationSeconds, which stays.
+            (
+                json!([{"key": NOT_READY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]),
+                &[UNREACHABLE],
+            ),
+            (
+                json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 6000}]),
+                &[NOT_READY],
+            ),
+            // The exact key, every effect: tolerated for ever.
+            (json!([{"key": UNREACHABLE, "operator": "Exists"}]), &[NOT_READY]),
+            // An empty key with operator Exists tolerates every taint.
+            (json!([{"operator": "Exists"}]), &[]),
+            (json!([{"key": "", "operator": "Exists", "effect": "NoExecute"}]), &[]),
+            (
+                json!([{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]),
+                &[],
+            ),
+            // Upstream looks only at key and effect, not the operator.
+            (
+                json!([{"key": NOT_READY, "operator": "Equal", "value": "x", "effect": "NoExecute"}]),
+                &[UNREACHABLE],
+            ),
+            // Another effect does not cover NoExecute.
+            (
+                json!([{"key": NOT_READY, "operator": "Exists", "effect": "NoSchedule"}]),
+                &[NOT_READY, UNREACHABLE],
+            ),
+            (
+                json!([{"operator": "Exists", "effect": "NoSchedule"}]),
+                &[NOT_READY, UNREACHABLE],
+            ),
+            // Both there: nothing added.
+            (
+                json!([
+                    {"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1},
+                    {"key": NOT_READY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}
+                ]),
+                &[],
+            ),
+        ];
+        for (given, added) in cases {
+            let mut want = given.as_array().unwrap().clone();
+            want.extend(added.iter().map(|k| default_toleration(k)));
+            for from_api in [true, false] {
+                assert_eq!(
+                    tolerations_after_create(Some(given.clone()), from_api),
+                    Value::Array(want.clone()),
+                    "given {given}, from_api {from_api}"
+                );
+            }
+        }
+        // Something that is not a list is left for validation to find.
+        assert_eq!(tolerations_after_create(Some(json!("x")), false), json!("x"));
+    }
+
+    #[test]
+    fn only_pods_get_tolerations() {
+        for (name, obj) in [
+            ("nodes", json!({"metadata": {"name": "n1"}, "spec": {}})),
+            (
+                "sparkapplications",
+                json!({"metadata": {"name": "a"}, "spec": {"driver": {}}}),
+            ),
+        ] {
+            let mut o = obj.clone();
+            apply_create_defaults(resolve(name).unwrap(), &mut o, false);
+            assert!(o["spec"].get("tolerations").is_none(), "{name}: {o}");
+        }
+    }
+
+    #[test]
+    fn spark_applications_are_a_custom_resource_with_status() {
+        let rt = resolve("sparkapp").unwrap();
+        assert_eq!(
+            (rt.group, rt.version, rt.plural, rt.singular, rt.kind),
+            (
+                "sparkoperator.k8s.io",
+                "v1beta2",
+                "sparkapplications",
+                "sparkapplication",
+                "SparkApplication"
+            )
+        );
+        assert!(rt.namespaced && rt.status_subresource && rt.custom_resource && !rt.delete_returns_object);
+        assert_eq!(rt.list_kind(), "SparkApplicationList");
+        assert_eq!(rt.qualified(), "sparkapplications.sparkoperator.k8s.io");
+        for name in [
+            "sparkapplications",
+            "sparkapplication",
+            "SparkApplication",
+            "sparkapplications.sparkoperator.k8s.io",
+        ] {
+            assert!(std::ptr::eq(resolve(name).unwrap(), rt), "{name}");
+        }
+        assert!(std::ptr::eq(
+            find_by_kind("sparkoperator.k8s.io/v1beta2", "SparkApplication").unwrap(),
+            rt
+        ));
+        assert!(rt.supports_field("metadata.namespace"));
+        assert!(!rt.supports_field("spec.restartPolicy.type"));
+
+        // A create through the API drops the status; a direct insert keeps it. The spec
+        // (`restartPolicy` included) is stored as given either way.
+        let app = json!({"metadata": {"name": "a", "namespace": "spark"},
+            "spec": {"restartPolicy": {"type": "OnFailure", "onFailureRetries": 3, "onFailureRetryInterval": 10}},
+            "status": {"applicationState": {"state": "RUNNING"}}});
+        let mut via_api = app.clone();
+        apply_create_defaults(rt, &mut via_api, true);
+        assert_eq!(via_api.get("status"), None);
+        assert_eq!(via_api["spec"], app["spec"]);
+        let mut direct = app.clone();
+        apply_create_defaults(rt, &mut direct, false);
+        assert_eq!(direct, app);
+        assert!(validate(rt, &json!({"spec": {"restartPolicy": {"type": "Sometimes"}}}), "a").is_ok());
     }
 }

@@ -141,6 +141,24 @@ impl ApiError {
         }
     }
 
+    /// 422 for a PUT without `metadata.resourceVersion` of a type that does not allow
+    /// unconditional updates (custom resources), as the generic registry's `Store.Update`
+    /// words it: `sparkapplications.sparkoperator.k8s.io "x" is invalid:
+    /// metadata.resourceVersion: Invalid value: 0x0: must be specified for an update`.
+    pub fn unconditional_update(rt: &ResourceType, name: &str) -> Self {
+        let field = "metadata.resourceVersion";
+        let detail = "Invalid value: 0x0: must be specified for an update";
+        let mut details = object_details(rt, name);
+        details["causes"] = json!([{ "reason": "FieldValueInvalid", "message": detail, "field": field }]);
+        ApiError {
+            details: Some(Box::new(details)),
+            ..Self::new(
+                422,
+                format!("{} \"{name}\" is invalid: {field}: {detail}", rt.qualified()),
+            )
+        }
+    }
+
     /// 410 for a resource version the history no longer holds.
     pub fn too_old(requested: u64, oldest: u64) -> Self {
         Self::new(410, format!("too old resource version: {requested} ({oldest})"))

@@ -421,6 +421,10 @@ impl State {
                     return Err(ApiError::bad_request("the body of the request must be a JSON object"));
                 }
                 check_type_meta(rt, &body)?;
+                if rt.custom_resource && str_at(&body, "/metadata/resourceVersion").is_none_or(str::is_empty) {
+                    // `AllowUnconditionalUpdate` is false for custom resources.
+                    return Err(ApiError::unconditional_update(rt, name));
+                }
                 body
             }
             WriteOp::Patch(kind, patch_body) => {
@@ -513,7 +517,17 @@ impl State {
             }
         }
         if rt.status_subresource {
-            if status_only {
+            if status_only && rt.custom_resource {
+                // The custom resource status strategy: the old object with the new status.
+                let mut merged = existing.clone();
+                if let Some(m) = merged.as_object_mut() {
+                    match new.get("status") {
+                        Some(st) => m.insert("status".into(), st.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                new = merged;
+            } else if status_only {
                 // The status endpoint changes status (and labels, annotations), never spec.
                 let mut merged = new.clone();
                 if let (Some(m), Some(old)) = (merged.as_object_mut(), existing.as_object()) {
@@ -737,8 +751,11 @@ impl Store {
     /// Inserts an object as if some client had created it: the type comes from `apiVersion`
     /// and `kind`, a missing `uid` and `creationTimestamp` are filled (given ones are kept, so
     /// fixtures can pin pod UIDs), `generateName` works, pods get the API server's defaults
-    /// (missing `status.phase` is `Pending`, `qosClass` computed) and watches see ADDED.
-    /// Namespaced objects without a namespace go to `default`. Returns the stored object.
+    /// (missing `status.phase` is `Pending`, `qosClass` computed, the DefaultTolerationSeconds
+    /// tolerations of `node.kubernetes.io/not-ready` and `unreachable` unless already
+    /// tolerated; remove them with [`Store::modify`] for a pod without them) and watches see
+    /// ADDED. A given status is kept, custom resources' too. Namespaced objects without a
+    /// namespace go to `default`. Returns the stored object.
     ///
     /// Panics if the type is unknown, the object has no usable name, or it already exists.
     pub fn create(&self, obj: Value) -> Value {
