@@ -17,11 +17,11 @@ import sys
 
 # Bottom to top. A module may import from its own layer (without a cycle) and any layer below.
 LAYERS = [
-    {"host", "output", "retry", "telemetry"},
+    {"host", "output", "retry", "telemetry", "contact"},
     {"collect", "spark", "probe"},
     {"kube_api", "leader", "apimon"},
     {"scan"},
-    {"report", "metrics", "events", "conditions", "repair"},
+    {"report", "metrics", "events", "conditions", "repair", "fence"},
     {"config", "daemon"},
     {"cli"},
 ]

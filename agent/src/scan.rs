@@ -12,17 +12,18 @@
 //!
 //! Where liveness comes from decides where Spark drivers are looked up: the API for `Api`, the
 //! caller's (cached) directory for `Given`, the whole file for `File` (a support bundle judged
-//! offline), nowhere for `Cgroups`.
+//! offline), nowhere for `Cgroups`. The same directory reads the pod Events and nodes of
+//! `driver-blocked-by-partition` (a pods file has neither, so that rule is silent offline).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic_rules::snapshot::{ApiObservation, NodeSnapshot, Observed, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{ApiObservation, DriverLookup, NodeSnapshot, Observed, PodInfo, PodSource};
 
 use crate::collect::{self, CollectError, Records, ScanOptions};
 use crate::host::HostPaths;
 use crate::kube_api;
-use crate::spark::{self, ListDirectory, PodDirectory};
+use crate::spark::{self, ListDirectory, PartitionInputs, PodDirectory};
 
 /// Where the pods bound to this node come from.
 #[derive(Clone)]
@@ -208,30 +209,39 @@ pub async fn snapshot<D: PodDirectory>(
     let mut snapshot = collected.snapshot;
     snapshot.notes.splice(0..0, notes);
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
+    let (local, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
     let lookups = async {
         match (&pods, snapshot.pod_source == PodSource::Cgroups) {
             (_, true) => None,
             (Pods::File(_), _) => {
                 let dir = ListDirectory::new(collected.cluster_pods);
-                Some(spark::resolve_all(&dir, &snapshot.pods).await)
+                Some(lookup_drivers(&dir, local, node, now).await)
             }
             (Pods::Api { api: conn, .. }, _) => {
                 // One scan's memory: executors of one application share one lookup, and the
                 // first failure stops the rest.
                 let dir = kube_api::driver_directory(conn.client.clone(), ONE_SHOT_MEMORY, u32::MAX);
-                Some(spark::resolve_all(&dir, &snapshot.pods).await)
+                Some(lookup_drivers(&dir, local, node, now).await)
             }
             (Pods::Given { .. }, _) => match directory {
-                Some(dir) => Some(spark::resolve_all(dir, &snapshot.pods).await),
+                Some(dir) => Some(lookup_drivers(dir, local, node, now).await),
                 None => None,
             },
             (Pods::Cgroups, _) => None,
         }
     };
     match tokio::time::timeout(timeout, lookups).await {
-        Ok(Some((drivers, app_drivers))) => {
+        Ok(Some((drivers, app_drivers, partition))) => {
             snapshot.drivers = drivers;
             snapshot.app_drivers = app_drivers;
+            snapshot.pod_events = partition.pod_events;
+            snapshot.nodes = partition.nodes;
+            let failed = partition.events_failed.iter().chain(&partition.nodes_failed);
+            if let Some((_, why)) = failed.into_iter().next() {
+                snapshot.notes.push(format!(
+                    "pod Events or nodes for driver-blocked-by-partition not read: {why}"
+                ));
+            }
         }
         Ok(None) => {}
         Err(_) => snapshot.notes.push(format!(
@@ -257,6 +267,24 @@ pub async fn snapshot<D: PodDirectory>(
         snapshot,
         records: collected.records,
     })
+}
+
+/// The drivers of the executors among `pods`, every driver of their applications, and what
+/// `driver-blocked-by-partition` reads besides (the Events of drivers that wait to start on
+/// `node`, the other nodes of their applications), at `now`.
+async fn lookup_drivers<D: PodDirectory>(
+    dir: &D,
+    pods: &[PodInfo],
+    node: &str,
+    now: i64,
+) -> (
+    std::collections::BTreeMap<String, DriverLookup>,
+    std::collections::BTreeMap<String, Vec<PodInfo>>,
+    PartitionInputs,
+) {
+    let (drivers, app_drivers) = spark::resolve_all(dir, pods).await;
+    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now).await;
+    (drivers, app_drivers, partition)
 }
 
 /// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own.

@@ -120,6 +120,7 @@ fn rules_catalogue() {
             "admission-rejection",
             "scheduler-conflict",
             "duplicate-driver",
+            "driver-blocked-by-partition",
             "orphaned-local-dir",
             "slow-api",
             "slow-pod-admission",

@@ -370,7 +370,11 @@ impl PodInfo {
     /// smallest `tolerationSeconds` among the matching ones counts (0 or less is at once), and
     /// only when none has it is the pod left for ever.
     pub fn eviction_for(&self, key: &str) -> Eviction {
-        let matching: Vec<&Toleration> = self.tolerations.iter().filter(|t| t.tolerates_no_execute(key)).collect();
+        let matching: Vec<&Toleration> = self
+            .tolerations
+            .iter()
+            .filter(|t| t.tolerates_no_execute(key))
+            .collect();
         if matching.is_empty() {
             return Eviction::Immediately;
         }
@@ -612,7 +616,9 @@ pub struct NodeSnapshot {
     /// Driver lookups of the Spark executors on this node, by executor pod UID.
     pub drivers: BTreeMap<String, DriverLookup>,
     /// Every driver pod of the Spark applications that have a driver on this node, wherever
-    /// they run, by application id (`spark-app-selector`); for `duplicate-driver`.
+    /// they run, by application id (`spark-app-selector`; a driver without one that a Job runs:
+    /// `job:<the Job's UID>`, see [`spark::app_drivers_key`]); for `duplicate-driver` and
+    /// `driver-blocked-by-partition`.
     pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
     /// Spark scratch directories on the node (kubelet emptyDir volumes named
     /// `spark-local-dir-*`, and the configured hostPath roots).

@@ -4,7 +4,8 @@
 //! `resource-managers/kubernetes/core/src/main/scala/org/apache/spark/deploy/k8s/Constants.scala`)
 //! and as spark-operator adds them (kubeflow/spark-operator `pkg/common`), with the small pod
 //! classifications the rules and the agent share: driver or executor, the Spark container, the
-//! scheduler, the words a driver lookup is reported with.
+//! scheduler, the words a driver lookup is reported with, and which drivers belong to one
+//! application ([`same_application`]).
 
 use crate::snapshot::{ContainerInfo, LookupMethod, PodInfo};
 
@@ -43,8 +44,60 @@ pub(crate) fn is_executor(pod: &PodInfo) -> bool {
 }
 
 /// Whether `pod` is a Spark driver (`spark-role=driver`).
-pub(crate) fn is_driver(pod: &PodInfo) -> bool {
+pub fn is_driver(pod: &PodInfo) -> bool {
     pod.spark_role() == Some(DRIVER)
+}
+
+/// A label's value, when it is set and not empty.
+pub(crate) fn non_empty_label<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
+    pod.label(key).filter(|v| !v.is_empty())
+}
+
+/// `(namespace, spark-app-selector)`: the application.
+pub(crate) fn app_key(pod: &PodInfo) -> Option<(&str, &str)> {
+    Some((pod.namespace.as_str(), non_empty_label(pod, APP_SELECTOR)?))
+}
+
+/// `(namespace, operator app name, submission id)`: one run of a SparkApplication.
+pub(crate) fn run_key(pod: &PodInfo) -> Option<(&str, &str, &str)> {
+    Some((
+        pod.namespace.as_str(),
+        non_empty_label(pod, OPERATOR_APP_NAME)?,
+        non_empty_label(pod, OPERATOR_SUBMISSION_ID)?,
+    ))
+}
+
+/// The UID of the Job that controls the pod (its controller owner reference of kind `Job`).
+pub fn job_uid(pod: &PodInfo) -> Option<&str> {
+    pod.controller()
+        .filter(|o| o.kind == "Job" && !o.uid.is_empty())
+        .map(|o| o.uid.as_str())
+}
+
+/// What ties two pods to one Spark application, if anything: the same namespace and
+/// `spark-app-selector` ([`APP_SELECTOR`]); the same spark-operator run, namespace,
+/// `sparkoperator.k8s.io/app-name` and `sparkoperator.k8s.io/submission-id`
+/// ([`OPERATOR_SUBMISSION_ID`]); or the same controlling Job (`"job"`: a driver that a Job runs is
+/// recreated from the Job's template when its pod is deleted). Missing or empty labels tie
+/// nothing.
+pub fn same_application(a: &PodInfo, b: &PodInfo) -> Option<&'static str> {
+    if app_key(a).is_some() && app_key(a) == app_key(b) {
+        Some(APP_SELECTOR)
+    } else if run_key(a).is_some() && run_key(a) == run_key(b) {
+        Some(OPERATOR_SUBMISSION_ID)
+    } else if job_uid(a).is_some() && job_uid(a) == job_uid(b) && a.namespace == b.namespace {
+        Some("job")
+    } else {
+        None
+    }
+}
+
+/// The key a driver's application is listed under in `NodeSnapshot::app_drivers`: its
+/// `spark-app-selector`, else, for a driver a Job runs, `job:<the Job's UID>`.
+pub fn app_drivers_key(pod: &PodInfo) -> Option<String> {
+    non_empty_label(pod, APP_SELECTOR)
+        .map(str::to_string)
+        .or_else(|| job_uid(pod).map(|uid| format!("job:{uid}")))
 }
 
 /// The Spark container of a pod (`spark-kubernetes-executor`, `executor` or
@@ -75,5 +128,64 @@ pub(crate) fn lookup_str(by: LookupMethod) -> &'static str {
         LookupMethod::OwnerReference => "owner_reference",
         LookupMethod::Labels => "labels",
         LookupMethod::DriverUrl => "driver_url",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::OwnerRef;
+
+    fn pod(ns: &str, labels: &[(&str, &str)], job: Option<&str>) -> PodInfo {
+        PodInfo {
+            namespace: ns.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            owner_refs: job
+                .map(|uid| OwnerRef {
+                    kind: "Job".into(),
+                    name: "etl".into(),
+                    uid: uid.into(),
+                    controller: true,
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn drivers_of_one_application_are_tied_by_labels_or_their_job() {
+        let app = [(APP_SELECTOR, "spark-1")];
+        let run = [(OPERATOR_APP_NAME, "etl"), (OPERATOR_SUBMISSION_ID, "s1")];
+        let cases: [(&str, PodInfo, PodInfo, Option<&str>); 7] = [
+            ("app id", pod("a", &app, None), pod("a", &app, None), Some(APP_SELECTOR)),
+            (
+                "app id, other namespace",
+                pod("a", &app, None),
+                pod("b", &app, None),
+                None,
+            ),
+            (
+                "operator run",
+                pod("a", &run, None),
+                pod("a", &run, None),
+                Some(OPERATOR_SUBMISSION_ID),
+            ),
+            ("job", pod("a", &[], Some("j1")), pod("a", &[], Some("j1")), Some("job")),
+            ("other job", pod("a", &[], Some("j1")), pod("a", &[], Some("j2")), None),
+            (
+                "empty labels",
+                pod("a", &[(APP_SELECTOR, "")], None),
+                pod("a", &[(APP_SELECTOR, "")], None),
+                None,
+            ),
+            ("nothing", pod("a", &[], None), pod("a", &[], None), None),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(same_application(&a, &b), want, "{name}");
+        }
+        assert_eq!(app_drivers_key(&pod("a", &app, Some("j1"))).as_deref(), Some("spark-1"));
+        assert_eq!(app_drivers_key(&pod("a", &[], Some("j1"))).as_deref(), Some("job:j1"));
+        assert_eq!(app_drivers_key(&pod("a", &[], None)), None);
     }
 }

@@ -85,6 +85,17 @@ impl Agent {
 
     /// [`Agent::start`] as another agent: its node, pod name, bearer token, or API server URL.
     pub fn start_as(api: &ApiServer, host: Option<&Node>, who: &Identity, extra: &[&str]) -> Agent {
+        Agent::start_env(api, host, who, extra, &[])
+    }
+
+    /// [`Agent::start_as`] with more environment variables for the daemon (`LD_PRELOAD`...).
+    pub fn start_env(
+        api: &ApiServer,
+        host: Option<&Node>,
+        who: &Identity,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("host");
         std::fs::create_dir_all(&root).unwrap();
@@ -139,6 +150,7 @@ impl Agent {
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("NODE_NAME")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

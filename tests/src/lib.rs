@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
+pub mod cgroup_v2;
 pub mod cluster;
 pub mod detection;
 pub mod fleet;

@@ -182,6 +182,8 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
         grant("", "pods", "watch"),
         grant("events.k8s.io", "events", "create"),
         grant("events.k8s.io", "events", "patch"),
+        // driver-blocked-by-partition: a waiting driver's Warning Events (Multi-Attach, mount timeouts).
+        grant("", "events", "list"),
         grant("", "nodes", "get"),
         grant("", "nodes", "list"),
         grant("", "nodes/status", "patch"),
@@ -968,7 +970,13 @@ fn each_variants_privileges_are_pinned() {
         "base".into(),
         variant_privileges(&kustomize(&daemonset_dir().join("base"))),
     );
-    for c in ["apiserver-metrics", "etc-kubernetes", "control-plane", "pod-repairs"] {
+    for c in [
+        "apiserver-metrics",
+        "etc-kubernetes",
+        "control-plane",
+        "pod-repairs",
+        "fencing",
+    ] {
         let rendered = render_with_components(&[c]);
         validate(&rendered, c);
         all.insert(format!("base + components/{c}"), variant_privileges(&rendered));
@@ -991,9 +999,10 @@ fn each_variants_privileges_are_pinned() {
     nodemedic_tests::assert_golden("privileges", &Value::Object(all.clone()));
 
     // And what the golden file says, checked by meaning: no variant is privileged or escalates;
-    // only the repair overlay and the repair pods write to the host or add a capability; no
-    // variant but the repair pods and the overlay holds hostPID; SYS_ADMIN only in the one-off
-    // pod that restarts the kubelet.
+    // only the repair overlay and the repair pods write to the host or add a capability, but
+    // for fencing's KILL, cgroup tree and state directory; no variant but the repair pods, the
+    // overlay and fencing holds hostPID; SYS_ADMIN only in the one-off pod that restarts the
+    // kubelet.
     for (name, v) in &all {
         for (_, c) in v["pod"]["containers"].as_object().unwrap() {
             assert_ne!(c["privileged"], true, "{name}");
@@ -1004,7 +1013,17 @@ fn each_variants_privileges_are_pinned() {
             }
             let writes = strs(&c["mounts"]).iter().any(|m| m.ends_with(", rw"));
             let repairs = name.starts_with("repair pod") || name == "overlays/repair";
-            if !repairs {
+            if name == "base + components/fencing" {
+                assert_eq!(adds, ["KILL"], "{name}");
+                let rw: Vec<String> = strs(&c["mounts"]).into_iter().filter(|m| m.ends_with(", rw")).collect();
+                assert_eq!(rw.len(), 2, "{name}: {rw:?}");
+                assert!(
+                    rw.iter()
+                        .all(|m| m.contains("/sys/fs/cgroup") || m.contains("/var/lib/nodemedic")),
+                    "{rw:?}"
+                );
+                assert_eq!(v["pod"]["hostPID"], true, "{name}");
+            } else if !repairs {
                 assert!(adds.is_empty(), "{name} adds {adds:?}");
                 assert!(!writes, "{name} writes to the host: {c}");
                 assert_eq!(v["pod"]["hostPID"], false, "{name}");

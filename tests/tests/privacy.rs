@@ -36,6 +36,9 @@ const ALLOWED_LABELS: &[&str] = &[
     "task",
     "kind",
     "revision",
+    // nodemedic_fence_actions_total: off/dry-run/on and fenced/would_fence/failed.
+    "mode",
+    "outcome",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -283,6 +283,9 @@ fn check_config_and_the_configuration_reference() {
     {
         known.extend(m.keys().cloned());
     }
+    if let serde_json::Value::Object(m) = serde_json::to_value(nodemedic::fence::FencePolicy::default()).unwrap() {
+        known.extend(m.keys().cloned());
+    }
     assert_eq!(
         documented, known,
         "docs/configuration.md tables and the code's keys differ"

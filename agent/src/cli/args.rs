@@ -225,6 +225,10 @@ pub struct RunArgs {
     /// Log format [default: text].
     #[arg(long, value_enum, env = "NODEMEDIC_LOG_FORMAT")]
     pub log_format: Option<Format>,
+    /// Driver fencing on partitioned nodes: off, dry-run or on; wins over the configuration's
+    /// `fencing.mode` (docs/operations/partitions.md) [default: off].
+    #[arg(long, value_parser = ["off", "dry-run", "on"], env = "NODEMEDIC_FENCING")]
+    pub fencing: Option<String>,
 }
 
 /// Where the host's files are.

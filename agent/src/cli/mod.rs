@@ -228,6 +228,7 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         disable_rule: a.rules.disable_rule.clone(),
         rule_setting: a.rules.rule_setting.clone(),
         log_format: a.log_format.map(Into::into),
+        fencing: a.fencing.as_deref().and_then(crate::fence::Mode::parse),
     }
 }
 

@@ -418,6 +418,25 @@ impl Layout {
     }
 }
 
+/// The cgroup directory of the pod `uid` (below `kubepods` or one of its QoS directories), as
+/// it is now.
+pub fn find_pod_dir(layout: &Layout, uid: &str) -> Option<PathBuf> {
+    for (name, path) in subdirs(&layout.kubepods) {
+        if parse_pod_dir_name(&name).as_deref() == Some(uid) {
+            return Some(path);
+        }
+        if parse_qos_dir_name(&name).is_some() {
+            if let Some(found) = subdirs(&path)
+                .into_iter()
+                .find(|(n, _)| parse_pod_dir_name(n).as_deref() == Some(uid))
+            {
+                return Some(found.1);
+            }
+        }
+    }
+    None
+}
+
 /// Finds the kubelet's pod cgroups (`config` gives `cgroupRoot` and the driver); the host path
 /// that was looked for when they are not there.
 pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout, String> {

@@ -7,8 +7,10 @@
 
 pub mod cgroups;
 pub mod checkpoint;
+pub mod event_object;
 pub mod kubelet;
 pub mod localdirs;
+pub mod node_object;
 pub mod pod_object;
 pub mod pods;
 pub mod procfs;

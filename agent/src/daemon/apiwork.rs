@@ -5,8 +5,10 @@
 //! one not yet taken) and goes on with its schedule. This task takes the newest outcome and
 //! runs one pass:
 //! 1. resolves the drivers of the executors (one list of each namespace's drivers, through the
-//!    cache and its budget), and publishes them for the next scan, which it wakes when they
-//!    changed;
+//!    cache and its budget), reads the Events of drivers here that wait to start and the nodes
+//!    of their applications' other drivers (`driver-blocked-by-partition`, rarely more than
+//!    nothing: [`spark::partition`]), and publishes them for the next scan, which it wakes when
+//!    they changed;
 //! 2. records the findings as Events, then syncs the node's conditions;
 //! 3. runs automatic repair when it is switched on.
 //!
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodemedic_rules::finding::Finding;
-use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodSource};
 use tokio::sync::{Notify, watch};
 
 use crate::conditions::NodeConditions;
@@ -61,10 +63,18 @@ pub struct DriverView {
     /// Executors whose driver could not be re-checked: the answer above is the last good one,
     /// and this says since when and why (evidence `driver_lookup_stale`).
     pub stale: BTreeMap<String, String>,
+    /// Warning Events of the drivers here that wait to start, by pod UID, and the other nodes of
+    /// their applications' drivers, by name (`driver-blocked-by-partition`; see
+    /// [`spark::partition`]). A read that failed keeps the last answer.
+    pub pod_events: BTreeMap<String, Vec<PodEvent>>,
+    pub nodes: BTreeMap<String, NodeStatus>,
 }
 
 /// Driver lookups of one pass take at most this long together.
 const LOOKUPS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The pod Event and node reads of one pass take at most this long together.
+const PARTITION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The API work's state.
 pub struct ApiWork {
@@ -266,11 +276,19 @@ impl ApiWork {
         for (app, list) in &previous.app_drivers {
             app_drivers.entry(app.clone()).or_insert_with(|| list.clone());
         }
-        app_drivers.retain(|app, _| snapshot.pods.iter().any(|p| p.spark_app() == Some(app.as_str())));
+        app_drivers.retain(|app, _| {
+            snapshot
+                .pods
+                .iter()
+                .any(|p| nodemedic_rules::spark::app_drivers_key(p).as_deref() == Some(app.as_str()))
+        });
+        let (pod_events, nodes) = self.read_partition_inputs(snapshot, &app_drivers, &previous).await;
         let view = DriverView {
             drivers,
             app_drivers,
             stale,
+            pod_events,
+            nodes,
         };
         if view != previous {
             if let Ok(mut slot) = self.view.lock() {
@@ -279,6 +297,54 @@ impl ApiWork {
             self.wake.notify_one();
         }
         !failed
+    }
+
+    /// Reads the pod Events and nodes of `driver-blocked-by-partition` for the drivers here that
+    /// wait to start (through the cache: a blocked driver costs one Event list and one node GET
+    /// per [`crate::spark::CachedDirectory`] status period). What could not be read keeps the
+    /// last pass's answer; a read that ran out of time keeps all of them. Failures are logged, not
+    /// counted against the pass: Events and conditions go on.
+    async fn read_partition_inputs(
+        &self,
+        snapshot: &NodeSnapshot,
+        app_drivers: &BTreeMap<String, Vec<PodInfo>>,
+        previous: &DriverView,
+    ) -> (BTreeMap<String, Vec<PodEvent>>, BTreeMap<String, NodeStatus>) {
+        let last = spark::PartitionInputs {
+            pod_events: previous.pod_events.clone(),
+            nodes: previous.nodes.clone(),
+            ..Default::default()
+        };
+        let read = spark::partition_inputs(
+            &self.directory,
+            &snapshot.pods,
+            app_drivers,
+            &snapshot.node,
+            snapshot.taken_at,
+        );
+        let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
+            Ok(inputs) => inputs,
+            Err(_) => {
+                tracing::warn!(
+                    "pod Events and nodes took over {} s (timeout): the last ones are kept",
+                    PARTITION_DEADLINE.as_secs()
+                );
+                last.clone()
+            }
+        };
+        if inputs.failed() {
+            tracing::warn!(
+                events = ?inputs.events_failed,
+                nodes = ?inputs.nodes_failed,
+                "pod Events or nodes could not be read (driver-blocked-by-partition): the last ones are kept"
+            );
+        }
+        inputs.keep_last_good(&last);
+        // Only the drivers still here.
+        inputs
+            .pod_events
+            .retain(|uid, _| snapshot.pods.iter().any(|p| &p.uid == uid));
+        (inputs.pod_events, inputs.nodes)
     }
 }
 

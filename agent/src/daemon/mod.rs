@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 
 use crate::conditions::NodeConditions;
 use crate::config::{Effective, Flags};
+use crate::contact::ApiContact;
 use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
@@ -47,6 +48,7 @@ use crate::scan::{self, Pods};
 use crate::spark;
 
 pub mod apiwork;
+pub mod fence;
 pub mod hostwatch;
 pub mod serve;
 pub mod supervise;
@@ -90,7 +92,9 @@ pub enum DaemonError {
 /// listen address is taken).
 pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let config = kube_api::config(cfg.kubeconfig.as_deref()).await?;
-    let client = kube_api::request_client(config.clone(), cfg.effective.request_timeout)?;
+    // Every request of the daemon tells `contact` whether the API server answered.
+    let contact = Arc::new(ApiContact::new());
+    let client = kube_api::observed_client(config.clone(), cfg.effective.request_timeout, true, &contact)?;
     let metrics = Metrics::new()?;
     let health = Arc::new(Health::default());
     health
@@ -115,7 +119,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
 
     // One watch: the pods bound to this node (its own client, without a read timeout).
-    let watch_client = kube_api::watch_client(config.clone(), cfg.effective.request_timeout)?;
+    let watch_client = kube_api::observed_client(config.clone(), cfg.effective.request_timeout, false, &contact)?;
     let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
     let wake = Arc::new(Notify::new());
     let api_back = Arc::new(tokio::sync::watch::channel(0u64).0);
@@ -125,6 +129,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             metrics: metrics.clone(),
             wake: wake.clone(),
             api_back: api_back.clone(),
+            contact: contact.clone(),
         };
         let (store, node, deadline) = (store.clone(), cfg.node.clone(), cfg.effective.request_timeout);
         supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
@@ -168,17 +173,24 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
                 cfg.effective.probe_timeout,
             );
             let probe_metrics = metrics.clone();
+            let probe_contact = contact.clone();
             supervise::spawn("api_probes", metrics.clone(), health.clone(), move || {
                 let monitor = crate::apimon::ApiMonitor::new(target.clone(), client.clone(), timeout);
                 let elector = Elector::new(election_cfg.clone(), client.clone(), target.clone());
                 let reader = store.clone();
                 let spark_pods = move || spark_pods(&reader);
                 let m = probe_metrics.clone();
+                let c = probe_contact.clone();
                 crate::apimon::run(
                     monitor,
                     elector,
                     interval,
-                    move |round| m.observe_probes(round),
+                    move |round| {
+                        m.observe_probes(round);
+                        for s in round {
+                            c.observe(s.status, s.error.as_deref());
+                        }
+                    },
                     spark_pods,
                     outputs.clone(),
                 )
@@ -223,6 +235,28 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     };
     tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
 
+    // Driver fencing: its own task, with its own clock (off unless configured).
+    let layout = Arc::new(std::sync::Mutex::new(None));
+    let (fence_policy, fence_policy_rx) = tokio::sync::watch::channel(cfg.effective.fencing.clone());
+    {
+        let task = fence::FenceTask {
+            client: client.clone(),
+            contact: contact.clone(),
+            store: store.clone(),
+            health: health.clone(),
+            host: host.clone(),
+            layout: layout.clone(),
+            node: cfg.node.clone(),
+            instance: cfg.instance.clone(),
+            metrics: metrics.clone(),
+            policy: fence_policy_rx,
+        };
+        if task.policy.borrow().mode != crate::fence::Mode::Off {
+            tracing::info!(mode = task.policy.borrow().mode.as_str(), "driver fencing enabled");
+        }
+        supervise::spawn("fencing", metrics.clone(), health.clone(), move || task.clone().run());
+    }
+
     let mut daemon = Daemon {
         election,
         logged: Default::default(),
@@ -234,6 +268,8 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         readings: None,
         last_full: None,
         judge_at: None,
+        layout,
+        fence_policy,
         store,
         metrics,
         health,
@@ -380,6 +416,10 @@ struct Daemon {
     last_full: Option<Instant>,
     /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
     judge_at: Option<Instant>,
+    /// Where the pod cgroups are, for the fencing task.
+    layout: Arc<std::sync::Mutex<Option<crate::collect::cgroups::Layout>>>,
+    /// The fencing policy in force, for the fencing task.
+    fence_policy: tokio::sync::watch::Sender<crate::fence::FencePolicy>,
 }
 
 impl Daemon {
@@ -399,6 +439,10 @@ impl Daemon {
         };
         let old = std::mem::replace(&mut self.cfg.effective, new);
         let new = &self.cfg.effective;
+        if old.fencing != new.fencing {
+            tracing::info!(mode = new.fencing.mode.as_str(), "driver fencing policy changed");
+            self.fence_policy.send_replace(new.fencing.clone());
+        }
         if old.listen != new.listen || old.request_timeout != new.request_timeout {
             tracing::warn!("listen and request_timeout_seconds changes take effect at the next restart");
         }
@@ -493,6 +537,9 @@ impl Daemon {
         }
         if full {
             self.last_full = Some(Instant::now());
+            if let Ok(mut layout) = self.layout.lock() {
+                layout.clone_from(&readings.layout);
+            }
         }
         self.readings = Some(readings.clone());
         Some((readings, what))
@@ -561,6 +608,13 @@ impl Daemon {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 snapshot.app_drivers = view.app_drivers.clone();
+                snapshot.pod_events = view
+                    .pod_events
+                    .iter()
+                    .filter(|(uid, _)| on_node.contains(uid.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                snapshot.nodes = view.nodes.clone();
             }
         }
         let snapshot = scanned.snapshot;

@@ -151,6 +151,9 @@ pub struct WatchSignals {
     /// other API loops (the election, the probes, the API work) stop waiting out their
     /// backoff. The watch retries at most 30 s apart, so it is the first to know.
     pub api_back: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Told when a watch stream fails (its requests are reported by the client) and when a
+    /// change or bookmark arrives on it: both are news of the API server.
+    pub contact: Arc<crate::contact::ApiContact>,
 }
 
 impl WatchSignals {
@@ -243,6 +246,10 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     Ok(None) => break None,
                     Err(_) => break Some(format!("no event nor bookmark for {} s", WATCH_IDLE.as_secs())),
                 };
+                match &next {
+                    Ok(_) => signals.contact.answered(),
+                    Err(e) => signals.contact.failed(&format!("pod watch stream: {e}")),
+                }
                 match next {
                     Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
                         version = p.metadata.resource_version.clone().unwrap_or(version);

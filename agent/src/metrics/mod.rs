@@ -45,6 +45,9 @@ pub struct Metrics {
     pub task_restarts_total: IntCounterVec,
     pub api_write_failures_total: IntCounterVec,
     pub config_last_reload_success_timestamp_seconds: Gauge,
+    pub fence_actions_total: IntCounterVec,
+    pub fence_candidates: IntGauge,
+    pub api_unreachable_seconds: Gauge,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -185,6 +188,21 @@ impl Metrics {
                 ),
                 &["kind"],
             )?,
+            fence_actions_total: IntCounterVec::new(
+                opts(
+                    "fence_actions_total",
+                    "Driver fencing actions on this node during API server outages, by mode (dry-run, on) and outcome (fenced, would_fence, failed).",
+                ),
+                &["mode", "outcome"],
+            )?,
+            fence_candidates: IntGauge::with_opts(opts(
+                "fence_candidates",
+                "Spark driver pods on this node that fencing would stop if the API server stayed away (opted in, replaced by a Job or a restarting SparkApplication); 0 when fencing is off.",
+            ))?,
+            api_unreachable_seconds: Gauge::with_opts(opts(
+                "api_unreachable_seconds",
+                "How long no request of this agent has been answered by the API server, counted from the first failed request after the last answer (the clock driver fencing acts on); 0 while it answers.",
+            ))?,
             counted_rejections: Default::default(),
             registry,
         };
@@ -210,6 +228,17 @@ impl Metrics {
         m.registry.register(Box::new(m.repair_actions_total.clone()))?;
         m.registry.register(Box::new(m.task_restarts_total.clone()))?;
         m.registry.register(Box::new(m.api_write_failures_total.clone()))?;
+        m.registry.register(Box::new(m.fence_actions_total.clone()))?;
+        m.registry.register(Box::new(m.fence_candidates.clone()))?;
+        m.registry.register(Box::new(m.api_unreachable_seconds.clone()))?;
+        for mode in ["dry-run", "on"] {
+            for outcome in ["fenced", "would_fence", "failed"] {
+                if mode == "dry-run" && outcome == "fenced" {
+                    continue;
+                }
+                m.fence_actions_total.with_label_values(&[mode, outcome]);
+            }
+        }
         for kind in WRITE_KINDS {
             m.api_write_failures_total.with_label_values(&[kind]);
         }

@@ -1,12 +1,13 @@
 //! The directories drivers are looked up in: a pods file ([`ListDirectory`]), and the layers
 //! the daemon puts in front of the API server ([`CachedDirectory`], [`Breaker`],
-//! [`IndexedDirectory`]).
+//! [`IndexedDirectory`]). The same layers carry the pod Events and node reads of
+//! `driver-blocked-by-partition` ([`super::partition`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nodemedic_rules::snapshot::PodInfo;
+use nodemedic_rules::snapshot::{NodeStatus, PodEvent, PodInfo};
 
 use super::network::Cidr;
 use super::{LookupError, PodDirectory};
@@ -68,11 +69,20 @@ impl PodDirectory for ListDirectory {
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         Ok(self.networks.clone())
     }
+    /// A pods file holds no Events.
+    async fn pod_events(&self, _namespace: &str, _uid: &str) -> Result<Vec<PodEvent>, LookupError> {
+        Ok(vec![])
+    }
+    /// ... and no nodes.
+    async fn node(&self, _name: &str) -> Result<Option<NodeStatus>, LookupError> {
+        Ok(None)
+    }
 }
 
 /// A [`PodDirectory`] in front of another that remembers answers for `ttl` and allows at
 /// most `budget` lookups per `ttl` (beyond it, lookups fail with "rate limited" and are
-/// retried on a later cycle).
+/// retried on a later cycle). Pod Events and node status change without a pod change that the
+/// pod watch would see, so they are remembered for [`STATUS_TTL`] at most.
 #[derive(Debug)]
 pub struct CachedDirectory<D> {
     pub(super) inner: D,
@@ -81,10 +91,20 @@ pub struct CachedDirectory<D> {
     state: Mutex<CacheState>,
 }
 
+/// The longest a pod's Events or a node's status are remembered.
+pub const STATUS_TTL: Duration = Duration::from_secs(60);
+
+/// Remembered answers by key, with when they were fetched.
+type Slot<V> = HashMap<String, (Instant, V)>;
+
 #[derive(Debug, Default)]
 struct CacheState {
-    /// Answers that succeeded, shared: a hit copies only the pods it returns.
-    entries: HashMap<String, (Instant, Arc<Vec<PodInfo>>)>,
+    /// Pod answers that succeeded, shared: a hit copies only the pods it returns.
+    entries: Slot<Arc<Vec<PodInfo>>>,
+    /// Pod Events by pod UID.
+    events: Slot<Arc<Vec<PodEvent>>>,
+    /// Nodes by name.
+    nodes: Slot<Option<NodeStatus>>,
     window_start: Option<Instant>,
     used: u32,
     lookups_total: u64,
@@ -109,6 +129,8 @@ impl<D: PodDirectory> CachedDirectory<D> {
     pub fn forget_all(&self) {
         if let Ok(mut st) = self.state.lock() {
             st.entries.clear();
+            st.events.clear();
+            st.nodes.clear();
         }
     }
 
@@ -118,6 +140,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
     /// pod change, so that the next lookup asks the API server instead of waiting out the TTL.
     pub fn forget(&self, pod: &PodInfo) {
         let Ok(mut st) = self.state.lock() else { return };
+        st.events.remove(&pod.uid);
         let mut names = vec![format!("get {}/{}", pod.namespace, pod.name)];
         names.extend(pod.pod_ip.as_ref().map(|ip| format!("ip {ip}")));
         if pod.spark_role() == Some("executor") {
@@ -153,11 +176,12 @@ impl<D: PodDirectory> CachedDirectory<D> {
         });
     }
 
-    fn cached(&self, key: &str) -> Option<Arc<Vec<PodInfo>>> {
+    /// The answer for `key` in `slot`, when fetched less than `ttl` ago.
+    fn cached<V: Clone>(&self, slot: fn(&mut CacheState) -> &mut Slot<V>, ttl: Duration, key: &str) -> Option<V> {
         let mut st = self.state.lock().ok()?;
-        let ttl = self.ttl;
-        st.entries.retain(|_, (at, _)| at.elapsed() < ttl);
-        st.entries.get(key).map(|(_, v)| v.clone())
+        let map = slot(&mut st);
+        map.retain(|_, (at, _)| at.elapsed() < ttl);
+        map.get(key).map(|(_, v)| v.clone())
     }
 
     /// Takes one lookup from the budget, or says no.
@@ -176,28 +200,41 @@ impl<D: PodDirectory> CachedDirectory<D> {
         true
     }
 
-    fn remember(&self, key: String, value: Arc<Vec<PodInfo>>) {
-        if let Ok(mut st) = self.state.lock() {
-            st.entries.insert(key, (Instant::now(), value));
-        }
-    }
-
-    /// The answer for `key`: remembered, or fetched (within the budget) and remembered when it
-    /// succeeded (errors are not: the next cycle tries again).
-    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
+    /// The answer for `key` in `slot`: remembered for `ttl`, or fetched (within the budget) and
+    /// remembered when it succeeded (errors are not: the next cycle tries again).
+    async fn through_slot<V: Clone, F: Future<Output = Result<V, LookupError>>>(
         &self,
+        slot: fn(&mut CacheState) -> &mut Slot<V>,
+        ttl: Duration,
         key: String,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Arc<Vec<PodInfo>>, LookupError> {
-        if let Some(hit) = self.cached(&key) {
+    ) -> Result<V, LookupError> {
+        if let Some(hit) = self.cached(slot, ttl, &key) {
             return Ok(hit);
         }
         if !self.admit() {
             return Err(LookupError::RateLimited);
         }
-        let value = Arc::new(fetch().await?);
-        self.remember(key, value.clone());
+        let value = fetch().await?;
+        if let Ok(mut st) = self.state.lock() {
+            slot(&mut st).insert(key, (Instant::now(), value.clone()));
+        }
         Ok(value)
+    }
+
+    /// [`Self::through_slot`] for pod answers.
+    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
+        &self,
+        key: String,
+        fetch: impl FnOnce() -> F,
+    ) -> Result<Arc<Vec<PodInfo>>, LookupError> {
+        self.through_slot(
+            |s| &mut s.entries,
+            self.ttl,
+            key,
+            || async { fetch().await.map(Arc::new) },
+        )
+        .await
     }
 }
 
@@ -232,6 +269,23 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         self.inner.pod_networks().await
+    }
+    async fn pod_events(&self, namespace: &str, uid: &str) -> Result<Vec<PodEvent>, LookupError> {
+        let ttl = self.ttl.min(STATUS_TTL);
+        let events = self
+            .through_slot(
+                |s| &mut s.events,
+                ttl,
+                uid.to_string(),
+                || async { self.inner.pod_events(namespace, uid).await.map(Arc::new) },
+            )
+            .await?;
+        Ok(events.to_vec())
+    }
+    async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
+        let ttl = self.ttl.min(STATUS_TTL);
+        self.through_slot(|s| &mut s.nodes, ttl, name.to_string(), || self.inner.node(name))
+            .await
     }
 }
 
@@ -296,6 +350,12 @@ impl<D: PodDirectory> PodDirectory for Breaker<D> {
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         self.guarded(self.inner.pod_networks()).await
     }
+    async fn pod_events(&self, namespace: &str, uid: &str) -> Result<Vec<PodEvent>, LookupError> {
+        self.guarded(self.inner.pod_events(namespace, uid)).await
+    }
+    async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
+        self.guarded(self.inner.node(name)).await
+    }
 }
 
 /// The label selector of every driver of a namespace.
@@ -354,5 +414,11 @@ impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         self.inner.pod_networks().await
+    }
+    async fn pod_events(&self, namespace: &str, uid: &str) -> Result<Vec<PodEvent>, LookupError> {
+        self.inner.pod_events(namespace, uid).await
+    }
+    async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
+        self.inner.node(name).await
     }
 }

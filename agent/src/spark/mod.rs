@@ -9,17 +9,22 @@
 //!
 //! Lookups go through a [`PodDirectory`]: a pods file (offline) or the API server (the
 //! daemon, wrapped in [`CachedDirectory`] so that executors of one application share one
-//! lookup per TTL and a burst is rate-limited).
+//! lookup per TTL and a burst is rate-limited). The same directory lists every driver of the
+//! applications with a driver here ([`resolve_all`]: by app id, spark-operator app, and Job), and
+//! reads the pod Events and nodes of `driver-blocked-by-partition` ([`partition`]).
 
 use std::collections::{BTreeMap, HashMap};
 
-use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, PodInfo};
+use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, NodeStatus, PodEvent, PodInfo};
+use nodemedic_rules::spark;
 
 mod directory;
 pub mod network;
+pub mod partition;
 
 pub use directory::{Breaker, CachedDirectory, IndexedDirectory, ListDirectory};
 use network::Cidr;
+pub use partition::{PartitionInputs, partition_inputs};
 
 /// Why a driver lookup has no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +67,12 @@ pub trait PodDirectory {
     /// The cluster's pod networks (the nodes' `spec.podCIDRs`); empty when none is known (a
     /// pods file, a network plugin that does not use them, no permission to list nodes).
     fn pod_networks(&self) -> impl Future<Output = Result<Vec<Cidr>, LookupError>>;
+    /// The Warning Events about the pod with `uid` in `namespace` (core `v1`, by
+    /// `involvedObject.uid`); empty where there are none to read (a pods file).
+    fn pod_events(&self, namespace: &str, uid: &str) -> impl Future<Output = Result<Vec<PodEvent>, LookupError>>;
+    /// The node `name` as the API server shows it; `None` when it does not exist or there are no
+    /// nodes to read (a pods file).
+    fn node(&self, name: &str) -> impl Future<Output = Result<Option<NodeStatus>, LookupError>>;
 }
 
 /// The host of a `spark://CoarseGrainedScheduler@host:port` URL.
@@ -174,7 +185,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
 }
 
 /// Resolves the drivers of every executor among `pods` (this node's), and lists every driver
-/// of each application that has a driver among `pods`.
+/// of each application that has a driver among `pods`, under [`spark::app_drivers_key`].
 pub async fn resolve_all<D: PodDirectory>(
     dir: &D,
     pods: &[PodInfo],
@@ -185,37 +196,41 @@ pub async fn resolve_all<D: PodDirectory>(
     }
     let mut app_drivers: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
     for driver in pods.iter().filter(|p| p.spark_role() == Some("driver")) {
-        let Some(app) = driver.spark_app() else { continue };
-        if app_drivers.contains_key(app) {
+        let Some(key) = spark::app_drivers_key(driver) else {
+            continue;
+        };
+        if app_drivers.contains_key(&key) {
             continue;
         }
-        let mut found = dir
-            .list(
-                Some(&driver.namespace),
-                &format!("spark-role=driver,spark-app-selector={app}"),
-            )
-            .await
-            .unwrap_or_else(|_| vec![driver.clone()]);
-        // spark-operator: the same SparkApplication's drivers, whatever their app id.
-        if let Some(name) = driver.label("sparkoperator.k8s.io/app-name") {
-            let more = dir
-                .list(
-                    Some(&driver.namespace),
-                    &format!("spark-role=driver,sparkoperator.k8s.io/app-name={name}"),
-                )
-                .await
-                .unwrap_or_default();
+        let mut found = Vec::new();
+        let mut add = |more: Vec<PodInfo>| {
             for p in more {
-                if !found.iter().any(|f| f.uid == p.uid) {
+                if !found.iter().any(|f: &PodInfo| f.uid == p.uid) {
                     found.push(p);
                 }
             }
+        };
+        if let Some(app) = driver.spark_app().filter(|a| !a.is_empty()) {
+            let selector = format!("spark-role=driver,spark-app-selector={app}");
+            add(dir.list(Some(&driver.namespace), &selector).await.unwrap_or_default());
         }
-        if !found.iter().any(|f| f.uid == driver.uid) {
-            found.push(driver.clone());
+        // spark-operator: the same SparkApplication's drivers, whatever their app id.
+        if let Some(name) = driver.label(spark::OPERATOR_APP_NAME) {
+            let selector = format!("spark-role=driver,{}={name}", spark::OPERATOR_APP_NAME);
+            add(dir.list(Some(&driver.namespace), &selector).await.unwrap_or_default());
         }
+        // A Job's drivers, whatever their labels: the Job recreates its pod from one template
+        // (answered from the namespace's list of drivers).
+        if let Some(job) = spark::job_uid(driver) {
+            let same_job = |p: &PodInfo| spark::job_uid(p) == Some(job);
+            add(dir
+                .list_where(Some(&driver.namespace), "spark-role=driver", same_job)
+                .await
+                .unwrap_or_default());
+        }
+        add(vec![driver.clone()]);
         found.sort_by(|a, b| a.uid.cmp(&b.uid));
-        app_drivers.insert(app.to_string(), found);
+        app_drivers.insert(key, found);
     }
     (drivers, app_drivers)
 }
@@ -438,6 +453,52 @@ mod tests {
         );
     }
 
+    #[test]
+    fn app_drivers_include_the_jobs_other_drivers_whatever_their_labels() {
+        let job = OwnerRef {
+            kind: "Job".into(),
+            name: "etl".into(),
+            uid: "j1".into(),
+            controller: true,
+        };
+        let mut here = pod("spark", "etl-b", "d2", "driver", "", "Pending");
+        here.labels.remove("spark-app-selector");
+        here.owner_refs.push(job.clone());
+        let mut before = pod("spark", "etl-a", "d1", "driver", "spark-old-run", "Running");
+        before.owner_refs.push(job);
+        let stranger = pod("spark", "x-driver", "d3", "driver", "", "Running");
+        let dir = ListDirectory::new(vec![here.clone(), before, stranger]);
+        let (_, apps) = block_on(resolve_all(&dir, &[here]));
+        assert_eq!(
+            apps["job:j1"].iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(),
+            ["d1", "d2"]
+        );
+        assert_eq!(apps.len(), 1);
+    }
+
+    #[test]
+    fn events_and_nodes_are_cached_briefly_and_an_events_answer_goes_with_its_pod() {
+        let cached = CachedDirectory::new(
+            Counting(ListDirectory::default(), 0.into()),
+            Duration::from_secs(3600),
+            1000,
+        );
+        let count = || cached.inner.1.load(std::sync::atomic::Ordering::Relaxed);
+        block_on(cached.pod_events("spark", "d1")).unwrap();
+        block_on(cached.node("worker-2")).unwrap();
+        block_on(cached.pod_events("spark", "d1")).unwrap();
+        block_on(cached.node("worker-2")).unwrap();
+        assert_eq!(count(), 2, "the second reads are answered from the cache");
+        cached.forget(&pod("spark", "etl-driver", "d1", "driver", "app", "Pending"));
+        block_on(cached.pod_events("spark", "d1")).unwrap();
+        block_on(cached.node("worker-2")).unwrap();
+        assert_eq!(
+            count(),
+            3,
+            "the pod changed: its Events are read again, the node is not"
+        );
+    }
+
     /// Counts the lookups that reach it.
     struct Counting(ListDirectory, std::sync::atomic::AtomicU32);
     impl PodDirectory for Counting {
@@ -455,6 +516,14 @@ mod tests {
         }
         async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
             Ok(vec![])
+        }
+        async fn pod_events(&self, ns: &str, uid: &str) -> Result<Vec<PodEvent>, LookupError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.pod_events(ns, uid).await
+        }
+        async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.node(name).await
         }
     }
 
@@ -647,6 +716,14 @@ mod tests {
         }
         async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
             Ok(vec![])
+        }
+        async fn pod_events(&self, _: &str, _: &str) -> Result<Vec<PodEvent>, LookupError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(LookupError::Failed("LIST events: connection refused".into()))
+        }
+        async fn node(&self, _: &str) -> Result<Option<NodeStatus>, LookupError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(LookupError::Failed("GET node: connection refused".into()))
         }
     }
 

@@ -24,27 +24,12 @@ use serde_json::{Map, Value};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
-use crate::spark::{self, APP_SELECTOR, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, is_driver};
+use crate::spark::{
+    self, APP_SELECTOR, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, app_key, is_driver, non_empty_label as non_empty,
+    run_key,
+};
 
 pub const ID: &str = "duplicate-driver";
-
-fn non_empty<'a>(pod: &'a PodInfo, key: &str) -> Option<&'a str> {
-    pod.label(key).filter(|v| !v.is_empty())
-}
-
-/// `(namespace, spark-app-selector)`.
-fn app_key(pod: &PodInfo) -> Option<(&str, &str)> {
-    Some((pod.namespace.as_str(), non_empty(pod, APP_SELECTOR)?))
-}
-
-/// `(namespace, operator app name, submission id)`.
-fn run_key(pod: &PodInfo) -> Option<(&str, &str, &str)> {
-    Some((
-        pod.namespace.as_str(),
-        non_empty(pod, OPERATOR_APP_NAME)?,
-        non_empty(pod, OPERATOR_SUBMISSION_ID)?,
-    ))
-}
 
 /// The alive drivers the snapshot knows of, one per UID.
 fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {

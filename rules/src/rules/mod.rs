@@ -12,6 +12,7 @@ pub mod checkpoint_invalid_state;
 pub mod checkpoint_unreadable;
 pub mod cpuset_drift;
 pub mod cross_pod_cpu_overlap;
+pub mod driver_blocked_by_partition;
 pub mod duplicate_driver;
 pub mod exclusive_cpu_shortage;
 pub mod executor_without_owner;
@@ -155,6 +156,15 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "two or more unfinished drivers of one application (same spark-app-selector, or same operator app and submission id), one of them on this node",
         event_reason: "DuplicateDriver",
         check: duplicate_driver::check,
+    },
+    RuleInfo {
+        id: driver_blocked_by_partition::ID,
+        title: "A replacement Spark driver waits for a volume held on a node cut off from the API server",
+        severity: Severity::Critical,
+        looks_at: "driver pods bound here, their Events, other drivers of the app, their nodes",
+        fires_when: "a driver here stays Pending with a FailedAttachVolume (Multi-Attach) or FailedMount (mount timeout) Warning while another unfinished driver of its application (same spark-app-selector, operator run or Job) is on a node whose Ready is Unknown or False",
+        event_reason: "DriverBlockedByPartition",
+        check: driver_blocked_by_partition::check,
     },
     RuleInfo {
         id: orphaned_local_dir::ID,

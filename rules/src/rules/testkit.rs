@@ -460,3 +460,56 @@ impl SnapshotBuilder {
         self
     }
 }
+
+// Pod Events and other nodes, for `driver-blocked-by-partition`.
+
+/// A Warning Event `reason` with `message`, seen `count` times, the last `last_ago` seconds before
+/// [`NOW`].
+pub fn warning_event(reason: &str, message: &str, count: u32, last_ago: i64) -> PodEvent {
+    PodEvent {
+        type_: "Warning".into(),
+        reason: reason.into(),
+        message: message.into(),
+        source: Some(
+            if reason == "FailedAttachVolume" {
+                "attachdetach-controller"
+            } else {
+                "kubelet"
+            }
+            .into(),
+        ),
+        count,
+        first_at: Some(NOW - last_ago - 60),
+        last_at: Some(NOW - last_ago),
+    }
+}
+
+/// Node `name` whose `Ready` condition is `ready` (with `reason`) since `since_ago` seconds before
+/// [`NOW`], tainted `node.kubernetes.io/unreachable:NoExecute` unless it is `True`.
+pub fn node_status(name: &str, ready: &str, reason: &str, since_ago: i64) -> NodeStatus {
+    NodeStatus {
+        name: name.into(),
+        ready: Some(ready.into()),
+        ready_since: Some(NOW - since_ago),
+        ready_reason: Some(reason.into()),
+        no_execute_taints: if ready == "True" {
+            vec![]
+        } else {
+            vec![TAINT_UNREACHABLE.into()]
+        },
+    }
+}
+
+impl SnapshotBuilder {
+    /// The Warning Events of pod `uid`.
+    pub fn with_pod_events(mut self, uid: &str, events: Vec<PodEvent>) -> Self {
+        self.snap.pod_events.insert(uid.into(), events);
+        self
+    }
+
+    /// Another node as the API server shows it.
+    pub fn with_node(mut self, node: NodeStatus) -> Self {
+        self.snap.nodes.insert(node.name.clone(), node);
+        self
+    }
+}

@@ -1,0 +1,92 @@
+//! A real cgroup v2 hierarchy of one test's own: `cgroup2` mounted on a temporary directory,
+//! real processes moved into it, and cleanup (kill, rmdir deepest first, unmount) when dropped,
+//! including when a test panics.
+//!
+//! On a machine whose controllers are all bound to cgroup v1 (CI's), a cgroup2 hierarchy has no
+//! controller, but it has everything cgroup v2 gives every cgroup: `cgroup.procs`,
+//! `cgroup.events` and `cgroup.kill` (Linux 5.14+). Needs root.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A mounted cgroup2 hierarchy.
+#[derive(Debug)]
+pub struct Cgroup2Mount {
+    dir: tempfile::TempDir,
+    dirs: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl Cgroup2Mount {
+    /// Mounts cgroup2 on a new temporary directory.
+    pub fn new() -> io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let status = Command::new("mount")
+            .args(["-t", "cgroup2", "none"])
+            .arg(dir.path())
+            .status()?;
+        if !status.success() {
+            return Err(io::Error::other(format!(
+                "mount -t cgroup2 on {} failed ({status}): this test needs root",
+                dir.path().display()
+            )));
+        }
+        Ok(Cgroup2Mount {
+            dir,
+            dirs: vec![],
+            children: vec![],
+        })
+    }
+
+    /// The hierarchy's root (use it as a host's `/sys/fs/cgroup`).
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Creates `rel` and its parents.
+    pub fn mkdir(&mut self, rel: &str) -> io::Result<PathBuf> {
+        let mut dir = self.root().to_path_buf();
+        for part in rel.split('/').filter(|s| !s.is_empty()) {
+            dir = dir.join(part);
+            if !dir.is_dir() {
+                std::fs::create_dir(&dir)?;
+                self.dirs.push(dir.clone());
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Starts `sleep 600` and moves it into `rel`; returns its pid.
+    pub fn spawn_sleep(&mut self, rel: &str) -> io::Result<u32> {
+        let child = Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let pid = child.id();
+        self.children.push(child);
+        std::fs::write(self.root().join(rel).join("cgroup.procs"), pid.to_string())?;
+        Ok(pid)
+    }
+}
+
+impl Drop for Cgroup2Mount {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in self.dirs.iter().rev() {
+            for _ in 0..50 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
