@@ -7,7 +7,7 @@
 //! scheduler, the words a driver lookup is reported with, and which drivers belong to one
 //! application ([`same_application`]).
 
-use crate::snapshot::{ContainerInfo, LookupMethod, PodInfo};
+use crate::snapshot::{ContainerInfo, LookupMethod, NodeSnapshot, PodInfo};
 
 /// The role label: [`DRIVER`] or [`EXECUTOR`].
 pub const ROLE: &str = "spark-role";
@@ -46,6 +46,19 @@ pub(crate) fn is_executor(pod: &PodInfo) -> bool {
 /// Whether `pod` is a Spark driver (`spark-role=driver`).
 pub fn is_driver(pod: &PodInfo) -> bool {
     pod.spark_role() == Some(DRIVER)
+}
+
+/// The unfinished drivers the snapshot knows of (every driver of the applications with a driver
+/// here, and this node's), once per UID.
+pub(crate) fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
+    let mut out: Vec<&PodInfo> = Vec::new();
+    let local = snap.pods.iter().filter(|p| is_driver(p));
+    for d in snap.app_drivers.values().flatten().chain(local) {
+        if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
+            out.push(d);
+        }
+    }
+    out
 }
 
 /// A label's value, when it is set and not empty.

@@ -140,18 +140,23 @@ impl CpusetSandbox {
 
 impl Drop for CpusetSandbox {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // Deepest first; a cgroup whose last task just died can be busy for a moment.
-        for dir in self.dirs.iter().rev() {
-            for _ in 0..50 {
-                match std::fs::remove_dir(dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
+        clean_up(&mut self.children, &self.dirs);
+    }
+}
+
+/// Kills and reaps `children`, then removes the cgroups `dirs` (made in that order), deepest
+/// first; a cgroup whose last task just died can be busy for a moment.
+pub(crate) fn clean_up(children: &mut [Child], dirs: &[PathBuf]) {
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    for dir in dirs.iter().rev() {
+        for _ in 0..50 {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         }
     }

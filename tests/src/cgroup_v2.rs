@@ -9,7 +9,6 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// A mounted cgroup2 hierarchy.
 #[derive(Debug)]
@@ -74,19 +73,7 @@ impl Cgroup2Mount {
 
 impl Drop for Cgroup2Mount {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for dir in self.dirs.iter().rev() {
-            for _ in 0..50 {
-                match std::fs::remove_dir(dir) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
+        crate::cgroup_v1::clean_up(&mut self.children, &self.dirs);
         let _ = Command::new("umount").arg(self.dir.path()).status();
     }
 }

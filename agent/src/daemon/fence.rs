@@ -39,6 +39,8 @@ use crate::metrics::Metrics;
 
 /// A SparkApplication's restart policy is read again after this long.
 const RESTART_POLICY_TTL: Duration = Duration::from_secs(300);
+/// ... or after this long when it could not be read (no permission, the API failing).
+const RESTART_POLICY_RETRY: Duration = Duration::from_secs(60);
 /// How long after `cgroup.kill` or SIGKILL the fence waits for the pod's cgroup to empty.
 const STOP_PATIENCE: Duration = Duration::from_secs(10);
 /// Between two attempts to publish the journal while the API server refuses Events.
@@ -103,15 +105,18 @@ impl FenceTask {
         let mut last_beat: Option<Instant> = None;
         let mut beat: Option<tokio::task::JoinHandle<()>> = None;
         let mut publish_after = Instant::now();
+        // The journal may hold actions of an outage the agent restarted in.
+        let mut unpublished = true;
         let mut logged_skips: std::collections::HashSet<String> = Default::default();
         loop {
             let policy = self.policy.borrow_and_update().clone();
             let tick = policy.heartbeat().min(Duration::from_secs(1));
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
-                _ = self.policy.changed() => {}
+                Ok(()) = self.policy.changed() => {}
                 Some(done) = done_rx.recv() => {
                     self.finish_stop(&policy, done, &mut acted);
+                    unpublished = true;
                     continue;
                 }
                 Some(key) = looked_rx.recv() => {
@@ -182,15 +187,29 @@ impl FenceTask {
                         let (client, restarts, tx) = (self.client.clone(), restarts.clone(), looked_tx.clone());
                         tokio::spawn(async move {
                             let found = read_restart_policy(&client, &key).await;
-                            if let (Some(found), Ok(mut r)) = (found, restarts.lock()) {
-                                r.insert(key.clone(), (Instant::now(), found));
+                            if let Ok(mut r) = restarts.lock() {
+                                let now = Instant::now();
+                                let entry = match found {
+                                    Some(found) => (now, found),
+                                    // Unreadable: keep what was known, ask again in a minute.
+                                    None => (
+                                        now.checked_sub(RESTART_POLICY_TTL - RESTART_POLICY_RETRY)
+                                            .unwrap_or(now),
+                                        r.get(&key).and_then(|(_, t)| t.clone()),
+                                    ),
+                                };
+                                r.insert(key.clone(), entry);
                             }
                             let _ = tx.send(key);
                         });
                     }
                 }
-                if now >= publish_after && !self.publish(&journal).await {
-                    publish_after = Instant::now() + PUBLISH_RETRY;
+                if unpublished && now >= publish_after {
+                    if self.publish(&journal).await {
+                        unpublished = false;
+                    } else {
+                        publish_after = Instant::now() + PUBLISH_RETRY;
+                    }
                 }
             }
             self.metrics.fence_candidates.set(known.len() as i64);
@@ -222,6 +241,7 @@ impl FenceTask {
                             },
                         );
                         self.act(&policy, c, &outage, lasted, 1, &done_tx);
+                        unpublished = true;
                     }
                     // Fenced earlier in this outage: the kubelet may have started its
                     // containers again (restartPolicy OnFailure); stop them again.

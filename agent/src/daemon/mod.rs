@@ -10,13 +10,15 @@
 //!                                                       ▼
 //!  API work: driver lookups (cached, budgeted) -> Events, node conditions, auto repair
 //!  API probes: on their own interval (the admission probe only on the elected agent)
+//!  fencing: the outage clock (every request reports to `ApiContact`), a heartbeat while an
+//!           opted-in driver runs here, and stopping those drivers when the outage lasts
 //! ```
 //!
 //! The scan loop never waits for the API server: it reads the watch's store and the drivers
 //! the API work resolved last, and hands its outcome over without waiting. The API work
 //! ([`apiwork`]), the pod watch ([`watch`]) and the probes each retry with jittered
 //! exponential backoff, so a slow or absent API server costs a bounded number of requests and
-//! never delays a host scan. The pod watch and the probes are supervised tasks
+//! never delays a host scan. The pod watch, the probes and fencing are supervised tasks
 //! ([`supervise`]): one that ends or panics is logged, counted in
 //! `nodemedic_task_restarts_total{task}` and started again with backoff.
 //!

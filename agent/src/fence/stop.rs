@@ -79,6 +79,15 @@ pub fn processes(dir: &Path) -> Result<BTreeSet<u32>, String> {
     Ok(out)
 }
 
+/// [`processes`] again while stopping: a pod cgroup removed meanwhile (its processes exited and
+/// the runtime cleaned up) is empty, not an error.
+fn relist(dir: &Path) -> Result<BTreeSet<u32>, String> {
+    match processes(dir) {
+        Err(_) if !dir.is_dir() => Ok(BTreeSet::new()),
+        other => other,
+    }
+}
+
 /// Stops every process below the pod cgroup `dir`. `grace`: between SIGTERM and SIGKILL
 /// (signals only); `patience`: how long after that (or after `cgroup.kill`) it waits for the
 /// subtree to empty before it reports what is left.
@@ -105,15 +114,13 @@ pub fn stop_pod(dir: &Path, version: CgroupVersion, grace: Duration, patience: D
         out.killed = out.processes;
         let deadline = started + patience;
         loop {
-            match processes(dir) {
+            match relist(dir) {
                 Ok(left) if left.is_empty() => break,
                 Ok(left) if Instant::now() >= deadline => {
                     out.remaining = left.into_iter().collect();
                     break;
                 }
                 Ok(_) => std::thread::sleep(POLL),
-                // The cgroup was removed: it is empty.
-                Err(_) if !dir.is_dir() => break,
                 Err(e) => {
                     out.error = Some(e);
                     break;
@@ -162,9 +169,8 @@ fn signal_until_empty(
                 pidfd_open(p, PidfdFlags::empty()).ok().map(|fd| (pid, fd))
             })
             .collect();
-        let now_listed = match processes(dir) {
+        let now_listed = match relist(dir) {
             Ok(p) => p,
-            Err(_) if !dir.is_dir() => BTreeSet::new(),
             Err(e) => {
                 out.error = Some(e);
                 out.remaining = listed.into_iter().collect();
@@ -188,9 +194,8 @@ fn signal_until_empty(
         listed = now_listed;
         if !listed.is_empty() {
             std::thread::sleep(POLL);
-            listed = match processes(dir) {
+            listed = match relist(dir) {
                 Ok(p) => p,
-                Err(_) if !dir.is_dir() => BTreeSet::new(),
                 Err(e) => {
                     out.error = Some(e);
                     out.remaining = listed.into_iter().collect();

@@ -177,7 +177,7 @@ impl Metrics {
             task_restarts_total: IntCounterVec::new(
                 opts(
                     "task_restarts_total",
-                    "Times one of the daemon's tasks (pod_watch, api_probes) ended or panicked and was restarted, by task.",
+                    "Times one of the daemon's tasks (pod_watch, api_probes, fencing) ended or panicked and was restarted, by task.",
                 ),
                 &["task"],
             )?,
@@ -242,7 +242,7 @@ impl Metrics {
         for kind in WRITE_KINDS {
             m.api_write_failures_total.with_label_values(&[kind]);
         }
-        for task in ["pod_watch", "api_probes"] {
+        for task in ["pod_watch", "api_probes", "fencing"] {
             m.task_restarts_total.with_label_values(&[task]);
         }
         for action in ["orphans", "failed-pods", "local-dirs"] {

@@ -138,8 +138,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         remedy.push(
             "The Spark drivers on this node may end up running twice: once the node is NotReady, its pods are \
              deleted after their toleration (300 s by default) and a driver run by a Job is recreated elsewhere \
-             while this one keeps running. If the node stays cut off, stop them here (self-fencing, as medik8s \
-             self-node-remediation does), and give drivers a ReadWriteOnce volume so a second one cannot start"
+             while this one keeps running. If the node stays cut off, stop them here first (self-fencing: \
+             nodemedic's driver fencing does it for the drivers that opted in, docs/operations/partitions.md; \
+             medik8s self-node-remediation reboots the whole node), and give drivers a ReadWriteOnce volume so \
+             a second one cannot start"
                 .to_string(),
         );
     }

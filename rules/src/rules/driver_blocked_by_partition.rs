@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, NodeStatus, PodEvent, PodInfo};
-use crate::spark::{self, APP_SELECTOR, is_driver};
+use crate::spark::{self, APP_SELECTOR, alive_drivers, is_driver};
 use crate::text::human_seconds;
 
 pub const ID: &str = "driver-blocked-by-partition";
@@ -111,18 +111,6 @@ fn waits_to_start(snap: &NodeSnapshot, pod: &PodInfo) -> bool {
         && pod.phase == "Pending"
         && !pod.deleting
         && !pod.containers.iter().any(|c| c.state.as_deref() == Some("running"))
-}
-
-/// Every unfinished driver the snapshot knows, once per UID.
-fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
-    let mut out: Vec<&PodInfo> = Vec::new();
-    let local = snap.pods.iter().filter(|p| is_driver(p));
-    for d in snap.app_drivers.values().flatten().chain(local) {
-        if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
-            out.push(d);
-        }
-    }
-    out
 }
 
 /// An old driver of the application, on a node that is not ready.

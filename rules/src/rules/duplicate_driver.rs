@@ -25,23 +25,11 @@ use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::spark::{
-    self, APP_SELECTOR, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, app_key, is_driver, non_empty_label as non_empty,
-    run_key,
+    self, APP_SELECTOR, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, alive_drivers, app_key,
+    non_empty_label as non_empty, run_key,
 };
 
 pub const ID: &str = "duplicate-driver";
-
-/// The alive drivers the snapshot knows of, one per UID.
-fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
-    let mut out: Vec<&PodInfo> = Vec::new();
-    let local = snap.pods.iter().filter(|p| is_driver(p));
-    for d in snap.app_drivers.values().flatten().chain(local) {
-        if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
-            out.push(d);
-        }
-    }
-    out
-}
 
 /// Groups of drivers of one application (connected by either key), each with what matched.
 fn groups<'a>(drivers: &[&'a PodInfo]) -> Vec<(Vec<&'a PodInfo>, Vec<&'static str>)> {
