@@ -115,15 +115,7 @@ impl CpusetSandbox {
 
     /// Starts `sleep 600` and moves it into `rel`; returns its pid.
     pub fn spawn_sleep(&mut self, rel: &str) -> io::Result<u32> {
-        let child = Command::new("sleep")
-            .arg("600")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let pid = child.id();
-        self.children.push(child);
-        write(&self.root().join(rel).join("cgroup.procs"), &pid.to_string())?;
-        Ok(pid)
+        spawn_sleep_into(&self.root().join(rel), &mut self.children)
     }
 }
 
@@ -142,6 +134,20 @@ impl Drop for CpusetSandbox {
     fn drop(&mut self) {
         clean_up(&mut self.children, &self.dirs);
     }
+}
+
+/// Starts `sleep 600`, keeps it in `children` and moves it into the cgroup `dir`; returns its
+/// pid.
+pub(crate) fn spawn_sleep_into(dir: &Path, children: &mut Vec<Child>) -> io::Result<u32> {
+    let child = Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    children.push(child);
+    write(&dir.join("cgroup.procs"), &pid.to_string())?;
+    Ok(pid)
 }
 
 /// Kills and reaps `children`, then removes the cgroups `dirs` (made in that order), deepest

@@ -8,7 +8,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 /// A mounted cgroup2 hierarchy.
 #[derive(Debug)]
@@ -59,15 +59,8 @@ impl Cgroup2Mount {
 
     /// Starts `sleep 600` and moves it into `rel`; returns its pid.
     pub fn spawn_sleep(&mut self, rel: &str) -> io::Result<u32> {
-        let child = Command::new("sleep")
-            .arg("600")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let pid = child.id();
-        self.children.push(child);
-        std::fs::write(self.root().join(rel).join("cgroup.procs"), pid.to_string())?;
-        Ok(pid)
+        let dir = self.root().join(rel);
+        crate::cgroup_v1::spawn_sleep_into(&dir, &mut self.children)
     }
 }
 

@@ -157,8 +157,8 @@ impl FenceTask {
                                 pod = %c.display(),
                                 fence_after_s = c.fence_after.as_secs_f64(),
                                 evicted_after_s = c.evicted_after.unwrap_or(0),
-                                "the driver's toleration of an unreachable node is shorter than the fencing margin: \
-                                 it may be replaced before it is fenced"
+                                "the driver's toleration of an unreachable node leaves less than two heartbeats after \
+                                 the fencing margin: it may be replaced before it is fenced"
                             );
                         }
                     }
