@@ -172,7 +172,9 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
-                "task" => ["pod_watch", "api_probes"].contains(&v.as_str()),
+                "task" => ["pod_watch", "api_probes", "fencing"].contains(&v.as_str()),
+                "mode" => ["dry-run", "on"].contains(&v.as_str()),
+                "outcome" => ["fenced", "would_fence", "failed"].contains(&v.as_str()),
                 "revision" => v == "unknown" || (v.len() <= 40 && v.bytes().all(|b| b.is_ascii_hexdigit())),
                 "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
                 // Ids of our own (collectors, actions, results, reasons): short identifiers.
