@@ -25,6 +25,7 @@
 pub mod admission;
 pub mod checkpoint;
 pub mod cpuset;
+pub mod eviction;
 pub mod facts;
 pub mod finding;
 pub mod hostpath;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
-use nodemedic_rules::snapshot::{self, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
+use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -354,7 +354,7 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .and_then(|s| s.tolerations.as_ref())
             .map(|ts| {
                 ts.iter()
-                    .map(|t| snapshot::Toleration {
+                    .map(|t| nodemedic_rules::eviction::Toleration {
                         key: t.key.clone(),
                         operator: t.operator.clone(),
                         value: t.value.clone(),

@@ -124,7 +124,7 @@ impl FenceTask {
                     continue;
                 }
             }
-            let journal = Journal::new(&policy.journal, policy.journal_max_bytes);
+            let journal = policy.journal();
             if policy.mode == Mode::Off {
                 self.metrics.fence_candidates.set(0);
                 self.metrics.api_unreachable_seconds.set(0.0);
@@ -358,7 +358,7 @@ impl FenceTask {
             "{}",
             entry.message
         );
-        let journal = Journal::new(&policy.journal, policy.journal_max_bytes);
+        let journal = policy.journal();
         if let Err(e) = journal.record(entry) {
             tracing::error!(error = %e, "the fencing action is in the log only");
         }

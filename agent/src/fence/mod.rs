@@ -22,7 +22,8 @@ pub mod stop;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use nodemedic_rules::snapshot::{Eviction, PodInfo};
+use nodemedic_rules::eviction::Eviction;
+use nodemedic_rules::snapshot::PodInfo;
 use nodemedic_rules::spark;
 
 /// The label or annotation that opts a driver pod in (value `"true"`).
@@ -139,6 +140,11 @@ impl FencePolicy {
             return Err(format!("journal_max_bytes: {} is below 4096", self.journal_max_bytes));
         }
         Ok(())
+    }
+
+    /// The journal this policy names.
+    pub fn journal(&self) -> journal::Journal {
+        journal::Journal::new(&self.journal, self.journal_max_bytes)
     }
 
     /// The heartbeat period.
@@ -350,7 +356,8 @@ pub fn candidates<'a>(
 
 #[cfg(test)]
 mod tests {
-    use nodemedic_rules::snapshot::{OwnerRef, TAINT_NOT_READY, TAINT_UNREACHABLE, Toleration};
+    use nodemedic_rules::eviction::{TAINT_NOT_READY, TAINT_UNREACHABLE, Toleration};
+    use nodemedic_rules::snapshot::OwnerRef;
 
     use super::*;
 

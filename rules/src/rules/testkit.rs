@@ -2,6 +2,7 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{Assignment, CpuState, EntryKey};
+use crate::eviction::TAINT_UNREACHABLE;
 use crate::snapshot::*;
 use crate::topology::{CpuInfo, CpuTopology};
 use crate::validate::CpuManagerConfig;
