@@ -1,6 +1,9 @@
-//! Sets `NODEMEDIC_REVISION` for `nodemedic_build_info{revision}` and `--version`: the value of
-//! the environment variable of that name when the build sets it (an image build without the
-//! repository's `.git`), else the short commit of the checkout, else `unknown`.
+//! Two jobs:
+//! - sets `NODEMEDIC_REVISION` for `nodemedic_build_info{revision}` and `--version`: the value
+//!   of the environment variable of that name when the build sets it (an image build without
+//!   the repository's `.git`), else the short commit of the checkout, else `unknown`;
+//! - generates the kubelet PodResources gRPC client from `proto/podresources.proto`: protox
+//!   compiles the file to descriptors (no `protoc` needed), tonic-prost-build writes the Rust.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,7 +25,15 @@ fn clean(revision: &str) -> Option<String> {
     ok.then(|| revision.to_string())
 }
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/podresources.proto";
+    println!("cargo::rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+
     println!("cargo::rerun-if-env-changed=NODEMEDIC_REVISION");
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let from_env = std::env::var("NODEMEDIC_REVISION").ok().and_then(|r| clean(&r));
@@ -51,4 +62,5 @@ fn main() {
         "cargo::rustc-env=NODEMEDIC_REVISION={}",
         revision.as_deref().unwrap_or("unknown")
     );
+    Ok(())
 }

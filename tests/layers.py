@@ -21,7 +21,7 @@ LAYERS = [
     {"collect", "spark", "probe"},
     {"kube_api", "leader", "apimon"},
     {"scan"},
-    {"report", "metrics", "events", "conditions", "repair", "fence"},
+    {"report", "metrics", "events", "conditions", "repair", "fence", "nrt"},
     {"config", "daemon"},
     {"cli"},
 ]

@@ -42,6 +42,8 @@ pub struct FileConfig {
     pub repair: Option<AutoRepairPolicy>,
     /// Driver fencing on partitioned nodes (docs/operations/partitions.md).
     pub fencing: Option<FencePolicy>,
+    /// Publish this node's NodeResourceTopology (docs/operations/node-resource-topology.md).
+    pub publish_node_resource_topology: Option<bool>,
 }
 
 /// What is wrong with a configuration: the file, the key or the flag, and why.
@@ -170,6 +172,7 @@ pub struct Effective {
     pub settings: Settings,
     pub repair: AutoRepairPolicy,
     pub fencing: FencePolicy,
+    pub publish_node_resource_topology: bool,
 }
 
 /// Seconds as a duration; fractions allowed (tests run fast cycles), never below 50 ms.
@@ -199,6 +202,8 @@ pub struct Flags {
     pub log_format: Option<Format>,
     /// `--fencing`: the fencing mode.
     pub fencing: Option<crate::fence::Mode>,
+    /// `--publish-node-resource-topology`.
+    pub publish_node_resource_topology: Option<bool>,
 }
 
 /// Flags win over the file, the file over the defaults. Rule settings: the file's `rules`,
@@ -308,6 +313,10 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
             }
             f
         },
+        publish_node_resource_topology: args
+            .publish_node_resource_topology
+            .or(file.publish_node_resource_topology)
+            .unwrap_or(false),
     }
     .meaningful()
 }

@@ -21,13 +21,14 @@
 //! 2. [`collect`] (host readers: checkpoint, kubelet config, sysfs, cgroups, procfs, pods files,
 //!    Spark local dirs and configurations; thin `read_*` over pure `parse_*`), [`spark`]
 //!    (driver resolution through a `PodDirectory`), [`probe`] (API requests timed like
-//!    `curl -w`).
+//!    `curl -w`). The kubelet's PodResources API (`collect::podresources`) is read here too.
 //! 3. [`kube_api`] (the client, lean pods, typed errors), [`apimon`] (probe rounds, webhook
 //!    attribution).
 //! 4. [`scan`]: the one snapshot assembler.
 //! 5. Sinks and repairs: [`report`], [`metrics`], [`events`], [`conditions`], [`repair`]
 //!    (`command`: plan → print → confirm → re-check → apply → record, for every repair),
-//!    [`fence`] (driver fencing on partitioned nodes: candidates, stopping, the journal).
+//!    [`fence`] (driver fencing on partitioned nodes: candidates, stopping, the journal),
+//!    [`nrt`] (this node's NodeResourceTopology: built from a snapshot, written on change).
 //! 6. [`config`] (file and flags merged), [`daemon`] (`nodemedic run`: one runtime,
 //!    supervised tasks, the HTTP endpoint).
 //! 7. [`cli`]: the only module that knows clap; maps arguments to options and errors to exit
@@ -48,6 +49,7 @@ pub mod host;
 pub mod kube_api;
 pub mod leader;
 pub mod metrics;
+pub mod nrt;
 pub mod output;
 pub mod probe;
 pub mod repair;

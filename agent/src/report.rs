@@ -93,8 +93,16 @@ impl Report {
                     nodemedic_rules::snapshot::PodSource::Cgroups => {
                         " (liveness from cgroups: a pod is alive when its cgroup has processes)".to_string()
                     }
+                    nodemedic_rules::snapshot::PodSource::PodResources => {
+                        " (liveness from the kubelet: a pod is alive while its PodResources API lists it)".to_string()
+                    }
                     _ => format!(" ({} pods bound to this node)", snapshot.pods.len()),
                 }),
+                "podresources" => match &snapshot.kubelet_view {
+                    Observed::Ok(v) => Some(format!(" ({} pods listed, {})", v.pods.len(), v.socket)),
+                    Observed::Missing { path } => Some(format!(" ({path})")),
+                    _ => None,
+                },
                 "api" => snapshot.api.ok().map(|a| {
                     let n = a.samples.len();
                     format!(" ({n} probe sample{})", if n == 1 { "" } else { "s" })

@@ -89,7 +89,16 @@ pub struct Options {
     /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
     /// that a hung mount never stalls its watch or `/metrics`.
     pub host_reads_inline: bool,
+    /// The pods of this node last known (the daemon's store while its watch is down):
+    /// (namespace, name) to UIDs, to name the pods the kubelet's PodResources API lists.
+    pub last_known_pods: std::collections::BTreeMap<(String, String), Vec<String>>,
+    /// Do not ask the kubelet's PodResources API.
+    pub skip_kubelet_view: bool,
 }
+
+/// The end of a note that says liveness falls back to the cgroups; rewritten when the
+/// kubelet's PodResources list decides instead.
+const CGROUPS_FALLBACK: &str = ": liveness from cgroups";
 
 /// Where a one-shot command takes its pods from: the command line, as plain values.
 #[derive(Debug, Clone, Default)]
@@ -180,7 +189,7 @@ pub async fn snapshot<D: PodDirectory>(
                 scan_opts.pods = Some((list, PodSource::Api));
                 api = Some(conn);
             }
-            Err(e) if *fallback => notes.push(format!("Kubernetes API not used ({e}): liveness from cgroups")),
+            Err(e) if *fallback => notes.push(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}")),
             Err(e) => return Err(ScanError::Api(e)),
         },
         Pods::Given { node, pods, source } => {
@@ -207,7 +216,11 @@ pub async fn snapshot<D: PodDirectory>(
         .map_err(|e| ScanError::Task(e.to_string()))??
     };
     let mut snapshot = collected.snapshot;
+    let mut records = collected.records;
     snapshot.notes.splice(0..0, notes);
+    if let (Some(kubelet_dir), false) = (&collected.kubelet_dir, opts.skip_kubelet_view) {
+        read_kubelet_view(host, kubelet_dir, opts, &mut snapshot, &mut records).await;
+    }
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     let (local, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
     let lookups = async {
@@ -263,10 +276,61 @@ pub async fn snapshot<D: PodDirectory>(
             Err(e) => snapshot.notes.push(format!("API probes not run: {e}")),
         }
     }
-    Ok(Scanned {
-        snapshot,
-        records: collected.records,
-    })
+    Ok(Scanned { snapshot, records })
+}
+
+/// Asks the kubelet's PodResources API into the snapshot; without a pod list, its pods decide
+/// liveness.
+async fn read_kubelet_view(
+    host: &HostPaths,
+    kubelet_dir: &std::path::Path,
+    opts: &Options,
+    snapshot: &mut NodeSnapshot,
+    records: &mut Records,
+) {
+    use collect::podresources;
+    let mut names = opts.last_known_pods.clone();
+    for p in &snapshot.pods {
+        let uids = names.entry((p.namespace.clone(), p.name.clone())).or_default();
+        if !uids.contains(&p.uid) {
+            uids.push(p.uid.clone());
+        }
+    }
+    let inputs = podresources::ViewInputs {
+        kubelet_dir: kubelet_dir.to_path_buf(),
+        checkpoint: snapshot.checkpoint.ok().map(|f| (host.host(&f.path), f.modified_at)),
+        names,
+    };
+    let started = std::time::Instant::now();
+    let view = podresources::read_kubelet_view(host, &inputs).await;
+    let (status, failed) = podresources::status(&view);
+    records.set(collect::Record {
+        name: "podresources",
+        duration: started.elapsed(),
+        status,
+        failed,
+    });
+    if let Observed::Ok(v) = &view {
+        if v.checkpoint_changed {
+            snapshot.notes.push(format!(
+                "{} changed while the kubelet's PodResources API was read: the two are not compared this scan",
+                v.socket
+            ));
+        }
+        if snapshot.pod_source == PodSource::Cgroups {
+            snapshot.pod_source = PodSource::PodResources;
+            for note in snapshot.notes.iter_mut() {
+                if let Some(head) = note.strip_suffix(CGROUPS_FALLBACK) {
+                    *note = format!("{head}: liveness from the kubelet's PodResources API");
+                }
+            }
+            if let Some(mut r) = records.get("pods").cloned() {
+                r.status = PodSource::PodResources.as_str().to_string();
+                records.set(r);
+            }
+        }
+    }
+    snapshot.kubelet_view = view;
 }
 
 /// The drivers of the executors among `pods`, every driver of their applications, and what
@@ -314,7 +378,7 @@ pub async fn api_or_cgroups(
         ),
         Err(e) => (
             Pods::Cgroups,
-            Some(format!("Kubernetes API not used ({e}): liveness from cgroups")),
+            Some(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}")),
         ),
     }
 }

@@ -114,6 +114,7 @@ fn rules_catalogue() {
             "stale-cpu-assignment",
             "cross-pod-cpu-overlap",
             "cpuset-drift",
+            "kubelet-state-divergence",
             "exclusive-cpu-shortage",
             "orphaned-executor",
             "executor-without-owner",

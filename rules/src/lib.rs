@@ -21,6 +21,7 @@
 //! - [`text`]: list lengths, human sizes and durations, shared command lines and remedies.
 //! - [`admission`]: which admission webhooks apply to a pod CREATE (admissionregistration/v1).
 //! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
+//! - [`kubelet_view`]: the kubelet's own view of its CPU assignments (PodResources API).
 
 pub mod admission;
 pub mod checkpoint;
@@ -29,6 +30,7 @@ pub mod eviction;
 pub mod facts;
 pub mod finding;
 pub mod hostpath;
+pub mod kubelet_view;
 pub mod probes;
 pub mod promtext;
 pub mod quantity;

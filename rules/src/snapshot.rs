@@ -53,6 +53,8 @@ pub struct CheckpointFile {
     pub path: String,
     /// Seconds since the file was last written (from its mtime), when known.
     pub age_seconds: Option<f64>,
+    /// Its mtime, unix seconds (with the fraction), when known.
+    pub modified_at: Option<f64>,
     /// The parsed file, or why the kubelet could not read it either.
     pub content: Result<Checkpoint, CheckpointError>,
     /// Its state (cpusets parsed), computed once when the file is read; every rule, the
@@ -68,6 +70,7 @@ impl CheckpointFile {
         CheckpointFile {
             path,
             age_seconds,
+            modified_at: None,
             content,
             state,
         }
@@ -86,6 +89,13 @@ pub struct KubeletConfig {
     pub cgroup_driver: String,
     /// `cgroupRoot` (`/` when unset).
     pub cgroup_root: String,
+    /// `topologyManagerPolicy` (`none` when unset).
+    pub topology_manager_policy: String,
+    /// `topologyManagerScope` (`container` when unset).
+    pub topology_manager_scope: String,
+    /// When the kubelet process started, unix seconds (from procfs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
 }
 
 /// cgroup v1 or v2.
@@ -426,18 +436,26 @@ pub enum PodSource {
     Api,
     /// A `kubectl get pods -o json` file.
     File,
+    /// No pod list: the pods the kubelet's PodResources API lists are alive.
+    PodResources,
     /// No pod list: a pod is alive when its cgroup has processes.
     Cgroups,
 }
 
 impl PodSource {
-    /// The report's word: `api`, `file`, `cgroups`.
+    /// The report's word: `api`, `file`, `podresources`, `cgroups`.
     pub fn as_str(&self) -> &'static str {
         match self {
             PodSource::Api => "api",
             PodSource::File => "file",
+            PodSource::PodResources => "podresources",
             PodSource::Cgroups => "cgroups",
         }
+    }
+
+    /// A list of pod objects (API or file), which names every container and phase.
+    pub fn is_pod_list(&self) -> bool {
+        matches!(self, PodSource::Api | PodSource::File)
     }
 }
 
@@ -529,8 +547,11 @@ pub struct NodeSnapshot {
     /// procfs status (its data lives in the cgroup tree's processes).
     pub procfs: Observed<()>,
     pub pod_source: PodSource,
-    /// Pods bound to this node (empty with [`PodSource::Cgroups`]).
+    /// Pods bound to this node (empty with [`PodSource::Cgroups`] and
+    /// [`PodSource::PodResources`]).
     pub pods: Vec<PodInfo>,
+    /// The kubelet's own view (its PodResources API).
+    pub kubelet_view: Observed<crate::kubelet_view::KubeletView>,
     /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
     /// unparsable file): shown in the report, never fatal.
     pub notes: Vec<String>,
@@ -603,6 +624,7 @@ impl NodeSnapshot {
             procfs: missing("/proc"),
             pod_source: PodSource::Cgroups,
             pods: Vec::new(),
+            kubelet_view: missing("/var/lib/kubelet/pod-resources/kubelet.sock"),
             notes: Vec::new(),
             drivers: BTreeMap::new(),
             app_drivers: BTreeMap::new(),

@@ -118,3 +118,57 @@ mod tests {
         assert_eq!(human_seconds(345600), "4d");
     }
 }
+
+/// Unix seconds as an RFC 3339 UTC time (`2026-11-24T19:39:04Z`); `None` before 1970 or past
+/// year 9999. The civil date comes from the day count by the usual era arithmetic of the
+/// proleptic Gregorian calendar (400-year eras of 146,097 days).
+pub fn unix_to_rfc3339(secs: i64) -> Option<String> {
+    if !(0..253_402_300_800).contains(&secs) {
+        return None;
+    }
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 0000-03-01, so that the leap day ends a year.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    ))
+}
+
+#[cfg(test)]
+mod rfc3339_tests {
+    use super::unix_to_rfc3339;
+
+    #[test]
+    fn dates_match_known_instants() {
+        // Values checked against `date -u -d @N +%FT%TZ`.
+        let cases = [
+            (0, "1970-01-01T00:00:00Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (1_700_000_000, "2023-11-14T22:13:20Z"),
+            (1_709_251_199, "2024-02-29T23:59:59Z"),
+            (1_795_549_144, "2026-11-24T19:39:04Z"),
+            (4_102_444_800, "2100-01-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(unix_to_rfc3339(secs).as_deref(), Some(want), "{secs}");
+        }
+        assert_eq!(unix_to_rfc3339(-1), None);
+        assert_eq!(unix_to_rfc3339(253_402_300_800), None);
+    }
+}

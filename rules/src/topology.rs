@@ -19,6 +19,8 @@ pub struct CpuInfo {
     pub core: u32,
     /// `physical_package_id`.
     pub socket: u32,
+    /// The NUMA node (sysfs `cpuN/nodeM`; 0 on a machine without NUMA).
+    pub numa: u32,
 }
 
 /// The online CPUs with their cores and sockets, sorted by CPU id.
@@ -38,7 +40,8 @@ impl CpuTopology {
     }
 
     /// A machine with `sockets` x `cores` x `threads`, numbered like Linux on x86: the first
-    /// thread of every core first, then the second threads (`cpu = thread * cores_total + core`).
+    /// thread of every core first, then the second threads (`cpu = thread * cores_total + core`);
+    /// one NUMA node per socket.
     pub fn uniform(sockets: u32, cores_per_socket: u32, threads: u32) -> Self {
         let total_cores = sockets * cores_per_socket;
         let mut cpus = Vec::new();
@@ -49,11 +52,21 @@ impl CpuTopology {
                         cpu: t * total_cores + s * cores_per_socket + c,
                         core: c,
                         socket: s,
+                        numa: s,
                     });
                 }
             }
         }
         CpuTopology::new(cpus)
+    }
+
+    /// The CPUs of each NUMA node.
+    pub fn numa_nodes(&self) -> std::collections::BTreeMap<u32, CpuSet> {
+        let mut nodes: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        for c in &self.cpus {
+            nodes.entry(c.numa).or_default().push(c.cpu);
+        }
+        nodes.into_iter().map(|(n, cpus)| (n, CpuSet::from_ids(cpus))).collect()
     }
 
     /// Every CPU in the topology.
@@ -173,7 +186,8 @@ mod tests {
             CpuInfo {
                 cpu: 4,
                 core: 0,
-                socket: 0
+                socket: 0,
+                numa: 0
             }
         );
         assert_eq!(t.cpus_per_core(), 2);

@@ -10,11 +10,13 @@ pub mod apiserver;
 pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod cluster;
+pub mod crd;
 pub mod detection;
 pub mod fleet;
 pub mod hosttree;
 pub mod manifests;
 pub mod measure;
+pub mod podresources;
 pub mod scenarios;
 pub mod sparkpods;
 
@@ -124,7 +126,7 @@ pub fn nodemedic(args: &[&str]) -> Run {
 }
 
 /// A JSON report with the fields that change from run to run replaced by placeholders
-/// (`generated_at`, the checkpoint's age in seconds).
+/// (`generated_at`, the checkpoint's age in seconds and mtime, the kubelet's start time).
 pub fn normalize_report(json: &str) -> serde_json::Value {
     let mut v: serde_json::Value =
         serde_json::from_str(json).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{json}"));
@@ -133,6 +135,11 @@ pub fn normalize_report(json: &str) -> serde_json::Value {
         for f in findings {
             if let Some(age) = f["evidence"].get_mut("checkpoint_age_seconds") {
                 *age = "<age>".into();
+            }
+            for (key, placeholder) in [("checkpoint_modified", "<mtime>"), ("kubelet_started", "<started>")] {
+                if let Some(v) = f["evidence"].get_mut(key) {
+                    *v = placeholder.into();
+                }
             }
         }
     }

@@ -322,7 +322,8 @@ async fn version_health_discovery_and_metrics() {
             "events.k8s.io",
             "admissionregistration.k8s.io",
             "coordination.k8s.io",
-            "sparkoperator.k8s.io"
+            "sparkoperator.k8s.io",
+            "topology.node.k8s.io"
         ]
     );
     assert_eq!(
@@ -1659,6 +1660,315 @@ async fn spark_applications_are_served_with_a_status_subresource() {
     );
 }
 
+/// A NodeResourceTopology as nodemedic publishes it (docs/operations/node-resource-topology.md).
+fn node_resource_topology(node: &str, node_uid: &str, available: [&str; 2]) -> Value {
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {
+            "name": node,
+            "labels": {"app.kubernetes.io/managed-by": "nodemedic"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+        },
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "container"},
+            {"name": "nodemedic.io/stale-cpus", "value": "4-5"}
+        ],
+        "zones": [
+            {"name": "node-0", "type": "Node",
+             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "7", "available": available[0]}]},
+            {"name": "node-1", "type": "Node",
+             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8", "available": available[1]}]}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn node_resource_topologies_are_served_cluster_scoped() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let group = "/apis/topology.node.k8s.io/v1alpha2";
+    let coll = format!("{group}/noderesourcetopologies");
+    let path = format!("{coll}/worker-1");
+    let crd = nodemedic_tests::crd::node_resource_topology_crd();
+    let node_uid = api.store().create(node("worker-1"))["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut w = c.watch(&format!("{coll}?watch=true")).await;
+
+    // Create, then GET: stored as sent, with the server's metadata; valid against the CRD.
+    let body = node_resource_topology("worker-1", &node_uid, ["3", "6"]);
+    nodemedic_tests::crd::validate(&crd, "v1alpha2", &body).unwrap();
+    let r = c.post(&coll, &body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let created = r.json();
+    assert_eq!(
+        (&created["apiVersion"], &created["kind"]),
+        (&json!("topology.node.k8s.io/v1alpha2"), &json!("NodeResourceTopology"))
+    );
+    assert_eq!(created["zones"], body["zones"]);
+    assert_eq!(created["attributes"], body["attributes"]);
+    assert_eq!(created["metadata"]["labels"], body["metadata"]["labels"]);
+    assert_eq!(
+        created["metadata"]["ownerReferences"],
+        body["metadata"]["ownerReferences"]
+    );
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"].get("namespace").is_none());
+    nodemedic_tests::crd::validate(&crd, "v1alpha2", &created).unwrap();
+    let got = c.get(&path).await;
+    assert_eq!((got.status, got.json()), (200, created.clone()));
+    assert_eq!(api.store().get("node-res-topo", None, "worker-1").unwrap(), created);
+    let e = w.change().await;
+    assert_eq!((&e["type"], &e["object"]), (&json!("ADDED"), &created));
+    let dup = c.post(&coll, &body).await;
+    assert_eq!(
+        (
+            dup.status,
+            dup.json()["reason"].as_str(),
+            dup.json()["message"].as_str()
+        ),
+        (
+            409,
+            Some("AlreadyExists"),
+            Some("noderesourcetopologies.topology.node.k8s.io \"worker-1\" already exists")
+        )
+    );
+    // Cluster-scoped: no namespaced path.
+    assert_eq!(
+        c.get(&format!("{group}/namespaces/default/noderesourcetopologies/worker-1"))
+            .await
+            .status,
+        404
+    );
+    // No subresources either.
+    assert_eq!(c.get(&format!("{path}/status")).await.status, 404);
+
+    // PUT with the current resource version: an update. With a stale one: 409 Conflict, the
+    // object unchanged. Without one: 422, as for every custom resource.
+    let mut update = created.clone();
+    update["zones"][0]["resources"][0]["available"] = json!("5");
+    update["attributes"][2]["value"] = json!("");
+    let r = c.put(&path, &update).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let updated = r.json();
+    assert_eq!(updated["zones"][0]["resources"][0]["available"], "5");
+    assert!(rv_of(&updated) > rv_of(&created));
+    let e = w.change().await;
+    assert_eq!((&e["type"], &e["object"]), (&json!("MODIFIED"), &updated));
+    let mut stale = created.clone();
+    stale["zones"][1]["resources"][0]["available"] = json!("2");
+    let r = c.put(&path, &stale).await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Operation cannot be fulfilled on noderesourcetopologies.topology.node.k8s.io \"worker-1\": \
+                           the object has been modified; please apply your changes to the latest version and try again",
+               "reason": "Conflict",
+               "details": {"name": "worker-1", "group": "topology.node.k8s.io", "kind": "noderesourcetopologies"},
+               "code": 409})
+    );
+    assert_eq!(c.get(&path).await.json(), updated);
+    let mut blind = stale.clone();
+    blind["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    assert_eq!(c.put(&path, &blind).await.status, 422);
+    // A PUT that changes nothing stores nothing.
+    let r = c.put(&path, &updated).await;
+    assert_eq!((r.status, rv_of(&r.json())), (200, rv_of(&updated)));
+
+    // Patches: JSON merge and JSON patch (with a resource-version test); no strategic merge,
+    // no server-side apply.
+    let r = c
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &json!({"metadata": {"resourceVersion": updated["metadata"]["resourceVersion"]},
+                    "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                                   {"name": "topologyManagerScope", "value": "pod"}]}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let merged = r.json();
+    assert_eq!(
+        merged["attributes"].as_array().unwrap().len(),
+        2,
+        "a merge patch replaces lists"
+    );
+    assert_eq!(merged["zones"], updated["zones"]);
+    let stale_merge = c
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &json!({"metadata": {"resourceVersion": updated["metadata"]["resourceVersion"]}, "zones": []}),
+        )
+        .await;
+    assert_eq!(stale_merge.status, 409);
+    let r = c
+        .patch(
+            &path,
+            "application/json-patch+json",
+            &json!([{"op": "test", "path": "/metadata/resourceVersion", "value": merged["metadata"]["resourceVersion"]},
+                    {"op": "replace", "path": "/zones/1/resources/0/available", "value": "7"}]),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let patched = r.json();
+    assert_eq!(patched["zones"][1]["resources"][0]["available"], "7");
+    nodemedic_tests::crd::validate(&crd, "v1alpha2", &patched).unwrap();
+    let failed_test = c
+        .patch(
+            &path,
+            "application/json-patch+json",
+            &json!([{"op": "test", "path": "/metadata/resourceVersion", "value": merged["metadata"]["resourceVersion"]}]),
+        )
+        .await;
+    assert_eq!(failed_test.status, 422, "{}", failed_test.text);
+    for content_type in ["application/strategic-merge-patch+json", "application/apply-patch+yaml"] {
+        let r = c.patch(&path, content_type, &json!({"zones": []})).await;
+        assert_eq!(
+            (r.status, r.json()["reason"].as_str()),
+            (415, Some("UnsupportedMediaType")),
+            "{content_type}"
+        );
+    }
+
+    // Faults match the plural, with or without the group.
+    api.faults().fail(
+        "update",
+        "noderesourcetopologies.topology.node.k8s.io",
+        500,
+        Some(1),
+        None,
+    );
+    let mut next = patched.clone();
+    next["zones"][0]["resources"][0]["available"] = json!("4");
+    assert_eq!(c.put(&path, &next).await.status, 500);
+    let r = c.put(&path, &next).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let last = r.json();
+
+    // Lists: the List kind, label selectors, field selectors on metadata.name only.
+    let mut other = node_resource_topology("worker-2", "7d0c0f57-8a32-4a8e-b1a4-6f5a5b2c1d0e", ["8", "8"]);
+    other["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "nfd-topology-updater"});
+    api.store().create(other);
+    let all = c.get(&coll).await.json();
+    assert_eq!(
+        (&all["kind"], &all["apiVersion"]),
+        (
+            &json!("NodeResourceTopologyList"),
+            &json!("topology.node.k8s.io/v1alpha2")
+        )
+    );
+    assert_eq!(names(&all), ["worker-1", "worker-2"]);
+    assert_eq!(
+        names(
+            &c.get(&format!(
+                "{coll}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dnodemedic"
+            ))
+            .await
+            .json()
+        ),
+        ["worker-1"]
+    );
+    assert_eq!(
+        names(
+            &c.get(&format!("{coll}?fieldSelector=metadata.name%3Dworker-2"))
+                .await
+                .json()
+        ),
+        ["worker-2"]
+    );
+    assert_eq!(
+        c.get(&format!("{coll}?fieldSelector=metadata.namespace%3Ddefault"))
+            .await
+            .status,
+        400
+    );
+
+    // Delete: a success Status, then 404.
+    let gone = c.delete(&path, None).await.json();
+    assert_eq!(
+        (&gone["status"], &gone["details"]),
+        (
+            &json!("Success"),
+            &json!({"name": "worker-1", "group": "topology.node.k8s.io", "kind": "noderesourcetopologies",
+                    "uid": created["metadata"]["uid"]})
+        )
+    );
+    assert_eq!(c.get(&path).await.status, 404);
+
+    // Discovery.
+    let resources = c.get(group).await.json();
+    assert_eq!(
+        resources,
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "topology.node.k8s.io/v1alpha2",
+        "resources": [
+            {"name": "noderesourcetopologies", "singularName": "noderesourcetopology", "namespaced": false,
+             "kind": "NodeResourceTopology",
+             "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+             "shortNames": ["node-res-topo"]}
+        ]})
+    );
+    assert_eq!(
+        c.get("/apis/topology.node.k8s.io").await.json()["preferredVersion"]["groupVersion"],
+        "topology.node.k8s.io/v1alpha2"
+    );
+
+    // Every write is in the request log, failed ones included, so a test can count the writes
+    // of an agent: (verb, status) in order.
+    let writes: Vec<(String, u16)> = api
+        .requests()
+        .iter()
+        .filter(|r| r.group == "topology.node.k8s.io" && r.resource == "noderesourcetopologies")
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .map(|r| (r.verb.clone(), r.status))
+        .collect();
+    let want: Vec<(String, u16)> = [
+        ("create", 201),
+        ("create", 409),
+        ("update", 200),
+        ("update", 409),
+        ("update", 422),
+        ("update", 200),
+        ("patch", 200),
+        ("patch", 409),
+        ("patch", 200),
+        ("patch", 422),
+        ("patch", 415),
+        ("patch", 415),
+        ("update", 500),
+        ("update", 200),
+        ("delete", 200),
+    ]
+    .iter()
+    .map(|(v, s)| (v.to_string(), *s))
+    .collect();
+    assert_eq!(writes, want);
+    let log = api.requests();
+    let first_create = log
+        .iter()
+        .find(|r| r.verb == "create" && r.resource == "noderesourcetopologies")
+        .unwrap();
+    assert_eq!(
+        (
+            first_create.method.as_str(),
+            first_create.path.as_str(),
+            first_create.name.as_deref()
+        ),
+        ("POST", coll.as_str(), None)
+    );
+    assert_eq!(first_create.body_json().unwrap(), body);
+    let last_update = log.iter().rfind(|r| r.verb == "update" && r.status == 200).unwrap();
+    assert_eq!(last_update.name.as_deref(), Some("worker-1"));
+    assert_eq!(last_update.namespace, None);
+    assert_eq!(
+        last_update.body_json().unwrap()["zones"][0]["resources"][0]["available"],
+        last["zones"][0]["resources"][0]["available"]
+    );
+}
+
 #[tokio::test]
 async fn pods_get_the_default_tolerations() {
     let api = ApiServer::start().await.unwrap();
@@ -2194,6 +2504,77 @@ mod kube_compat {
             other => panic!("expected 415, got {other:?}"),
         }
         assert!(apps.delete("etl", &DeleteParams::default()).await.unwrap().is_right());
+    }
+
+    #[tokio::test]
+    async fn node_resource_topologies_through_kube() {
+        use kube::api::{DynamicObject, GroupVersionKind};
+        use kube::discovery::Scope;
+
+        let api = ApiServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&api, dir.path()).await;
+
+        let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+        let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", "NodeResourceTopology");
+        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
+        assert_eq!(ar.plural, "noderesourcetopologies");
+        assert_eq!(caps.scope, Scope::Cluster);
+        assert!(caps.subresources.is_empty());
+
+        let nrts: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let obj: DynamicObject = serde_json::from_value(node_resource_topology(
+            "n1",
+            "0b7f4e1c-2d3a-4b5c-8d9e-0f1a2b3c4d5e",
+            ["3", "6"],
+        ))
+        .unwrap();
+        let created = nrts.create(&PostParams::default(), &obj).await.unwrap();
+        assert_eq!(created.data["zones"][0]["resources"][0]["available"], "3");
+        let got = nrts.get("n1").await.unwrap();
+        assert_eq!(got.resource_version(), created.resource_version());
+
+        // replace with the resource version read: fine; again with the same one: 409.
+        let mut next = got.clone();
+        next.data["zones"][0]["resources"][0]["available"] = json!("2");
+        let replaced = nrts.replace("n1", &PostParams::default(), &next).await.unwrap();
+        assert_ne!(replaced.resource_version(), got.resource_version());
+        match nrts.replace("n1", &PostParams::default(), &next).await {
+            Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
+            other => panic!("expected 409, got {other:?}"),
+        }
+        let patched = nrts
+            .patch(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"zones": [{"name": "node-0", "type": "Node"}]})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(patched.data["zones"], json!([{"name": "node-0", "type": "Node"}]));
+        let listed = nrts
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=nodemedic"))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.iter().map(|o| o.name_any()).collect::<Vec<_>>(), ["n1"]);
+        assert!(nrts.delete("n1", &DeleteParams::default()).await.unwrap().is_right());
+
+        let writes: Vec<(String, u16)> = api
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "noderesourcetopologies" && r.verb != "get" && r.verb != "list")
+            .map(|r| (r.verb.clone(), r.status))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("create".to_string(), 201),
+                ("update".to_string(), 200),
+                ("update".to_string(), 409),
+                ("patch".to_string(), 200),
+                ("delete".to_string(), 200)
+            ]
+        );
     }
 
     #[tokio::test]

@@ -12,8 +12,15 @@ fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
-            if e.file_type().unwrap().is_dir() {
+            let kind = e.file_type().unwrap();
+            if kind.is_dir() {
                 stack.push(p);
+            } else if kind.is_symlink() {
+                // sysfs's `cpuN/nodeM` links: their target is what they hold.
+                out.insert(
+                    p.strip_prefix(root).unwrap().display().to_string(),
+                    std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes(),
+                );
             } else {
                 out.insert(
                     p.strip_prefix(root).unwrap().display().to_string(),

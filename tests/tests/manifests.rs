@@ -172,6 +172,58 @@ fn apiserver_metrics_component_renders_and_validates() {
     }
 }
 
+/// components/node-resource-topology: one ClusterRole rule for the NodeResourceTopology objects
+/// the switch on the agent's container and the NUMA nodes' memory, read-only; nothing else changes.
+#[test]
+fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
+    let rendered = render_with_components(&["node-resource-topology"]);
+    validate(&rendered, "base-with-node-resource-topology");
+    let mut docs = yaml_docs(&rendered);
+    let role = by_kind(&docs, "ClusterRole", "nodemedic");
+    let nrt: BTreeSet<_> = ["get", "create", "update", "patch"]
+        .into_iter()
+        .map(|v| grant("topology.node.k8s.io", "noderesourcetopologies", v))
+        .collect();
+    assert_eq!(grants(role), base_grants().union(&nrt).cloned().collect());
+    assert_no_wildcards_or_secrets(&docs);
+    let ds = by_kind(&docs, "DaemonSet", "nodemedic");
+    let env = container(ds, "nodemedic")["env"].as_array().unwrap();
+    assert!(
+        env.contains(&json!({"name": "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY", "value": "true"})),
+        "{env:?}"
+    );
+    // NUMA nodes' memory, read-only: the one host path it adds.
+    let mounts = container(ds, "nodemedic")["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts.contains(&json!({"name": "host-numa", "mountPath": "/host/sys/devices/system/node", "readOnly": true, "recursiveReadOnly": "IfPossible"})),
+        "{mounts:?}"
+    );
+    // Take all three away again: what is left is the base.
+    for d in docs.iter_mut() {
+        if d["kind"] == "ClusterRole" && d["metadata"]["name"] == "nodemedic" {
+            d["rules"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|r| r["apiGroups"] != json!(["topology.node.k8s.io"]));
+        }
+        if d["kind"] == "DaemonSet" {
+            d["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|e| e["name"] != "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY");
+            d["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|m| m["name"] != "host-numa");
+            d["spec"]["template"]["spec"]["volumes"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|v| v["name"] != "host-numa");
+        }
+    }
+    assert_eq!(docs, yaml_docs(&kustomize(&daemonset_dir().join("base"))));
+}
+
 // ---------------------------------------------------------------------------- least privilege
 
 /// What the agent does in the API (docs/architecture.md, rbac.yaml), nothing more.
@@ -976,6 +1028,7 @@ fn each_variants_privileges_are_pinned() {
         "control-plane",
         "pod-repairs",
         "fencing",
+        "node-resource-topology",
     ] {
         let rendered = render_with_components(&[c]);
         validate(&rendered, c);

@@ -229,6 +229,12 @@ pub struct RunArgs {
     /// `fencing.mode` (docs/operations/partitions.md) [default: off].
     #[arg(long, value_parser = ["off", "dry-run", "on"], env = "NODEMEDIC_FENCING")]
     pub fencing: Option<String>,
+    /// Publish this node's NodeResourceTopology object (topology.node.k8s.io/v1alpha2) with
+    /// the free exclusive CPUs per NUMA node, stale ones excluded; wins over the
+    /// configuration's `publish_node_resource_topology`
+    /// (docs/operations/node-resource-topology.md) [default: false].
+    #[arg(long, env = "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY")]
+    pub publish_node_resource_topology: Option<bool>,
 }
 
 /// Where the host's files are.

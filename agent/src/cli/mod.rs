@@ -229,6 +229,7 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         rule_setting: a.rules.rule_setting.clone(),
         log_format: a.log_format.map(Into::into),
         fencing: a.fencing.as_deref().and_then(crate::fence::Mode::parse),
+        publish_node_resource_topology: a.publish_node_resource_topology,
     }
 }
 

@@ -54,10 +54,12 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
     let local = kubelet_dir.join(FILE_NAME);
     let path = host.display(&local);
     trace::stat(&local);
-    let age_seconds = std::fs::metadata(&local)
-        .and_then(|m| m.modified())
-        .ok()
+    let modified = std::fs::metadata(&local).and_then(|m| m.modified()).ok();
+    let age_seconds = modified
         .and_then(|m| now.duration_since(m).ok())
+        .map(|d| d.as_secs_f64());
+    let modified_at = modified
+        .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map(|d| d.as_secs_f64());
     let content = match read_bytes(&local, &path, MAX_CHECKPOINT_BYTES) {
         Ok(None) => return Observed::Missing { path },
@@ -73,7 +75,9 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
         }),
         Err(e) => return Observed::Error { reason: e.to_string() },
     };
-    Observed::Ok(CheckpointFile::new(path, age_seconds, content))
+    let mut file = CheckpointFile::new(path, age_seconds, content);
+    file.modified_at = modified_at;
+    Observed::Ok(file)
 }
 
 /// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):

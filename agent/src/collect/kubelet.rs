@@ -51,6 +51,8 @@ struct ConfigFile {
     system_reserved: Option<BTreeMap<String, Scalar>>,
     cgroup_driver: Option<String>,
     cgroup_root: Option<String>,
+    topology_manager_policy: Option<String>,
+    topology_manager_scope: Option<String>,
 }
 
 /// What reading the kubelet's configuration found.
@@ -132,8 +134,9 @@ fn parse_key_values(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Builds the configuration from the file's text (if any) and the kubelet's flags.
-pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<(CpuManagerConfig, String, String), String> {
+/// Builds the configuration from the file's text (if any) and the kubelet's flags (`path`,
+/// `found_by` and `started_at` are left for the caller).
+pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<KubeletConfig, String> {
     let file: ConfigFile = match yaml {
         Some(text) if !text.trim().is_empty() => {
             serde_saphyr::from_str(text).map_err(|e| format!("invalid KubeletConfiguration YAML: {e}"))?
@@ -161,6 +164,14 @@ pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<(CpuM
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "cgroupfs".into());
     let mut root = file.cgroup_root.filter(|r| !r.is_empty()).unwrap_or_else(|| "/".into());
+    let mut topology_policy = file
+        .topology_manager_policy
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "none".into());
+    let mut topology_scope = file
+        .topology_manager_scope
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "container".into());
 
     // Flags override the file.
     if let Some(p) = flag_value(args, "cpu-manager-policy") {
@@ -188,7 +199,22 @@ pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<(CpuM
     if let Some(r) = flag_value(args, "cgroup-root").filter(|r| !r.is_empty()) {
         root = r;
     }
-    Ok((cpu, driver, root))
+    if let Some(p) = flag_value(args, "topology-manager-policy").filter(|p| !p.is_empty()) {
+        topology_policy = p;
+    }
+    if let Some(s) = flag_value(args, "topology-manager-scope").filter(|s| !s.is_empty()) {
+        topology_scope = s;
+    }
+    Ok(KubeletConfig {
+        path: None,
+        found_by: String::new(),
+        cpu_manager: cpu,
+        cgroup_driver: driver,
+        cgroup_root: root,
+        topology_manager_policy: topology_policy,
+        topology_manager_scope: topology_scope,
+        started_at: None,
+    })
 }
 
 /// Finds and reads the kubelet's configuration under the host root.
@@ -237,12 +263,13 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
         };
     }
     let config = match parse_kubelet_config(text.as_deref(), &args) {
-        Ok((cpu_manager, cgroup_driver, cgroup_root)) => Observed::Ok(KubeletConfig {
+        Ok(parsed) => Observed::Ok(KubeletConfig {
             path: text.is_some().then(|| shown.clone()),
             found_by: found_by.to_string(),
-            cpu_manager,
-            cgroup_driver,
-            cgroup_root,
+            started_at: process
+                .as_ref()
+                .and_then(|(pid, _)| super::procfs::started_at(host, *pid)),
+            ..parsed
         }),
         Err(reason) => Observed::Error {
             reason: format!("{shown}: {reason}"),
@@ -306,6 +333,7 @@ cpuManagerPolicyOptions:
   full-pcpus-only: "true"
   strict-cpu-reservation: true
 cpuManagerReconcilePeriod: 5s
+topologyManagerPolicy: single-numa-node
 kubeReserved:
   cpu: 500m
   memory: 1Gi
@@ -317,7 +345,8 @@ evictionHard:
 
     #[test]
     fn file_then_flags() {
-        let (cpu, driver, root) = parse_kubelet_config(Some(YAML), &[]).unwrap();
+        let k = parse_kubelet_config(Some(YAML), &[]).unwrap();
+        let (cpu, driver, root) = (k.cpu_manager, k.cgroup_driver, k.cgroup_root);
         assert_eq!(cpu.policy, "static");
         assert_eq!(cpu.reconcile_period_seconds, 5.0);
         assert_eq!(cpu.kube_reserved_cpu.as_deref(), Some("500m"));
@@ -325,6 +354,8 @@ evictionHard:
         assert!(cpu.strict_cpu_reservation());
         assert_eq!(cpu.policy_options["full-pcpus-only"], "true");
         assert_eq!((driver.as_str(), root.as_str()), ("systemd", "/"));
+        assert_eq!(k.topology_manager_policy, "single-numa-node");
+        assert_eq!(k.topology_manager_scope, "container");
 
         let flags = args(&[
             "kubelet",
@@ -332,8 +363,13 @@ evictionHard:
             "--reserved-cpus=0-1",
             "--cgroup-root=/custom",
             "--kube-reserved=cpu=2,memory=1Gi",
+            "--topology-manager-policy=restricted",
+            "--topology-manager-scope=pod",
         ]);
-        let (cpu, _, root) = parse_kubelet_config(Some(YAML), &flags).unwrap();
+        let k = parse_kubelet_config(Some(YAML), &flags).unwrap();
+        assert_eq!(k.topology_manager_policy, "restricted");
+        assert_eq!(k.topology_manager_scope, "pod");
+        let (cpu, root) = (k.cpu_manager, k.cgroup_root);
         assert_eq!(cpu.policy, "none");
         assert_eq!(cpu.reserved_system_cpus.unwrap().to_string(), "0-1");
         assert_eq!(cpu.kube_reserved_cpu.as_deref(), Some("2"));
@@ -342,7 +378,12 @@ evictionHard:
 
     #[test]
     fn defaults_and_bad_input() {
-        let (cpu, driver, root) = parse_kubelet_config(None, &[]).unwrap();
+        let k = parse_kubelet_config(None, &[]).unwrap();
+        assert_eq!(
+            (k.topology_manager_policy.as_str(), k.topology_manager_scope.as_str()),
+            ("none", "container")
+        );
+        let (cpu, driver, root) = (k.cpu_manager, k.cgroup_driver, k.cgroup_root);
         assert_eq!((cpu.policy.as_str(), cpu.reconcile_period_seconds), ("none", 10.0));
         assert_eq!((driver.as_str(), root.as_str()), ("cgroupfs", "/"));
         let cases = [

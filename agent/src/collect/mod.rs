@@ -12,6 +12,7 @@ pub mod kubelet;
 pub mod localdirs;
 pub mod node_object;
 pub mod pod_object;
+pub mod podresources;
 pub mod pods;
 pub mod procfs;
 pub mod read;
@@ -48,6 +49,8 @@ pub struct Collected {
     pub records: Records,
     /// Every pod of the pods file, on any node (for driver lookups offline).
     pub cluster_pods: Vec<PodInfo>,
+    /// The kubelet's directory on this filesystem (`None`: the host was not read).
+    pub kubelet_dir: Option<PathBuf>,
 }
 
 /// Inputs that make a scan impossible.
@@ -64,8 +67,8 @@ pub enum CollectError {
 /// benchmarks are all made from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
-    /// The source's name (`checkpoint`, `kubelet_config`, `cpus`, `cgroups`, `procfs`, `pods`,
-    /// `local_dirs`).
+    /// The source's name (`checkpoint`, `kubelet_config`, `cpus`, `cgroups`, `procfs`,
+    /// `podresources`, `pods`, `local_dirs`).
     pub name: &'static str,
     pub duration: Duration,
     /// The report's word: `ok`, `missing`, `not applicable: ..`, `error: ..`; for `pods`,
@@ -80,12 +83,13 @@ pub struct Record {
 pub struct Records(Vec<Record>);
 
 /// The report's order of sources.
-pub const SOURCES: [&str; 7] = [
+pub const SOURCES: [&str; 8] = [
     "checkpoint",
     "kubelet_config",
     "cpus",
     "cgroups",
     "procfs",
+    "podresources",
     "pods",
     "local_dirs",
 ];
@@ -404,6 +408,9 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
             procfs,
             pod_source,
             pods,
+            kubelet_view: Observed::NotApplicable {
+                reason: "not read".into(),
+            },
             notes,
             drivers: Default::default(),
             app_drivers: Default::default(),
@@ -417,6 +424,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         },
         records,
         cluster_pods,
+        kubelet_dir: Some(kubelet_dir),
     })
 }
 
@@ -478,6 +486,7 @@ pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
         snapshot,
         records,
         cluster_pods,
+        kubelet_dir: None,
     })
 }
 

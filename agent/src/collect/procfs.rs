@@ -58,6 +58,24 @@ impl<'a> StatFields<'a> {
     }
 }
 
+/// When process `pid` started, unix seconds: its start time in clock ticks after boot
+/// (`/proc/<pid>/stat` field 22) over the tick rate, plus the boot time (`btime` of
+/// `/proc/stat`). `None` when either is unreadable.
+pub fn started_at(host: &HostPaths, pid: u32) -> Option<i64> {
+    let stat_path = host.proc().join(pid.to_string()).join("stat");
+    let stat = read_text(&stat_path, &"", STATUS_LIMIT).ok()??;
+    let ticks = StatFields::parse(&stat)?.number(22)?;
+    let boot = read_text(&host.proc().join("stat"), &"", STATUS_LIMIT).ok()??;
+    let btime: i64 = boot
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    (hz > 0).then(|| btime + (ticks / hz as u64) as i64)
+}
+
 /// Whether a command line is the kubelet's (`/usr/bin/kubelet ...`, or `hyperkube kubelet`).
 pub fn is_kubelet(args: &[String]) -> bool {
     let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
@@ -175,5 +193,32 @@ mod tests {
             let args = parse_cmdline(&bytes);
             let _ = is_kubelet(&args);
         }
+    }
+}
+
+#[cfg(test)]
+mod start_time_tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_boot_time_plus_ticks() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path().join("proc");
+        std::fs::create_dir_all(proc.join("42")).unwrap();
+        std::fs::write(proc.join("stat"), "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n").unwrap();
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap().unwrap() as u64;
+        // 22 fields; the command holds a space and a parenthesis, as a process may name itself.
+        let mut fields: Vec<String> = (3..=21).map(|n| n.to_string()).collect();
+        fields.push((hz * 3600 + 7).to_string());
+        std::fs::write(
+            proc.join("42/stat"),
+            format!("42 (kube let) ) {} 0 0\n", fields.join(" ")),
+        )
+        .unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        assert_eq!(started_at(&host, 42), Some(1_700_003_600));
+        assert_eq!(started_at(&host, 43), None);
+        std::fs::write(proc.join("stat"), "cpu 1\n").unwrap();
+        assert_eq!(started_at(&host, 42), None);
     }
 }

@@ -2,7 +2,10 @@
 //!
 //! `/sys/devices/system/cpu/online` lists the online CPUs; for each,
 //! `cpuN/topology/core_id` and `physical_package_id` place it. A missing topology file
-//! (some virtual machines) counts the CPU as its own core on socket 0, and says so.
+//! (some virtual machines) counts the CPU as its own core on socket 0, and says so. Its NUMA
+//! node is the name of the `cpuN/nodeM` link (only the name is read: the link points into
+//! `/sys/devices/system/node`, which the agent does not mount); a kernel without NUMA has no
+//! such link and every CPU is on node 0, as the kubelet counts them.
 
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::Observed;
@@ -45,14 +48,21 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
             let text = read_text(&p, &host.shown(&p), SMALL_FILE).ok()??;
             parse_sysfs_u32(&text).ok()
         };
+        let numa = numa_node_of(&cpu_dir.join(format!("cpu{cpu}"))).unwrap_or(0);
         match (read("core_id"), read("physical_package_id")) {
-            (Some(core), Some(socket)) => cpus.push(CpuInfo { cpu, core, socket }),
+            (Some(core), Some(socket)) => cpus.push(CpuInfo {
+                cpu,
+                core,
+                socket,
+                numa,
+            }),
             _ => {
                 guessed += 1;
                 cpus.push(CpuInfo {
                     cpu,
                     core: cpu,
                     socket: 0,
+                    numa,
                 });
             }
         }
@@ -64,6 +74,16 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
         ));
     }
     Observed::Ok(CpuTopology::new(cpus))
+}
+
+/// The NUMA node of the CPU whose sysfs directory is `dir`: the number in the name of its
+/// `nodeM` entry (the smallest, should there be several).
+fn numa_node_of(dir: &std::path::Path) -> Option<u32> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse::<u32>().ok())
+        .min()
 }
 
 #[cfg(test)]
@@ -85,6 +105,8 @@ mod tests {
         std::fs::create_dir_all(cpu.join("cpu0/topology")).unwrap();
         std::fs::create_dir_all(cpu.join("cpu1/topology")).unwrap();
         std::fs::write(cpu.join("online"), "0-2\n").unwrap();
+        // cpu1 sits on NUMA node 1 (a link whose target is not there, as in the agent's mount).
+        std::os::unix::fs::symlink("../../node/node1", cpu.join("cpu1/node1")).unwrap();
         for (c, core) in [(0, 0), (1, 0)] {
             std::fs::write(cpu.join(format!("cpu{c}/topology/core_id")), format!("{core}\n")).unwrap();
             std::fs::write(cpu.join(format!("cpu{c}/topology/physical_package_id")), "0\n").unwrap();
@@ -100,7 +122,8 @@ mod tests {
             CpuInfo {
                 cpu: 1,
                 core: 0,
-                socket: 0
+                socket: 0,
+                numa: 1
             }
         );
         assert_eq!(
@@ -108,7 +131,8 @@ mod tests {
             CpuInfo {
                 cpu: 2,
                 core: 2,
-                socket: 0
+                socket: 0,
+                numa: 0
             }
         );
         assert!(notes[0].starts_with("1 online CPU(s) have no readable topology under /sys/devices/system/cpu"));
@@ -116,5 +140,72 @@ mod tests {
         assert!(
             matches!(read_cpus(&host, &mut notes), Observed::Error { reason } if reason.starts_with("/sys/devices/system/cpu/online: invalid cpuset"))
         );
+    }
+}
+
+/// Each NUMA node's memory in bytes: `MemTotal` of `/sys/devices/system/node/nodeN/meminfo`
+/// (`Node 0 MemTotal:  32768000 kB`). Empty when the directory is not visible (the base
+/// DaemonSet does not mount it; components/node-resource-topology does).
+pub fn read_numa_memory(host: &HostPaths) -> std::collections::BTreeMap<u32, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let dir = host.host("/sys/devices/system/node");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return out;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let Some(node) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path().join("meminfo");
+        if let Ok(Some(text)) = read_text(&path, &host.shown(&path), SMALL_FILE) {
+            if let Some(bytes) = parse_node_mem_total(&text) {
+                out.insert(node, bytes);
+            }
+        }
+    }
+    out
+}
+
+/// `MemTotal` of a NUMA node's `meminfo`, in bytes.
+pub fn parse_node_mem_total(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.contains("MemTotal:"))?;
+    let mut words = line.split_once("MemTotal:")?.1.split_whitespace();
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => value.checked_mul(1024),
+        None => Some(value),
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod numa_memory_tests {
+    use super::*;
+
+    #[test]
+    fn node_meminfo() {
+        let text = "Node 0 MemTotal:       32768000 kB\nNode 0 MemFree:        1024 kB\n";
+        assert_eq!(parse_node_mem_total(text), Some(32_768_000 * 1024));
+        assert_eq!(parse_node_mem_total("Node 0 MemFree: 1 kB\n"), None);
+        assert_eq!(parse_node_mem_total("Node 0 MemTotal: x kB\n"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("sys/devices/system/node");
+        for (n, kb) in [(0, 1000), (1, 2000)] {
+            std::fs::create_dir_all(node.join(format!("node{n}"))).unwrap();
+            std::fs::write(
+                node.join(format!("node{n}/meminfo")),
+                format!("Node {n} MemTotal: {kb} kB\n"),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(node.join("power")).unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let got = read_numa_memory(&host);
+        assert_eq!(got.into_iter().collect::<Vec<_>>(), [(0, 1_024_000), (1, 2_048_000)]);
     }
 }

@@ -54,6 +54,7 @@ pub mod fence;
 pub mod hostwatch;
 pub mod serve;
 pub mod supervise;
+pub mod topology;
 pub mod watch;
 
 use apiwork::{ApiWork, DriverView, ScanOutcome};
@@ -259,7 +260,33 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         supervise::spawn("fencing", metrics.clone(), health.clone(), move || task.clone().run());
     }
 
+    // This node's NodeResourceTopology: its own task, fed the newest object by the cycles.
+    let topology = cfg.effective.publish_node_resource_topology.then(|| {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let (client, task_metrics) = (client.clone(), metrics.clone());
+        tracing::info!("publishing this node's NodeResourceTopology");
+        supervise::spawn("topology", metrics.clone(), health.clone(), move || {
+            topology::run(client.clone(), rx.clone(), task_metrics.clone())
+        });
+        tx
+    });
+
+    let numa_memory = if topology.is_some() {
+        let memory = crate::collect::sysfs::read_numa_memory(&host);
+        if memory.is_empty() {
+            tracing::error!(
+                "NodeResourceTopology not published: no NUMA node's memory is visible under /sys/devices/system/node \
+                 (components/node-resource-topology mounts it), and an object without memory would keep Guaranteed \
+                 pods off this node"
+            );
+        }
+        memory
+    } else {
+        Default::default()
+    };
     let mut daemon = Daemon {
+        topology,
+        numa_memory,
         election,
         logged: Default::default(),
         api_observation,
@@ -397,6 +424,10 @@ fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<St
 
 /// The scan loop's state.
 struct Daemon {
+    /// Where the cycles hand this node's NodeResourceTopology to its publisher (when on).
+    topology: Option<tokio::sync::watch::Sender<Option<serde_json::Value>>>,
+    /// Each NUMA node's memory (read once: it is the hardware), for the NodeResourceTopology.
+    numa_memory: std::collections::BTreeMap<u32, u64>,
     /// The prober election as the probe task last saw it.
     election: Arc<std::sync::Mutex<crate::apimon::ElectionView>>,
     /// Findings already logged (by key), so a lasting one is logged once.
@@ -552,12 +583,24 @@ impl Daemon {
     async fn cycle(&mut self, changes: Changes, hostwatch: &mut Option<HostWatch>) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
+        // While the watch is down, the store's last pods still name the pods the kubelet's
+        // PodResources API lists (which then decides liveness).
+        let mut last_known_pods = std::collections::BTreeMap::new();
         let pods = match (synced, self.store.read()) {
             (true, Ok(store)) => Pods::Given {
                 node: self.cfg.node.clone(),
                 pods: store.pods().cloned().collect(),
                 source: PodSource::Api,
             },
+            (false, Ok(store)) => {
+                for p in store.pods() {
+                    let uids: &mut Vec<String> = last_known_pods
+                        .entry((p.namespace.clone(), p.name.clone()))
+                        .or_default();
+                    uids.push(p.uid.clone());
+                }
+                Pods::Cgroups
+            }
             _ => Pods::Cgroups,
         };
         let local_due = self
@@ -572,6 +615,7 @@ impl Daemon {
             local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
             api: self.api_observation.lock().ok().and_then(|o| o.clone()),
             readings: Some(readings),
+            last_known_pods,
             ..Default::default()
         };
         let mut scanned = match scan::snapshot::<ApiDirectory>(&self.host, pods, None, &opts).await {
@@ -621,6 +665,17 @@ impl Daemon {
         }
         let snapshot = scanned.snapshot;
         let mut findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
+        if let Some(tx) = &self.topology {
+            if let Some(object) = crate::nrt::build(&snapshot, &self.cfg.effective.settings, &self.numa_memory) {
+                tx.send_if_modified(|current| {
+                    let changed = current.as_ref() != Some(&object);
+                    if changed {
+                        *current = Some(object);
+                    }
+                    changed
+                });
+            }
+        }
         self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
         apiwork::mark_stale(&mut findings, &stale);
         self.metrics

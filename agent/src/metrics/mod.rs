@@ -31,6 +31,8 @@ pub struct Metrics {
     pub cpu_manager_exclusive_cpus: IntGauge,
     pub cpu_manager_default_cpus: IntGauge,
     pub cpu_manager_stale_cpus: IntGauge,
+    pub exclusive_cpus: IntGaugeVec,
+    pub node_resource_topology_writes_total: IntCounterVec,
     pub orphaned_executors: IntGauge,
     pub orphaned_local_dir_bytes: IntGauge,
     pub events_emitted_total: IntCounterVec,
@@ -119,6 +121,22 @@ impl Metrics {
                 "cpu_manager_stale_cpus",
                 "CPUs held by checkpoint entries of containers that no longer run on this node.",
             ))?,
+            exclusive_cpus: IntGaugeVec::new(
+                opts(
+                    "exclusive_cpus",
+                    "Online CPUs by NUMA node and by what the static CPU manager policy does with them: free for \
+                     the next Guaranteed container, held by live pods, held by stale entries, or reserved.",
+                ),
+                &["numa_node", "state"],
+            )?,
+            node_resource_topology_writes_total: IntCounterVec::new(
+                opts(
+                    "node_resource_topology_writes_total",
+                    "Publications of this node's NodeResourceTopology by outcome: created, updated, unchanged \
+                     (already so), conflict (another owner's object, left alone), failed.",
+                ),
+                &["outcome"],
+            )?,
             orphaned_executors: IntGauge::with_opts(opts(
                 "orphaned_executors",
                 "Spark executor pods on this node whose driver is gone, replaced or long finished.",
@@ -215,6 +233,9 @@ impl Metrics {
         m.registry.register(Box::new(m.cpu_manager_exclusive_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_default_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_stale_cpus.clone()))?;
+        m.registry.register(Box::new(m.exclusive_cpus.clone()))?;
+        m.registry
+            .register(Box::new(m.node_resource_topology_writes_total.clone()))?;
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
         m.registry.register(Box::new(m.orphaned_local_dir_bytes.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
@@ -319,6 +340,15 @@ impl Metrics {
             self.cpu_manager_exclusive_cpus.set(0);
             self.cpu_manager_default_cpus.set(0);
             self.cpu_manager_stale_cpus.set(0);
+        }
+        // Series only for what the static policy is known to hold now.
+        self.exclusive_cpus.reset();
+        if let Some((nodes, _)) = facts::exclusive_cpus_by_numa(snap, settings) {
+            for ((node, state), n) in facts::exclusive_cpu_counts(&nodes) {
+                self.exclusive_cpus
+                    .with_label_values(&[node.to_string().as_str(), state])
+                    .set(n as i64);
+            }
         }
         self.orphaned_executors
             .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);

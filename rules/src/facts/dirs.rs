@@ -43,7 +43,17 @@ fn judge_dir_owner(snap: &NodeSnapshot, uid: &str) -> Owner {
             Some(p) if p.is_terminal() => Owner::Dead(format!("pod {} has finished ({})", p.display(), p.phase)),
             Some(_) => Owner::Alive,
         },
-        PodSource::Cgroups => match &snap.cgroups {
+        // The kubelet's list names pods, not UIDs: a pod it lists under a known UID is alive;
+        // the rest is judged by cgroups, as without any list.
+        PodSource::PodResources
+            if snap
+                .kubelet_view
+                .ok()
+                .is_some_and(|v| v.pods.iter().any(|p| p.uids.iter().any(|u| u == uid))) =>
+        {
+            Owner::Alive
+        }
+        PodSource::PodResources | PodSource::Cgroups => match &snap.cgroups {
             Observed::Ok(tree) => match tree.pod(uid) {
                 Some(pc) if pc.alive() => Owner::Alive,
                 Some(_) => Owner::Dead(format!("the cgroup of pod {uid} has no processes left")),
@@ -98,7 +108,7 @@ pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orp
     }
 
     // Who mounts a hostPath root can only be read from a pod list.
-    if snap.pod_source == PodSource::Cgroups {
+    if !snap.pod_source.is_pod_list() {
         return out;
     }
     for (root, dirs) in by_root {

@@ -12,17 +12,22 @@
 //!   `scheduler-conflict`, `exclusive-cpu-shortage`, `orphaned-local-dir`);
 //! - Spark executors whose driver no longer needs them: [`Orphan`], [`orphaned_executors`]
 //!   (rules `orphaned-executor`, `orphaned-local-dir`; `repair orphans`);
+//! - the CPUs of each NUMA node, free, live, stale or reserved: [`NumaCpus`],
+//!   [`exclusive_cpus_by_numa`] (the `nodemedic_exclusive_cpus` gauge, the published
+//!   `NodeResourceTopology`, rule `exclusive-cpu-shortage`);
 //! - Spark scratch dirs nothing will read again: [`OrphanedDirs`], [`orphaned_dirs`] (rule
 //!   `orphaned-local-dir`; `repair local-dirs`).
 //!
 //! Each rule's module documentation says how its judgement is made and why.
 
 mod dirs;
+mod numa;
 mod orphans;
 mod rejections;
 mod stale;
 
 pub use dirs::*;
+pub use numa::*;
 pub use orphans::*;
 pub use rejections::*;
 pub use stale::*;

@@ -2,6 +2,7 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
+use crate::kubelet_view::Listed;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
@@ -60,7 +61,13 @@ impl Clock {
     }
 }
 
-fn judge_entry_pod(snap: &NodeSnapshot, clock: &Clock, uid: &str, container: Option<&str>) -> Verdict {
+fn judge_entry_pod(
+    snap: &NodeSnapshot,
+    clock: &Clock,
+    state: &CpuState,
+    uid: &str,
+    container: Option<&str>,
+) -> Verdict {
     match snap.pod_source {
         PodSource::Api | PodSource::File => match snap.pod(uid) {
             None => Verdict::Stale(format!("pod {uid} is not bound to node {}", snap.node), None),
@@ -77,19 +84,32 @@ fn judge_entry_pod(snap: &NodeSnapshot, clock: &Clock, uid: &str, container: Opt
                 _ => Verdict::Alive,
             },
         },
-        PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else {
-                return Verdict::Unknown;
-            };
-            match tree.pod(uid) {
-                None if clock.checkpoint_recent() => Verdict::Unknown,
-                None => Verdict::Stale(format!("pod {uid} has no cgroup on this node"), None),
-                Some(pc) if !pc.alive() => {
-                    Verdict::Stale(format!("the cgroup of pod {uid} has no processes left"), None)
-                }
-                Some(_) => Verdict::Alive,
+        // Whole pods only: the kubelet does not list init containers, whose entries a live pod
+        // may still have.
+        PodSource::PodResources => match snap.kubelet_view.ok().map(|v| (v, v.uid_of(uid, state))) {
+            Some((_, Listed::Pod(..))) => Verdict::Alive,
+            Some((view, Listed::NotListed)) if !view.checkpoint_changed && !clock.checkpoint_recent() => {
+                Verdict::Stale(
+                    format!("the kubelet does not list pod {uid} among its active pods (PodResources List)"),
+                    None,
+                )
             }
-        }
+            Some(_) => Verdict::Unknown,
+            None => judge_pod_by_cgroups(snap, clock, uid),
+        },
+        PodSource::Cgroups => judge_pod_by_cgroups(snap, clock, uid),
+    }
+}
+
+fn judge_pod_by_cgroups(snap: &NodeSnapshot, clock: &Clock, uid: &str) -> Verdict {
+    let Observed::Ok(tree) = &snap.cgroups else {
+        return Verdict::Unknown;
+    };
+    match tree.pod(uid) {
+        None if clock.checkpoint_recent() => Verdict::Unknown,
+        None => Verdict::Stale(format!("pod {uid} has no cgroup on this node"), None),
+        Some(pc) if !pc.alive() => Verdict::Stale(format!("the cgroup of pod {uid} has no processes left"), None),
+        Some(_) => Verdict::Alive,
     }
 }
 
@@ -110,7 +130,8 @@ fn judge_entry_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Ver
                 None => Verdict::Stale(format!("no pod on node {} runs container {id}", snap.node), None),
             }
         }
-        PodSource::Cgroups => {
+        // The kubelet lists no container IDs: V1 entries are judged by their cgroups.
+        PodSource::PodResources | PodSource::Cgroups => {
             let Observed::Ok(tree) = &snap.cgroups else {
                 return Verdict::Unknown;
             };
@@ -152,7 +173,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
                 Some(pod_uid.clone()),
                 Some(container.clone()),
                 None,
-                judge_entry_pod(snap, &clock, pod_uid, Some(container)),
+                judge_entry_pod(snap, &clock, state, pod_uid, Some(container)),
             ),
             EntryKey::ContainerId { container_id } => {
                 let owner = snap.owner_of_container_id(container_id);
@@ -180,7 +201,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
         }
     }
     for (uid, cpus) in &state.pod_assignments {
-        if let Verdict::Stale(reason, pod) = judge_entry_pod(snap, &clock, uid, None) {
+        if let Verdict::Stale(reason, pod) = judge_entry_pod(snap, &clock, state, uid, None) {
             let pod = pod.map(|p| *p);
             out.push(StaleEntry {
                 pod_uid: Some(uid.clone()),

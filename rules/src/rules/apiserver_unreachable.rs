@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::finding::{Finding, Severity, Subject};
 use crate::probes::{api, sample_json};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, PodSource, ProbeSample};
+use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::spark::is_driver;
 
 pub const ID: &str = "apiserver-unreachable";
@@ -106,7 +106,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .filter(|p| is_driver(p) && !p.is_terminal())
         .map(|p| json!({"pod": p.display(), "uid": p.uid, "app_id": p.spark_app()}))
         .collect();
-    let drivers_known = snap.pod_source != PodSource::Cgroups;
+    let drivers_known = snap.pod_source.is_pod_list();
 
     let last_success = match api.last_success_at {
         Some(_) => format!("last success {without} s ago"),
@@ -173,7 +173,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testkit::{NOW, SnapshotBuilder, probe_failed, probe_ok, spark_driver, spark_executor};
-    use crate::snapshot::Observed;
+    use crate::snapshot::{Observed, PodSource};
 
     fn refused(probe: &str, ago: i64) -> ProbeSample {
         probe_failed(probe, ago, None, "connect: connection refused", 0.002)

@@ -1,5 +1,10 @@
 //! `cpuset-drift`: a running container's cgroup cpuset is not what the checkpoint says.
 //!
+//! Three views of a container's CPUs are shown side by side: the checkpoint's entry, the
+//! cgroup's `cpuset.cpus`, and, when the kubelet's PodResources API answered, the exclusive
+//! CPUs the kubelet holds for it in memory (`kubelet_cpus`; where it sides with the cgroup
+//! against the file, the file is what changed: see `kubelet-state-divergence`).
+//!
 //! Exclusive containers get their cpuset when they are created, so a difference is drift at
 //! once. Shared-pool containers follow `defaultCpuSet` only at the kubelet's next reconcile
 //! (`cpuManagerReconcilePeriod`, 10 s by default) after the default set shrinks or grows, so
@@ -85,7 +90,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 }
             }
         }
-        PodSource::Cgroups => judged.extend(v1_leaves(state, tree).into_iter().map(|l| (None, None, l))),
+        PodSource::PodResources | PodSource::Cgroups => {
+            judged.extend(v1_leaves(state, tree).into_iter().map(|l| (None, None, l)))
+        }
     }
 
     let mut findings = Vec::new();
@@ -114,6 +121,22 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             )
             .with_container(container.clone());
         let kind = if want.exclusive { "exclusive" } else { "shared" };
+        // The third view: the CPUs the kubelet holds for the container in memory (its
+        // PodResources API; empty on the shared pool).
+        let kubelet_cpus = match (snap.kubelet_view.ok(), pod, container.as_deref()) {
+            (Some(view), Some(p), Some(c)) => view
+                .pods
+                .iter()
+                .find(|k| k.namespace == p.namespace && k.name == p.name)
+                .and_then(|k| k.container_cpus(c))
+                .cloned(),
+            _ => None,
+        };
+        let kubelet_says = match &kubelet_cpus {
+            Some(k) if k.is_empty() => ", and the kubelet's memory gives it no exclusive CPUs".to_string(),
+            Some(k) => format!(", and the kubelet's memory {k}"),
+            None => String::new(),
+        };
         let who = container.clone().unwrap_or_else(|| leaf.id.clone());
         let process_cpus = leaf
             .processes
@@ -126,7 +149,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 Severity::Warning,
                 subject.clone(),
                 format!(
-                    "Container {who} of {} runs on CPUs {have}, but the checkpoint gives it {} ({kind})",
+                    "Container {who} of {} runs on CPUs {have}, but the checkpoint gives it {} ({kind}){kubelet_says}",
                     subject.display(),
                     want.cpus
                 ),
@@ -146,6 +169,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .with("kind", kind)
             .with("checkpoint_cpus", want.cpus.to_string())
             .with("cgroup_cpus", have.to_string())
+            .with("kubelet_cpus", kubelet_cpus.as_ref().map(|k| k.to_string()))
             .with("effective_cpus", leaf.effective_cpus.as_ref().map(|c| c.to_string()))
             .with(
                 "process_cpus",
@@ -277,5 +301,39 @@ mod tests {
             .with_pod_cgroups(vec![pod_cgroup("p2", vec![leaf("c2", "0", 1)])])
             .build();
         assert!(check(&snap, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn the_kubelets_view_is_the_third_column() {
+        use crate::kubelet_view::{KubeletContainer, KubeletPod, KubeletView};
+        let mut snap = node("2,5", "0-1", 3600.0);
+        snap.kubelet_view = Observed::Ok(KubeletView {
+            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+            pods: vec![KubeletPod {
+                namespace: "default".into(),
+                name: "exec-1".into(),
+                containers: vec![KubeletContainer {
+                    name: "app".into(),
+                    cpus: CpuSet::parse("2,5").unwrap(),
+                }],
+                ..Default::default()
+            }],
+            allocatable_cpus: Observed::NotApplicable { reason: "test".into() },
+            checkpoint_changed: false,
+            listed_at: 0,
+        });
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].evidence["checkpoint_cpus"], "2-3");
+        assert_eq!(f[0].evidence["cgroup_cpus"], "2,5");
+        assert_eq!(f[0].evidence["kubelet_cpus"], "2,5");
+        assert!(
+            f[0].summary.ends_with("(exclusive), and the kubelet's memory 2,5"),
+            "{}",
+            f[0].summary
+        );
+        // Without the kubelet's view, no third column.
+        snap.kubelet_view = Observed::Missing { path: "x".into() };
+        assert_eq!(check(&snap, &Settings::default())[0].evidence.get("kubelet_cpus"), None);
     }
 }

@@ -5,10 +5,18 @@
 //! pending Guaranteed pods whose integer CPU request is larger than the free exclusive CPUs
 //! (`defaultCpuSet` minus the reserved CPUs, which the static policy never hands out). The
 //! evidence says how many CPUs stale entries hold, since freeing those is usually the fix.
+//!
+//! With the kubelet's topology manager policy `single-numa-node` or `restricted`, a pending pod
+//! that fits in the node's free CPUs can still be refused: its request (per container, or per
+//! pod with `topologyManagerScope: pod`) must fit in the free CPUs of one NUMA node (or of the
+//! fewest NUMA nodes that can hold it at all, under `restricted`). Free CPUs split across NUMA
+//! nodes, often by stale entries on one of them, are reported per NUMA node.
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
-use crate::facts::{checkpoint_path, rejected_for_cpus, stale_cpus, stale_entries_of};
+use crate::facts::{
+    NumaCpus, checkpoint_path, exclusive_cpus_by_numa, rejected_for_cpus, stale_cpus, stale_entries_of,
+};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
@@ -135,7 +143,11 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .filter(|p| p.phase == "Pending" && !rejected_for_cpus(p) && !allocated(&p.uid))
     {
         let need = exclusive_cpus_needed(pod);
-        if need == 0 || need <= pool.free.len() {
+        if need == 0 {
+            continue;
+        }
+        if need <= pool.free.len() {
+            findings.extend(numa_refusal(snap, settings, pod, need));
             continue;
         }
         findings.push(
@@ -162,6 +174,120 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         );
     }
     findings
+}
+
+/// The integer CPU requests the topology manager aligns one at a time: the whole pod's with
+/// `topologyManagerScope: pod`, else each container's (the app containers', and the largest
+/// init container's, which runs alone before them).
+fn aligned_units(pod: &PodInfo, scope: &str) -> Vec<(String, usize)> {
+    if scope == "pod" {
+        return vec![("the pod".to_string(), exclusive_cpus_needed(pod))];
+    }
+    let whole = |m: Option<u64>| m.filter(|m| *m > 0 && m % 1000 == 0).map_or(0, |m| (m / 1000) as usize);
+    pod.containers
+        .iter()
+        .filter(|c| matches!(c.kind, Some(ContainerKind::Regular) | Some(ContainerKind::Init)))
+        .map(|c| (format!("container {}", c.name), whole(c.cpu_request_millis)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// The fewest NUMA nodes whose CPUs together hold `need` (the topology manager's narrowest
+/// affinity for the request, counted on all CPUs of the nodes, as the CPU manager's hints do).
+fn narrowest(nodes: &[NumaCpus], need: usize) -> Option<usize> {
+    let mut sizes: Vec<usize> = nodes.iter().map(|n| n.online.len()).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut total = 0;
+    for (i, s) in sizes.iter().enumerate() {
+        total += s;
+        if total >= need {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// A pending Guaranteed pod that fits in the node's free CPUs but not within the NUMA
+/// alignment the kubelet's topology manager insists on: `single-numa-node` admits only a
+/// request that one NUMA node's free CPUs hold, `restricted` only one that the narrowest
+/// possible set of NUMA nodes holds (the CPU manager calls only those hints preferred, and both
+/// policies refuse a pod without a preferred hint: `TopologyAffinityError`).
+fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: usize) -> Option<Finding> {
+    let config = snap.kubelet.ok()?;
+    let policy = config.topology_manager_policy.as_str();
+    if !matches!(policy, "single-numa-node" | "restricted") {
+        return None;
+    }
+    let (nodes, _) = exclusive_cpus_by_numa(snap, settings)?;
+    if nodes.len() < 2 {
+        return None;
+    }
+    let mut by_free: Vec<&NumaCpus> = nodes.iter().collect();
+    by_free.sort_by_key(|x| std::cmp::Reverse(x.free.len()));
+    let refused = aligned_units(pod, &config.topology_manager_scope)
+        .into_iter()
+        .find_map(|(unit, n)| {
+            let width = narrowest(&nodes, n)?;
+            if policy == "single-numa-node" && width > 1 {
+                return Some((unit, n, width, "more CPUs than any one NUMA node has".to_string()));
+            }
+            let best: usize = by_free.iter().take(width).map(|x| x.free.len()).sum();
+            (best < n).then(|| {
+                let within = if width == 1 {
+                    "one NUMA node".to_string()
+                } else {
+                    format!("{width} NUMA nodes")
+                };
+                (unit, n, width, format!("at most {best} free within {within}"))
+            })
+        })?;
+    let (unit, n, _, why) = refused;
+    let per_node: Vec<String> = nodes
+        .iter()
+        .map(|x| {
+            format!(
+                "node {}: {} free ({}), {} stale",
+                x.node,
+                x.free.len(),
+                x.free,
+                x.stale.len()
+            )
+        })
+        .collect();
+    let stale_total: usize = nodes.iter().map(|x| x.stale.len()).sum();
+    let remedy = if stale_total > 0 {
+        format!(
+            "stale entries hold {stale_total} CPUs ({}); freeing them may make room within one NUMA node: {}",
+            per_node.join("; "),
+            repair_cpu_state_remedy(&snap.node)
+        )
+    } else {
+        format!(
+            "no NUMA node has room: run the pod on another node, lower {unit}'s integer CPU request to what one NUMA \
+             node holds, or relax topologyManagerPolicy ({policy}) if alignment is not needed"
+        )
+    };
+    Some(
+        Finding::new(
+            ID,
+            Severity::Warning,
+            Subject::pod(pod),
+            format!(
+                "Pending Guaranteed pod {} needs {need} exclusive CPUs and {} are free on the node, but {unit} needs {n} \
+                 with {why}: the kubelet's topology manager policy {policy} will refuse it (TopologyAffinityError)",
+                pod.display(),
+                nodes.iter().map(|x| x.free.len()).sum::<usize>()
+            ),
+            remedy,
+        )
+        .with("requested_cpus", need)
+        .with("aligned_unit", unit)
+        .with("aligned_cpus", n)
+        .with("topology_manager_policy", policy)
+        .with("topology_manager_scope", config.topology_manager_scope.clone())
+        .with("free_by_numa_node", per_node)
+        .with("free_exclusive_cpu_count", nodes.iter().map(|x| x.free.len()).sum::<usize>()),
+    )
 }
 
 #[cfg(test)]
@@ -293,5 +419,91 @@ mod tests {
             .with_pod_list(&[guaranteed("p", "Pending", &[2000], &[])])
             .build();
         assert!(check(&snap, &Settings::default()).is_empty());
+    }
+
+    /// Two NUMA nodes of 4 CPUs (0-3, 4-7), CPU 0 reserved; a live pod on 2-3, stale entries
+    /// on 4-5; free: 1 on node 0, 6-7 on node 1.
+    fn two_numa(policy: &str, scope: &str, pending: PodInfo) -> NodeSnapshot {
+        let mut snap = SnapshotBuilder::static_node("0-1,6-7", &[("busy", "app0", "2-3"), ("gone", "app0", "4-5")])
+            .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+            .with_pod_list(&[guaranteed("busy", "Running", &[2000], &[]), pending])
+            .build();
+        snap.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(2, 4, 1));
+        if let Observed::Ok(k) = &mut snap.kubelet {
+            k.topology_manager_policy = policy.into();
+            k.topology_manager_scope = scope.into();
+        }
+        snap
+    }
+
+    #[test]
+    fn free_cpus_split_across_numa_nodes_refuse_an_aligned_pod() {
+        let pending = || guaranteed("p", "Pending", &[3000], &[]);
+        // 3 free in all (1, 6, 7), at most 2 on one NUMA node.
+        let f = check(
+            &two_numa("single-numa-node", "container", pending()),
+            &Settings::default(),
+        );
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].summary
+                .contains("needs 3 exclusive CPUs and 3 are free on the node"),
+            "{}",
+            f[0].summary
+        );
+        assert!(
+            f[0].summary
+                .contains("container app0 needs 3 with at most 2 free within one NUMA node"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[0].summary.contains("TopologyAffinityError"));
+        assert_eq!(f[0].evidence["free_by_numa_node"][1], "node 1: 2 free (6-7), 2 stale");
+        assert!(f[0].remedy.contains("stale entries hold 2 CPUs"), "{}", f[0].remedy);
+        // restricted: 3 CPUs fit in one NUMA node's 4, so one node it must be: refused too.
+        assert_eq!(
+            check(&two_numa("restricted", "container", pending()), &Settings::default()).len(),
+            1
+        );
+        // Without alignment the kubelet spreads it: no finding.
+        assert!(check(&two_numa("best-effort", "container", pending()), &Settings::default()).is_empty());
+        assert!(check(&two_numa("none", "container", pending()), &Settings::default()).is_empty());
+        // Per container, two containers of 2 and 1 each fit in a node of their own.
+        let two = guaranteed("p", "Pending", &[2000, 1000], &[]);
+        assert!(
+            check(
+                &two_numa("single-numa-node", "container", two.clone()),
+                &Settings::default()
+            )
+            .is_empty()
+        );
+        // The pod scope aligns the pod's 3 as one.
+        let f = check(&two_numa("single-numa-node", "pod", two), &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].evidence["aligned_unit"], "the pod");
+    }
+
+    #[test]
+    fn wider_than_a_numa_node() {
+        // 5 CPUs: more than a NUMA node has. single-numa-node never admits it; restricted
+        // admits it on two nodes when their free CPUs hold it (here 3 free: the node-wide
+        // check reports it instead).
+        let big = guaranteed("p", "Pending", &[5000], &[]);
+        let f = check(&two_numa("restricted", "container", big.clone()), &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert!(f[0].summary.contains("only 3 are free"), "{}", f[0].summary);
+        let mut snap = two_numa(
+            "single-numa-node",
+            "container",
+            guaranteed("p", "Pending", &[3000], &[]),
+        );
+        snap.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(4, 2, 1));
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].summary.contains("more CPUs than any one NUMA node has"),
+            "{}",
+            f[0].summary
+        );
     }
 }

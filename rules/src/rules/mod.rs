@@ -16,6 +16,7 @@ pub mod driver_blocked_by_partition;
 pub mod duplicate_driver;
 pub mod exclusive_cpu_shortage;
 pub mod executor_without_owner;
+pub mod kubelet_state_divergence;
 pub mod orphaned_executor;
 pub mod orphaned_local_dir;
 pub mod scheduler_conflict;
@@ -102,6 +103,15 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "a running container's cgroup cpuset differs from its checkpoint entry (exclusive containers at once; shared-pool containers once the checkpoint is older than the reconcile period)",
         event_reason: "CPUSetDrift",
         check: cpuset_drift::check,
+    },
+    RuleInfo {
+        id: kubelet_state_divergence::ID,
+        title: "The kubelet's CPU assignments in memory differ from its checkpoint file",
+        severity: Severity::Critical,
+        looks_at: "PodResources API, checkpoint, online CPUs, kubelet config",
+        fires_when: "a container the kubelet lists has other exclusive CPUs in memory than in cpu_manager_state, or the kubelet's allocatable CPUs differ from the online CPUs minus the reserved ones: the next kubelet restart moves containers or fails",
+        event_reason: "KubeletStateDivergence",
+        check: kubelet_state_divergence::check,
     },
     RuleInfo {
         id: exclusive_cpu_shortage::ID,

@@ -30,7 +30,7 @@ use crate::facts::{orphaned_dirs, orphaned_executors, rejected_reason};
 use crate::finding::{Finding, Severity, Subject};
 use crate::hostpath::normalize;
 use crate::settings::Settings;
-use crate::snapshot::{LocalDir, NodeSnapshot, PodInfo, PodSource};
+use crate::snapshot::{LocalDir, NodeSnapshot, PodInfo};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
 
 pub const ID: &str = "orphaned-local-dir";
@@ -112,7 +112,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                         ),
                     )
                 }
-                (None, Some(uid), _) if snap.pod_source == PodSource::Cgroups => (
+                (None, Some(uid), _) if !snap.pod_source.is_pod_list() => (
                     Subject::pod_uid(uid),
                     format!("of pod {uid}"),
                     format!(
@@ -201,7 +201,7 @@ mod tests {
     use crate::rules::testkit::{
         NOW, SnapshotBuilder, empty_dir_scratch, host_path_scratch, leaf, pod_cgroup, spark_executor,
     };
-    use crate::snapshot::{DriverLookup, LocalDirVolume, LookupMethod};
+    use crate::snapshot::{DriverLookup, LocalDirVolume, LookupMethod, PodSource};
 
     const APP: &str = "spark-7f3a9c0e12d44b8a9f6d7e2a5c1b8d40";
     const ROOT: &str = "/mnt/nvme0/spark";

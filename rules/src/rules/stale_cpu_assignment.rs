@@ -2,9 +2,12 @@
 //! that is not alive on this node (kubernetes #63018, #107074, #109562, #118375).
 //!
 //! Liveness comes from the pod list when there is one (a pod is alive when it is bound here
-//! and not `Succeeded`/`Failed`; a container when it is in the pod's spec), and from the cgroup
-//! tree when there is not (a pod is alive when its cgroup has processes; containers cannot be
-//! named from cgroups, so only whole pods are judged). V1 entries, keyed by container ID, are
+//! and not `Succeeded`/`Failed`; a container when it is in the pod's spec); without one (API
+//! unreachable, `--offline`), from the kubelet's PodResources API when it answers (a pod is
+//! alive when the kubelet lists it as active; see [`crate::kubelet_view`] for how its names are
+//! tied to UIDs), else from the cgroup tree (a pod is alive when its cgroup has processes).
+//! Without a pod list only whole pods are judged: neither cgroups nor the kubelet's list name
+//! every container (the kubelet leaves out init containers). V1 entries, keyed by container ID, are
 //! alive when the ID is the current container of a live pod (pod list) or a cgroup leaf with
 //! processes (no pod list).
 //!
@@ -47,10 +50,18 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             // gone (force-deleted?) or finished while its containers are not. A different case:
             // the checkpoint must not be edited before they are stopped.
             let by_list = snap.pod_source != PodSource::Cgroups;
+            let list = if snap.pod_source == PodSource::PodResources {
+                "the kubelet's list"
+            } else {
+                "the pod list"
+            };
+            let gone = if snap.pod_source == PodSource::PodResources {
+                "the kubelet no longer lists the pod as active but its containers are not gone"
+            } else {
+                "the pod object is gone but its containers are not (force-deleted?)"
+            };
             let still_running = match (&e.still_running, &e.pod) {
-                (Some(why), None) if by_list => Some(format!(
-                    "{why}: the pod object is gone but its containers are not (force-deleted?)"
-                )),
+                (Some(why), None) if by_list => Some(format!("{why}: {gone}")),
                 (Some(why), Some(p)) if by_list && p.is_terminal() => {
                     Some(format!("{why}: the pod has finished but its containers are not gone"))
                 }
@@ -60,7 +71,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             let (summary, remedy) = match (&still_running, &e.pod_uid) {
                 (Some(why), Some(uid)) => (
                     format!(
-                        "CPUs {} are held for {whose}, which is not alive by the pod list ({}), yet {why}: stop its \
+                        "CPUs {} are held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
                          containers before freeing the CPUs",
                         e.cpus, e.reason
                     ),
@@ -342,5 +353,55 @@ mod tests {
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert!(f[0].evidence.get("note").is_none());
+    }
+
+    #[test]
+    fn judged_from_the_kubelets_list_without_a_pod_list() {
+        use crate::kubelet_view::{KubeletContainer, KubeletPod, KubeletView};
+        use crate::snapshot::PodSource;
+        let entries = [("live", "app", "2-3"), ("gone", "app", "4-5"), ("named", "app", "6")];
+        let mut snap = SnapshotBuilder::static_node("0-1", &entries)
+            // The gone pod's cgroup still has a process: the kubelet decides, and the note says.
+            .with_pod_cgroups(vec![pod_cgroup("gone", vec![leaf("c9", "4-5", 1)])])
+            .build();
+        let listed = |name: &str, uids: &[&str], cpus: &str| KubeletPod {
+            namespace: "spark".into(),
+            name: name.into(),
+            uids: uids.iter().map(|u| u.to_string()).collect(),
+            uid_source: None,
+            containers: vec![KubeletContainer {
+                name: "app".into(),
+                cpus: crate::CpuSet::parse(cpus).unwrap(),
+            }],
+        };
+        snap.pod_source = PodSource::PodResources;
+        snap.kubelet_view = Observed::Ok(KubeletView {
+            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+            // "live" is found by its CPUs, "named" by its UID.
+            pods: vec![listed("exec-1", &[], "2-3"), listed("exec-2", &["named"], "6")],
+            allocatable_cpus: Observed::NotApplicable { reason: "test".into() },
+            checkpoint_changed: false,
+            listed_at: 0,
+        });
+        assert_eq!(stale(&snap), [("gone".into(), "app".into(), "4-5".into())]);
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f[0].evidence["liveness_source"], "podresources");
+        assert!(
+            f[0].evidence["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the kubelet does not list pod gone")
+        );
+        assert!(
+            f[0].summary.contains("not alive by the kubelet's list")
+                && f[0].summary.contains("no longer lists the pod"),
+            "{}",
+            f[0].summary
+        );
+        // A file rewritten while the kubelet was asked: nothing is judged stale by it.
+        if let Observed::Ok(v) = &mut snap.kubelet_view {
+            v.checkpoint_changed = true;
+        }
+        assert!(stale(&snap).is_empty());
     }
 }

@@ -80,6 +80,7 @@ fn flat_topology(online: &CpuSet) -> CpuTopology {
                 cpu: c,
                 core: c,
                 socket: 0,
+                numa: 0,
             })
             .collect(),
     )
@@ -130,6 +131,9 @@ impl SnapshotBuilder {
             },
             cgroup_driver: "cgroupfs".into(),
             cgroup_root: "/".into(),
+            topology_manager_policy: "none".into(),
+            topology_manager_scope: "container".into(),
+            started_at: None,
         });
         snap.cgroups = Observed::Ok(CgroupTree {
             version: CgroupVersion::V1,

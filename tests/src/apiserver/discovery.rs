@@ -265,6 +265,28 @@ mod tests {
                 .unwrap()
                 .contains(&json!("/apis/sparkoperator.k8s.io/v1beta2"))
         );
+        // NodeResourceTopologies: a cluster-scoped CRD without subresources.
+        assert_eq!(groups["groups"][4]["name"], "topology.node.k8s.io");
+        let nrt = resource_list("topology.node.k8s.io", "v1alpha2").unwrap();
+        assert_eq!(
+            nrt["resources"],
+            json!([{"name": "noderesourcetopologies", "singularName": "noderesourcetopology",
+                    "namespaced": false, "kind": "NodeResourceTopology", "verbs": VERBS,
+                    "shortNames": ["node-res-topo"]}])
+        );
+        let nrt_agg = &agg["items"][4];
+        assert_eq!(nrt_agg["metadata"]["name"], "topology.node.k8s.io");
+        let entry = &nrt_agg["versions"][0]["resources"][0];
+        assert_eq!(
+            (&entry["resource"], &entry["scope"], entry.get("subresources")),
+            (&json!("noderesourcetopologies"), &json!("Cluster"), None)
+        );
+        assert!(
+            root_paths()["paths"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("/apis/topology.node.k8s.io/v1alpha2"))
+        );
         assert!(wants_aggregated(
             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
         ));

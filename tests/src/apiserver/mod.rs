@@ -19,7 +19,11 @@
 //! (short name `sparkapp`, with `/status`), served as the apiextensions-apiserver serves a
 //! CRD: no strategic merge patch (415), no PUT without a resource version (422), a status
 //! given to a create is dropped, `/status` changes only the status; `spec` (such as
-//! `restartPolicy`) is stored as given, the CRD's schema is not checked.
+//! `restartPolicy`) is stored as given, the CRD's schema is not checked. And the
+//! NodeResourceTopology custom resource, `topology.node.k8s.io/v1alpha2`
+//! NodeResourceTopologies (cluster-scoped, short name `node-res-topo`, no subresources), with
+//! the same custom resource rules; its schema is not checked either (`crate::crd::validate`
+//! checks an object against the CRD in `tests/crds/`).
 //!
 //! Pods get what the API server's defaults and the DefaultTolerationSeconds admission plugin
 //! give them, both when created through the API and when a test inserts them with

@@ -217,6 +217,25 @@ pub static RESOURCES: &[ResourceType] = &[
         delete_returns_object: false,
         custom_resource: true,
     },
+    // The NodeResourceTopology CRD (k8stopologyawareschedwg/noderesourcetopology-api, as
+    // node-feature-discovery and the scheduler-plugins ship it): `scope: Cluster`,
+    // `shortNames: [node-res-topo]`, no subresources, no `selectableFields`; v1alpha2 only here
+    // (older releases of the shipped CRDs also serve v1alpha1). Objects are stored as given:
+    // the schema (tests/crds/, checked with `crate::crd::validate`) is not applied.
+    ResourceType {
+        group: "topology.node.k8s.io",
+        version: "v1alpha2",
+        plural: "noderesourcetopologies",
+        singular: "noderesourcetopology",
+        kind: "NodeResourceTopology",
+        namespaced: false,
+        storage: "noderesourcetopologies",
+        status_subresource: false,
+        short_names: &["node-res-topo"],
+        field_labels: &[],
+        delete_returns_object: false,
+        custom_resource: true,
+    },
 ];
 
 /// Core Event field names and their `events.k8s.io/v1` names.
@@ -865,5 +884,49 @@ mod tests {
         apply_create_defaults(rt, &mut direct, false);
         assert_eq!(direct, app);
         assert!(validate(rt, &json!({"spec": {"restartPolicy": {"type": "Sometimes"}}}), "a").is_ok());
+    }
+
+    #[test]
+    fn node_resource_topologies_are_a_cluster_scoped_custom_resource() {
+        let rt = resolve("node-res-topo").unwrap();
+        assert_eq!(
+            (rt.group, rt.version, rt.plural, rt.singular, rt.kind),
+            (
+                "topology.node.k8s.io",
+                "v1alpha2",
+                "noderesourcetopologies",
+                "noderesourcetopology",
+                "NodeResourceTopology"
+            )
+        );
+        assert!(rt.custom_resource && !rt.namespaced && !rt.status_subresource && !rt.delete_returns_object);
+        assert_eq!(rt.list_kind(), "NodeResourceTopologyList");
+        assert_eq!(rt.qualified(), "noderesourcetopologies.topology.node.k8s.io");
+        for name in [
+            "noderesourcetopologies",
+            "noderesourcetopology",
+            "NodeResourceTopology",
+            "noderesourcetopologies.topology.node.k8s.io",
+        ] {
+            assert!(std::ptr::eq(resolve(name).unwrap(), rt), "{name}");
+        }
+        assert!(std::ptr::eq(
+            find_by_kind("topology.node.k8s.io/v1alpha2", "NodeResourceTopology").unwrap(),
+            rt
+        ));
+        assert!(find_by_kind("topology.node.k8s.io/v1alpha1", "NodeResourceTopology").is_none());
+        assert!(rt.supports_field("metadata.name"));
+        assert!(!rt.supports_field("metadata.namespace"));
+
+        // No status subresource: nothing is dropped on create, through the API or not, and
+        // the object is stored as given (no schema).
+        let nrt = json!({"metadata": {"name": "worker-1"}, "zones": [{"name": "node-0", "type": "Node"}],
+                         "status": {"x": 1}});
+        for from_api in [true, false] {
+            let mut o = nrt.clone();
+            apply_create_defaults(rt, &mut o, from_api);
+            assert_eq!(o, nrt);
+        }
+        assert!(validate(rt, &json!({"zones": {"not": "a list"}}), "worker-1").is_ok());
     }
 }

@@ -173,6 +173,7 @@ pub(super) fn liveness_words(source: &PodSource) -> &'static str {
     match source {
         PodSource::Api => "the API's pod list",
         PodSource::File => "the pods file",
+        PodSource::PodResources => "the kubelet's PodResources API",
         PodSource::Cgroups => "the cgroups",
     }
 }
@@ -253,8 +254,10 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
             None
         }
     };
+    // Without a pod list the rescan asks the kubelet again (or, once the repair has stopped
+    // it, the cgroups alone: an entry must then still be stale by its cgroups).
     let rescan = match snapshot.pod_source {
-        PodSource::Cgroups => Pods::Cgroups,
+        PodSource::Cgroups | PodSource::PodResources => Pods::Cgroups,
         _ => Pods::Given {
             node: snapshot.node.clone(),
             pods: snapshot.pods.clone(),

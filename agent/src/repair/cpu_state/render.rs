@@ -82,6 +82,9 @@ fn source_text(plan: &Plan) -> String {
     match plan.pod_source {
         PodSource::Api => "the pods the API lists on this node".to_string(),
         PodSource::File => "the pods file".to_string(),
+        PodSource::PodResources => {
+            "the kubelet's PodResources API (a pod is alive while the kubelet lists it as active)".to_string()
+        }
         PodSource::Cgroups => "the cgroups (a pod is alive while its cgroup has processes)".to_string(),
     }
 }

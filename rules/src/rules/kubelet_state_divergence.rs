@@ -1,0 +1,384 @@
+//! `kubelet-state-divergence`: the kubelet's CPU manager in memory is not what its checkpoint
+//! file says.
+//!
+//! The kubelet writes `cpu_manager_state` whenever its state changes and reads it only when it
+//! starts, so a file edited or replaced while it runs goes unnoticed until the next restart,
+//! when the file wins (containers are moved to the file's CPUs at the first reconcile) or the
+//! kubelet refuses to start (the file's sets no longer add up). Its PodResources API shows the
+//! memory ([`crate::kubelet_view`]); two comparisons:
+//!
+//! - per container the kubelet lists: its exclusive CPUs (`cpu_ids`) against the file's entry
+//!   for the same pod and container (none on either side counts as empty);
+//! - `GetAllocatableResources` against the online CPUs minus the reserved ones as the kubelet's
+//!   configuration now computes them.
+//!
+//! Judged only with the static policy in the file, and only when the file did not change
+//! between its reading and the kubelet's answer (else the two are different moments).
+
+use crate::CpuSet;
+use crate::checkpoint::{CpuState, EntryKey};
+use crate::facts::checkpoint_path;
+use crate::finding::{Finding, Severity, Subject};
+use crate::kubelet_view::{KubeletPod, KubeletView};
+use crate::settings::Settings;
+use crate::snapshot::{NodeSnapshot, Observed};
+use crate::text::{repair_cpu_state_remedy, unix_to_rfc3339};
+
+pub const ID: &str = "kubelet-state-divergence";
+
+/// The file's entry of `uid`/`container`, empty when it has none.
+fn file_cpus(state: &CpuState, uid: &str, container: &str) -> CpuSet {
+    state
+        .assignments
+        .iter()
+        .find(|a| matches!(&a.key, EntryKey::Container { pod_uid, container: c } if pod_uid == uid && c == container))
+        .map(|a| a.cpus.clone())
+        .unwrap_or_default()
+}
+
+/// The UID a listed pod has in the file: its only known UID, or the one of its known UIDs the
+/// file has entries for (a pod recreated under the same name).
+fn uid_in_file<'a>(pod: &'a KubeletPod, state: &CpuState) -> Option<&'a str> {
+    let with_entries: Vec<&str> = pod
+        .uids
+        .iter()
+        .map(String::as_str)
+        .filter(|u| {
+            state
+                .assignments
+                .iter()
+                .any(|a| matches!(&a.key, EntryKey::Container { pod_uid, .. } if pod_uid == u))
+        })
+        .collect();
+    match (pod.uids.as_slice(), with_entries.as_slice()) {
+        ([only], _) => Some(only.as_str()),
+        (_, [one]) => Some(one),
+        _ => None,
+    }
+}
+
+/// The file's entries for containers named as in `pod` whose CPUs equal the kubelet's: how a
+/// pod of unknown UID is found in the file.
+fn uid_by_cpus<'a>(pod: &KubeletPod, state: &'a CpuState) -> Option<&'a str> {
+    pod.containers.iter().filter(|c| !c.cpus.is_empty()).find_map(|c| {
+        state.assignments.iter().find_map(|a| match &a.key {
+            EntryKey::Container { pod_uid, container } if *container == c.name && a.cpus == c.cpus => {
+                Some(pod_uid.as_str())
+            }
+            _ => None,
+        })
+    })
+}
+
+fn restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> String {
+    format!(
+        "{what_restart_does} Make them agree before the kubelet restarts for another reason: if the file is what you \
+         want (a repair or a deliberate edit), restart the kubelet now so it loads it (`systemctl restart kubelet` on \
+         {node}; `repair cpu-state --apply --restart-kubelet` does this around its own write); if the file was \
+         changed by mistake or by another tool, put the kubelet's view back before any restart: restore the newest \
+         backup ({path}.nodemedic-backup-*, written by every nodemedic repair) or stop the kubelet, drain the node \
+         and remove the file (the kubelet rebuilds it empty). Stale entries in a file that is otherwise right are \
+         freed by {repair}",
+        node = snap.node,
+        repair = repair_cpu_state_remedy(&snap.node),
+    )
+}
+
+pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+    let Observed::Ok(view) = &snap.kubelet_view else {
+        return vec![];
+    };
+    let Observed::Ok(file) = &snap.checkpoint else {
+        return vec![];
+    };
+    let Ok(state) = &file.state else { return vec![] };
+    if state.policy_name != "static" || view.checkpoint_changed {
+        return vec![];
+    }
+    let path = checkpoint_path(snap);
+    let mut findings = containers(snap, view, state, &path, file.modified_at);
+    findings.extend(allocatable(snap, view, &path));
+    findings
+}
+
+fn started(snap: &NodeSnapshot) -> Option<String> {
+    snap.kubelet.ok().and_then(|k| k.started_at).and_then(unix_to_rfc3339)
+}
+
+fn containers(
+    snap: &NodeSnapshot,
+    view: &KubeletView,
+    state: &CpuState,
+    path: &str,
+    modified_at: Option<f64>,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for pod in &view.pods {
+        let uid = uid_in_file(pod, state).or_else(|| uid_by_cpus(pod, state));
+        for c in &pod.containers {
+            let in_file = match uid {
+                Some(uid) => file_cpus(state, uid, &c.name),
+                // No UID: only a kubelet pinning that no entry of that name has can be told.
+                None if c.cpus.is_empty() => continue,
+                None => CpuSet::new(),
+            };
+            if in_file == c.cpus {
+                continue;
+            }
+            let subject = Subject {
+                kind: "Pod".into(),
+                namespace: Some(pod.namespace.clone()),
+                name: Some(pod.name.clone()),
+                uid: uid.map(str::to_string),
+                ..Default::default()
+            }
+            .with_container(Some(c.name.clone()));
+            let show = |s: &CpuSet| {
+                if s.is_empty() {
+                    "no exclusive CPUs".to_string()
+                } else {
+                    format!("CPUs {s}")
+                }
+            };
+            let restart = if in_file.is_empty() {
+                format!(
+                    "At the next kubelet restart the file wins: container {} loses its exclusive CPUs {} and joins the \
+                     shared pool (or the kubelet refuses to start when the file's sets no longer cover every CPU; see \
+                     checkpoint-invalid-state).",
+                    c.name, c.cpus
+                )
+            } else {
+                format!(
+                    "At the next kubelet restart the file wins: container {} is moved from {} to CPUs {} at the first \
+                     reconcile (or the kubelet refuses to start when the file's sets no longer cover every CPU; see \
+                     checkpoint-invalid-state).",
+                    c.name,
+                    show(&c.cpus),
+                    in_file
+                )
+            };
+            findings.push(
+                Finding::new(
+                    ID,
+                    Severity::Critical,
+                    subject,
+                    format!(
+                        "The kubelet pins container {} of {} to {} in memory, but {path} gives it {}: the file was \
+                         changed while the kubelet runs",
+                        c.name,
+                        pod.display(),
+                        show(&c.cpus),
+                        show(&in_file)
+                    ),
+                    restart_remedy(snap, path, &restart),
+                )
+                .with("pod_uid", uid.map(str::to_string))
+                .with("container", c.name.clone())
+                .with("kubelet_cpus", c.cpus.to_string())
+                .with("checkpoint_cpus", in_file.to_string())
+                .with(
+                    "checkpoint_modified",
+                    modified_at.and_then(|t| unix_to_rfc3339(t as i64)),
+                )
+                .with("kubelet_started", started(snap))
+                .with("path", path)
+                .with("socket", view.socket.clone()),
+            );
+        }
+    }
+    findings
+}
+
+fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Finding> {
+    let Observed::Ok(kubelet_has) = &view.allocatable_cpus else {
+        return None;
+    };
+    let topo = snap.cpus.ok()?;
+    let config = snap.kubelet.ok()?;
+    let reserved = config.cpu_manager.reserved_cpus(topo).ok()?;
+    let expected = topo.all().difference(&reserved);
+    if *kubelet_has == expected {
+        return None;
+    }
+    let online = topo.all();
+    let restart = format!(
+        "The kubelet hands out CPUs {kubelet_has}, but the online CPUs ({online}) minus the reserved ones its \
+         configuration names now ({reserved}) are {expected}: CPUs were taken offline or brought online since it \
+         started, or its reserved CPUs were changed in its configuration without a restart. At the next restart it \
+         computes {expected}, and a checkpoint written for the old set fails its state check (\"current set of \
+         available CPUs doesn't match with CPUs in state\"), so the kubelet refuses to start until the file is removed."
+    );
+    Some(
+        Finding::new(
+            ID,
+            Severity::Critical,
+            Subject::node(&snap.node),
+            format!(
+                "The kubelet's allocatable CPUs ({kubelet_has}) differ from the online CPUs minus the reserved ones \
+                 ({expected}) on {}",
+                snap.node
+            ),
+            format!(
+                "{restart} Either put the configuration back to what the kubelet runs with, or plan the change: drain \
+                 the node, stop the kubelet, remove {path} and start the kubelet (the documented procedure for a \
+                 changed CPU set)"
+            ),
+        )
+        .with("kubelet_allocatable_cpus", kubelet_has.to_string())
+        .with("online_cpus", online.to_string())
+        .with("reserved_cpus", reserved.to_string())
+        .with("expected_cpus", expected.to_string())
+        .with("kubelet_started", started(snap))
+        .with("path", path)
+        .with("socket", view.socket.clone()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubelet_view::{KubeletContainer, UidSource};
+    use crate::rules::testkit::{SnapshotBuilder, pod};
+
+    fn listed(ns: &str, name: &str, uids: &[&str], containers: &[(&str, &str)]) -> KubeletPod {
+        KubeletPod {
+            namespace: ns.into(),
+            name: name.into(),
+            uids: uids.iter().map(|u| u.to_string()).collect(),
+            uid_source: (!uids.is_empty()).then_some(UidSource::PodList),
+            containers: containers
+                .iter()
+                .map(|(n, c)| KubeletContainer {
+                    name: n.to_string(),
+                    cpus: CpuSet::parse(c).unwrap(),
+                })
+                .collect(),
+        }
+    }
+
+    fn with_view(mut snap: NodeSnapshot, pods: Vec<KubeletPod>, allocatable: Option<&str>) -> NodeSnapshot {
+        snap.kubelet_view = Observed::Ok(KubeletView {
+            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+            pods,
+            allocatable_cpus: match allocatable {
+                Some(a) => Observed::Ok(CpuSet::parse(a).unwrap()),
+                None => Observed::NotApplicable {
+                    reason: "Unimplemented".into(),
+                },
+            },
+            checkpoint_changed: false,
+            listed_at: 0,
+        });
+        snap
+    }
+
+    fn base() -> SnapshotBuilder {
+        SnapshotBuilder::static_node("0-1,6-7", &[("u1", "app", "2-3"), ("u2", "app", "4-5")]).with_online("0-7")
+    }
+
+    #[test]
+    fn agreement_is_silent() {
+        let snap = with_view(
+            base().build(),
+            vec![
+                listed("spark", "exec-1", &["u1"], &[("app", "2-3"), ("sidecar", "")]),
+                listed("spark", "exec-2", &[], &[("app", "4-5")]),
+            ],
+            Some("0-7"),
+        );
+        assert_eq!(check(&snap, &Settings::default()), vec![]);
+    }
+
+    #[test]
+    fn a_container_pinned_elsewhere_in_memory_is_reported_with_both_sets() {
+        let snap = with_view(
+            base()
+                .with_pod_list(&[pod("u1", "exec-1", "Running", &[("app", "c1")])])
+                .build(),
+            vec![listed("spark", "exec-1", &["u1"], &[("app", "2,6")])],
+            Some("0-7"),
+        );
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["kubelet_cpus"], "2,6");
+        assert_eq!(f[0].evidence["checkpoint_cpus"], "2-3");
+        assert_eq!(f[0].evidence["pod_uid"], "u1");
+        assert!(
+            f[0].summary
+                .contains("pins container app of spark/exec-1 to CPUs 2,6 in memory"),
+            "{}",
+            f[0].summary
+        );
+        assert!(
+            f[0].remedy.contains("is moved from CPUs 2,6 to CPUs 2-3"),
+            "{}",
+            f[0].remedy
+        );
+        assert!(
+            f[0].remedy.contains("`systemctl restart kubelet` on node-a"),
+            "{}",
+            f[0].remedy
+        );
+    }
+
+    #[test]
+    fn pinning_the_file_lost_is_reported_even_without_a_uid() {
+        // The file has no entry holding 6-7 for a container "app"; the kubelet pins one there.
+        let snap = with_view(
+            base().build(),
+            vec![listed("spark", "new", &[], &[("app", "6-7")])],
+            None,
+        );
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].evidence["checkpoint_cpus"], "");
+        assert_eq!(f[0].evidence.get("pod_uid"), None);
+        assert!(f[0].remedy.contains("loses its exclusive CPUs 6-7"), "{}", f[0].remedy);
+    }
+
+    #[test]
+    fn allocatable_against_online_minus_reserved() {
+        let build = |alloc: &str| {
+            with_view(
+                base()
+                    .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+                    .build(),
+                vec![],
+                Some(alloc),
+            )
+        };
+        assert_eq!(check(&build("1-7"), &Settings::default()), vec![]);
+        let f = check(&build("2-7"), &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].evidence["expected_cpus"], "1-7");
+        assert_eq!(f[0].evidence["kubelet_allocatable_cpus"], "2-7");
+        assert_eq!(f[0].evidence["reserved_cpus"], "0");
+        assert!(f[0].remedy.contains("refuses to start"), "{}", f[0].remedy);
+    }
+
+    #[test]
+    fn a_file_rewritten_during_the_comparison_or_not_static_is_not_judged() {
+        let mut snap = with_view(
+            base().build(),
+            vec![listed("spark", "exec-1", &["u1"], &[("app", "6")])],
+            Some("0"),
+        );
+        assert_eq!(check(&snap, &Settings::default()).len(), 2);
+        if let Observed::Ok(v) = &mut snap.kubelet_view {
+            v.checkpoint_changed = true;
+        }
+        assert_eq!(check(&snap, &Settings::default()), vec![]);
+        let none = crate::Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#)
+            .unwrap()
+            .state()
+            .unwrap();
+        let none = SnapshotBuilder::from_state(none).build();
+        let none = with_view(
+            none,
+            vec![listed("spark", "exec-1", &["u1"], &[("app", "6")])],
+            Some("0"),
+        );
+        assert_eq!(check(&none, &Settings::default()), vec![]);
+    }
+}

@@ -1,0 +1,284 @@
+//! The kubelet's own view: the real `nodemedic scan` against a fixture host whose kubelet
+//! socket is served by the fake PodResources server (`nodemedic_tests::podresources`), in each
+//! of the ways a kubelet answers: in agreement with its file, with other CPUs in memory, with
+//! other allocatable CPUs, not at all (no socket), `Unimplemented`, never, and too much.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
+use nodemedic_tests::podresources::{Behaviour, FakeKubelet, FakePod, GET_ALLOCATABLE, LIST, Scenario};
+use nodemedic_tests::{Run, nodemedic};
+use serde_json::Value;
+
+/// Two NUMA nodes of 4 CPUs (0-3, 4-7), CPUs 0 and 4 reserved. exec-1 (1-2) and exec-2 (5)
+/// run; exec-3's pod is gone and its entry holds 6-7.
+fn node() -> Node {
+    let mut exec2 = Pod::new("exec-2", 1).exclusive("5");
+    // Admitted, pinned, its cgroup not made yet: liveness by cgroups alone would call it stale.
+    exec2.has_cgroup = false;
+    Node::new("worker-1", Layout::V1Cgroupfs, Runtime::Containerd)
+        .cpus(2, 4, 1)
+        .pod(Pod::new("exec-1", 2).exclusive("1-2"))
+        .pod(exec2)
+        .pod(Pod::new("exec-3", 2).exclusive("6-7").gone())
+}
+
+/// What the kubelet would answer for [`node`], in agreement with the file.
+fn agreeing() -> Scenario {
+    Scenario::default()
+        .pod(FakePod::new("default", "exec-1").container("app", &[1, 2]))
+        .pod(FakePod::new("default", "exec-2").container("app", &[5]))
+        .allocatable(&[1, 2, 3, 5, 6, 7])
+}
+
+struct Host {
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        node().write(dir.path()).unwrap();
+        Host { dir }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("var/lib/kubelet/pod-resources/kubelet.sock")
+    }
+
+    /// `nodemedic scan` with `args` added, off the runtime's threads (the fake serves meanwhile).
+    async fn scan(&self, extra: &[&str]) -> (Run, Value, Duration) {
+        let root = self.dir.path().to_str().unwrap().to_string();
+        let mut args: Vec<String> = ["scan", "--host-root", &root, "--format", "json", "--node", "worker-1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let started = Instant::now();
+        let run = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            nodemedic(&refs)
+        })
+        .await
+        .unwrap();
+        let took = started.elapsed();
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+        assert!(run.code == 0 || run.code == 1, "exit {}: {}", run.code, run.stderr);
+        let report: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+        (run, report, took)
+    }
+
+    async fn scan_with_pods(&self) -> Value {
+        let pods = self.dir.path().join("pods.json");
+        self.scan(&["--pods", pods.to_str().unwrap()]).await.1
+    }
+}
+
+fn findings<'a>(report: &'a Value, rule: &str) -> Vec<&'a Value> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == rule)
+        .collect()
+}
+
+fn stale_uids(report: &Value) -> Vec<String> {
+    let mut uids: Vec<String> = findings(report, "stale-cpu-assignment")
+        .iter()
+        .map(|f| f["evidence"]["pod_uid"].as_str().unwrap().to_string())
+        .collect();
+    uids.sort();
+    uids
+}
+
+fn uid(name: &str) -> String {
+    nodemedic_tests::hosttree::pod_uid(name)
+}
+
+async fn kubelet(host: &Host, scenario: Scenario) -> FakeKubelet {
+    FakeKubelet::start(host.socket(), scenario).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agreement_is_silent_and_the_source_is_ok() {
+    let host = Host::new();
+    let fake = kubelet(&host, agreeing()).await;
+    let report = host.scan_with_pods().await;
+    assert_eq!(report["sources"]["podresources"], "ok", "{report:#}");
+    assert!(findings(&report, "kubelet-state-divergence").is_empty(), "{report:#}");
+    // The pod list decides liveness when there is one; the kubelet was asked once each.
+    assert_eq!(report["sources"]["pods"], "file");
+    assert_eq!(stale_uids(&report), [uid("exec-3")]);
+    assert_eq!((fake.calls(LIST), fake.calls(GET_ALLOCATABLE)), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_pinned_elsewhere_in_memory_is_a_divergence() {
+    let host = Host::new();
+    let scenario = Scenario::default()
+        .pod(FakePod::new("default", "exec-1").container("app", &[1, 3]))
+        .pod(FakePod::new("default", "exec-2").container("app", &[5]))
+        .allocatable(&[1, 2, 3, 5, 6, 7]);
+    let _fake = kubelet(&host, scenario).await;
+    let pods = host.dir.path().join("pods.json");
+    let (run, report, _) = host.scan(&["--pods", pods.to_str().unwrap()]).await;
+    nodemedic_tests::assert_golden(
+        "podresources-divergence",
+        &nodemedic_tests::normalize_report(&run.stdout),
+    );
+    let f = findings(&report, "kubelet-state-divergence");
+    assert_eq!(f.len(), 1, "{report:#}");
+    let e = &f[0]["evidence"];
+    assert_eq!(f[0]["severity"], "critical");
+    assert_eq!(e["pod_uid"], uid("exec-1").as_str());
+    assert_eq!(
+        (e["kubelet_cpus"].as_str(), e["checkpoint_cpus"].as_str()),
+        (Some("1,3"), Some("1-2"))
+    );
+    assert_eq!(e["socket"], "/var/lib/kubelet/pod-resources/kubelet.sock");
+    // The file's mtime and the kubelet's start, as the fixture wrote them (an hour old file).
+    let modified = e["checkpoint_modified"].as_str().unwrap();
+    assert!(modified.ends_with('Z') && modified.len() == 20, "{modified}");
+    assert!(
+        f[0]["remedy"]
+            .as_str()
+            .unwrap()
+            .contains("is moved from CPUs 1,3 to CPUs 1-2"),
+        "{}",
+        f[0]["remedy"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocatable_other_than_online_minus_reserved_is_a_divergence() {
+    let host = Host::new();
+    let _fake = kubelet(&host, agreeing().allocatable(&[2, 3, 5, 6, 7])).await;
+    let report = host.scan_with_pods().await;
+    let f = findings(&report, "kubelet-state-divergence");
+    assert_eq!(f.len(), 1, "{report:#}");
+    let e = &f[0]["evidence"];
+    assert_eq!(e["kubelet_allocatable_cpus"], "2-3,5-7");
+    assert_eq!(e["expected_cpus"], "1-3,5-7");
+    assert_eq!(e["reserved_cpus"], "0,4");
+    assert_eq!(e["online_cpus"], "0-7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_socket_is_missing_not_an_error() {
+    let host = Host::new();
+    let report = host.scan_with_pods().await;
+    assert_eq!(report["sources"]["podresources"], "missing");
+    assert!(findings(&report, "kubelet-state-divergence").is_empty());
+    assert_eq!(stale_uids(&report), [uid("exec-3")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_kubelet_is_unsupported_and_a_gated_allocatable_is_skipped() {
+    let host = Host::new();
+    let fake = kubelet(&host, agreeing().behaviour(LIST, Behaviour::Unimplemented)).await;
+    let report = host.scan_with_pods().await;
+    assert_eq!(report["sources"]["podresources"], "unsupported", "{report:#}");
+    // List works, GetAllocatableResources is behind its feature gate: the containers are
+    // still compared, allocatable is not.
+    fake.set_behaviour(LIST, Behaviour::Answer);
+    fake.set_behaviour(GET_ALLOCATABLE, Behaviour::feature_gate_off(GET_ALLOCATABLE));
+    fake.set_allocatable(&[7]);
+    let report = host.scan_with_pods().await;
+    assert_eq!(report["sources"]["podresources"], "ok");
+    assert!(findings(&report, "kubelet-state-divergence").is_empty(), "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_never_answers_costs_one_timeout_and_the_scan_goes_on() {
+    let host = Host::new();
+    let _fake = kubelet(&host, agreeing().behaviour(LIST, Behaviour::Hang)).await;
+    let (_, report, took) = host
+        .scan(&["--pods", host.dir.path().join("pods.json").to_str().unwrap()])
+        .await;
+    let status = report["sources"]["podresources"].as_str().unwrap();
+    assert_eq!(
+        status,
+        "error: /var/lib/kubelet/pod-resources/kubelet.sock: List did not answer within 2 s"
+    );
+    assert!(took < Duration::from_secs(10), "the scan took {took:?}");
+    // Everything else is still judged.
+    assert_eq!(stale_uids(&report), [uid("exec-3")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_the_cap_is_refused_with_its_size() {
+    let host = Host::new();
+    // 25,000 made-up pods: about 20 MB, over the 16 MiB accepted.
+    let _fake = kubelet(&host, agreeing().behaviour(LIST, Behaviour::Huge { pods: 25_000 })).await;
+    let report = host.scan_with_pods().await;
+    let status = report["sources"]["podresources"].as_str().unwrap();
+    assert!(
+        status.starts_with(
+            "error: /var/lib/kubelet/pod-resources/kubelet.sock: List answered more than the 16 MiB accepted"
+        ),
+        "{status}"
+    );
+    assert!(status.contains("the limit is: 16777216 bytes"), "{status}");
+}
+
+/// A kubeconfig for an API server that refuses connections.
+fn dead_api(dir: &Path) -> PathBuf {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_api_server_down_the_kubelets_list_decides_liveness() {
+    let host = Host::new();
+    let _fake = kubelet(&host, agreeing()).await;
+    let kubeconfig = dead_api(host.dir.path());
+    let (_, report, _) = host.scan(&["--kubeconfig", kubeconfig.to_str().unwrap()]).await;
+    assert_eq!(report["sources"]["pods"], "podresources", "{report:#}");
+    let note = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|n| n.as_str().filter(|n| n.starts_with("Kubernetes API not used")))
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert!(
+        note.ends_with(": liveness from the kubelet's PodResources API"),
+        "{note}"
+    );
+    // exec-3 is gone: stale. exec-1 runs. exec-2 has no cgroup, yet the kubelet lists it:
+    // alive (by cgroups alone it would be called stale).
+    assert_eq!(stale_uids(&report), [uid("exec-3")]);
+    let f = findings(&report, "stale-cpu-assignment");
+    assert_eq!(f[0]["evidence"]["liveness_source"], "podresources");
+    assert!(
+        f[0]["evidence"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the kubelet does not list pod"),
+        "{:#}",
+        f[0]
+    );
+    // Offline, the same.
+    let (_, offline, _) = host.scan(&["--offline"]).await;
+    assert_eq!(offline["sources"]["pods"], "podresources");
+    assert_eq!(stale_uids(&offline), [uid("exec-3")]);
+    // Without the kubelet's socket, cgroups decide, and exec-2's missing cgroup makes it stale.
+    drop(_fake);
+    let (_, cgroups, _) = host.scan(&["--offline"]).await;
+    assert_eq!(cgroups["sources"]["pods"], "cgroups");
+    let mut want = vec![uid("exec-2"), uid("exec-3")];
+    want.sort();
+    assert_eq!(stale_uids(&cgroups), want);
+}
