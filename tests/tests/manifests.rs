@@ -172,7 +172,7 @@ fn apiserver_metrics_component_renders_and_validates() {
     }
 }
 
-/// components/node-resource-topology: one ClusterRole rule for the NodeResourceTopology objects
+/// components/node-resource-topology: one ClusterRole rule for the NodeResourceTopology objects,
 /// the switch on the agent's container and the NUMA nodes' memory, read-only; nothing else changes.
 #[test]
 fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {

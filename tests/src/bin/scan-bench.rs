@@ -14,12 +14,43 @@ use std::time::Instant;
 
 use nodemedic_tests::measure::{self, stats};
 
-/// In-process breakdown of one scan of `pods` pods by collector (median of `runs`).
-fn phases(pods: usize, runs: usize) -> Result<(), String> {
+/// In-process breakdown of one scan of `pods` pods by collector (median of `runs`); with
+/// `kubelet`, a fake kubelet serves the PodResources API on the host's socket and lists every
+/// pod of the node with its exclusive CPUs.
+fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    nodemedic_tests::scenarios::big_node(pods, 5)
-        .write(dir.path())
-        .map_err(|e| e.to_string())?;
+    let node = nodemedic_tests::scenarios::big_node(pods, 5);
+    node.write(dir.path()).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let _fake = if kubelet {
+        use nodemedic_tests::podresources::{FakeKubelet, FakePod, Scenario};
+        let mut scenario = Scenario::default();
+        for p in node.pods.iter().filter(|p| p.in_pod_list && p.phase == "Running") {
+            let mut fake = FakePod::new(&p.namespace, &p.name);
+            for c in &p.containers {
+                let cpus: Vec<i64> = p
+                    .entries
+                    .iter()
+                    .filter(|(name, _)| *name == c.name)
+                    .flat_map(|(_, set)| {
+                        nodemedic_rules::CpuSet::parse(set)
+                            .map(|s| s.iter().map(i64::from).collect::<Vec<_>>())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                fake = fake.container(&c.name, &cpus);
+            }
+            scenario = scenario.pod(fake);
+        }
+        let socket = dir.path().join("var/lib/kubelet/pod-resources/kubelet.sock");
+        Some(
+            runtime
+                .block_on(FakeKubelet::start(socket, scenario))
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
     let host = nodemedic::host::HostPaths::new(dir.path(), None);
     let opts = nodemedic::scan::Options {
         node: Some("bench-node".into()),
@@ -40,7 +71,12 @@ fn phases(pods: usize, runs: usize) -> Result<(), String> {
             .or_default()
             .push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    println!("\nin-process phases at {pods} pods (median ms of {runs}):");
+    let with = if kubelet {
+        ", the kubelet's PodResources API served"
+    } else {
+        ", no kubelet socket"
+    };
+    println!("\nin-process phases at {pods} pods{with} (median ms of {runs}):");
     for (name, v) in per {
         println!("  {name:<15} {:.2}", stats(v).1);
     }
@@ -58,9 +94,11 @@ fn main() -> ExitCode {
         eprintln!("scan-bench: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = phases(250, runs) {
-        eprintln!("scan-bench: {e}");
-        return ExitCode::from(2);
+    for kubelet in [false, true] {
+        if let Err(e) = phases(250, runs, kubelet) {
+            eprintln!("scan-bench: {e}");
+            return ExitCode::from(2);
+        }
     }
     ExitCode::SUCCESS
 }
