@@ -31,6 +31,7 @@ pub const CONDITIONS: &[ConditionSpec] = &[
             "checkpoint-unreadable",
             "checkpoint-invalid-state",
             "cross-pod-cpu-overlap",
+            "kubelet-state-divergence",
         ],
         reason_true: "CPUManagerStateStale",
         reason_false: "CPUManagerStateConsistent",

@@ -26,8 +26,6 @@ pub const PLURAL: &str = "noderesourcetopologies";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "nodemedic");
 /// The attribute that names the CPUs stale entries hold.
 pub const STALE_ATTRIBUTE: &str = "nodemedic.io/stale-cpus";
-/// How long an object someone else owns is left alone before it is looked at again.
-const CONFLICT_PAUSE: Duration = Duration::from_secs(600);
 
 /// The object for the node of `snap`, or `None` when the static policy's state is not known
 /// or a NUMA node's memory is (nothing trustworthy to publish).
@@ -117,11 +115,20 @@ impl Outcome {
 #[derive(Debug)]
 pub struct Publisher {
     api: Api<DynamicObject>,
-    /// The content last written or found equal (`attributes`, `zones`).
-    last: Option<Value>,
-    /// Since when an object of another owner is left alone.
-    conflict_since: Option<Instant>,
+    nodes: Api<k8s_openapi::api::core::v1::Node>,
+    /// The content last written or found equal (`attributes`, `zones`), and the
+    /// resourceVersion the object had then.
+    last: Option<(Value, Option<String>)>,
+    /// When the object was last read or written.
+    last_checked: Option<Instant>,
+    /// Since when an object of another owner is left alone, and why.
+    conflict: Option<(Instant, String)>,
+    /// The Node's UID, for the owner reference (the object goes when the Node does).
+    node_uid: Option<String>,
 }
+
+/// How long the agent trusts that the object still says what it wrote.
+pub const RECHECK: Duration = Duration::from_secs(600);
 
 /// The part of the object that carries meaning (not metadata).
 fn content(obj: &Value) -> Value {
@@ -133,37 +140,60 @@ impl Publisher {
         let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
         let resource = ApiResource::from_gvk_with_plural(&gvk, PLURAL);
         Publisher {
-            api: Api::all_with(client, &resource),
+            api: Api::all_with(client.clone(), &resource),
+            nodes: Api::all(client),
             last: None,
-            conflict_since: None,
+            last_checked: None,
+            conflict: None,
+            node_uid: None,
         }
     }
 
+    /// `desired` with the owner reference to its Node, when the Node's UID can be read.
+    async fn owned(&mut self, desired: &Value, name: &str) -> Result<DynamicObject, String> {
+        if self.node_uid.is_none() {
+            // Without it the object is published all the same; it outlives a deleted Node.
+            self.node_uid = self.nodes.get(name).await.ok().and_then(|n| n.metadata.uid);
+        }
+        let mut object = desired.clone();
+        if let Some(uid) = &self.node_uid {
+            object["metadata"]["ownerReferences"] =
+                json!([{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]);
+        }
+        serde_json::from_value(object).map_err(|e| format!("{PLURAL}/{name}: {e}"))
+    }
+
     /// Makes the object on the API server say `desired`: nothing when it already does (no
-    /// request when the agent itself wrote it last), a create when it is absent, an update
-    /// (with the read resourceVersion as precondition) when it differs, nothing when another
-    /// owner's object has the name.
+    /// request at all when the agent wrote it less than [`RECHECK`] ago), a create when it is
+    /// absent, an update (with the read resourceVersion as precondition) when it differs. An
+    /// object of that name that another writer owns is left alone: one without the agent's
+    /// label, or one whose content someone else changed since the agent wrote it (the
+    /// topology-updater of node-feature-discovery keeps labels it did not set).
     pub async fn publish(&mut self, desired: &Value) -> (Outcome, Option<String>) {
         let want = content(desired);
-        if self.last.as_ref() == Some(&want) {
+        let fresh = self.last_checked.is_some_and(|t| t.elapsed() < RECHECK);
+        if fresh && self.last.as_ref().is_some_and(|(c, _)| *c == want) {
             return (Outcome::Unchanged, None);
         }
-        if self.conflict_since.is_some_and(|t| t.elapsed() < CONFLICT_PAUSE) {
-            return (Outcome::Conflict, None);
+        if let Some((since, _)) = &self.conflict {
+            if since.elapsed() < RECHECK {
+                return (Outcome::Conflict, None);
+            }
         }
         let name = desired["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let existing = match self.api.get_opt(&name).await {
             Ok(o) => o,
             Err(e) => return (Outcome::Failed, Some(format!("get {PLURAL}/{name}: {e}"))),
         };
-        let outcome = match existing {
+        self.last_checked = Some(Instant::now());
+        let (outcome, version) = match existing {
             None => {
-                let obj: DynamicObject = match serde_json::from_value(desired.clone()) {
+                let object = match self.owned(desired, &name).await {
                     Ok(o) => o,
-                    Err(e) => return (Outcome::Failed, Some(format!("{PLURAL}/{name}: {e}"))),
+                    Err(e) => return (Outcome::Failed, Some(e)),
                 };
-                match self.api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => Outcome::Created,
+                match self.api.create(&PostParams::default(), &object).await {
+                    Ok(o) => (Outcome::Created, o.metadata.resource_version),
                     Err(e) => return (Outcome::Failed, Some(format!("create {PLURAL}/{name}: {e}"))),
                 }
             }
@@ -175,35 +205,45 @@ impl Publisher {
                     .and_then(|l| l.get(MANAGED_BY.0))
                     .map(String::as_str)
                     == Some(MANAGED_BY.1);
-                if !ours {
-                    self.conflict_since = Some(Instant::now());
-                    return (
-                        Outcome::Conflict,
-                        Some(format!(
+                let have = content(&serde_json::to_value(&current).unwrap_or_default());
+                // Changed by someone since the agent wrote it: not the agent's to fight over.
+                let overwritten = self.last.as_ref().is_some_and(|(written, version)| {
+                    *written != have && version.is_some() && *version != current.metadata.resource_version
+                });
+                if !ours || overwritten {
+                    let why = if ours {
+                        format!(
+                            "{PLURAL}/{name} was changed by another writer since nodemedic wrote it (node-feature-discovery's \
+                             topology-updater keeps the labels it finds): nodemedic leaves it alone; run one publisher per node"
+                        )
+                    } else {
+                        format!(
                             "{PLURAL}/{name} exists without the label {}={}: another publisher (node-feature-discovery's \
                              topology-updater?) owns it; nodemedic leaves it alone",
                             MANAGED_BY.0, MANAGED_BY.1
-                        )),
-                    );
-                }
-                self.conflict_since = None;
-                let have = content(&serde_json::to_value(&current).unwrap_or_default());
-                if have == want {
-                    Outcome::Unchanged
-                } else {
-                    let mut obj: DynamicObject = match serde_json::from_value(desired.clone()) {
-                        Ok(o) => o,
-                        Err(e) => return (Outcome::Failed, Some(format!("{PLURAL}/{name}: {e}"))),
+                        )
                     };
-                    obj.metadata.resource_version = current.metadata.resource_version.clone();
-                    match self.api.replace(&name, &PostParams::default(), &obj).await {
-                        Ok(_) => Outcome::Updated,
+                    self.conflict = Some((Instant::now(), why.clone()));
+                    self.last = None;
+                    return (Outcome::Conflict, Some(why));
+                }
+                self.conflict = None;
+                if have == want {
+                    (Outcome::Unchanged, current.metadata.resource_version.clone())
+                } else {
+                    let mut object = match self.owned(desired, &name).await {
+                        Ok(o) => o,
+                        Err(e) => return (Outcome::Failed, Some(e)),
+                    };
+                    object.metadata.resource_version = current.metadata.resource_version.clone();
+                    match self.api.replace(&name, &PostParams::default(), &object).await {
+                        Ok(o) => (Outcome::Updated, o.metadata.resource_version),
                         Err(e) => return (Outcome::Failed, Some(format!("update {PLURAL}/{name}: {e}"))),
                     }
                 }
             }
         };
-        self.last = Some(want);
+        self.last = Some((want, version));
         (outcome, None)
     }
 }

@@ -92,8 +92,6 @@ pub struct Options {
     /// The pods of this node last known (the daemon's store while its watch is down):
     /// (namespace, name) to UIDs, to name the pods the kubelet's PodResources API lists.
     pub last_known_pods: std::collections::BTreeMap<(String, String), Vec<String>>,
-    /// Do not ask the kubelet's PodResources API.
-    pub skip_kubelet_view: bool,
 }
 
 /// The end of a note that says liveness falls back to the cgroups; rewritten when the
@@ -218,7 +216,7 @@ pub async fn snapshot<D: PodDirectory>(
     let mut snapshot = collected.snapshot;
     let mut records = collected.records;
     snapshot.notes.splice(0..0, notes);
-    if let (Some(kubelet_dir), false) = (&collected.kubelet_dir, opts.skip_kubelet_view) {
+    if let Some(kubelet_dir) = &collected.kubelet_dir {
         read_kubelet_view(host, kubelet_dir, opts, &mut snapshot, &mut records).await;
     }
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
@@ -311,10 +309,10 @@ async fn read_kubelet_view(
         failed,
     });
     if let Observed::Ok(v) = &view {
-        if v.checkpoint_changed {
+        if let (true, Some(file)) = (v.checkpoint_changed, snapshot.checkpoint.ok()) {
             snapshot.notes.push(format!(
                 "{} changed while the kubelet's PodResources API was read: the two are not compared this scan",
-                v.socket
+                file.path
             ));
         }
         if snapshot.pod_source == PodSource::Cgroups {
@@ -322,6 +320,11 @@ async fn read_kubelet_view(
             for note in snapshot.notes.iter_mut() {
                 if let Some(head) = note.strip_suffix(CGROUPS_FALLBACK) {
                     *note = format!("{head}: liveness from the kubelet's PodResources API");
+                } else if note.contains(collect::GUESSED_NODE_FALLBACK) {
+                    *note = note.replace(
+                        collect::GUESSED_NODE_FALLBACK,
+                        "judging liveness from the kubelet's PodResources API instead",
+                    );
                 }
             }
             if let Some(mut r) = records.get("pods").cloned() {

@@ -48,6 +48,17 @@ pub fn is_driver(pod: &PodInfo) -> bool {
     pod.spark_role() == Some(DRIVER)
 }
 
+/// Whether `pod` is a Spark driver bound to `node` that waits to start there: `Pending`, not
+/// being deleted, no container running (`driver-blocked-by-partition`, and the agent's choice
+/// of whose Events to read for it).
+pub fn driver_waits_to_start(pod: &PodInfo, node: &str) -> bool {
+    is_driver(pod)
+        && pod.node_name.as_deref() == Some(node)
+        && pod.phase == "Pending"
+        && !pod.deleting
+        && !pod.containers.iter().any(|c| c.state.as_deref() == Some("running"))
+}
+
 /// The unfinished drivers the snapshot knows of (every driver of the applications with a driver
 /// here, and this node's), once per UID.
 pub(crate) fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {

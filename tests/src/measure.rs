@@ -269,10 +269,35 @@ pub fn request_kind(r: &crate::apiserver::RequestRecord) -> String {
 /// `runs` times each: prints a Markdown table of wall time and peak RSS, median (min-max). Each
 /// run is measured by this program re-executed as `<self> --measure-one <scan args>`, which the
 /// calling bench must hand to [`measure_one`].
+/// (min, median, max) of a series.
+pub type Spread = (f64, f64, f64);
+
+/// Runs `nodemedic <args>` `runs` times through this program's `--measure-one`: the wall time
+/// (ms) and peak RSS (MiB) of each, as (min, median, max).
+pub fn measure_scans(args: &[&str], runs: usize) -> Result<(Spread, Spread), String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let (mut walls, mut rsss) = (vec![], vec![]);
+    for _ in 0..runs {
+        let out = Command::new(&me)
+            .arg("--measure-one")
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot re-run {}: {e}", me.display()))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        // A scan exits 0 (no findings) or 1 (findings); the peak must have been reported.
+        if f.len() != 3 || !(f[2] == 0.0 || f[2] == 1.0) || f[1] < 0.0 {
+            return Err(format!("bad scan measurement {line:?}"));
+        }
+        walls.push(f[0] * 1000.0);
+        rsss.push(f[1] / 1024.0);
+    }
+    Ok((stats(walls), stats(rsss)))
+}
+
 pub fn scan_table(runs: usize) -> Result<(), String> {
     println!("| pods | containers | processes | wall median (min-max) ms | peak RSS median (min-max) MiB |");
     println!("|---:|---:|---:|---|---|");
-    let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     for pods in [10usize, 110, 250] {
         let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         crate::scenarios::big_node(pods, 5)
@@ -291,24 +316,7 @@ pub fn scan_table(runs: usize) -> Result<(), String> {
             "--format",
             "json",
         ];
-        let (mut walls, mut rsss) = (vec![], vec![]);
-        for _ in 0..runs {
-            let out = Command::new(&me)
-                .arg("--measure-one")
-                .args(scan)
-                .output()
-                .map_err(|e| format!("cannot re-run {}: {e}", me.display()))?;
-            let line = String::from_utf8_lossy(&out.stdout);
-            let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            // A scan exits 0 (no findings) or 1 (findings); the peak must have been reported.
-            if f.len() != 3 || !(f[2] == 0.0 || f[2] == 1.0) || f[1] < 0.0 {
-                return Err(format!("bad scan measurement {line:?}"));
-            }
-            walls.push(f[0] * 1000.0);
-            rsss.push(f[1] / 1024.0);
-        }
-        let (wmin, wmed, wmax) = stats(walls);
-        let (rmin, rmed, rmax) = stats(rsss);
+        let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure_scans(&scan, runs)?;
         println!(
             "| {pods} | {} | {} | {wmed:.1} ({wmin:.1}-{wmax:.1}) | {rmed:.1} ({rmin:.1}-{rmax:.1}) |",
             pods * 3,

@@ -585,3 +585,112 @@ fn regression_examples_stay_fixed() {
     m.insert("a b".to_string(), "".to_string());
     assert_eq!(parse_spark_properties("a\\ b"), m);
 }
+
+/// A node whose checkpoint pins `owners` (CPU `i` to `owners[i]`: a pod index and a container
+/// name, or the default set), and the kubelet's view of it: the pods in `alive` listed with
+/// exactly their entries, their UIDs known or not (`uid_known`).
+fn agreeing_node(owners: &[Option<(u8, bool)>], alive: &[bool], uid_known: &[bool]) -> nodemedic_rules::NodeSnapshot {
+    use nodemedic_rules::kubelet_view::{KubeletContainer, KubeletPod, KubeletView, UidSource};
+    use nodemedic_rules::snapshot::{CheckpointFile, Observed, PodSource};
+    let uid = |p: u8| format!("pod-{p}");
+    let name = |app: bool| if app { "app" } else { "sidecar" };
+    let mut entries: BTreeMap<String, BTreeMap<String, Vec<u32>>> = BTreeMap::new();
+    let mut default = Vec::new();
+    for (cpu, owner) in owners.iter().enumerate() {
+        match owner {
+            Some((p, app)) => entries
+                .entry(uid(*p))
+                .or_default()
+                .entry(name(*app).into())
+                .or_default()
+                .push(cpu as u32),
+            None => default.push(cpu as u32),
+        }
+    }
+    let json_entries: serde_json::Map<String, Value> = entries
+        .iter()
+        .map(|(u, cs)| {
+            let m: serde_json::Map<String, Value> = cs
+                .iter()
+                .map(|(c, cpus)| (c.clone(), json!(CpuSet::from_ids(cpus.iter().copied()).to_string())))
+                .collect();
+            (u.clone(), Value::Object(m))
+        })
+        .collect();
+    let file = json!({"policyName": "static", "defaultCpuSet": CpuSet::from_ids(default).to_string(),
+                      "entries": json_entries, "checksum": 0});
+    let mut snap = nodemedic_rules::NodeSnapshot::empty("node-a", 1_700_000_000);
+    snap.checkpoint = Observed::Ok(CheckpointFile::new(
+        "/var/lib/kubelet/cpu_manager_state".into(),
+        Some(3600.0),
+        Checkpoint::parse(file.to_string().as_bytes()),
+    ));
+    snap.pod_source = PodSource::PodResources;
+    let pods = entries
+        .iter()
+        .filter(|(u, _)| {
+            let i: usize = u[4..].parse().unwrap();
+            alive[i]
+        })
+        .map(|(u, cs)| {
+            let i: usize = u[4..].parse().unwrap();
+            KubeletPod {
+                namespace: "spark".into(),
+                name: format!("exec-{i}"),
+                uids: if uid_known[i] { vec![u.clone()] } else { vec![] },
+                uid_source: uid_known[i].then_some(UidSource::PodList),
+                containers: cs
+                    .iter()
+                    .map(|(c, cpus)| KubeletContainer {
+                        name: c.clone(),
+                        cpus: CpuSet::from_ids(cpus.iter().copied()),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    snap.kubelet_view = Observed::Ok(KubeletView {
+        socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+        pods,
+        allocatable_cpus: Observed::NotApplicable {
+            reason: "not asked".into(),
+        },
+        checkpoint_changed: false,
+        listed_at: 1_700_000_000,
+    });
+    snap
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: scaled(800), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A kubelet whose memory is its file: no divergence, and by its list exactly the entries
+    /// of the pods it does not list are stale, whatever UIDs it could be tied to.
+    #[test]
+    fn the_kubelets_view_of_its_own_file_agrees_and_judges_liveness_exactly(
+        owners in proptest::collection::vec(proptest::option::of((0u8..6, any::<bool>())), 1..24),
+        alive in proptest::collection::vec(any::<bool>(), 6),
+        uid_known in proptest::collection::vec(any::<bool>(), 6),
+    ) {
+        let snap = agreeing_node(&owners, &alive, &uid_known);
+        let settings = nodemedic_rules::Settings::default();
+        let divergent = nodemedic_rules::rules::kubelet_state_divergence::check(&snap, &settings);
+        prop_assert!(divergent.is_empty(), "{divergent:#?}");
+        let mut stale: Vec<String> = nodemedic_rules::facts::stale_entries(&snap, &settings)
+            .into_iter()
+            .filter_map(|e| e.pod_uid)
+            .collect();
+        stale.sort();
+        stale.dedup();
+        let mut want: Vec<String> = owners
+            .iter()
+            .flatten()
+            .map(|(p, _)| *p)
+            .filter(|p| !alive[*p as usize])
+            .map(|p| format!("pod-{p}"))
+            .collect();
+        want.sort();
+        want.dedup();
+        prop_assert_eq!(stale, want);
+    }
+}

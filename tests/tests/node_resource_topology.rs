@@ -92,6 +92,11 @@ async fn stale_cpus_on_one_numa_node_are_counted_and_published_once() {
     let obj = store.get("noderesourcetopologies", None, NODE).unwrap();
     crd::validate(&crd::node_resource_topology_crd(), "v1alpha2", &obj).unwrap_or_else(|e| panic!("{e}\n{obj:#}"));
     assert_eq!(obj["metadata"]["labels"]["app.kubernetes.io/managed-by"], "nodemedic");
+    // Owned by its Node, so it goes when the Node does.
+    assert_eq!(
+        obj["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-uid-7"}])
+    );
     // NUMA node 1: 4 CPUs, 3 allocatable (4 reserved), none available (5-7 stale).
     assert_eq!(zone(&obj, "node-0", "cpu"), ("4".into(), "3".into(), "1".into()));
     assert_eq!(zone(&obj, "node-1", "cpu"), ("4".into(), "3".into(), "0".into()));
@@ -160,4 +165,37 @@ async fn another_publishers_object_is_left_alone() {
     let obj = store.get("noderesourcetopologies", None, NODE).unwrap();
     assert_eq!(zone(&obj, "node-0", "cpu").2, "4");
     assert!(agent.log().contains("another publisher"), "{}", agent.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_keeps_the_label_is_noticed_and_not_fought() {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    store.create(node_object());
+    let host = two_numa(true);
+    for pod in host.pods_json()["items"].as_array().unwrap() {
+        store.create(pod.clone());
+    }
+    let agent = Agent::start(&api, Some(&host), &["--publish-node-resource-topology", "true"]);
+    wait_for("the NodeResourceTopology", Duration::from_secs(60), &agent, || {
+        store.get("noderesourcetopologies", None, NODE).is_some()
+    })
+    .await;
+    // node-feature-discovery's topology-updater rewrites the zones and keeps the labels.
+    store.modify("noderesourcetopologies", None, NODE, |o| {
+        o["zones"] = json!([{"name": "node-0", "type": "Node",
+                             "resources": [{"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"}]}]);
+    });
+    // The agent's next object (the stale entry freed) finds it changed behind its back.
+    two_numa(false).write(agent.host_root()).unwrap();
+    wait_for("a conflict", Duration::from_secs(60), &agent, || {
+        agent
+            .metric("nodemedic_node_resource_topology_writes_total{outcome=\"conflict\"}")
+            .is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    assert_eq!(nrt_writes(&api), [("POST".to_string(), 201)]);
+    let obj = store.get("noderesourcetopologies", None, NODE).unwrap();
+    assert_eq!(zone(&obj, "node-0", "cpu").2, "4");
+    assert!(agent.log().contains("changed by another writer"), "{}", agent.log());
 }

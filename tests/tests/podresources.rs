@@ -282,3 +282,36 @@ async fn with_the_api_server_down_the_kubelets_list_decides_liveness() {
     want.sort();
     assert_eq!(stale_uids(&cgroups), want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_rewritten_while_the_kubelet_is_asked_is_not_compared() {
+    use nodemedic::collect::podresources::{ViewInputs, read_kubelet_view};
+    use nodemedic_rules::snapshot::Observed;
+    let host = Host::new();
+    let _fake = kubelet(&host, agreeing()).await;
+    let paths = nodemedic::host::HostPaths::new(host.dir.path(), None);
+    let checkpoint = host.dir.path().join("var/lib/kubelet/cpu_manager_state");
+    let mtime = std::fs::metadata(&checkpoint)
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let inputs = |read_at: f64| ViewInputs {
+        kubelet_dir: host.dir.path().join("var/lib/kubelet"),
+        checkpoint: Some((checkpoint.clone(), Some(read_at))),
+        names: Default::default(),
+    };
+    let Observed::Ok(view) = read_kubelet_view(&paths, &inputs(mtime)).await else {
+        panic!()
+    };
+    assert!(!view.checkpoint_changed);
+    assert_eq!(view.pods.len(), 2);
+    // As read, the file was a second older than it is when the kubelet answers: rewritten.
+    let Observed::Ok(view) = read_kubelet_view(&paths, &inputs(mtime - 1.0)).await else {
+        panic!()
+    };
+    // (kubelet_state_divergence's own tests: such a view is not compared.)
+    assert!(view.checkpoint_changed);
+}

@@ -36,9 +36,13 @@ const ALLOWED_LABELS: &[&str] = &[
     "task",
     "kind",
     "revision",
-    // nodemedic_fence_actions_total: off/dry-run/on and fenced/would_fence/failed.
+    // nodemedic_fence_actions_total: off/dry-run/on and fenced/would_fence/failed;
+    // nodemedic_node_resource_topology_writes_total: created/updated/unchanged/conflict/failed.
     "mode",
     "outcome",
+    // nodemedic_exclusive_cpus: a NUMA node's id and free/live/stale/reserved.
+    "numa_node",
+    "state",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,12 +176,34 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
-                "task" => ["pod_watch", "api_probes", "fencing"].contains(&v.as_str()),
+                "task" => ["pod_watch", "api_probes", "fencing", "topology"].contains(&v.as_str()),
+                "collector" => [
+                    "checkpoint",
+                    "kubelet_config",
+                    "cpus",
+                    "cgroups",
+                    "procfs",
+                    "podresources",
+                    "pods",
+                    "local_dirs",
+                ]
+                .contains(&v.as_str()),
                 "mode" => ["dry-run", "on"].contains(&v.as_str()),
-                "outcome" => ["fenced", "would_fence", "failed"].contains(&v.as_str()),
+                "outcome" => [
+                    "fenced",
+                    "would_fence",
+                    "failed",
+                    "created",
+                    "updated",
+                    "unchanged",
+                    "conflict",
+                ]
+                .contains(&v.as_str()),
+                "numa_node" => !v.is_empty() && v.len() <= 5 && v.bytes().all(|b| b.is_ascii_digit()),
+                "state" => ["free", "live", "stale", "reserved"].contains(&v.as_str()),
                 "revision" => v == "unknown" || (v.len() <= 40 && v.bytes().all(|b| b.is_ascii_hexdigit())),
                 "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
-                // Ids of our own (collectors, actions, results, reasons): short identifiers.
+                // Ids of our own (actions, results, reasons): short identifiers.
                 _ => {
                     !v.is_empty()
                         && v.len() <= 40

@@ -26,6 +26,10 @@ use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
 use crate::host::HostPaths;
 
+/// What the note about a pods file that names no pod of the guessed node says of liveness
+/// (rewritten by the scan when the kubelet's PodResources API decides instead).
+pub const GUESSED_NODE_FALLBACK: &str = "judging liveness from cgroups instead";
+
 /// What a scan reads besides the host.
 #[derive(Debug, Clone, Default)]
 pub struct ScanOptions {
@@ -352,7 +356,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
                 // A guessed name that matches nothing would make every entry look stale.
                 notes.push(format!(
                     "the pods file has {elsewhere_count} pods but none is bound to node {node} (a guessed name): \
-                     judging liveness from cgroups instead; pass --node to use the file"
+                     {GUESSED_NODE_FALLBACK}; pass --node to use the file"
                 ));
                 (PodSource::Cgroups, Vec::new())
             } else {

@@ -323,7 +323,10 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         _ = sigterm.recv() => return stop(released).await,
         _ = sigint.recv() => return stop(released).await,
         r = tokio::time::timeout(Duration::from_millis(serve::FIRST_SYNC_WAIT_MS), synced) => if r.is_err() {
-            tracing::warn!("the pod watch has not synced after 10 s; scanning with liveness from cgroups until it does");
+            tracing::warn!(
+                "the pod watch has not synced after 10 s; scanning with liveness from the node (the kubelet's \
+                 PodResources API, else cgroups) until it does"
+            );
         }
     }
     // inotify: the host's changes are read as they happen; without it, every cycle is a full

@@ -1,6 +1,7 @@
 //! Publishing this node's NodeResourceTopology (on when configured): the cycles hand the
 //! desired object over a watch channel, so a slow or failing API server never holds a scan up,
-//! and only the newest object is ever written.
+//! and only the newest object is ever written. Every [`crate::nrt::RECHECK`] the object is read
+//! again, so one deleted or changed behind the agent's back is found.
 
 use std::time::Duration;
 
@@ -49,8 +50,10 @@ pub async fn run(client: kube::Client, mut desired: watch::Receiver<Option<Value
             }
             retry = FIRST_RETRY;
         }
-        if desired.changed().await.is_err() {
-            return;
+        // A new object, or time to make sure the one written is still there as written.
+        tokio::select! {
+            changed = desired.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(crate::nrt::RECHECK) => {}
         }
     }
 }

@@ -263,6 +263,9 @@ impl Metrics {
         for kind in WRITE_KINDS {
             m.api_write_failures_total.with_label_values(&[kind]);
         }
+        for outcome in ["created", "updated", "unchanged", "conflict", "failed"] {
+            m.node_resource_topology_writes_total.with_label_values(&[outcome]);
+        }
         for task in ["pod_watch", "api_probes", "fencing"] {
             m.task_restarts_total.with_label_values(&[task]);
         }

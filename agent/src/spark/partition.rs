@@ -52,11 +52,7 @@ pub fn waiting_drivers<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<&'a
     let mut waiting: Vec<&PodInfo> = pods
         .iter()
         .filter(|p| {
-            spark::is_driver(p)
-                && p.node_name.as_deref() == Some(node)
-                && p.phase == "Pending"
-                && !p.deleting
-                && !p.containers.iter().any(|c| c.state.as_deref() == Some("running"))
+            nodemedic_rules::spark::driver_waits_to_start(p, node)
                 && p.created_at.is_some_and(|c| now - c >= PENDING_FOR)
         })
         .collect();

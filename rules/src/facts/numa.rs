@@ -53,16 +53,7 @@ pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, settings: &Settings) -> Optio
     if state.policy_name != "static" {
         return None;
     }
-    let online = topo.all();
-    let (reserved, from) = match snap.kubelet_view.ok().map(|v| &v.allocatable_cpus) {
-        Some(Observed::Ok(allocatable)) if !allocatable.is_empty() => {
-            (online.difference(allocatable), ReservedFrom::Kubelet)
-        }
-        _ => (
-            snap.cpu_manager().reserved_cpus(topo).unwrap_or_default(),
-            ReservedFrom::Config,
-        ),
-    };
+    let (reserved, from) = reserved_cpus(snap);
     let stale = stale_cpus(&stale_entries_of(snap, settings, state));
     let assigned = assigned_cpus(state);
     let live = assigned.difference(&stale);
@@ -80,6 +71,24 @@ pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, settings: &Settings) -> Optio
         })
         .collect();
     Some((nodes, from))
+}
+
+/// The CPUs the static policy never hands out: the online ones minus the kubelet's
+/// `GetAllocatableResources` when its PodResources API answered, else those of its
+/// configuration (`reservedSystemCPUs`, else kube+system reserved chosen by topology; the
+/// configured list as written when the CPUs are unknown).
+pub fn reserved_cpus(snap: &NodeSnapshot) -> (CpuSet, ReservedFrom) {
+    let config = snap.cpu_manager();
+    match (snap.cpus.ok(), snap.kubelet_view.ok().map(|v| &v.allocatable_cpus)) {
+        (Some(topo), Some(Observed::Ok(allocatable))) if !allocatable.is_empty() => {
+            (topo.all().difference(allocatable), ReservedFrom::Kubelet)
+        }
+        (Some(topo), _) => (config.reserved_cpus(topo).unwrap_or_default(), ReservedFrom::Config),
+        (None, _) => (
+            config.reserved_system_cpus.clone().unwrap_or_default(),
+            ReservedFrom::Config,
+        ),
+    }
 }
 
 /// Every CPU an entry holds (containers' and, with pod-level resources, pods').

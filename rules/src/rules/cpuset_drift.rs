@@ -134,7 +134,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         };
         let kubelet_says = match &kubelet_cpus {
             Some(k) if k.is_empty() => ", and the kubelet's memory gives it no exclusive CPUs".to_string(),
-            Some(k) => format!(", and the kubelet's memory {k}"),
+            Some(k) => format!(", and the kubelet's memory holds {k}"),
             None => String::new(),
         };
         let who = container.clone().unwrap_or_else(|| leaf.id.clone());
@@ -153,14 +153,23 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     subject.display(),
                     want.cpus
                 ),
-                format!(
-                    "find and stop whatever rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime hook); \
-                     the kubelet re-applies a cpuset only when the one it wants changes, so restart it to restore {}: \
-                     systemctl restart kubelet on {}",
-                    want.cpus,
-                    snap.node,
-                    path = leaf.path
-                ),
+                if kubelet_cpus.as_ref() == Some(have) && want.exclusive {
+                    format!(
+                        "the kubelet's memory agrees with the cgroup ({have}): the checkpoint file is what changed, and \
+                         restarting the kubelet would move the container to the file's {}; see kubelet-state-divergence \
+                         for how to make the file and the kubelet agree",
+                        want.cpus
+                    )
+                } else {
+                    format!(
+                        "find and stop whatever rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime \
+                         hook); the kubelet re-applies a cpuset only when the one it wants changes, so restart it to \
+                         restore {}: systemctl restart kubelet on {}",
+                        want.cpus,
+                        snap.node,
+                        path = leaf.path
+                    )
+                },
             )
             .with("pod_uid", subject.uid.clone())
             .with("container", container.clone())
@@ -328,10 +337,15 @@ mod tests {
         assert_eq!(f[0].evidence["cgroup_cpus"], "2,5");
         assert_eq!(f[0].evidence["kubelet_cpus"], "2,5");
         assert!(
-            f[0].summary.ends_with("(exclusive), and the kubelet's memory 2,5"),
+            f[0].summary
+                .ends_with("(exclusive), and the kubelet's memory holds 2,5"),
             "{}",
             f[0].summary
         );
+        // The kubelet sides with the cgroup: the file is what changed, and restarting the
+        // kubelet would apply it.
+        assert!(f[0].remedy.contains("kubelet-state-divergence"), "{}", f[0].remedy);
+        assert!(!f[0].remedy.contains("systemctl restart kubelet"), "{}", f[0].remedy);
         // Without the kubelet's view, no third column.
         snap.kubelet_view = Observed::Missing { path: "x".into() };
         assert_eq!(check(&snap, &Settings::default())[0].evidence.get("kubelet_cpus"), None);

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, NodeStatus, PodEvent, PodInfo};
-use crate::spark::{self, APP_SELECTOR, alive_drivers, is_driver};
+use crate::spark::{self, APP_SELECTOR, alive_drivers};
 use crate::text::human_seconds;
 
 pub const ID: &str = "driver-blocked-by-partition";
@@ -102,15 +102,6 @@ fn block_of(event: &PodEvent) -> Option<(Block, Vec<String>)> {
         }
         _ => None,
     }
-}
-
-/// A driver bound here that waits to start: `Pending`, no container running, not being deleted.
-fn waits_to_start(snap: &NodeSnapshot, pod: &PodInfo) -> bool {
-    is_driver(pod)
-        && pod.node_name.as_deref() == Some(snap.node.as_str())
-        && pod.phase == "Pending"
-        && !pod.deleting
-        && !pod.containers.iter().any(|c| c.state.as_deref() == Some("running"))
 }
 
 /// An old driver of the application, on a node that is not ready.
@@ -191,7 +182,11 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     }
     let drivers = alive_drivers(snap);
     let mut findings = Vec::new();
-    for blocked in snap.pods.iter().filter(|p| waits_to_start(snap, p)) {
+    for blocked in snap
+        .pods
+        .iter()
+        .filter(|p| crate::spark::driver_waits_to_start(p, &snap.node))
+    {
         let Some(events) = snap.pod_events.get(&blocked.uid) else {
             continue;
         };

@@ -15,7 +15,7 @@
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::facts::{
-    NumaCpus, checkpoint_path, exclusive_cpus_by_numa, rejected_for_cpus, stale_cpus, stale_entries_of,
+    NumaCpus, checkpoint_path, exclusive_cpus_by_numa, rejected_for_cpus, reserved_cpus, stale_cpus, stale_entries_of,
 };
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
@@ -61,11 +61,7 @@ fn pool<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Pool<'a>> {
     if state.policy_name != "static" {
         return None;
     }
-    let config = snap.cpu_manager();
-    let reserved = match &snap.cpus {
-        Observed::Ok(topo) => config.reserved_cpus(topo).unwrap_or_default(),
-        _ => config.reserved_system_cpus.clone().unwrap_or_default(),
-    };
+    let reserved = reserved_cpus(snap).0;
     let stale = stale_cpus(&stale_entries_of(snap, settings, state));
     Some(Pool {
         free: state.default_cpus.difference(&reserved),
@@ -229,7 +225,7 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
         .find_map(|(unit, n)| {
             let width = narrowest(&nodes, n)?;
             if policy == "single-numa-node" && width > 1 {
-                return Some((unit, n, width, "more CPUs than any one NUMA node has".to_string()));
+                return Some((unit, n, width, ", more than any one NUMA node has".to_string()));
             }
             let best: usize = by_free.iter().take(width).map(|x| x.free.len()).sum();
             (best < n).then(|| {
@@ -238,20 +234,15 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
                 } else {
                     format!("{width} NUMA nodes")
                 };
-                (unit, n, width, format!("at most {best} free within {within}"))
+                (unit, n, width, format!(" with at most {best} free within {within}"))
             })
         })?;
     let (unit, n, _, why) = refused;
     let per_node: Vec<String> = nodes
         .iter()
-        .map(|x| {
-            format!(
-                "node {}: {} free ({}), {} stale",
-                x.node,
-                x.free.len(),
-                x.free,
-                x.stale.len()
-            )
+        .map(|x| match x.free.len() {
+            0 => format!("node {}: 0 free, {} stale", x.node, x.stale.len()),
+            n => format!("node {}: {n} free ({}), {} stale", x.node, x.free, x.stale.len()),
         })
         .collect();
     let stale_total: usize = nodes.iter().map(|x| x.stale.len()).sum();
@@ -273,8 +264,8 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
             Severity::Warning,
             Subject::pod(pod),
             format!(
-                "Pending Guaranteed pod {} needs {need} exclusive CPUs and {} are free on the node, but {unit} needs {n} \
-                 with {why}: the kubelet's topology manager policy {policy} will refuse it (TopologyAffinityError)",
+                "Pending Guaranteed pod {} needs {need} exclusive CPUs and {} are free on the node, but {unit} needs \
+                 {n}{why}: the kubelet's topology manager policy {policy} will refuse it (TopologyAffinityError)",
                 pod.display(),
                 nodes.iter().map(|x| x.free.len()).sum::<usize>()
             ),
@@ -286,7 +277,10 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
         .with("topology_manager_policy", policy)
         .with("topology_manager_scope", config.topology_manager_scope.clone())
         .with("free_by_numa_node", per_node)
-        .with("free_exclusive_cpu_count", nodes.iter().map(|x| x.free.len()).sum::<usize>()),
+        .with(
+            "free_exclusive_cpu_count",
+            nodes.iter().map(|x| x.free.len()).sum::<usize>(),
+        ),
     )
 }
 
@@ -501,7 +495,8 @@ mod tests {
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert!(
-            f[0].summary.contains("more CPUs than any one NUMA node has"),
+            f[0].summary
+                .contains("container app0 needs 3, more than any one NUMA node has: "),
             "{}",
             f[0].summary
         );

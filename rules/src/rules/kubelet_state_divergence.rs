@@ -75,10 +75,11 @@ fn restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> S
         "{what_restart_does} Make them agree before the kubelet restarts for another reason: if the file is what you \
          want (a repair or a deliberate edit), restart the kubelet now so it loads it (`systemctl restart kubelet` on \
          {node}; `repair cpu-state --apply --restart-kubelet` does this around its own write); if the file was \
-         changed by mistake or by another tool, put the kubelet's view back before any restart: restore the newest \
-         backup ({path}.nodemedic-backup-*, written by every nodemedic repair) or stop the kubelet, drain the node \
-         and remove the file (the kubelet rebuilds it empty). Stale entries in a file that is otherwise right are \
-         freed by {repair}",
+         changed by mistake or by another tool, put the kubelet's view back before any restart: the kubelet writes its \
+         whole state over the file at its next change (any pod with whole CPUs admitted to or removed from the node), \
+         or restore a backup that matches its view ({path}.nodemedic-backup-*, written by every nodemedic repair), or \
+         stop the kubelet, drain the node and remove the file (the kubelet rebuilds it empty). Stale entries in a file \
+         that is otherwise right are freed by {repair}",
         node = snap.node,
         repair = repair_cpu_state_remedy(&snap.node),
     )
@@ -115,6 +116,11 @@ fn containers(
     let mut findings = Vec::new();
     for pod in &view.pods {
         let uid = uid_in_file(pod, state).or_else(|| uid_by_cpus(pod, state));
+        // A pod with pod-level resources (V3 files) holds its CPUs as a pod; how the kubelet
+        // reports those per container is not settled, so such pods are not compared.
+        if uid.is_some_and(|u| state.pod_assignments.iter().any(|(p, _)| p == u)) {
+            continue;
+        }
         for c in &pod.containers {
             let in_file = match uid {
                 Some(uid) => file_cpus(state, uid, &c.name),
@@ -140,7 +146,20 @@ fn containers(
                     format!("CPUs {s}")
                 }
             };
-            let restart = if in_file.is_empty() {
+            // Without the pod's UID the file can only be searched by container name and CPUs.
+            let in_file_shown = match uid {
+                Some(_) => format!("{} for it", show(&in_file)),
+                None => format!("no entry for a container {} on these CPUs", c.name),
+            };
+            let restart = if uid.is_none() {
+                format!(
+                    "At the next kubelet restart the file wins: whatever it holds for this pod (its UID is not known \
+                     here, and no entry of a container {} holds CPUs {}) is what the container gets at the first \
+                     reconcile (or the kubelet refuses to start when the file's sets no longer cover every CPU; see \
+                     checkpoint-invalid-state).",
+                    c.name, c.cpus
+                )
+            } else if in_file.is_empty() {
                 format!(
                     "At the next kubelet restart the file wins: container {} loses its exclusive CPUs {} and joins the \
                      shared pool (or the kubelet refuses to start when the file's sets no longer cover every CPU; see \
@@ -163,12 +182,11 @@ fn containers(
                     Severity::Critical,
                     subject,
                     format!(
-                        "The kubelet pins container {} of {} to {} in memory, but {path} gives it {}: the file was \
-                         changed while the kubelet runs",
+                        "The kubelet pins container {} of {} to {} in memory, but {path} has {in_file_shown}: the file \
+                         was changed while the kubelet runs",
                         c.name,
                         pod.display(),
                         show(&c.cpus),
-                        show(&in_file)
                     ),
                     restart_remedy(snap, path, &restart),
                 )
@@ -205,8 +223,10 @@ fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Fi
         "The kubelet hands out CPUs {kubelet_has}, but the online CPUs ({online}) minus the reserved ones its \
          configuration names now ({reserved}) are {expected}: CPUs were taken offline or brought online since it \
          started, or its reserved CPUs were changed in its configuration without a restart. At the next restart it \
-         computes {expected}, and a checkpoint written for the old set fails its state check (\"current set of \
-         available CPUs doesn't match with CPUs in state\"), so the kubelet refuses to start until the file is removed."
+         computes {expected}. If the online CPUs changed, a checkpoint written for the old set fails its state check \
+         (\"current set of available CPUs doesn't match with CPUs in state\") and the kubelet refuses to start until \
+         the file is removed; if only the reserved CPUs changed, it refuses to start when an entry holds a newly \
+         reserved CPU (checkpoint-invalid-state reports that before the restart)."
     );
     Some(
         Finding::new(
@@ -334,7 +354,18 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].evidence["checkpoint_cpus"], "");
         assert_eq!(f[0].evidence.get("pod_uid"), None);
-        assert!(f[0].remedy.contains("loses its exclusive CPUs 6-7"), "{}", f[0].remedy);
+        assert!(
+            f[0].remedy.contains("no entry of a container app holds CPUs 6-7"),
+            "{}",
+            f[0].remedy
+        );
+        assert!(
+            f[0].summary.ends_with(
+                "has no entry for a container app on these CPUs: the file was changed while the kubelet runs"
+            ),
+            "{}",
+            f[0].summary
+        );
     }
 
     #[test]
@@ -380,5 +411,25 @@ mod tests {
             Some("0"),
         );
         assert_eq!(check(&none, &Settings::default()), vec![]);
+    }
+
+    #[test]
+    fn pods_with_pod_level_cpus_are_not_compared() {
+        // pod2 holds 7-9 as a pod (V3 file); the kubelet lists its container on them.
+        let state = crate::Checkpoint::parse(
+            br#"{"policyName":"static","defaultCpuSet":"0-4","entries":{"pod1":{"app":"5-6"}},"podEntries":{"pod2":{"cpuSet":"7-9"}},"checksum":0}"#,
+        )
+        .unwrap()
+        .state()
+        .unwrap();
+        let snap = with_view(
+            SnapshotBuilder::from_state(state).with_online("0-9").build(),
+            vec![
+                listed("spark", "exec-1", &["pod1"], &[("app", "5-6")]),
+                listed("spark", "exec-2", &["pod2"], &[("app", "7-9")]),
+            ],
+            None,
+        );
+        assert_eq!(check(&snap, &Settings::default()), vec![]);
     }
 }
