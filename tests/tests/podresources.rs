@@ -315,3 +315,55 @@ async fn a_checkpoint_rewritten_while_the_kubelet_is_asked_is_not_compared() {
     // (kubelet_state_divergence's own tests: such a view is not compared.)
     assert!(view.checkpoint_changed);
 }
+
+/// The DaemonSet reaches the socket through its read-only mount of /var/lib/kubelet: a real
+/// read-only bind mount (needs root, as CI runs) must still let a unix socket be connected (the
+/// kernel's read-only check covers files, directories and links, not sockets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_answers_through_a_read_only_bind_mount() {
+    let host = Host::new();
+    let _fake = kubelet(&host, agreeing()).await;
+    let mounted = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let status = std::process::Command::new("mount").args(args).status().unwrap();
+        assert!(status.success(), "mount {args:?}: {status} (this test needs root)");
+    };
+    let (src, dst) = (host.dir.path().to_str().unwrap(), mounted.path().to_str().unwrap());
+    run(&["--bind", src, dst]);
+    /// Unmounts when the test ends, pass or fail.
+    struct Unmount(String);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").args(["-l", &self.0]).status();
+        }
+    }
+    let _unmount = Unmount(dst.to_string());
+    run(&["-o", "remount,bind,ro", dst]);
+    // Writing there is refused: the mount really is read-only.
+    let write = std::fs::write(mounted.path().join("probe"), b"x");
+    let root = mounted.path().to_str().unwrap().to_string();
+    let pods = mounted.path().join("pods.json").to_str().unwrap().to_string();
+    let report = tokio::task::spawn_blocking(move || {
+        nodemedic(&[
+            "scan",
+            "--host-root",
+            &root,
+            "--pods",
+            &pods,
+            "--format",
+            "json",
+            "--node",
+            "worker-1",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(write.map_err(|e| e.raw_os_error()), Err(Some(libc_erofs())));
+    let report: Value = serde_json::from_str(&report.stdout).unwrap();
+    assert_eq!(report["sources"]["podresources"], "ok", "{report:#}");
+}
+
+/// EROFS: "Read-only file system".
+fn libc_erofs() -> i32 {
+    nix::errno::Errno::EROFS as i32
+}

@@ -39,7 +39,7 @@ use proto::pod_resources_lister_client::PodResourcesListerClient;
 pub const SOCKET: &str = "pod-resources/kubelet.sock";
 /// How long one call (connecting included) may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// The largest answer accepted. A 250-pod node's `List` is about 60 KiB; devices and memory
+/// The largest answer accepted. A 250-pod node's `List` is tens of KiB; devices and memory
 /// make it larger, never this large.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// The kubelet's pod log directories, whose names carry namespace, name and UID.
