@@ -183,3 +183,26 @@ pub fn assert_golden(name: &str, actual: &serde_json::Value) {
         );
     }
 }
+
+/// Copies the tree `from` into `to` (created as needed): directories, files, and symlinks as
+/// symlinks (sysfs's `cpuN/nodeM` links point at what a fixture does not write).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    for entry in std::fs::read_dir(from)
+        .unwrap_or_else(|e| panic!("{}: {e}", from.display()))
+        .flatten()
+    {
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry
+            .file_type()
+            .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        if kind.is_symlink() {
+            let link = std::fs::read_link(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+            std::os::unix::fs::symlink(link, &target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+        } else if kind.is_dir() {
+            copy_tree(&source, &target);
+        } else {
+            std::fs::copy(&source, &target).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        }
+    }
+}

@@ -16,8 +16,8 @@ use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::cluster::{assert_no_panic, events_with_reason, node_object, orphan, stale_host};
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime, pod_uid};
-use nodemedic_tests::nodemedic;
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
+use nodemedic_tests::{copy_tree, nodemedic};
 use serde_json::Value;
 
 async fn started(api: &ApiServer, host: Option<&Node>, extra: &[&str]) -> Agent {
@@ -353,18 +353,6 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
     }
 }
 

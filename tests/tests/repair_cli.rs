@@ -2,19 +2,7 @@
 
 use std::path::Path;
 
-use nodemedic_tests::nodemedic;
-
-fn copy_tree(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
+use nodemedic_tests::{copy_tree, nodemedic};
 
 #[test]
 fn cpu_state_on_the_example_node_plans_refuses_then_frees_only_the_stale_entries() {

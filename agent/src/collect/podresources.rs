@@ -7,7 +7,8 @@
 //! not. Each read opens a fresh connection, so a restarted kubelet is simply found again.
 //!
 //! Bounded: every call has [`CALL_TIMEOUT`], an answer larger than [`MAX_RESPONSE_BYTES`] is
-//! refused by the decoder, and the whole read gives up with the first failure. A node without
+//! refused by the decoder, and a failed `List` ends the read (a failed `GetAllocatableResources`
+//! is noted in the view and the list still used). A node without
 //! the socket is `missing`, a kubelet without the call `not applicable` (the report's source
 //! says `unsupported`); neither is an error.
 //!
