@@ -161,29 +161,11 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, uids: &[&str], containers: &[(&str, &str)]) -> KubeletPod {
-        KubeletPod {
-            namespace: ns.into(),
-            name: name.into(),
-            uids: uids.iter().map(|u| u.to_string()).collect(),
-            uid_source: (!uids.is_empty()).then_some(UidSource::PodList),
-            containers: containers
-                .iter()
-                .map(|(n, c)| KubeletContainer {
-                    name: n.to_string(),
-                    cpus: CpuSet::parse(c).unwrap(),
-                })
-                .collect(),
-        }
+        crate::rules::testkit::kubelet_pod(ns, name, uids, containers)
     }
 
     fn view(pods: Vec<KubeletPod>) -> KubeletView {
-        KubeletView {
-            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
-            pods,
-            allocatable_cpus: Observed::NotApplicable { reason: "test".into() },
-            checkpoint_changed: false,
-            listed_at: 0,
-        }
+        crate::rules::testkit::kubelet_view(pods, None)
     }
 
     #[test]

@@ -69,35 +69,41 @@ pub fn validate(crd_path: &Path, version: &str, object: &Value) -> Result<(), St
     }
 }
 
+/// A NodeResourceTopology as nodemedic publishes it (docs/operations/node-resource-topology.md)
+/// for a node with two NUMA nodes of 8 CPUs, stale entries holding CPUs 4-5, and `available`
+/// CPUs on each NUMA node.
+pub fn example_node_resource_topology(node: &str, node_uid: &str, available: [&str; 2]) -> Value {
+    serde_json::json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {
+            "name": node,
+            "labels": {"app.kubernetes.io/managed-by": "nodemedic"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+        },
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "container"},
+            {"name": "nodemedic.io/stale-cpus", "value": "4-5"}
+        ],
+        "zones": [
+            {"name": "node-0", "type": "Node",
+             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "7", "available": available[0]},
+                           {"name": "memory", "capacity": "68719476736", "allocatable": "68719476736", "available": "68719476736"}]},
+            {"name": "node-1", "type": "Node",
+             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8", "available": available[1]},
+                           {"name": "memory", "capacity": "68719476736", "allocatable": "68719476736", "available": "68719476736"}]}
+        ]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The object nodemedic publishes for a node with two NUMA nodes, stale entries holding
-    /// CPUs 4-5.
     fn example() -> Value {
-        json!({
-            "apiVersion": "topology.node.k8s.io/v1alpha2",
-            "kind": "NodeResourceTopology",
-            "metadata": {
-                "name": "worker-1",
-                "labels": {"app.kubernetes.io/managed-by": "nodemedic"},
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1",
-                                     "uid": "5a1c6f7e-3b7d-4c57-9a53-0f1e2d3c4b5a"}]
-            },
-            "attributes": [
-                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                {"name": "topologyManagerScope", "value": "container"},
-                {"name": "nodemedic.io/stale-cpus", "value": "4-5"}
-            ],
-            "zones": [
-                {"name": "node-0", "type": "Node",
-                 "resources": [{"name": "cpu", "capacity": "8", "allocatable": "7", "available": "3"}]},
-                {"name": "node-1", "type": "Node",
-                 "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8", "available": "6"}]}
-            ]
-        })
+        example_node_resource_topology("worker-1", "5a1c6f7e-3b7d-4c57-9a53-0f1e2d3c4b5a", ["3", "6"])
     }
 
     fn check(object: &Value) -> Result<(), String> {

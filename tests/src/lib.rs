@@ -162,6 +162,15 @@ pub fn finding_rules(report: &serde_json::Value) -> Vec<&str> {
         .collect()
 }
 
+/// The findings of rule `rule` in a JSON report, in the report's order. Panics when the report
+/// has no `findings` array.
+pub fn findings_of<'a>(report: &'a serde_json::Value, rule: &str) -> Vec<&'a serde_json::Value> {
+    let Some(findings) = report["findings"].as_array() else {
+        panic!("report has no findings array: {report}");
+    };
+    findings.iter().filter(|f| f["rule"] == rule).collect()
+}
+
 /// Compares `actual` with the golden file `tests/golden/<name>.json`; with
 /// `UPDATE_GOLDEN=1` rewrites the file instead.
 pub fn assert_golden(name: &str, actual: &serde_json::Value) {

@@ -269,6 +269,21 @@ pub fn request_kind(r: &crate::apiserver::RequestRecord) -> String {
 /// `runs` times each: prints a Markdown table of wall time and peak RSS, median (min-max). Each
 /// run is measured by this program re-executed as `<self> --measure-one <scan args>`, which the
 /// calling bench must hand to [`measure_one`].
+/// The offline scan the benches time: the big node's tree and its pods file, JSON out.
+pub fn scan_args<'a>(root: &'a str, pods_file: &'a str) -> [&'a str; 9] {
+    [
+        "scan",
+        "--host-root",
+        root,
+        "--pods",
+        pods_file,
+        "--node",
+        "bench-node",
+        "--format",
+        "json",
+    ]
+}
+
 /// (min, median, max) of a series.
 pub type Spread = (f64, f64, f64);
 
@@ -305,17 +320,7 @@ pub fn scan_table(runs: usize) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let root = dir.path().to_string_lossy().into_owned();
         let pods_file = dir.path().join("pods.json").to_string_lossy().into_owned();
-        let scan = [
-            "scan",
-            "--host-root",
-            &root,
-            "--pods",
-            &pods_file,
-            "--node",
-            "bench-node",
-            "--format",
-            "json",
-        ];
+        let scan = scan_args(&root, &pods_file);
         let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure_scans(&scan, runs)?;
         println!(
             "| {pods} | {} | {} | {wmed:.1} ({wmin:.1}-{wmax:.1}) | {rmed:.1} ({rmin:.1}-{rmax:.1}) |",

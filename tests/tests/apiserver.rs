@@ -1660,30 +1660,6 @@ async fn spark_applications_are_served_with_a_status_subresource() {
     );
 }
 
-/// A NodeResourceTopology as nodemedic publishes it (docs/operations/node-resource-topology.md).
-fn node_resource_topology(node: &str, node_uid: &str, available: [&str; 2]) -> Value {
-    json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2",
-        "kind": "NodeResourceTopology",
-        "metadata": {
-            "name": node,
-            "labels": {"app.kubernetes.io/managed-by": "nodemedic"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
-        },
-        "attributes": [
-            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
-            {"name": "topologyManagerScope", "value": "container"},
-            {"name": "nodemedic.io/stale-cpus", "value": "4-5"}
-        ],
-        "zones": [
-            {"name": "node-0", "type": "Node",
-             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "7", "available": available[0]}]},
-            {"name": "node-1", "type": "Node",
-             "resources": [{"name": "cpu", "capacity": "8", "allocatable": "8", "available": available[1]}]}
-        ]
-    })
-}
-
 #[tokio::test]
 async fn node_resource_topologies_are_served_cluster_scoped() {
     let api = ApiServer::start().await.unwrap();
@@ -1699,7 +1675,7 @@ async fn node_resource_topologies_are_served_cluster_scoped() {
     let mut w = c.watch(&format!("{coll}?watch=true")).await;
 
     // Create, then GET: stored as sent, with the server's metadata; valid against the CRD.
-    let body = node_resource_topology("worker-1", &node_uid, ["3", "6"]);
+    let body = nodemedic_tests::crd::example_node_resource_topology("worker-1", &node_uid, ["3", "6"]);
     nodemedic_tests::crd::validate(&crd, "v1alpha2", &body).unwrap();
     let r = c.post(&coll, &body).await;
     assert_eq!(r.status, 201, "{}", r.text);
@@ -1850,7 +1826,11 @@ async fn node_resource_topologies_are_served_cluster_scoped() {
     let last = r.json();
 
     // Lists: the List kind, label selectors, field selectors on metadata.name only.
-    let mut other = node_resource_topology("worker-2", "7d0c0f57-8a32-4a8e-b1a4-6f5a5b2c1d0e", ["8", "8"]);
+    let mut other = nodemedic_tests::crd::example_node_resource_topology(
+        "worker-2",
+        "7d0c0f57-8a32-4a8e-b1a4-6f5a5b2c1d0e",
+        ["8", "8"],
+    );
     other["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "nfd-topology-updater"});
     api.store().create(other);
     let all = c.get(&coll).await.json();
@@ -2523,7 +2503,7 @@ mod kube_compat {
         assert!(caps.subresources.is_empty());
 
         let nrts: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let obj: DynamicObject = serde_json::from_value(node_resource_topology(
+        let obj: DynamicObject = serde_json::from_value(nodemedic_tests::crd::example_node_resource_topology(
             "n1",
             "0b7f4e1c-2d3a-4b5c-8d9e-0f1a2b3c4d5e",
             ["3", "6"],

@@ -25,6 +25,24 @@ fn two_numa(with_stale: bool) -> Node {
     node
 }
 
+/// The double with the Node and the pods of [`two_numa`]`(true)`, and an agent that publishes,
+/// once its object is there.
+async fn publishing() -> (ApiServer, Agent) {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    store.create(node_object());
+    let host = two_numa(true);
+    for pod in host.pods_json()["items"].as_array().unwrap() {
+        store.create(pod.clone());
+    }
+    let agent = Agent::start(&api, Some(&host), &["--publish-node-resource-topology", "true"]);
+    wait_for("the NodeResourceTopology", Duration::from_secs(60), &agent, || {
+        store.get("noderesourcetopologies", None, NODE).is_some()
+    })
+    .await;
+    (api, agent)
+}
+
 fn nrt_writes(api: &ApiServer) -> Vec<(String, u16)> {
     api.requests()
         .iter()
@@ -61,18 +79,8 @@ fn attribute(obj: &Value, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_cpus_on_one_numa_node_are_counted_and_published_once() {
-    let api = ApiServer::start().await.unwrap();
+    let (api, agent) = publishing().await;
     let store = api.store();
-    store.create(node_object());
-    let host = two_numa(true);
-    for pod in host.pods_json()["items"].as_array().unwrap() {
-        store.create(pod.clone());
-    }
-    let agent = Agent::start(&api, Some(&host), &["--publish-node-resource-topology", "true"]);
-    wait_for("the NodeResourceTopology", Duration::from_secs(60), &agent, || {
-        store.get("noderesourcetopologies", None, NODE).is_some()
-    })
-    .await;
 
     // The gauge: every online CPU once, per NUMA node.
     let m = |numa: u32, state: &str| {
@@ -169,18 +177,8 @@ async fn another_publishers_object_is_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_keeps_the_label_is_noticed_and_not_fought() {
-    let api = ApiServer::start().await.unwrap();
+    let (api, agent) = publishing().await;
     let store = api.store();
-    store.create(node_object());
-    let host = two_numa(true);
-    for pod in host.pods_json()["items"].as_array().unwrap() {
-        store.create(pod.clone());
-    }
-    let agent = Agent::start(&api, Some(&host), &["--publish-node-resource-topology", "true"]);
-    wait_for("the NodeResourceTopology", Duration::from_secs(60), &agent, || {
-        store.get("noderesourcetopologies", None, NODE).is_some()
-    })
-    .await;
     // node-feature-discovery's topology-updater rewrites the zones and keeps the labels.
     store.modify("noderesourcetopologies", None, NODE, |o| {
         o["zones"] = json!([{"name": "node-0", "type": "Node",

@@ -12,6 +12,7 @@ use std::time::Duration;
 use nodemedic_tests::agent::{self, Agent, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::cluster::events_with_reason;
+use nodemedic_tests::findings_of as findings;
 use nodemedic_tests::hosttree::{Layout, Node, Runtime};
 use nodemedic_tests::sparkpods::now_rfc3339;
 use serde_json::{Value, json};
@@ -126,15 +127,6 @@ async fn scan(api: &ApiServer) -> Value {
     let report: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
     assert_eq!(report["sources"]["pods"], "api", "{report:#}");
     report
-}
-
-fn findings<'a>(report: &'a Value, rule: &str) -> Vec<&'a Value> {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["rule"] == rule)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

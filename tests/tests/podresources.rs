@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
 use nodemedic_tests::podresources::{Behaviour, FakeKubelet, FakePod, GET_ALLOCATABLE, LIST, Scenario};
-use nodemedic_tests::{Run, nodemedic};
+use nodemedic_tests::{Run, findings_of as findings, nodemedic};
 use serde_json::Value;
 
 /// Two NUMA nodes of 4 CPUs (0-3, 4-7), CPUs 0 and 4 reserved. exec-1 (1-2) and exec-2 (5)
@@ -73,15 +73,6 @@ impl Host {
         let pods = self.dir.path().join("pods.json");
         self.scan(&["--pods", pods.to_str().unwrap()]).await.1
     }
-}
-
-fn findings<'a>(report: &'a Value, rule: &str) -> Vec<&'a Value> {
-    report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["rule"] == rule)
-        .collect()
 }
 
 fn stale_uids(report: &Value) -> Vec<String> {

@@ -118,8 +118,7 @@ pub fn exclusive_cpu_counts(nodes: &[NumaCpus]) -> BTreeMap<(u32, &'static str),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet_view::KubeletView;
-    use crate::rules::testkit::{SnapshotBuilder, pod};
+    use crate::rules::testkit::{SnapshotBuilder, kubelet_view, pod};
     use crate::topology::CpuTopology;
 
     /// Two NUMA nodes of 4 CPUs (0-3, 4-7); CPU 0 reserved; a live entry on node 0, stale ones
@@ -160,13 +159,7 @@ mod tests {
     #[test]
     fn the_kubelets_allocatable_decides_what_is_reserved() {
         let mut snap = two_numa();
-        snap.kubelet_view = Observed::Ok(KubeletView {
-            socket: "s".into(),
-            pods: vec![],
-            allocatable_cpus: Observed::Ok(CpuSet::parse("2-7").unwrap()),
-            checkpoint_changed: false,
-            listed_at: 0,
-        });
+        snap.kubelet_view = Observed::Ok(kubelet_view(vec![], Some("2-7")));
         let (nodes, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
         assert_eq!(from, ReservedFrom::Kubelet);
         assert_eq!(nodes[0].reserved.to_string(), "0-1");

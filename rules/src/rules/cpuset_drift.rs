@@ -314,23 +314,12 @@ mod tests {
 
     #[test]
     fn the_kubelets_view_is_the_third_column() {
-        use crate::kubelet_view::{KubeletContainer, KubeletPod, KubeletView};
+        use crate::rules::testkit::{kubelet_pod, kubelet_view};
         let mut snap = node("2,5", "0-1", 3600.0);
-        snap.kubelet_view = Observed::Ok(KubeletView {
-            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
-            pods: vec![KubeletPod {
-                namespace: "default".into(),
-                name: "exec-1".into(),
-                containers: vec![KubeletContainer {
-                    name: "app".into(),
-                    cpus: CpuSet::parse("2,5").unwrap(),
-                }],
-                ..Default::default()
-            }],
-            allocatable_cpus: Observed::NotApplicable { reason: "test".into() },
-            checkpoint_changed: false,
-            listed_at: 0,
-        });
+        snap.kubelet_view = Observed::Ok(kubelet_view(
+            vec![kubelet_pod("default", "exec-1", &[], &[("app", "2,5")])],
+            None,
+        ));
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].evidence["checkpoint_cpus"], "2-3");

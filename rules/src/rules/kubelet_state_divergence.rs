@@ -257,38 +257,10 @@ fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Fi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet_view::{KubeletContainer, UidSource};
-    use crate::rules::testkit::{SnapshotBuilder, pod};
-
-    fn listed(ns: &str, name: &str, uids: &[&str], containers: &[(&str, &str)]) -> KubeletPod {
-        KubeletPod {
-            namespace: ns.into(),
-            name: name.into(),
-            uids: uids.iter().map(|u| u.to_string()).collect(),
-            uid_source: (!uids.is_empty()).then_some(UidSource::PodList),
-            containers: containers
-                .iter()
-                .map(|(n, c)| KubeletContainer {
-                    name: n.to_string(),
-                    cpus: CpuSet::parse(c).unwrap(),
-                })
-                .collect(),
-        }
-    }
+    use crate::rules::testkit::{SnapshotBuilder, kubelet_pod as listed, kubelet_view, pod};
 
     fn with_view(mut snap: NodeSnapshot, pods: Vec<KubeletPod>, allocatable: Option<&str>) -> NodeSnapshot {
-        snap.kubelet_view = Observed::Ok(KubeletView {
-            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
-            pods,
-            allocatable_cpus: match allocatable {
-                Some(a) => Observed::Ok(CpuSet::parse(a).unwrap()),
-                None => Observed::NotApplicable {
-                    reason: "Unimplemented".into(),
-                },
-            },
-            checkpoint_changed: false,
-            listed_at: 0,
-        });
+        snap.kubelet_view = Observed::Ok(kubelet_view(pods, allocatable));
         snap
     }
 

@@ -357,32 +357,22 @@ mod tests {
 
     #[test]
     fn judged_from_the_kubelets_list_without_a_pod_list() {
-        use crate::kubelet_view::{KubeletContainer, KubeletPod, KubeletView};
+        use crate::rules::testkit::{kubelet_pod, kubelet_view};
         use crate::snapshot::PodSource;
         let entries = [("live", "app", "2-3"), ("gone", "app", "4-5"), ("named", "app", "6")];
         let mut snap = SnapshotBuilder::static_node("0-1", &entries)
             // The gone pod's cgroup still has a process: the kubelet decides, and the note says.
             .with_pod_cgroups(vec![pod_cgroup("gone", vec![leaf("c9", "4-5", 1)])])
             .build();
-        let listed = |name: &str, uids: &[&str], cpus: &str| KubeletPod {
-            namespace: "spark".into(),
-            name: name.into(),
-            uids: uids.iter().map(|u| u.to_string()).collect(),
-            uid_source: None,
-            containers: vec![KubeletContainer {
-                name: "app".into(),
-                cpus: crate::CpuSet::parse(cpus).unwrap(),
-            }],
-        };
         snap.pod_source = PodSource::PodResources;
-        snap.kubelet_view = Observed::Ok(KubeletView {
-            socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
-            // "live" is found by its CPUs, "named" by its UID.
-            pods: vec![listed("exec-1", &[], "2-3"), listed("exec-2", &["named"], "6")],
-            allocatable_cpus: Observed::NotApplicable { reason: "test".into() },
-            checkpoint_changed: false,
-            listed_at: 0,
-        });
+        // "live" is found by its CPUs, "named" by its UID.
+        snap.kubelet_view = Observed::Ok(kubelet_view(
+            vec![
+                kubelet_pod("spark", "exec-1", &[], &[("app", "2-3")]),
+                kubelet_pod("spark", "exec-2", &["named"], &[("app", "6")]),
+            ],
+            None,
+        ));
         assert_eq!(stale(&snap), [("gone".into(), "app".into(), "4-5".into())]);
         let f = check(&snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "podresources");

@@ -518,3 +518,46 @@ impl SnapshotBuilder {
         self
     }
 }
+
+/// A pod the kubelet lists: `ns/name`, its known UIDs (none: not known), containers
+/// `(name, exclusive CPUs)`.
+pub fn kubelet_pod(
+    ns: &str,
+    name: &str,
+    uids: &[&str],
+    containers: &[(&str, &str)],
+) -> crate::kubelet_view::KubeletPod {
+    crate::kubelet_view::KubeletPod {
+        namespace: ns.into(),
+        name: name.into(),
+        uids: uids.iter().map(|u| u.to_string()).collect(),
+        uid_source: (!uids.is_empty()).then_some(crate::kubelet_view::UidSource::PodList),
+        containers: containers
+            .iter()
+            .map(|(n, c)| crate::kubelet_view::KubeletContainer {
+                name: n.to_string(),
+                cpus: cpus(c),
+            })
+            .collect(),
+    }
+}
+
+/// What the kubelet's PodResources API answered: `pods`, and its allocatable CPUs (`None`: a
+/// kubelet without `GetAllocatableResources`).
+pub fn kubelet_view(
+    pods: Vec<crate::kubelet_view::KubeletPod>,
+    allocatable: Option<&str>,
+) -> crate::kubelet_view::KubeletView {
+    crate::kubelet_view::KubeletView {
+        socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+        pods,
+        allocatable_cpus: match allocatable {
+            Some(a) => Observed::Ok(cpus(a)),
+            None => Observed::NotApplicable {
+                reason: "the kubelet does not serve GetAllocatableResources (Unimplemented)".into(),
+            },
+        },
+        checkpoint_changed: false,
+        listed_at: NOW,
+    }
+}

@@ -83,17 +83,7 @@ fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
     // The whole process on the same tree: wall time and peak RSS.
     let (root, pods_file) = (dir.path().to_string_lossy(), dir.path().join("pods.json"));
     let pods_file = pods_file.to_string_lossy();
-    let args = [
-        "scan",
-        "--host-root",
-        &root,
-        "--pods",
-        &pods_file,
-        "--node",
-        "bench-node",
-        "--format",
-        "json",
-    ];
+    let args = measure::scan_args(&root, &pods_file);
     let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure::measure_scans(&args, runs)?;
     println!("  whole process   wall {wmed:.1} ms ({wmin:.1}-{wmax:.1}), peak RSS {rmed:.1} MiB ({rmin:.1}-{rmax:.1})");
     Ok(())
