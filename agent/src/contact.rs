@@ -39,6 +39,8 @@ pub struct Outage {
     pub failures: u64,
     /// The last failure's error.
     pub last_error: String,
+    /// When the last failure happened (monotonic): how current the outage's evidence is.
+    pub last_failure: Instant,
 }
 
 impl Outage {
@@ -95,6 +97,7 @@ impl ApiContact {
             Some(o) => {
                 o.failures += 1;
                 o.last_error = error.to_string();
+                o.last_failure = o.last_failure.max(now);
             }
             None => {
                 s.outage = Some(Outage {
@@ -102,6 +105,7 @@ impl ApiContact {
                     since_wall: wall,
                     failures: 1,
                     last_error: error.to_string(),
+                    last_failure: now,
                 })
             }
         }
@@ -189,5 +193,11 @@ mod tests {
         c.failed_at(t0 + Duration::from_secs(3), wall + Duration::from_secs(3600), "refused");
         let Reach::Unreachable(o) = c.reach() else { panic!() };
         assert_eq!(o.lasted(t0 + Duration::from_secs(3)), Duration::from_secs(2));
+        // The last failure is when the evidence is from: the latest one, whatever order the
+        // reports of concurrent requests arrive in.
+        assert_eq!(o.last_failure, t0 + Duration::from_secs(3));
+        c.failed_at(t0 + Duration::from_secs(2), wall, "refused");
+        let Reach::Unreachable(o) = c.reach() else { panic!() };
+        assert_eq!((o.last_failure, o.failures), (t0 + Duration::from_secs(3), 3));
     }
 }

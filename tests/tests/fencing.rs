@@ -647,3 +647,56 @@ async fn a_short_outage_after_a_long_quiet_period_is_not_fenced() {
     assert!(pids.iter().all(|&p| alive(p)), "{}", node.agent().log());
     assert!(node.journal().is_empty(), "{:#?}", node.journal());
 }
+
+/// The outage ends while the agent happens to ask nothing: its reconnecting watch is accepted
+/// but held (a slow API server), its heartbeat a minute away. By the time `fence_after` has
+/// passed since the first failure, the last failure is old news: the agent asks first (a
+/// heartbeat out of turn), is answered, and fences nothing. Found in CI, where the watch's
+/// reconnect backoff once left such a gap after a real 10 s outage and a driver was stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_that_ended_while_nobody_asked_is_not_fenced() {
+    let mut node = Node::new("fence-stale-evidence").await;
+    let pids = node.pod(job_driver("stream", "a9a9a9a9-0000-4000-8000-00000000000a", 25), 1);
+    node.api.set_bookmark_interval(Duration::from_secs(60));
+    node.start(
+        "on",
+        "  heartbeat_seconds: 60\n",
+        &[
+            "--probe-interval-seconds",
+            "600",
+            "--lease-duration-seconds",
+            "600",
+            "--condition-heartbeat-seconds",
+            "600",
+            "--rule-setting",
+            "apiserver_unreachable_seconds=1200",
+            "--driver-cache-ttl-seconds",
+            "600",
+        ],
+        &[],
+    );
+    node.wait_candidates(1).await;
+    // The outage: refused until the watch has failed three times (MIN_FAILURES)...
+    node.api.faults().set_refusing(true);
+    wait_for("three failed requests", Duration::from_secs(30), node.agent(), || {
+        node.agent().log().matches("pod watch failed").count() >= 3
+    })
+    .await;
+    // ... then the API server is back, but slow for pods: the watch's reconnect is accepted
+    // and held, neither answered nor failed. Nothing else asks for a minute.
+    node.api.faults().set_latency("*", "pods", Duration::from_secs(120));
+    node.api.faults().set_refusing(false);
+    // fence_after (20 s since the first failure) passes with no failure since the last one.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(pids.iter().all(|&p| alive(p)), "{}", node.agent().log());
+    assert!(node.journal().is_empty(), "{:#?}", node.journal());
+    // The agent asked before acting: a heartbeat well before its minute was up.
+    let readyz = node
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/readyz" && r.status == 200)
+        .count();
+    assert!(readyz >= 2, "{readyz} heartbeats answered\n{}", node.agent().log());
+    node.api.faults().set_latency("*", "pods", Duration::ZERO);
+}

@@ -9,8 +9,11 @@
 //! 2. sends the heartbeat (`GET /readyz`) every `heartbeat_seconds` while a candidate runs
 //!    here; every request of the daemon, this one included, tells [`ApiContact`] how it went;
 //! 3. during an outage, acts on each candidate whose `fence_after` has passed since the first
-//!    failed request, once at least [`MIN_FAILURES`] requests in a row have failed: `dry-run` journals what it would do, `on` stops the pod's processes
-//!    (and stops them again should the kubelet restart its containers before the outage ends);
+//!    failed request, once at least [`MIN_FAILURES`] requests in a row have failed and the last
+//!    of them is at most [`CONFIRM_WITHIN`] old (else it sends the heartbeat at once and waits
+//!    for its outcome: the API server may be back while nobody asked): `dry-run` journals what
+//!    it would do, `on` stops the pod's processes (and stops them again should the kubelet
+//!    restart its containers before the outage ends);
 //! 4. once the API server answers again, publishes what the journal holds as Events on the pod
 //!    and on the Node, each action once.
 
@@ -32,7 +35,8 @@ use crate::events::{EventSpec, regarding};
 use crate::fence::journal::{Entry, Journal};
 use crate::fence::stop::{Stopped, processes, stop_pod};
 use crate::fence::{
-    Candidate, FencePolicy, MIN_FAILURES, Mode, RestartPolicies, candidates, is_driver, opted_in_by, spark_application,
+    CONFIRM_WITHIN, Candidate, FencePolicy, MIN_FAILURES, Mode, RestartPolicies, candidates, is_driver, opted_in_by,
+    spark_application,
 };
 use crate::host::HostPaths;
 use crate::metrics::Metrics;
@@ -213,8 +217,19 @@ impl FenceTask {
                 }
             }
             self.metrics.fence_candidates.set(known.len() as i64);
-            // The heartbeat: only while a candidate runs here.
-            let beat_due = last_beat.is_none_or(|t| now.duration_since(t) >= policy.heartbeat());
+            // A candidate due to be fenced on an outage whose last failure is not recent: ask
+            // the API server now instead of acting on old evidence.
+            let confirm = match &reach {
+                Reach::Unreachable(o) => {
+                    now.saturating_duration_since(o.last_failure) > CONFIRM_WITHIN
+                        && known.iter().any(|c| {
+                            o.lasted(now) >= c.fence_after && acted.get(&c.uid).is_none_or(|a| a.outage != o.since)
+                        })
+                }
+                _ => false,
+            };
+            // The heartbeat: only while a candidate runs here (and at once to confirm).
+            let beat_due = confirm || last_beat.is_none_or(|t| now.duration_since(t) >= policy.heartbeat());
             if !known.is_empty() && beat_due && beat.as_ref().is_none_or(|b| b.is_finished()) {
                 last_beat = Some(now);
                 let client = self.client.clone();
@@ -227,6 +242,9 @@ impl FenceTask {
                 }));
             }
             let Reach::Unreachable(outage) = reach else { continue };
+            if confirm {
+                continue;
+            }
             let lasted = outage.lasted(now);
             for c in &known {
                 let previous = acted.get(&c.uid).filter(|a| a.outage == outage.since);

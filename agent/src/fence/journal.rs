@@ -266,6 +266,7 @@ mod tests {
             since_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             failures: 3,
             last_error: "connection refused".into(),
+            last_failure: Instant::now(),
         }
     }
 

@@ -163,6 +163,11 @@ impl FencePolicy {
 /// `fence_after`: one failed request (a blip, a timeout) never fences by itself.
 pub const MIN_FAILURES: u64 = 3;
 
+/// A driver is fenced only on a failure this recent: an outage whose last failed request is
+/// older says nothing about now (the API server may have come back while nobody asked), so the
+/// agent asks first (a heartbeat out of turn) and acts only if that fails too.
+pub const CONFIRM_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What replaces a driver when its pod is deleted.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Replacer {
