@@ -479,8 +479,14 @@ impl Daemon {
             tracing::info!(mode = new.fencing.mode.as_str(), "driver fencing policy changed");
             self.fence_policy.send_replace(new.fencing.clone());
         }
-        if old.listen != new.listen || old.request_timeout != new.request_timeout {
-            tracing::warn!("listen and request_timeout_seconds changes take effect at the next restart");
+        if old.listen != new.listen
+            || old.request_timeout != new.request_timeout
+            || old.publish_node_resource_topology != new.publish_node_resource_topology
+        {
+            tracing::warn!(
+                "listen, request_timeout_seconds and publish_node_resource_topology changes take effect at the next \
+                 restart"
+            );
         }
         if old.local_dir_roots != new.local_dir_roots {
             self.last_local_dirs = None;
