@@ -587,15 +587,12 @@ async fn a_wall_clock_jump_does_not_bring_fencing_forward() {
     node.api.faults().set_refusing(false);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_outage_after_a_long_quiet_period_is_not_fenced() {
-    let mut node = Node::new("fence-quiet").await;
-    // Fenced 20 s after the first failure; the heartbeat every 60 s, the probes, the Lease, the
-    // conditions and the driver lookups rarely: between heartbeats the agent sends nothing
-    // (only its watch is open).
-    let pids = node.pod(job_driver("stream", "a9a9a9a9-0000-4000-8000-000000000009", 25), 1);
-    // The real API server's pace of watch bookmarks (the double's default is 2 s, for tests
-    // that wait on them): the open watch says nothing for a minute.
+/// Starts a quiet agent in `on` mode (fencing a driver that tolerates 25 s at 20 s): the heartbeat every
+/// 60 s, the probes, the Lease, the conditions and the driver lookups rarely, and the watch's
+/// bookmarks at the real API server's pace (the double's default is 2 s, for tests that wait on
+/// them), so between heartbeats the agent sends nothing and its open watch says nothing for a
+/// minute. Returns once its candidate is known.
+async fn start_quiet(node: &mut Node) {
     node.api.set_bookmark_interval(Duration::from_secs(60));
     node.start(
         "on",
@@ -615,6 +612,13 @@ async fn a_short_outage_after_a_long_quiet_period_is_not_fenced() {
         &[],
     );
     node.wait_candidates(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_outage_after_a_long_quiet_period_is_not_fenced() {
+    let mut node = Node::new("fence-quiet").await;
+    let pids = node.pod(job_driver("stream", "a9a9a9a9-0000-4000-8000-000000000009", 25), 1);
+    start_quiet(&mut node).await;
     // Quiet: 25 s in which no request reaches the API server, more than fence_after.
     let quiet = Instant::now();
     tokio::time::sleep(Duration::from_secs(25)).await;
@@ -657,25 +661,7 @@ async fn a_short_outage_after_a_long_quiet_period_is_not_fenced() {
 async fn an_outage_that_ended_while_nobody_asked_is_not_fenced() {
     let mut node = Node::new("fence-stale-evidence").await;
     let pids = node.pod(job_driver("stream", "a9a9a9a9-0000-4000-8000-00000000000a", 25), 1);
-    node.api.set_bookmark_interval(Duration::from_secs(60));
-    node.start(
-        "on",
-        "  heartbeat_seconds: 60\n",
-        &[
-            "--probe-interval-seconds",
-            "600",
-            "--lease-duration-seconds",
-            "600",
-            "--condition-heartbeat-seconds",
-            "600",
-            "--rule-setting",
-            "apiserver_unreachable_seconds=1200",
-            "--driver-cache-ttl-seconds",
-            "600",
-        ],
-        &[],
-    );
-    node.wait_candidates(1).await;
+    start_quiet(&mut node).await;
     // The outage: refused until the watch has failed three times (MIN_FAILURES)...
     node.api.faults().set_refusing(true);
     wait_for("three failed requests", Duration::from_secs(30), node.agent(), || {
