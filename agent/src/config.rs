@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use nodemedic_rules::Settings;
 
+use crate::collect::managers::DriverCheckpoint;
 use crate::collect::read::read_text;
 use crate::fence::FencePolicy;
 use crate::output::Format;
@@ -44,6 +45,42 @@ pub struct FileConfig {
     pub fencing: Option<FencePolicy>,
     /// Publish this node's NodeResourceTopology (docs/operations/node-resource-topology.md).
     pub publish_node_resource_topology: Option<bool>,
+    /// DRA drivers' checkpoints to judge (docs/configuration.md).
+    pub dra_driver_checkpoints: Option<Vec<DriverCheckpointConfig>>,
+}
+
+/// One entry of `dra_driver_checkpoints`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverCheckpointConfig {
+    /// The driver's checkpoint format (`nvidia-gpu`).
+    pub format: String,
+    /// The file's host path.
+    pub path: String,
+}
+
+/// `--dra-driver-checkpoint FORMAT=PATH` values, checked.
+pub fn driver_checkpoints_from_flags(values: &[String]) -> Result<Vec<DriverCheckpoint>, ConfigError> {
+    values
+        .iter()
+        .map(|v| {
+            DriverCheckpoint::parse(v).map_err(|message| ConfigError::Flag {
+                flag: "--dra-driver-checkpoint".into(),
+                message,
+            })
+        })
+        .collect()
+}
+
+/// The file's `dra_driver_checkpoints`, checked.
+fn driver_checkpoints_from_file(entries: &[DriverCheckpointConfig]) -> Result<Vec<DriverCheckpoint>, ConfigError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            DriverCheckpoint::new(&e.format, &e.path).map_err(|m| key(&format!("dra_driver_checkpoints[{i}]"), m))
+        })
+        .collect()
 }
 
 /// What is wrong with a configuration: the file, the key or the flag, and why.
@@ -147,6 +184,7 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     if let Some(f) = &cfg.fencing {
         f.validate().map_err(|e| key("fencing", e))?;
     }
+    driver_checkpoints_from_file(cfg.dra_driver_checkpoints.as_deref().unwrap_or_default())?;
     Ok(cfg)
 }
 
@@ -173,6 +211,8 @@ pub struct Effective {
     pub repair: AutoRepairPolicy,
     pub fencing: FencePolicy,
     pub publish_node_resource_topology: bool,
+    /// The DRA driver checkpoints to read.
+    pub driver_checkpoints: Vec<DriverCheckpoint>,
 }
 
 /// Seconds as a duration; fractions allowed (tests run fast cycles), never below 50 ms.
@@ -204,6 +244,8 @@ pub struct Flags {
     pub fencing: Option<crate::fence::Mode>,
     /// `--publish-node-resource-topology`.
     pub publish_node_resource_topology: Option<bool>,
+    /// `--dra-driver-checkpoint` values (`FORMAT=PATH`).
+    pub dra_driver_checkpoint: Vec<String>,
 }
 
 /// Flags win over the file, the file over the defaults. Rule settings: the file's `rules`,
@@ -317,6 +359,11 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
             .publish_node_resource_topology
             .or(file.publish_node_resource_topology)
             .unwrap_or(false),
+        driver_checkpoints: if args.dra_driver_checkpoint.is_empty() {
+            driver_checkpoints_from_file(file.dra_driver_checkpoints.as_deref().unwrap_or_default())?
+        } else {
+            driver_checkpoints_from_flags(&args.dra_driver_checkpoint)?
+        },
     }
     .meaningful()
 }

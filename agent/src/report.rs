@@ -82,6 +82,27 @@ impl Report {
                     Observed::Missing { path } => Some(format!(" ({path})")),
                     _ => None,
                 },
+                "manager_files" => {
+                    let m = &snapshot.managers;
+                    let mut files: Vec<String> = [
+                        ("memory_manager_state", m.memory.status()),
+                        ("kubelet_internal_checkpoint", m.devices.status()),
+                        ("dra_manager_state", m.dra.status()),
+                    ]
+                    .into_iter()
+                    .filter(|(_, s)| s != "missing")
+                    .map(|(name, s)| format!("{name} {}", s.split(':').next().unwrap_or_default()))
+                    .collect();
+                    files.extend(m.drivers.iter().map(|d| {
+                        let status = d.claims.status();
+                        format!("{} {}", d.path, status.split(':').next().unwrap_or_default())
+                    }));
+                    Some(if files.is_empty() {
+                        " (none: no memory, device or DRA manager state on this node)".to_string()
+                    } else {
+                        format!(" ({})", files.join(", "))
+                    })
+                }
                 "kubelet_config" => snapshot.kubelet.ok().map(|k| {
                     format!(
                         " ({}, policy {})",

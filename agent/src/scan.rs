@@ -69,6 +69,8 @@ pub struct Options {
     pub node: Option<String>,
     /// hostPath roots (host paths) where Spark local dirs live, besides emptyDir volumes.
     pub local_dir_roots: Vec<String>,
+    /// DRA drivers' checkpoints to read.
+    pub driver_checkpoints: Vec<collect::managers::DriverCheckpoint>,
     /// Skip measuring local dirs (the daemon walks them less often than the rest).
     pub skip_local_dirs: bool,
     /// Run one round of API probes (with `Pods::Api`): the one-shot scan's view of the API.
@@ -174,6 +176,7 @@ pub async fn snapshot<D: PodDirectory>(
         pods: None,
         local_dir_roots: opts.local_dir_roots.clone(),
         skip_local_dirs: opts.skip_local_dirs,
+        driver_checkpoints: opts.driver_checkpoints.clone(),
     };
     let mut api = None;
     match &pods {
@@ -221,21 +224,22 @@ pub async fn snapshot<D: PodDirectory>(
     }
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     let (local, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
+    let claims = snapshot.managers.holds_prepared_claims();
     let lookups = async {
         match (&pods, snapshot.pod_source == PodSource::Cgroups) {
             (_, true) => None,
             (Pods::File(_), _) => {
                 let dir = ListDirectory::new(collected.cluster_pods);
-                Some(lookup_drivers(&dir, local, node, now).await)
+                Some(lookup_drivers(&dir, local, node, now, claims).await)
             }
             (Pods::Api { api: conn, .. }, _) => {
                 // One scan's memory: executors of one application share one lookup, and the
                 // first failure stops the rest.
                 let dir = kube_api::driver_directory(conn.client.clone(), ONE_SHOT_MEMORY, u32::MAX);
-                Some(lookup_drivers(&dir, local, node, now).await)
+                Some(lookup_drivers(&dir, local, node, now, claims).await)
             }
             (Pods::Given { .. }, _) => match directory {
-                Some(dir) => Some(lookup_drivers(dir, local, node, now).await),
+                Some(dir) => Some(lookup_drivers(dir, local, node, now, claims).await),
                 None => None,
             },
             (Pods::Cgroups, _) => None,
@@ -338,19 +342,21 @@ async fn read_kubelet_view(
 
 /// The drivers of the executors among `pods`, every driver of their applications, and what
 /// `driver-blocked-by-partition` reads besides (the Events of drivers that wait to start on
-/// `node`, the other nodes of their applications), at `now`.
+/// `node`, the other nodes of their applications; with `claims` prepared on the node, the
+/// Events of pods with ResourceClaims that wait to start), at `now`.
 async fn lookup_drivers<D: PodDirectory>(
     dir: &D,
     pods: &[PodInfo],
     node: &str,
     now: i64,
+    claims: bool,
 ) -> (
     std::collections::BTreeMap<String, DriverLookup>,
     std::collections::BTreeMap<String, Vec<PodInfo>>,
     PartitionInputs,
 ) {
     let (drivers, app_drivers) = spark::resolve_all(dir, pods).await;
-    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now).await;
+    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims).await;
     (drivers, app_drivers, partition)
 }
 

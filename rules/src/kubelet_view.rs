@@ -24,6 +24,32 @@ pub struct KubeletContainer {
     pub name: String,
     /// Its exclusive CPUs (`cpu_ids`), empty on the shared pool.
     pub cpus: CpuSet,
+    /// Its memory blocks (`memory`, filled by the memory manager's Static policy).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<KubeletMemory>,
+    /// Its devices (`devices`, from device plugins), one entry per resource and NUMA node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<KubeletDevices>,
+}
+
+/// A memory block the kubelet lists for a container (`ContainerMemory`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct KubeletMemory {
+    /// `memory` or `hugepages-<size>`.
+    pub resource: String,
+    pub bytes: u64,
+    /// The NUMA nodes of the block (`topology`), sorted.
+    pub numa_nodes: Vec<i64>,
+}
+
+/// Devices of one resource the kubelet lists for a container (`ContainerDevices`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KubeletDevices {
+    /// `nvidia.com/gpu`, ...
+    pub resource: String,
+    pub ids: Vec<String>,
+    /// The NUMA nodes of the devices (`topology`), sorted.
+    pub numa_nodes: Vec<i64>,
 }
 
 /// One pod the kubelet considers active.
@@ -97,9 +123,44 @@ pub enum Matched {
     Uid,
     /// By container name and CPUs (no UID known for the listed pod).
     Cpus,
+    /// By container name and the memory or devices it holds (no UID known for the listed pod).
+    Holdings,
+}
+
+/// How a listed pod of unknown UID compares with a checkpoint entry's holdings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// A container of the entry's name holds exactly what the entry holds: the same pod.
+    Same,
+    /// It holds some of the same things in another shape: the file and the kubelet's memory
+    /// disagree about them, which is not for liveness to settle.
+    Overlapping,
+    /// Nothing in common.
+    Unrelated,
 }
 
 impl KubeletView {
+    /// The listed pod with UID `uid` for an entry of a checkpoint other than the CPU
+    /// manager's: by UID, else among pods of unknown UID by what `holds` says of each.
+    pub fn listed_by(&self, uid: &str, holds: impl Fn(&KubeletPod) -> Holds) -> Listed<'_> {
+        if let Some(p) = self.pods.iter().find(|p| p.uids.iter().any(|u| u == uid)) {
+            return Listed::Pod(p, Matched::Uid);
+        }
+        let mut overlapping = false;
+        for p in self.pods.iter().filter(|p| p.uids.is_empty()) {
+            match holds(p) {
+                Holds::Same => return Listed::Pod(p, Matched::Holdings),
+                Holds::Overlapping => overlapping = true,
+                Holds::Unrelated => {}
+            }
+        }
+        if overlapping {
+            Listed::Unknown
+        } else {
+            Listed::NotListed
+        }
+    }
+
     /// Every CPU the kubelet has pinned a listed container to.
     pub fn pinned_cpus(&self) -> CpuSet {
         self.pods

@@ -21,7 +21,10 @@
 //! - [`text`]: list lengths, human sizes and durations, shared command lines and remedies.
 //! - [`admission`]: which admission webhooks apply to a pod CREATE (admissionregistration/v1).
 //! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
-//! - [`kubelet_view`]: the kubelet's own view of its CPU assignments (PodResources API).
+//! - [`kubelet_view`]: the kubelet's own view of its CPU, memory and device assignments
+//!   (PodResources API).
+//! - [`managers`]: the other resource managers' checkpoints (memory, devices, DRA) and the DRA
+//!   drivers' own, read and verified like the CPU one.
 
 pub mod admission;
 pub mod checkpoint;
@@ -31,6 +34,7 @@ pub mod facts;
 pub mod finding;
 pub mod hostpath;
 pub mod kubelet_view;
+pub mod managers;
 pub mod probes;
 pub mod promtext;
 pub mod quantity;

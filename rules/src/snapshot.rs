@@ -9,6 +9,11 @@ use std::collections::BTreeMap;
 
 use crate::CpuSet;
 use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::managers::KubeletCheckpoint;
+use crate::managers::devices::DeviceCheckpoint;
+use crate::managers::dra::DraCheckpoint;
+use crate::managers::drivers::{DriverClaim, DriverFormat};
+use crate::managers::memory::MemoryCheckpoint;
 use crate::spark;
 use crate::topology::CpuTopology;
 use crate::validate::CpuManagerConfig;
@@ -73,6 +78,115 @@ impl CheckpointFile {
             modified_at: None,
             content,
             state,
+        }
+    }
+}
+
+/// One of the other resource managers' checkpoints as read (memory, devices, DRA).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagerFile<C: KubeletCheckpoint> {
+    /// Host path of the file.
+    pub path: String,
+    /// Seconds since the file was last written (from its mtime), when known.
+    pub age_seconds: Option<f64>,
+    /// The parsed file, or why it cannot be read.
+    pub content: Result<C, CheckpointError>,
+    /// Which kubelet layout's checksum matched (`None` when the content is unreadable).
+    pub verification: Option<crate::Verification>,
+    /// Its meaning, computed once when the file is read.
+    pub state: Result<C::State, CheckpointError>,
+}
+
+impl<C: KubeletCheckpoint> ManagerFile<C> {
+    /// The file at host path `path`, `age_seconds` old, as parsed: its checksum and state are
+    /// computed here, once.
+    pub fn new(path: String, age_seconds: Option<f64>, content: Result<C, CheckpointError>) -> Self {
+        let verification = content.as_ref().ok().map(C::verify);
+        let state = content.as_ref().map_err(Clone::clone).and_then(C::state);
+        ManagerFile {
+            path,
+            age_seconds,
+            content,
+            verification,
+            state,
+        }
+    }
+
+    /// The file's meaning when it is readable and a kubelet accepts its checksum: what the
+    /// kubelet restores at its next start, and what the stale rules judge.
+    pub fn accepted_state(&self) -> Option<&C::State> {
+        let accepted = self.verification.as_ref().is_some_and(crate::Verification::accepted);
+        self.state.as_ref().ok().filter(|_| accepted)
+    }
+}
+
+/// A DRA driver's own checkpoint, configured by path (`dra_driver_checkpoints`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverFile {
+    pub format: DriverFormat,
+    /// Host path of the file.
+    pub path: String,
+    /// Seconds since the file was last written, when known.
+    pub age_seconds: Option<f64>,
+    /// The claims it holds, or why it cannot be read (`Missing` when there is no file).
+    pub claims: Observed<Vec<DriverClaim>>,
+}
+
+/// The other resource managers' checkpoints (`Missing` where a file is absent, the normal
+/// state of a manager that is not enabled).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagerFiles {
+    pub memory: Observed<ManagerFile<MemoryCheckpoint>>,
+    pub devices: Observed<ManagerFile<DeviceCheckpoint>>,
+    pub dra: Observed<ManagerFile<DraCheckpoint>>,
+    /// The configured DRA driver checkpoints, in configuration order.
+    pub drivers: Vec<DriverFile>,
+}
+
+impl ManagerFiles {
+    /// Whether a readable DRA file (the kubelet's or a driver's) holds a prepared claim.
+    pub fn holds_prepared_claims(&self) -> bool {
+        let kubelet = self
+            .dra
+            .ok()
+            .and_then(|f| f.state.as_ref().ok())
+            .is_some_and(|s| !s.claims.is_empty());
+        kubelet
+            || self
+                .drivers
+                .iter()
+                .any(|d| d.claims.ok().is_some_and(|c| !c.is_empty()))
+    }
+
+    /// The files' ages moved on by `seconds` (a snapshot assembled from earlier readings).
+    pub fn add_age(&mut self, seconds: f64) {
+        let bump = |age: &mut Option<f64>| *age = age.map(|a| a + seconds);
+        if let Observed::Ok(f) = &mut self.memory {
+            bump(&mut f.age_seconds);
+        }
+        if let Observed::Ok(f) = &mut self.devices {
+            bump(&mut f.age_seconds);
+        }
+        if let Observed::Ok(f) = &mut self.dra {
+            bump(&mut f.age_seconds);
+        }
+        for d in &mut self.drivers {
+            bump(&mut d.age_seconds);
+        }
+    }
+
+    /// No file read: every kubelet file missing at its default path, no driver configured.
+    pub fn missing() -> Self {
+        fn at<T>(file: &str) -> Observed<T> {
+            Observed::Missing {
+                path: format!("/var/lib/kubelet/{file}"),
+            }
+        }
+        ManagerFiles {
+            memory: at(MemoryCheckpoint::FILE),
+            devices: at(DeviceCheckpoint::FILE),
+            dra: at(DraCheckpoint::FILE),
+            drivers: Vec::new(),
         }
     }
 }
@@ -328,6 +442,8 @@ pub struct PodInfo {
     pub tolerations: Vec<crate::eviction::Toleration>,
     /// `spec.terminationGracePeriodSeconds` (the API server defaults it to 30).
     pub termination_grace_seconds: Option<i64>,
+    /// The names of `spec.resourceClaims` (Dynamic Resource Allocation).
+    pub resource_claims: Vec<String>,
 }
 
 impl PodInfo {
@@ -540,6 +656,8 @@ pub struct NodeSnapshot {
     /// When the snapshot was taken, unix seconds.
     pub taken_at: i64,
     pub checkpoint: Observed<CheckpointFile>,
+    /// The memory, device and DRA managers' checkpoints, and the configured DRA drivers'.
+    pub managers: ManagerFiles,
     pub kubelet: Observed<KubeletConfig>,
     /// Online CPUs with topology (sysfs).
     pub cpus: Observed<CpuTopology>,
@@ -618,6 +736,7 @@ impl NodeSnapshot {
             node: node.to_string(),
             taken_at,
             checkpoint: missing("/var/lib/kubelet/cpu_manager_state"),
+            managers: ManagerFiles::missing(),
             kubelet: missing("/var/lib/kubelet/config.yaml"),
             cpus: missing("/sys/devices/system/cpu/online"),
             cgroups: missing("/sys/fs/cgroup"),

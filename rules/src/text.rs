@@ -103,6 +103,123 @@ pub(crate) fn stop_containers_then_repair_remedy(node: &str, pod_uid: &str) -> S
     )
 }
 
+/// The subject of a stale checkpoint entry: the pod when the list still has it, else its UID,
+/// narrowed to the container.
+pub(crate) fn stale_subject(pod: Option<&PodInfo>, uid: &str, container: Option<&str>) -> crate::finding::Subject {
+    match pod {
+        Some(p) => crate::finding::Subject::pod(p),
+        None => crate::finding::Subject::pod_uid(uid),
+    }
+    .with_container(container.map(str::to_string))
+}
+
+/// Why a stale entry's pod still has processes although the pod list calls it gone or finished
+/// (`None` when the pod is running or liveness came from the cgroups themselves).
+pub(crate) fn still_running_note(
+    snap: &crate::NodeSnapshot,
+    still_running: Option<&str>,
+    pod: Option<&PodInfo>,
+) -> Option<String> {
+    use crate::snapshot::PodSource;
+    let by_list = snap.pod_source != PodSource::Cgroups;
+    match (still_running, pod) {
+        (Some(why), None) if by_list => Some(format!(
+            "{why}: the pod object is gone but its containers are not (force-deleted?)"
+        )),
+        (Some(why), Some(p)) if by_list && p.is_terminal() => {
+            Some(format!("{why}: the pod has finished but its containers are not gone"))
+        }
+        _ => None,
+    }
+}
+
+/// How to stop the containers of a pod whose object is gone, before its resources are freed.
+pub(crate) fn stop_containers(node: &str, pod_uid: &str) -> String {
+    format!(
+        "on node {node}, list the pod's containers with `crictl ps --label io.kubernetes.pod.uid={pod_uid}` and stop \
+         them with `crictl stop <id>` (or `crictl stopp` on `crictl pods --label io.kubernetes.pod.uid={pod_uid} -q`)"
+    )
+}
+
+/// A command that has the kubelet admit one short pod on `node`: each admission runs the
+/// memory and device managers' clean-up of entries whose pods are gone.
+pub(crate) fn admit_one_pod(node: &str) -> String {
+    format!(
+        "kubectl run nodemedic-admit --restart=Never --image=busybox:1.36 \
+         --overrides='{{\"apiVersion\":\"v1\",\"spec\":{{\"nodeName\":\"{node}\"}}}}' -- true, then kubectl delete \
+         pod nodemedic-admit"
+    )
+}
+
+/// The remedy for stale memory manager entries. The memory manager drops the entries of pods
+/// that are gone when it admits the next pod (`removeStaleState`, once the kubelet's pod sources
+/// are ready); until then they count as reserved NUMA memory, and a kubelet restart restores
+/// them from the file. Deleting the file is for a drained node only.
+pub(crate) fn memory_state_remedy(node: &str, path: &str) -> String {
+    format!(
+        "the memory manager drops entries of gone pods when it admits the next pod on the node (removeStaleState), and \
+         a kubelet restart restores {path} as written, stale entries included; to have them dropped now, let the \
+         kubelet admit one pod: {}; if they stay (the kubelet's pod sources are not ready, or the file keeps \
+         coming back), reset the memory manager on a drained node: kubectl drain {node} --ignore-daemonsets \
+         --delete-emptydir-data; then on the node: systemctl stop kubelet && mv {path} {path}.bak && systemctl start \
+         kubelet; then kubectl uncordon {node}. nodemedic does not edit this file",
+        admit_one_pod(node)
+    )
+}
+
+/// The remedy for stale device manager entries. The device manager forgets the devices of
+/// inactive pods at every admission and every PodResources `List` (`UpdateAllocatedDevices`),
+/// but writes the file only when it allocates again, so the file trails its memory; a restart
+/// restores the file's entries until the next admission drops them. Deleting the file is
+/// worse than it looks: with no checkpoint the kubelet takes the node for a new one and resets
+/// its extended resources' capacity.
+pub(crate) fn device_state_remedy(node: &str, path: &str, resource: &str) -> String {
+    format!(
+        "the device manager forgets the devices of pods that are no longer active at every admission and every \
+         PodResources List, but rewrites {path} only when it allocates devices again, so the file trails its memory; \
+         the next allocation of a device on the node clears the file, and a kubelet restart (which restores the \
+         file's entries) drops them again at the next admission: {}. If pods requesting {resource} are still refused \
+         while nothing holds them (device-admission-failure), the kubelet's memory holds devices the file does not show \
+         (kubernetes #130172): restart the kubelet (systemctl restart kubelet on {node}). Do not delete the file: with \
+         no device checkpoint the kubelet takes the node for a new one and resets its extended resources. nodemedic \
+         does not edit this file",
+        admit_one_pod(node)
+    )
+}
+
+/// The remedy for a stale DRA claim: in the kubelet's `dra_manager_state` (the kubelet removes
+/// a claim only after every driver unprepared it, retrying from its reconcile loop), or in a
+/// driver's own checkpoint (the kubelet asks drivers to unprepare only the claims it holds).
+pub(crate) fn dra_claim_remedy(node: &str, path: &str, driver: Option<&str>, claim: Option<&str>) -> String {
+    let delete_claim = match claim {
+        Some(c) => {
+            let (ns, name) = c.split_once('/').unwrap_or(("default", c));
+            format!(
+                "if the ResourceClaim still exists and nothing needs it, delete it (kubectl delete resourceclaim -n \
+                 {ns} {name}); "
+            )
+        }
+        None => String::new(),
+    };
+    let fix = match driver {
+        Some(d) => format!(
+            "the kubelet asks {d} to unprepare only the claims it holds itself, so this one is never released by it: \
+             restart the driver's kubelet plugin pod on {node} (kubectl delete pod -n <driver namespace> <plugin pod \
+             on {node}>; drivers that clean up at start release claims whose ResourceClaim is gone); if the claim \
+             stays, drain the pods that use {d} from {node}, stop the plugin, move {path} aside and start it again"
+        ),
+        None => format!(
+            "the kubelet removes a claim from {path} only after every driver unprepared it (NodeUnprepareResources), \
+             retrying from its reconcile loop: a claim that stays means a driver keeps failing or is no longer \
+             registered (kubernetes #129402); check that the driver's kubelet plugin runs on {node} and its logs for \
+             NodeUnprepareResources errors, and the kubelet removes the claim once the driver answers; if the driver \
+             is gone for good, drain {node}, stop the kubelet, move {path} aside and start it (it refuses to start on \
+             a corrupt file and starts empty without one)"
+        ),
+    };
+    format!("{delete_claim}{fix}. nodemedic does not edit this file")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -644,6 +644,7 @@ fn agreeing_node(owners: &[Option<(u8, bool)>], alive: &[bool], uid_known: &[boo
                     .map(|(c, cpus)| KubeletContainer {
                         name: c.clone(),
                         cpus: CpuSet::from_ids(cpus.iter().copied()),
+                        ..Default::default()
                     })
                     .collect(),
             }

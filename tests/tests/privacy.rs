@@ -40,9 +40,17 @@ const ALLOWED_LABELS: &[&str] = &[
     // nodemedic_node_resource_topology_writes_total: created/updated/unchanged/conflict/failed.
     "mode",
     "outcome",
-    // nodemedic_exclusive_cpus: a NUMA node's id and free/live/stale/reserved.
+    // nodemedic_exclusive_cpus: a NUMA node's id and free/live/stale/reserved;
+    // nodemedic_memory_manager_bytes: also allocatable; nodemedic_devices_checkpointed:
+    // registered/allocated/stale; nodemedic_dra_prepared_claims: live/stale.
     "numa_node",
     "state",
+    // nodemedic_memory_manager_stale_bytes: a block's NUMA nodes (`0`, `0,1`).
+    "numa_nodes",
+    // A resource name: memory, hugepages-<size>, or a device plugin's (nvidia.com/gpu).
+    "resource",
+    // nodemedic_dra_prepared_claims: kubelet or a driver checkpoint format.
+    "source",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,6 +194,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "podresources",
                     "pods",
                     "local_dirs",
+                    "manager_files",
                 ]
                 .contains(&v.as_str()),
                 "mode" => ["dry-run", "on"].contains(&v.as_str()),
@@ -200,7 +209,24 @@ async fn metrics_hold_no_names_values_or_contents() {
                 ]
                 .contains(&v.as_str()),
                 "numa_node" => !v.is_empty() && v.len() <= 5 && v.bytes().all(|b| b.is_ascii_digit()),
-                "state" => ["free", "live", "stale", "reserved"].contains(&v.as_str()),
+                "state" => [
+                    "free",
+                    "live",
+                    "stale",
+                    "reserved",
+                    "allocatable",
+                    "registered",
+                    "allocated",
+                ]
+                .contains(&v.as_str()),
+                "numa_nodes" => !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_digit() || b == b','),
+                // Kubernetes resource names: a DNS-subdomain prefix and a name of at most 63.
+                "resource" => {
+                    !v.is_empty()
+                        && v.len() <= 317
+                        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+                }
+                "source" => ["kubelet", "nvidia-gpu"].contains(&v.as_str()),
                 "revision" => v == "unknown" || (v.len() <= 40 && v.bytes().all(|b| b.is_ascii_hexdigit())),
                 "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
                 // Ids of our own (actions, results, reasons): short identifiers.

@@ -235,6 +235,15 @@ pub struct RunArgs {
     /// (docs/operations/node-resource-topology.md) [default: false].
     #[arg(long, env = "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY")]
     pub publish_node_resource_topology: Option<bool>,
+    /// A DRA driver's checkpoint to judge, as FORMAT=PATH (host path; formats: nvidia-gpu),
+    /// repeat or comma-separate; replaces the configuration's `dra_driver_checkpoints`.
+    #[arg(
+        long,
+        value_name = "FORMAT=PATH",
+        value_delimiter = ',',
+        env = "NODEMEDIC_DRA_DRIVER_CHECKPOINTS"
+    )]
+    pub dra_driver_checkpoint: Vec<String>,
 }
 
 /// Where the host's files are.
@@ -274,6 +283,15 @@ pub struct ScanArgs {
     /// A hostPath directory (host path) where Spark local dirs live, besides emptyDir volumes (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,
+    /// A DRA driver's checkpoint to judge, as FORMAT=PATH (host path; formats: nvidia-gpu),
+    /// repeat or comma-separate.
+    #[arg(
+        long,
+        value_name = "FORMAT=PATH",
+        value_delimiter = ',',
+        env = "NODEMEDIC_DRA_DRIVER_CHECKPOINTS"
+    )]
+    pub dra_driver_checkpoint: Vec<String>,
     #[command(flatten)]
     pub rules: RuleArgs,
     #[command(flatten)]

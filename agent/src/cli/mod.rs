@@ -230,6 +230,7 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         log_format: a.log_format.map(Into::into),
         fencing: a.fencing.as_deref().and_then(crate::fence::Mode::parse),
         publish_node_resource_topology: a.publish_node_resource_topology,
+        dra_driver_checkpoint: a.dra_driver_checkpoint.clone(),
     }
 }
 
@@ -305,6 +306,7 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
         &args.rules.rule_setting,
         args.rules.disable_rule.clone(),
     )?;
+    let driver_checkpoints = config::driver_checkpoints_from_flags(&args.dra_driver_checkpoint)?;
     let source = source(&args.source);
     if let Some(file) = &source.pods_file {
         // The first file the scan reads (collect::pods has no hook of its own).
@@ -315,6 +317,7 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
         let opts = scan::Options {
             node: source.node.clone(),
             local_dir_roots: args.local_dir_root.clone(),
+            driver_checkpoints,
             probe_api: true,
             notes: note.into_iter().collect(),
             // A one-shot scan waits at most this long for Spark drivers, then reports without.

@@ -49,34 +49,63 @@ pub fn leftover_notes(host: &HostPaths, kubelet_dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Reads the checkpoint in `kubelet_dir`; `now` gives the file's age.
-pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) -> Observed<CheckpointFile> {
-    let local = kubelet_dir.join(FILE_NAME);
-    let path = host.display(&local);
-    trace::stat(&local);
-    let modified = std::fs::metadata(&local).and_then(|m| m.modified()).ok();
+/// A kubelet checkpoint file as found on disk, before its format is read.
+#[derive(Debug)]
+pub struct FileRead {
+    /// The host's path of the file.
+    pub path: String,
+    pub age_seconds: Option<f64>,
+    pub modified_at: Option<f64>,
+    /// Its bytes, or why the kubelet could not read them either (a directory, too large).
+    pub bytes: Result<Vec<u8>, CheckpointError>,
+}
+
+/// Reads the checkpoint file `local` (at most [`MAX_CHECKPOINT_BYTES`]); `now` gives its age.
+/// `Missing` when there is none, `Error` when it cannot be read for a reason that says
+/// nothing about the file (permission denied).
+pub fn read_file(host: &HostPaths, local: &Path, now: SystemTime) -> Observed<FileRead> {
+    let path = host.display(local);
+    trace::stat(local);
+    let modified = std::fs::metadata(local).and_then(|m| m.modified()).ok();
     let age_seconds = modified
         .and_then(|m| now.duration_since(m).ok())
         .map(|d| d.as_secs_f64());
     let modified_at = modified
         .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map(|d| d.as_secs_f64());
-    let content = match read_bytes(&local, &path, MAX_CHECKPOINT_BYTES) {
+    let bytes = match read_bytes(local, &path, MAX_CHECKPOINT_BYTES) {
         Ok(None) => return Observed::Missing { path },
-        Ok(Some(bytes)) => Checkpoint::parse(&bytes),
+        Ok(Some(bytes)) => Ok(bytes),
         Err(ReadError::IsDir { .. }) => Err(CheckpointError::NotAFile),
         Err(ReadError::TooLarge { .. }) => Err(CheckpointError::TooLarge {
             size: {
-                trace::stat(&local);
-                std::fs::metadata(&local)
+                trace::stat(local);
+                std::fs::metadata(local)
             }
             .map_or(MAX_CHECKPOINT_BYTES + 1, |m| m.len()),
             limit: MAX_CHECKPOINT_BYTES,
         }),
         Err(e) => return Observed::Error { reason: e.to_string() },
     };
-    let mut file = CheckpointFile::new(path, age_seconds, content);
-    file.modified_at = modified_at;
+    Observed::Ok(FileRead {
+        path,
+        age_seconds,
+        modified_at,
+        bytes,
+    })
+}
+
+/// Reads the checkpoint in `kubelet_dir`; `now` gives the file's age.
+pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) -> Observed<CheckpointFile> {
+    let read = match read_file(host, &kubelet_dir.join(FILE_NAME), now) {
+        Observed::Ok(read) => read,
+        Observed::Missing { path } => return Observed::Missing { path },
+        Observed::NotApplicable { reason } => return Observed::NotApplicable { reason },
+        Observed::Error { reason } => return Observed::Error { reason },
+    };
+    let content = read.bytes.and_then(|b| Checkpoint::parse(&b));
+    let mut file = CheckpointFile::new(read.path, read.age_seconds, content);
+    file.modified_at = read.modified_at;
     Observed::Ok(file)
 }
 

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod event_object;
 pub mod kubelet;
 pub mod localdirs;
+pub mod managers;
 pub mod node_object;
 pub mod pod_object;
 pub mod podresources;
@@ -43,6 +44,8 @@ pub struct ScanOptions {
     pub local_dir_roots: Vec<String>,
     /// Skip measuring local dirs (they are walked less often than the rest in the daemon).
     pub skip_local_dirs: bool,
+    /// DRA drivers' checkpoints to read (the configuration's `dra_driver_checkpoints`).
+    pub driver_checkpoints: Vec<managers::DriverCheckpoint>,
 }
 
 /// What a collection returns.
@@ -87,8 +90,9 @@ pub struct Record {
 pub struct Records(Vec<Record>);
 
 /// The report's order of sources.
-pub const SOURCES: [&str; 8] = [
+pub const SOURCES: [&str; 9] = [
     "checkpoint",
+    "manager_files",
     "kubelet_config",
     "cpus",
     "cgroups",
@@ -163,6 +167,11 @@ pub struct HostReadings {
     pub checkpoint: Observed<nodemedic_rules::snapshot::CheckpointFile>,
     /// When the checkpoint was read (its age moves on from there).
     checkpoint_read: SystemTime,
+    /// The other resource managers' checkpoints and the DRA drivers', read with the CPU
+    /// manager's.
+    pub managers: nodemedic_rules::snapshot::ManagerFiles,
+    /// The DRA driver checkpoints to read.
+    driver_checkpoints: Vec<managers::DriverCheckpoint>,
     pub cpus: Observed<nodemedic_rules::topology::CpuTopology>,
     pub cgroups: Observed<nodemedic_rules::snapshot::CgroupTree>,
     /// Where the pod cgroups are, when found.
@@ -194,6 +203,9 @@ pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, C
     let kubelet_dir = host.kubelet_dir(kubelet.root_dir.as_deref());
     let checkpoint = records.observe("checkpoint", || checkpoint::read_checkpoint(host, &kubelet_dir, now));
     notes.extend(checkpoint::leftover_notes(host, &kubelet_dir));
+    let managers = records.run("manager_files", managers::status, || {
+        managers::read_managers(host, &kubelet_dir, &opts.driver_checkpoints, now)
+    });
     let cpus = records.observe("cpus", || sysfs::read_cpus(host, &mut notes));
     let pinned = pinned_by(&checkpoint);
     let located = cgroups::locate(host, kubelet.config.ok());
@@ -222,6 +234,8 @@ pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, C
         kubelet_dir,
         checkpoint,
         checkpoint_read: now,
+        managers,
+        driver_checkpoints: opts.driver_checkpoints.clone(),
         cpus,
         cgroups,
         layout,
@@ -248,6 +262,9 @@ impl HostReadings {
             checkpoint::read_checkpoint(host, &self.kubelet_dir, now)
         });
         self.checkpoint_read = now;
+        self.managers = self.records.run("manager_files", managers::status, || {
+            managers::read_managers(host, &self.kubelet_dir, &self.driver_checkpoints, now)
+        });
         let pinned = pinned_by(&self.checkpoint);
         let changed: Vec<PathBuf> = match &self.cgroups {
             Observed::Ok(tree) => tree
@@ -308,6 +325,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         kubelet_dir,
         mut checkpoint,
         checkpoint_read,
+        mut managers,
         cpus,
         cgroups,
         local_dirs,
@@ -321,6 +339,9 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
     notes.extend(refresh_notes);
     if let (Observed::Ok(file), Ok(since)) = (&mut checkpoint, now.duration_since(checkpoint_read)) {
         file.age_seconds = file.age_seconds.map(|a| a + since.as_secs_f64());
+    }
+    if let Ok(since) = now.duration_since(checkpoint_read) {
+        managers.add_age(since.as_secs_f64());
     }
 
     let given_source = opts.pods.as_ref().map(|(_, source)| source.clone());
@@ -406,6 +427,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64),
             checkpoint,
+            managers,
             kubelet: kubelet.config,
             cpus,
             cgroups,

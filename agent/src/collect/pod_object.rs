@@ -39,6 +39,14 @@ pub struct PodSpec {
     pub tolerations: Option<Vec<Toleration>>,
     #[serde(default)]
     pub termination_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub resource_claims: Option<Vec<PodResourceClaim>>,
+}
+
+/// `v1 PodResourceClaim`, in part: its name in the pod.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct PodResourceClaim {
+    pub name: String,
 }
 
 /// `v1 Toleration`.
@@ -365,5 +373,9 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             })
             .unwrap_or_default(),
         termination_grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        resource_claims: spec
+            .and_then(|s| s.resource_claims.as_ref())
+            .map(|c| c.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default(),
     })
 }

@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use nodemedic_rules::CpuSet;
-use nodemedic_rules::kubelet_view::{KubeletContainer, KubeletPod, KubeletView, UidSource};
+use nodemedic_rules::kubelet_view::{
+    KubeletContainer, KubeletDevices, KubeletMemory, KubeletPod, KubeletView, UidSource,
+};
 use nodemedic_rules::snapshot::Observed;
 
 use crate::host::HostPaths;
@@ -143,7 +145,12 @@ pub async fn read_kubelet_view(host: &HostPaths, inputs: &ViewInputs) -> Observe
                     };
                 }
             };
-            containers.push(KubeletContainer { name: c.name, cpus });
+            containers.push(KubeletContainer {
+                name: c.name,
+                cpus,
+                memory: c.memory.into_iter().map(kubelet_memory).collect(),
+                devices: c.devices.into_iter().map(kubelet_devices).collect(),
+            });
         }
         let key = (p.namespace, p.name);
         let (uids, uid_source) = match (inputs.names.get(&key), log_dirs.get(&key)) {
@@ -167,6 +174,32 @@ pub async fn read_kubelet_view(host: &HostPaths, inputs: &ViewInputs) -> Observe
         checkpoint_changed,
         listed_at: unix_seconds(listed_at) as i64,
     })
+}
+
+/// NUMA node ids of a `TopologyInfo`, sorted (none when the kubelet sends no topology).
+fn numa_nodes(topology: Option<proto::TopologyInfo>) -> Vec<i64> {
+    let mut ids: Vec<i64> = topology
+        .map(|t| t.nodes.iter().map(|n| n.id).collect())
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn kubelet_memory(m: proto::ContainerMemory) -> KubeletMemory {
+    KubeletMemory {
+        resource: m.memory_type,
+        bytes: m.size,
+        numa_nodes: numa_nodes(m.topology),
+    }
+}
+
+fn kubelet_devices(d: proto::ContainerDevices) -> KubeletDevices {
+    KubeletDevices {
+        resource: d.resource_name,
+        ids: d.device_ids,
+        numa_nodes: numa_nodes(d.topology),
+    }
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {

@@ -321,6 +321,7 @@ impl ApiWork {
             app_drivers,
             &snapshot.node,
             snapshot.taken_at,
+            snapshot.managers.holds_prepared_claims(),
         );
         let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
             Ok(inputs) => inputs,

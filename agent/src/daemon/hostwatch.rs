@@ -1,8 +1,9 @@
 //! What changes on the host, as inotify(7) tells it: the daemon re-reads only that.
 //!
 //! Watched (each a directory watch, which reports on the directory's entries):
-//! - the kubelet directory: `cpu_manager_state` created, renamed over (the kubelet writes a
-//!   temporary file and renames it), written or deleted;
+//! - the kubelet directory: `cpu_manager_state`, `memory_manager_state` or `dra_manager_state`
+//!   created, renamed over (the kubelet writes a temporary file and renames it), written or
+//!   deleted; and its `device-plugins` directory: `kubelet_internal_checkpoint` the same;
 //! - the pod cgroup tree: `kubepods` and its QoS directories (pod cgroups created and
 //!   removed), and every directory of every pod cgroup (containers' cgroups created and
 //!   removed; `cpuset.cpus`, `cgroup.procs`, `tasks` written; cgroup v2's `cgroup.events`
@@ -24,10 +25,23 @@ use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watch
 use crate::collect::cgroups::{Layout, SUBTREE_DIR_LIMIT, parse_pod_dir_name, parse_qos_dir_name, subdirs};
 use crate::collect::checkpoint::FILE_NAME;
 
+/// The kubelet's resource manager checkpoints, by file name: the CPU manager's and the memory
+/// and DRA managers' in the kubelet directory, the device manager's in `device-plugins`.
+const CHECKPOINTS: [&str; 4] = [
+    FILE_NAME,
+    "memory_manager_state",
+    "dra_manager_state",
+    "kubelet_internal_checkpoint",
+];
+
+/// The device manager's directory below the kubelet directory.
+const DEVICE_PLUGINS: &str = "device-plugins";
+
 /// What changed since the daemon last looked.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Changes {
-    /// The checkpoint was replaced, written or removed.
+    /// A kubelet checkpoint (the CPU manager's or another resource manager's) was replaced,
+    /// written or removed.
     pub checkpoint: bool,
     /// Pod cgroup directories (below `kubepods` or a QoS directory) with a change at or below
     /// them.
@@ -176,6 +190,10 @@ impl HostWatch {
             self.incomplete = None;
         }
         self.add(kubelet_dir, KUBELET_DIR_EVENTS, Role::KubeletDir);
+        let plugins = kubelet_dir.join(DEVICE_PLUGINS);
+        if plugins.is_dir() {
+            self.add(&plugins, KUBELET_DIR_EVENTS, Role::KubeletDir);
+        }
         if let Some(layout) = layout {
             self.arm_parent(&layout.kubepods);
         }
@@ -286,7 +304,7 @@ impl HostWatch {
         }
         match role {
             Role::KubeletDir => {
-                if name == Some(OsStr::new(FILE_NAME)) {
+                if name.is_some_and(|n| CHECKPOINTS.iter().any(|c| n == OsStr::new(c))) {
                     changes.checkpoint = true;
                 }
             }
@@ -372,9 +390,18 @@ mod tests {
         let c = next(&mut w).await;
         assert!(c.checkpoint, "{c:?}");
         assert!(c.pods.is_empty() && c.rescan.is_none(), "{c:?}");
-        // Other files in the kubelet directory are not the checkpoint.
+        // The other managers' checkpoints are reported the same; other files are not.
         std::fs::write(kubelet.join("memory_manager_state"), "{}").unwrap();
+        assert!(next(&mut w).await.checkpoint);
+        std::fs::write(kubelet.join("kubeadm-flags.env"), "x").unwrap();
         assert_eq!(quiet(&mut w).await, None);
+        std::fs::create_dir(kubelet.join(DEVICE_PLUGINS)).unwrap();
+        assert_eq!(quiet(&mut w).await, None, "a new directory is not a checkpoint");
+        w.arm(&kubelet, Some(&layout(&root)));
+        std::fs::write(kubelet.join(DEVICE_PLUGINS).join("kubelet.sock"), "").unwrap();
+        assert_eq!(quiet(&mut w).await, None);
+        std::fs::write(kubelet.join(DEVICE_PLUGINS).join("kubelet_internal_checkpoint"), "{}").unwrap();
+        assert!(next(&mut w).await.checkpoint);
 
         // A pod cgroup with a container appears: the pod is reported, and then watched.
         let pod = burstable.join(format!("pod{UID}"));
@@ -398,7 +425,11 @@ mod tests {
             c.merge(more);
         }
         assert_eq!(c.pods, BTreeSet::from([pod.clone()]));
-        assert_eq!(w.len(), 3, "the removed directories' watches are dropped: {w:?}");
+        assert_eq!(
+            w.len(),
+            4,
+            "kubelet dir, device-plugins, kubepods, burstable: the removed directories' watches are dropped: {w:?}"
+        );
     }
 
     #[tokio::test]

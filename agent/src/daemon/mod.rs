@@ -528,6 +528,7 @@ impl Daemon {
         let (read, what) = if full {
             let opts = crate::collect::ScanOptions {
                 local_dir_roots: roots,
+                driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
                 skip_local_dirs: !local_due,
                 ..Default::default()
             };
@@ -622,6 +623,7 @@ impl Daemon {
         let opts = scan::Options {
             node: Some(self.cfg.node.clone()),
             local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
+            driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
             api: self.api_observation.lock().ok().and_then(|o| o.clone()),
             readings: Some(readings),
             last_known_pods,

@@ -32,6 +32,10 @@ pub struct Metrics {
     pub cpu_manager_default_cpus: IntGauge,
     pub cpu_manager_stale_cpus: IntGauge,
     pub exclusive_cpus: IntGaugeVec,
+    pub memory_manager_bytes: IntGaugeVec,
+    pub memory_manager_stale_bytes: IntGaugeVec,
+    pub devices_checkpointed: IntGaugeVec,
+    pub dra_prepared_claims: IntGaugeVec,
     pub node_resource_topology_writes_total: IntCounterVec,
     pub orphaned_executors: IntGauge,
     pub orphaned_local_dir_bytes: IntGauge,
@@ -128,6 +132,42 @@ impl Metrics {
                      the next Guaranteed container, held by live pods, held by stale entries, or reserved.",
                 ),
                 &["numa_node", "state"],
+            )?,
+            memory_manager_bytes: IntGaugeVec::new(
+                opts(
+                    "memory_manager_bytes",
+                    "The memory manager's machine state (memory_manager_state, Static policy) by NUMA node and resource \
+                     (memory, hugepages-<size>): allocatable, reserved for containers, and free, in bytes, as the file \
+                     says.",
+                ),
+                &["numa_node", "resource", "state"],
+            )?,
+            memory_manager_stale_bytes: IntGaugeVec::new(
+                opts(
+                    "memory_manager_stale_bytes",
+                    "Bytes the memory manager's checkpoint holds for containers that no longer run on this node, by \
+                     the NUMA nodes of the block (one id, or several joined by commas for a block that spans them) \
+                     and resource.",
+                ),
+                &["numa_nodes", "resource"],
+            )?,
+            devices_checkpointed: IntGaugeVec::new(
+                opts(
+                    "devices_checkpointed",
+                    "Devices in the device manager's checkpoint (kubelet_internal_checkpoint) by resource and state: \
+                     registered by the device plugin, allocated to containers, and stale (allocated to containers \
+                     that no longer run on this node).",
+                ),
+                &["resource", "state"],
+            )?,
+            dra_prepared_claims: IntGaugeVec::new(
+                opts(
+                    "dra_prepared_claims",
+                    "ResourceClaims prepared on this node by where they are recorded (kubelet: dra_manager_state; a \
+                     driver format, e.g. nvidia-gpu: that driver's checkpoint) and state: live, or stale (every pod it \
+                     was prepared for is gone).",
+                ),
+                &["source", "state"],
             )?,
             node_resource_topology_writes_total: IntCounterVec::new(
                 opts(
@@ -234,6 +274,10 @@ impl Metrics {
         m.registry.register(Box::new(m.cpu_manager_default_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_stale_cpus.clone()))?;
         m.registry.register(Box::new(m.exclusive_cpus.clone()))?;
+        m.registry.register(Box::new(m.memory_manager_bytes.clone()))?;
+        m.registry.register(Box::new(m.memory_manager_stale_bytes.clone()))?;
+        m.registry.register(Box::new(m.devices_checkpointed.clone()))?;
+        m.registry.register(Box::new(m.dra_prepared_claims.clone()))?;
         m.registry
             .register(Box::new(m.node_resource_topology_writes_total.clone()))?;
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
@@ -353,6 +397,7 @@ impl Metrics {
                     .set(n as i64);
             }
         }
+        self.observe_managers(snap, settings);
         self.orphaned_executors
             .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
         let local_dir_bytes: u64 = findings
@@ -374,6 +419,84 @@ impl Metrics {
             seen.retain(|uid| here.contains(uid.as_str()));
         }
         set_to_now(&self.last_scan_timestamp_seconds);
+    }
+
+    /// The memory, device and DRA managers' gauges: series only for what the files hold now.
+    fn observe_managers(&self, snap: &NodeSnapshot, settings: &Settings) {
+        let saturating = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.memory_manager_bytes.reset();
+        self.memory_manager_stale_bytes.reset();
+        if let Some(state) = snap.managers.memory.ok().and_then(|f| f.accepted_state()) {
+            for numa in &state.numa_nodes {
+                let id = numa.id.to_string();
+                for t in &numa.resources {
+                    for (what, v) in [
+                        ("allocatable", t.allocatable),
+                        ("reserved", t.reserved),
+                        ("free", t.free),
+                    ] {
+                        self.memory_manager_bytes
+                            .with_label_values(&[id.as_str(), t.resource.as_str(), what])
+                            .set(saturating(v));
+                    }
+                }
+            }
+            for ((numa, resource), bytes) in facts::stale_memory_bytes(&facts::stale_memory(snap, settings)) {
+                let nodes = numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                self.memory_manager_stale_bytes
+                    .with_label_values(&[nodes.as_str(), resource.as_str()])
+                    .set(saturating(bytes));
+            }
+        }
+        self.devices_checkpointed.reset();
+        if let Some(state) = snap.managers.devices.ok().and_then(|f| f.accepted_state()) {
+            let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+            for (resource, ids) in &state.registered {
+                *counts.entry((resource.as_str(), "registered")).or_default() += ids.len();
+            }
+            for e in &state.entries {
+                *counts.entry((e.resource.as_str(), "allocated")).or_default() += e.devices.len();
+            }
+            let stale = facts::stale_devices(snap, settings);
+            for (resource, ids) in facts::stale_device_ids(&stale) {
+                *counts.entry((resource, "stale")).or_default() += ids.len();
+            }
+            for ((resource, state), n) in counts {
+                self.devices_checkpointed
+                    .with_label_values(&[resource, state])
+                    .set(n as i64);
+            }
+        }
+        self.dra_prepared_claims.reset();
+        let stale = facts::stale_claims(snap, settings);
+        let stale_in = |source: &str| {
+            stale
+                .iter()
+                .filter(|c| match c.source {
+                    facts::ClaimSource::Kubelet => source == "kubelet",
+                    facts::ClaimSource::Driver(format, _) => source == format.name(),
+                })
+                .count()
+        };
+        // Two files of one driver format (two installs) add up.
+        let mut totals: std::collections::BTreeMap<&str, usize> = Default::default();
+        if let Some(state) = snap.managers.dra.ok().and_then(|f| f.accepted_state()) {
+            totals.insert("kubelet", state.claims.len());
+        }
+        for d in &snap.managers.drivers {
+            if let Some(claims) = d.claims.ok() {
+                *totals.entry(d.format.name()).or_default() += claims.len();
+            }
+        }
+        for (source, total) in totals {
+            let stale = stale_in(source);
+            self.dra_prepared_claims
+                .with_label_values(&[source, "live"])
+                .set(total.saturating_sub(stale) as i64);
+            self.dra_prepared_claims
+                .with_label_values(&[source, "stale"])
+                .set(stale as i64);
+        }
     }
 
     /// The configuration in force was read without error just now (at start or on SIGHUP).

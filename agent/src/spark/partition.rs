@@ -12,6 +12,11 @@
 //! 4. only when one of them is not `Ready` (or could not be read), the pod's Warning Events, one
 //!    LIST with `involvedObject.uid`.
 //!
+//! `device-admission-failure` reads Events too: of the pods on this node with ResourceClaims
+//! that have waited to start as long (any pod, oldest first, at most [`MAX_WAITING`]), only while
+//! the node holds prepared claims (the kubelet's `dra_manager_state` or a driver's checkpoint):
+//! the kubelet reports a device a stale claim still holds there (`FailedPrepareDynamicResources`).
+//!
 //! A quiet cluster costs nothing; a driver stuck pulling its image costs nothing; a partition
 //! costs one GET per cut-off node and one LIST per blocked driver per cache period. What could not
 //! be read is said per pod and per node, so that the daemon keeps the last answer for it.
@@ -61,6 +66,26 @@ pub fn waiting_drivers<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<&'a
     waiting
 }
 
+/// The pods on `node` among `pods` with ResourceClaims that have waited to start for
+/// [`PENDING_FOR`] seconds at `now`: `Pending`, no container running, not being deleted; oldest
+/// first, at most [`MAX_WAITING`].
+pub fn waiting_for_claims<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<&'a PodInfo> {
+    let mut waiting: Vec<&PodInfo> = pods
+        .iter()
+        .filter(|p| {
+            !p.resource_claims.is_empty()
+                && p.node_name.as_deref() == Some(node)
+                && p.phase == "Pending"
+                && !p.deleting
+                && !p.containers.iter().any(|c| c.state.as_deref() == Some("running"))
+                && p.created_at.is_some_and(|c| now - c >= PENDING_FOR)
+        })
+        .collect();
+    waiting.sort_by_key(|p| (p.created_at, p.uid.clone()));
+    waiting.truncate(MAX_WAITING);
+    waiting
+}
+
 /// The nodes other than `node` that unfinished drivers of `driver`'s application run on, from the
 /// application lists (`NodeSnapshot::app_drivers`).
 pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<PodInfo>>, node: &str) -> Vec<&'a str> {
@@ -86,8 +111,21 @@ pub async fn partition_inputs<D: PodDirectory>(
     app_drivers: &BTreeMap<String, Vec<PodInfo>>,
     node: &str,
     now: i64,
+    claims_prepared: bool,
 ) -> PartitionInputs {
     let mut out = PartitionInputs::default();
+    if claims_prepared {
+        for pod in waiting_for_claims(pods, node, now) {
+            match dir.pod_events(&pod.namespace, &pod.uid).await {
+                Ok(events) => {
+                    out.pod_events.insert(pod.uid.clone(), events);
+                }
+                Err(e) => {
+                    out.events_failed.insert(pod.uid.clone(), e.to_string());
+                }
+            }
+        }
+    }
     for driver in waiting_drivers(pods, node, now) {
         let others = other_nodes(driver, app_drivers, node);
         if others.is_empty() {
@@ -116,7 +154,7 @@ pub async fn partition_inputs<D: PodDirectory>(
                 }
             }
         }
-        if !suspect {
+        if !suspect || out.pod_events.contains_key(&driver.uid) || out.events_failed.contains_key(&driver.uid) {
             continue;
         }
         match dir.pod_events(&driver.namespace, &driver.uid).await {
@@ -251,7 +289,7 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         cluster.events.insert("new".into(), vec![PodEvent::default()]);
-        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW));
+        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2", "events new"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["new"]);
         assert_eq!(got.nodes["worker-2"].ready.as_deref(), Some("Unknown"));
@@ -260,7 +298,7 @@ mod tests {
         // The other node is Ready: no Events are read.
         cluster.nodes.insert("worker-2".into(), status("worker-2", "True"));
         cluster.asked.lock().unwrap().clear();
-        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW));
+        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2"]);
         assert!(got.pod_events.is_empty());
     }
@@ -283,11 +321,11 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         let pods = [new];
-        let good = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW));
+        let good = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
         assert!(good.nodes.contains_key("worker-2") && good.pod_events.contains_key("new"));
 
         cluster.failing_nodes.push("worker-2".into());
-        let mut failed = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW));
+        let mut failed = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
         assert!(failed.failed());
         assert!(failed.nodes_failed["worker-2"].contains("HTTP 503"));
         // Unknown is suspect: the Events are still read.

@@ -25,9 +25,10 @@ use crate::{CpuSet, CpuSetError};
 /// refuses bigger files instead of loading them.
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Why a checkpoint file could not be read. The kubelet refuses to start on each of these,
-/// except `TooLarge`, which is nodemedic's own limit (a file that size is not a real
-/// checkpoint, but whether a kubelet would parse it is not checked).
+/// Why a checkpoint file could not be read. The kubelet's CPU, memory and DRA managers refuse
+/// to start on each of these (its device manager logs them and starts empty), except
+/// `TooLarge`, which is nodemedic's own limit (a file that size is not a real checkpoint, but
+/// whether a kubelet would parse it is not checked).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
     #[error("file is empty")]
@@ -50,6 +51,10 @@ pub enum CheckpointError {
     CpuSet { field: String, source: CpuSetError },
     #[error("field data (V4 payload): {reason}")]
     Payload { reason: String },
+    /// A value of the right JSON type that the kubelet could not use (another checkpoint's
+    /// field: a bad NUMA node id, base64 that does not decode, ...).
+    #[error("field {field}: {reason}")]
+    Value { field: String, reason: String },
 }
 
 /// `entries` as written: the key decides the layout.
@@ -152,7 +157,7 @@ pub struct CpuState {
     pub pod_assignments: Vec<(String, CpuSet)>,
 }
 
-fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -163,7 +168,7 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-fn type_error(field: impl Into<String>, expected: &'static str, v: &Value) -> CheckpointError {
+pub(crate) fn type_error(field: impl Into<String>, expected: &'static str, v: &Value) -> CheckpointError {
     CheckpointError::FieldType {
         field: field.into(),
         expected,
@@ -172,7 +177,7 @@ fn type_error(field: impl Into<String>, expected: &'static str, v: &Value) -> Ch
 }
 
 /// Go decodes `null` into a string as "leave it": the zero value.
-fn go_string(field: &str, v: &Value) -> Result<String, CheckpointError> {
+pub(crate) fn go_string(field: &str, v: &Value) -> Result<String, CheckpointError> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Null => Ok(String::new()),
@@ -180,7 +185,10 @@ fn go_string(field: &str, v: &Value) -> Result<String, CheckpointError> {
     }
 }
 
-fn go_string_map(field: &str, v: &serde_json::Map<String, Value>) -> Result<BTreeMap<String, String>, CheckpointError> {
+pub(crate) fn go_string_map(
+    field: &str,
+    v: &serde_json::Map<String, Value>,
+) -> Result<BTreeMap<String, String>, CheckpointError> {
     v.iter()
         .map(|(k, val)| Ok((k.clone(), go_string(&format!("{field}[{k:?}]"), val)?)))
         .collect()
@@ -375,7 +383,7 @@ impl Checkpoint {
     }
 }
 
-fn json_reason(e: &serde_json::Error) -> String {
+pub(crate) fn json_reason(e: &serde_json::Error) -> String {
     // serde_json appends " at line L column C"; we report those separately.
     let text = e.to_string();
     match text.rfind(" at line ") {
@@ -384,7 +392,7 @@ fn json_reason(e: &serde_json::Error) -> String {
     }
 }
 
-fn read_u64(field: &str, v: &Value) -> Result<u64, CheckpointError> {
+pub(crate) fn read_u64(field: &str, v: &Value) -> Result<u64, CheckpointError> {
     match v {
         Value::Null => Ok(0),
         Value::Number(n) => n.as_u64().ok_or_else(|| CheckpointError::FieldType {

@@ -15,18 +15,25 @@
 //! - the CPUs of each NUMA node, free, live, stale or reserved: [`NumaCpus`],
 //!   [`exclusive_cpus_by_numa`] (the `nodemedic_exclusive_cpus` gauge, the published
 //!   `NodeResourceTopology`, rule `exclusive-cpu-shortage`);
+//! - stale entries of the memory, device and DRA managers' checkpoints and the DRA drivers':
+//!   [`Stale`], [`stale_memory`], [`stale_devices`], [`StaleClaim`], [`stale_claims`] (rules
+//!   `stale-memory-assignment`, `stale-device-assignment`, `stale-dra-claim`,
+//!   `device-admission-failure`; the `nodemedic_memory_manager_*` and `nodemedic_devices_*`
+//!   gauges);
 //! - Spark scratch dirs nothing will read again: [`OrphanedDirs`], [`orphaned_dirs`] (rule
 //!   `orphaned-local-dir`; `repair local-dirs`).
 //!
 //! Each rule's module documentation says how its judgement is made and why.
 
 mod dirs;
+mod managers;
 mod numa;
 mod orphans;
 mod rejections;
 mod stale;
 
 pub use dirs::*;
+pub use managers::*;
 pub use numa::*;
 pub use orphans::*;
 pub use rejections::*;

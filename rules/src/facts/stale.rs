@@ -2,7 +2,7 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
-use crate::kubelet_view::Listed;
+use crate::kubelet_view::{KubeletView, Listed};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
@@ -29,8 +29,12 @@ pub struct StaleEntry {
     pub still_running: Option<String>,
 }
 
-enum Verdict {
+/// Whether the pod that holds a checkpoint entry is alive on this node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
     Alive,
+    /// Not alive: why, for people, and the pod when it is still in the pod list (finished,
+    /// or the container left its spec).
     Stale(String, Option<Box<PodInfo>>),
     /// Cannot be judged with what we have.
     Unknown,
@@ -44,7 +48,10 @@ struct Clock {
 
 impl Clock {
     fn of(snap: &NodeSnapshot, settings: &Settings) -> Self {
-        let checkpoint_age = snap.checkpoint.ok().and_then(|f| f.age_seconds);
+        Self::for_file(snap, settings, snap.checkpoint.ok().and_then(|f| f.age_seconds))
+    }
+
+    fn for_file(snap: &NodeSnapshot, settings: &Settings, checkpoint_age: Option<f64>) -> Self {
         Clock {
             grace: settings.reconcile_grace(snap),
             checkpoint_age,
@@ -61,12 +68,28 @@ impl Clock {
     }
 }
 
+/// Whether pod `uid` (and its container `container`, when the entry is a container's) is alive
+/// on this node, for an entry of a checkpoint file `file_age` seconds old, by the snapshot's
+/// liveness source. With the kubelet's PodResources list as the source, `listed` ties the
+/// entry to the pod the kubelet lists (pods are listed by name, entries keyed by UID): each
+/// checkpoint's entries are matched by what they hold.
+pub fn judge_pod(
+    snap: &NodeSnapshot,
+    settings: &Settings,
+    file_age: Option<f64>,
+    uid: &str,
+    container: Option<&str>,
+    listed: impl FnOnce(&KubeletView) -> Listed<'_>,
+) -> Verdict {
+    judge_entry_pod(snap, &Clock::for_file(snap, settings, file_age), uid, container, listed)
+}
+
 fn judge_entry_pod(
     snap: &NodeSnapshot,
     clock: &Clock,
-    state: &CpuState,
     uid: &str,
     container: Option<&str>,
+    listed: impl FnOnce(&KubeletView) -> Listed<'_>,
 ) -> Verdict {
     match snap.pod_source {
         PodSource::Api | PodSource::File => match snap.pod(uid) {
@@ -86,7 +109,7 @@ fn judge_entry_pod(
         },
         // Whole pods only: the kubelet does not list init containers, whose entries a live pod
         // may still have.
-        PodSource::PodResources => match snap.kubelet_view.ok().map(|v| (v, v.uid_of(uid, state))) {
+        PodSource::PodResources => match snap.kubelet_view.ok().map(|v| (v, listed(v))) {
             Some((_, Listed::Pod(..))) => Verdict::Alive,
             Some((view, Listed::NotListed)) if !view.checkpoint_changed && !clock.checkpoint_recent() => {
                 Verdict::Stale(
@@ -173,7 +196,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
                 Some(pod_uid.clone()),
                 Some(container.clone()),
                 None,
-                judge_entry_pod(snap, &clock, state, pod_uid, Some(container)),
+                judge_entry_pod(snap, &clock, pod_uid, Some(container), |v| v.uid_of(pod_uid, state)),
             ),
             EntryKey::ContainerId { container_id } => {
                 let owner = snap.owner_of_container_id(container_id);
@@ -201,7 +224,7 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
         }
     }
     for (uid, cpus) in &state.pod_assignments {
-        if let Verdict::Stale(reason, pod) = judge_entry_pod(snap, &clock, state, uid, None) {
+        if let Verdict::Stale(reason, pod) = judge_entry_pod(snap, &clock, uid, None, |v| v.uid_of(uid, state)) {
             let pod = pod.map(|p| *p);
             out.push(StaleEntry {
                 pod_uid: Some(uid.clone()),

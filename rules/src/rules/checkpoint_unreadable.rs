@@ -1,13 +1,21 @@
 //! `checkpoint-unreadable`: the kubelet cannot restore its CPU manager state from the file
 //! (bad JSON, a bad cpuset, or a checksum that no kubelet layout produces), so it will refuse
 //! to start the next time it restarts (docs/kubelet.md, "Why a kubelet refuses to start").
+//!
+//! The same for the other resource managers' checkpoints, each with what the kubelet does
+//! about it: the memory manager and the DRA manager refuse to start like the CPU manager; the
+//! device manager logs the error and starts with no record of which container holds which
+//! device, so devices in use can be handed out again (a warning, since nothing stops).
 
 use serde_json::json;
 
 use crate::checkpoint::Verification;
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
+use crate::managers::KubeletCheckpoint;
+use crate::managers::devices::DeviceCheckpoint;
 use crate::settings::Settings;
+use crate::snapshot::ManagerFile;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
 
@@ -22,7 +30,88 @@ fn kubelet_error(reason: &str, path: &str) -> String {
     )
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let mut findings = cpu(snap, settings);
+    findings.extend(manager(snap, &snap.managers.memory));
+    findings.extend(manager(snap, &snap.managers.devices));
+    findings.extend(manager(snap, &snap.managers.dra));
+    findings
+}
+
+/// What the kubelet does at its next start with a file of manager `C` it cannot read.
+fn consequence<C: KubeletCheckpoint>() -> (Severity, &'static str) {
+    if C::FILE == DeviceCheckpoint::FILE {
+        (
+            Severity::Warning,
+            "the kubelet starts without it: its device manager forgets which container holds which device, so devices \
+             in use can be allocated to new pods",
+        )
+    } else {
+        (Severity::Critical, "the kubelet will refuse to restart")
+    }
+}
+
+fn manager<C: KubeletCheckpoint>(snap: &NodeSnapshot, file: &Observed<ManagerFile<C>>) -> Option<Finding> {
+    let Observed::Ok(file) = file else { return None };
+    let (severity, outcome) = consequence::<C>();
+    let remedy = format!(
+        "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: systemctl stop kubelet && \
+         mv {path} {path}.bak && systemctl start kubelet (the {manager} starts from an empty state); then kubectl \
+         uncordon {node}. nodemedic does not edit this file",
+        node = snap.node,
+        path = file.path,
+        manager = C::MANAGER,
+    );
+    let finding = |summary: String, error: String| {
+        Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.clone())
+            .with("path", file.path.as_str())
+            .with("manager", C::MANAGER)
+            .with("error", error)
+    };
+    let verification = match (&file.content, &file.verification) {
+        (Err(e), _) => {
+            return Some(finding(
+                format!(
+                    "The {} checkpoint {} cannot be read: {e}; {outcome}",
+                    C::MANAGER,
+                    file.path
+                ),
+                e.to_string(),
+            ));
+        }
+        (Ok(_), Some(v)) => v,
+        (Ok(_), None) => return None,
+    };
+    if let Verification::Mismatch { stored, computed } = verification {
+        let computed: serde_json::Map<String, serde_json::Value> =
+            computed.iter().map(|(name, sum)| (name.clone(), json!(sum))).collect();
+        return Some(
+            finding(
+                format!(
+                    "The checksum of {} ({stored}) matches no kubelet layout of the {} checkpoint: {outcome}",
+                    file.path,
+                    C::MANAGER
+                ),
+                "checkpoint is corrupted".to_string(),
+            )
+            .with("stored_checksum", *stored)
+            .with("computed_checksums", computed),
+        );
+    }
+    match &file.state {
+        Err(e) => Some(finding(
+            format!(
+                "The {} checkpoint {} holds a value the kubelet cannot use: {e}; {outcome}",
+                C::MANAGER,
+                file.path
+            ),
+            e.to_string(),
+        )),
+        Ok(_) => None,
+    }
+}
+
+fn cpu(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
@@ -131,6 +220,54 @@ mod tests {
         assert_eq!(
             f.evidence["computed_checksums"]["V2 as CPUManagerCheckpoint"],
             354655845
+        );
+    }
+
+    #[test]
+    fn other_managers_files_by_what_the_kubelet_does_with_them() {
+        use crate::managers::dra::DraCheckpoint;
+        use crate::managers::memory::MemoryCheckpoint;
+        let mut snap = NodeSnapshot::empty("node-a", 0);
+        snap.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
+            "/var/lib/kubelet/memory_manager_state".into(),
+            Some(60.0),
+            MemoryCheckpoint::parse(b"{\"policyName\":"),
+        ));
+        snap.managers.devices = Observed::Ok(ManagerFile::<DeviceCheckpoint>::new(
+            "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint".into(),
+            Some(60.0),
+            DeviceCheckpoint::parse(b"[]"),
+        ));
+        snap.managers.dra = Observed::Ok(ManagerFile::<DraCheckpoint>::new(
+            "/var/lib/kubelet/dra_manager_state".into(),
+            Some(60.0),
+            DraCheckpoint::parse(b""),
+        ));
+        let f = check(&snap, &Settings::default());
+        let got: Vec<(&str, Severity)> = f
+            .iter()
+            .map(|f| (f.evidence["manager"].as_str().unwrap(), f.severity))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("memory manager", Severity::Critical),
+                ("device manager", Severity::Warning),
+                ("DRA manager", Severity::Critical)
+            ]
+        );
+        assert!(f[0].summary.contains("invalid JSON at line 1"), "{}", f[0].summary);
+        assert!(
+            f[0].summary.ends_with("the kubelet will refuse to restart"),
+            "{}",
+            f[0].summary
+        );
+        assert!(f[1].summary.contains("not an object"), "{}", f[1].summary);
+        assert!(f[1].summary.contains("devices in use can be allocated to new pods"));
+        assert!(f[2].summary.contains("file is empty"));
+        assert!(
+            f[0].remedy
+                .contains("mv /var/lib/kubelet/memory_manager_state /var/lib/kubelet/memory_manager_state.bak")
         );
     }
 

@@ -14,6 +14,14 @@
 //!
 //! Judged only with the static policy in the file, and only when the file did not change
 //! between its reading and the kubelet's answer (else the two are different moments).
+//!
+//! The same holds for the memory manager and the device manager: `List` gives each
+//! container's memory blocks (`memory`, with their NUMA nodes) and devices (`devices`), which
+//! are compared with `memory_manager_state` and `kubelet_internal_checkpoint` for the pods whose
+//! UID is known (their entries are keyed by UID, and blocks or device IDs alone do not name a
+//! pod). A file written within the reconcile grace is not compared (a write may be in flight),
+//! nor a memory file when the kubelet lists no memory for any container (a kubelet before 1.21,
+//! or its memory manager's policy is `None`).
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
@@ -22,7 +30,7 @@ use crate::finding::{Finding, Severity, Subject};
 use crate::kubelet_view::{KubeletPod, KubeletView};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
-use crate::text::{repair_cpu_state_remedy, unix_to_rfc3339};
+use crate::text::{human_bytes, repair_cpu_state_remedy, unix_to_rfc3339};
 
 pub const ID: &str = "kubelet-state-divergence";
 
@@ -85,10 +93,18 @@ fn restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> S
     )
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(view) = &snap.kubelet_view else {
         return vec![];
     };
+    let mut findings = cpus(snap, view);
+    let grace = settings.reconcile_grace(snap);
+    findings.extend(memory(snap, view, grace));
+    findings.extend(devices(snap, view, grace));
+    findings
+}
+
+fn cpus(snap: &NodeSnapshot, view: &KubeletView) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
@@ -100,6 +116,228 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     let mut findings = containers(snap, view, state, &path, file.modified_at);
     findings.extend(allocatable(snap, view, &path));
     findings
+}
+
+/// The listed pods whose one UID is known, with it.
+fn known_uid(pod: &KubeletPod) -> Option<&str> {
+    match pod.uids.as_slice() {
+        [only] => Some(only.as_str()),
+        _ => None,
+    }
+}
+
+fn pod_subject(pod: &KubeletPod, uid: &str, container: &str) -> Subject {
+    Subject {
+        kind: "Pod".into(),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: Some(uid.to_string()),
+        ..Default::default()
+    }
+    .with_container(Some(container.to_string()))
+}
+
+/// A memory block as `(resource, bytes, sorted NUMA nodes)`, the shape both sides compare in.
+type Block = (String, u64, Vec<i64>);
+
+fn show_blocks(blocks: &[Block]) -> String {
+    if blocks.is_empty() {
+        return "no memory blocks".to_string();
+    }
+    blocks
+        .iter()
+        .map(|(r, b, n)| {
+            let nodes = n.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            format!("{} {r} on NUMA node {nodes}", human_bytes(*b))
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+fn memory(snap: &NodeSnapshot, view: &KubeletView, grace: f64) -> Vec<Finding> {
+    let Observed::Ok(file) = &snap.managers.memory else {
+        return vec![];
+    };
+    let Some(state) = file.accepted_state() else {
+        return vec![];
+    };
+    let listed_any = view
+        .pods
+        .iter()
+        .flat_map(|p| &p.containers)
+        .any(|c| !c.memory.is_empty());
+    if !state.policy_name.eq_ignore_ascii_case("static") || !listed_any || file.age_seconds.is_none_or(|a| a < grace) {
+        return vec![];
+    }
+    let mut findings = Vec::new();
+    for pod in &view.pods {
+        let Some(uid) = known_uid(pod) else { continue };
+        for c in &pod.containers {
+            let mut kubelet: Vec<Block> = c
+                .memory
+                .iter()
+                .map(|m| (m.resource.clone(), m.bytes, m.numa_nodes.clone()))
+                .collect();
+            let mut in_file: Vec<Block> = state
+                .assignments
+                .iter()
+                .filter(|a| a.pod_uid == uid && a.container == c.name)
+                .flat_map(|a| &a.blocks)
+                .map(|b| {
+                    let mut nodes = b.numa_nodes.clone();
+                    nodes.sort_unstable();
+                    nodes.dedup();
+                    (b.resource.clone(), b.bytes, nodes)
+                })
+                .collect();
+            kubelet.sort();
+            in_file.sort();
+            if kubelet == in_file {
+                continue;
+            }
+            let restart = format!(
+                "At the next kubelet restart the file wins: the memory manager restores {} for container {} (the \
+                 kubelet refuses to start when the file's machine state no longer adds up).",
+                show_blocks(&in_file),
+                c.name
+            );
+            findings.push(
+                Finding::new(
+                    ID,
+                    Severity::Critical,
+                    pod_subject(pod, uid, &c.name),
+                    format!(
+                        "The kubelet's memory manager holds {} for container {} of {} in memory, but {} has {}: the \
+                         file was changed while the kubelet runs",
+                        show_blocks(&kubelet),
+                        c.name,
+                        pod.display(),
+                        file.path,
+                        show_blocks(&in_file)
+                    ),
+                    manager_restart_remedy(snap, &file.path, &restart),
+                )
+                .with("resource_kind", "memory")
+                .with("pod_uid", uid)
+                .with("container", c.name.clone())
+                .with("kubelet_memory", blocks_json(&kubelet))
+                .with("checkpoint_memory", blocks_json(&in_file))
+                .with("kubelet_started", started(snap))
+                .with("path", file.path.as_str())
+                .with("socket", view.socket.clone()),
+            );
+        }
+    }
+    findings
+}
+
+fn blocks_json(blocks: &[Block]) -> serde_json::Value {
+    blocks
+        .iter()
+        .map(|(r, b, n)| serde_json::json!({"resource": r, "bytes": b, "numa_nodes": n}))
+        .collect()
+}
+
+fn devices(snap: &NodeSnapshot, view: &KubeletView, grace: f64) -> Vec<Finding> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let Observed::Ok(file) = &snap.managers.devices else {
+        return vec![];
+    };
+    let Some(state) = file.accepted_state() else {
+        return vec![];
+    };
+    if file.age_seconds.is_none_or(|a| a < grace) {
+        return vec![];
+    }
+    let mut findings = Vec::new();
+    for pod in &view.pods {
+        let Some(uid) = known_uid(pod) else { continue };
+        for c in &pod.containers {
+            let mut kubelet: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+            for d in &c.devices {
+                kubelet
+                    .entry(d.resource.as_str())
+                    .or_default()
+                    .extend(d.ids.iter().map(String::as_str));
+            }
+            let mut in_file: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+            for e in state
+                .entries
+                .iter()
+                .filter(|e| e.pod_uid == uid && e.container == c.name)
+            {
+                in_file
+                    .entry(e.resource.as_str())
+                    .or_default()
+                    .extend(e.devices.iter().map(|d| d.id.as_str()));
+            }
+            kubelet.retain(|_, ids| !ids.is_empty());
+            in_file.retain(|_, ids| !ids.is_empty());
+            let resources: BTreeSet<&str> = kubelet.keys().chain(in_file.keys()).copied().collect();
+            for resource in resources {
+                let empty = BTreeSet::new();
+                let (k, f) = (
+                    kubelet.get(resource).unwrap_or(&empty),
+                    in_file.get(resource).unwrap_or(&empty),
+                );
+                if k == f {
+                    continue;
+                }
+                let show = |ids: &BTreeSet<&str>| {
+                    if ids.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ids.iter().copied().collect::<Vec<_>>().join(", ")
+                    }
+                };
+                let restart = format!(
+                    "At the next kubelet restart the file wins: the device manager restores {resource} {} for \
+                     container {} and marks them in use, so devices the container really uses ({}) can be handed to \
+                     another pod, or devices nobody uses stay allocated.",
+                    show(f),
+                    c.name,
+                    show(k)
+                );
+                findings.push(
+                    Finding::new(
+                        ID,
+                        Severity::Critical,
+                        pod_subject(pod, uid, &c.name),
+                        format!(
+                            "The kubelet's device manager holds {resource} {} for container {} of {} in memory, but {} \
+                             has {}: the file was changed while the kubelet runs",
+                            show(k),
+                            c.name,
+                            pod.display(),
+                            file.path,
+                            show(f)
+                        ),
+                        manager_restart_remedy(snap, &file.path, &restart),
+                    )
+                    .with("resource_kind", "devices")
+                    .with("resource", resource)
+                    .with("pod_uid", uid)
+                    .with("container", c.name.clone())
+                    .with("kubelet_device_ids", k.iter().copied().collect::<Vec<_>>())
+                    .with("checkpoint_device_ids", f.iter().copied().collect::<Vec<_>>())
+                    .with("kubelet_started", started(snap))
+                    .with("path", file.path.as_str())
+                    .with("socket", view.socket.clone()),
+                );
+            }
+        }
+    }
+    findings
+}
+
+fn manager_restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> String {
+    format!(
+        "{what_restart_does} Do not restart the kubelet until they agree: the kubelet writes its whole state over \
+         {path} at its next change (a pod admitted or removed that uses this manager), which puts its view back; if \
+         the file is what you want instead, restart the kubelet now so it loads it (`systemctl restart kubelet` on \
+         {node}). nodemedic does not edit this file",
+        node = snap.node
+    )
 }
 
 fn started(snap: &NodeSnapshot) -> Option<String> {
@@ -266,6 +504,66 @@ mod tests {
 
     fn base() -> SnapshotBuilder {
         SnapshotBuilder::static_node("0-1,6-7", &[("u1", "app", "2-3"), ("u2", "app", "4-5")]).with_online("0-7")
+    }
+
+    #[test]
+    fn memory_and_devices_compared_for_pods_of_known_uid() {
+        use crate::kubelet_view::{KubeletDevices, KubeletMemory};
+        use crate::rules::testkit::{device_entry, memory_entry};
+        const GIB: u64 = 1 << 30;
+        let mut exec = listed("spark", "exec-1", &["u1"], &[("app", "2-3")]);
+        exec.containers[0].memory = vec![KubeletMemory {
+            resource: "memory".into(),
+            bytes: 8 * GIB,
+            numa_nodes: vec![0],
+        }];
+        exec.containers[0].devices = vec![KubeletDevices {
+            resource: "nvidia.com/gpu".into(),
+            ids: vec!["GPU-a".into()],
+            numa_nodes: vec![0],
+        }];
+        let unknown = listed("spark", "exec-2", &[], &[("app", "4-5")]);
+        let build = |mem_numa: i64, gpu: &str| {
+            with_view(
+                base()
+                    .with_memory_entries(vec![
+                        memory_entry("u1", "app", &[(&[mem_numa], "memory", 8 * GIB)]),
+                        memory_entry("u2", "app", &[(&[1], "memory", GIB)]),
+                    ])
+                    .with_device_entries(
+                        vec![device_entry("u1", "app", "nvidia.com/gpu", &[(gpu, Some(0))])],
+                        &[],
+                    )
+                    .build(),
+                vec![exec.clone(), unknown.clone()],
+                None,
+            )
+        };
+        assert_eq!(check(&build(0, "GPU-a"), &Settings::default()), vec![]);
+        let f = check(&build(1, "GPU-b"), &Settings::default());
+        assert_eq!(f.len(), 2, "{f:#?}");
+        assert_eq!(f[0].evidence["resource_kind"], "memory");
+        assert_eq!(
+            f[0].evidence["checkpoint_memory"][0]["numa_nodes"],
+            serde_json::json!([1])
+        );
+        assert!(
+            f[0].summary
+                .contains("holds 8.0 GiB memory on NUMA node 0 for container app"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(f[1].evidence["resource_kind"], "devices");
+        assert_eq!(f[1].evidence["kubelet_device_ids"], serde_json::json!(["GPU-a"]));
+        assert_eq!(f[1].evidence["checkpoint_device_ids"], serde_json::json!(["GPU-b"]));
+        assert!(f[1].remedy.contains("restores nvidia.com/gpu GPU-b"), "{}", f[1].remedy);
+
+        // A file written a moment ago may be a write in flight.
+        let mut snap = build(1, "GPU-b");
+        if let Observed::Ok(m) = &mut snap.managers.memory {
+            m.age_seconds = Some(2.0);
+        }
+        assert_eq!(check(&snap, &Settings::default()).len(), 1);
     }
 
     #[test]

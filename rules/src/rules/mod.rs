@@ -12,6 +12,7 @@ pub mod checkpoint_invalid_state;
 pub mod checkpoint_unreadable;
 pub mod cpuset_drift;
 pub mod cross_pod_cpu_overlap;
+pub mod device_admission_failure;
 pub mod driver_blocked_by_partition;
 pub mod duplicate_driver;
 pub mod exclusive_cpu_shortage;
@@ -23,6 +24,9 @@ pub mod scheduler_conflict;
 pub mod slow_api;
 pub mod slow_pod_admission;
 pub mod stale_cpu_assignment;
+pub mod stale_device_assignment;
+pub mod stale_dra_claim;
+pub mod stale_memory_assignment;
 pub mod webhook_blocks_dry_run;
 
 use crate::finding::{Finding, Severity};
@@ -61,11 +65,11 @@ impl RuleInfo {
 pub const ALL: &[RuleInfo] = &[
     RuleInfo {
         id: checkpoint_unreadable::ID,
-        title: "The CPU manager checkpoint cannot be read by the kubelet",
+        title: "A kubelet checkpoint cannot be read by the kubelet",
         severity: Severity::Critical,
-        looks_at: "cpu_manager_state",
-        fires_when: "bad JSON, a bad cpuset, or a checksum no kubelet layout matches: the kubelet will refuse to restart",
-        event_reason: "CPUManagerCheckpointUnreadable",
+        looks_at: "cpu_manager_state, memory_manager_state, device-plugins/kubelet_internal_checkpoint, dra_manager_state",
+        fires_when: "bad JSON, a bad value, or a checksum no kubelet layout matches: the kubelet will refuse to restart (the device manager's file: it starts and forgets its device assignments, a warning)",
+        event_reason: "KubeletCheckpointUnreadable",
         check: checkpoint_unreadable::check,
     },
     RuleInfo {
@@ -121,6 +125,42 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "pods fail with \"not enough cpus available\" or the free exclusive CPUs cannot fit pending Guaranteed pods",
         event_reason: "ExclusiveCPUShortage",
         check: exclusive_cpu_shortage::check,
+    },
+    RuleInfo {
+        id: stale_memory_assignment::ID,
+        title: "The memory manager holds NUMA memory for a container that no longer runs",
+        severity: Severity::Warning,
+        looks_at: "memory_manager_state, pods on the node (or the kubelet's PodResources list, or cgroups)",
+        fires_when: "an entry of memory_manager_state belongs to a pod that is not alive on the node (after the reconcile grace)",
+        event_reason: "StaleMemoryAssignment",
+        check: stale_memory_assignment::check,
+    },
+    RuleInfo {
+        id: stale_device_assignment::ID,
+        title: "The device manager holds devices for a container that no longer runs",
+        severity: Severity::Warning,
+        looks_at: "device-plugins/kubelet_internal_checkpoint, pods on the node (or the kubelet's PodResources list, or cgroups)",
+        fires_when: "a PodDeviceEntries entry with devices belongs to a pod that is not alive on the node (after the reconcile grace)",
+        event_reason: "StaleDeviceAssignment",
+        check: stale_device_assignment::check,
+    },
+    RuleInfo {
+        id: stale_dra_claim::ID,
+        title: "A ResourceClaim stays prepared on the node after its pods are gone",
+        severity: Severity::Warning,
+        looks_at: "dra_manager_state, configured DRA driver checkpoints, pods on the node",
+        fires_when: "every pod a prepared claim was prepared for is gone, or a driver keeps a claim the kubelet's file no longer holds",
+        event_reason: "StaleDRAClaim",
+        check: stale_dra_claim::check,
+    },
+    RuleInfo {
+        id: device_admission_failure::ID,
+        title: "Pods are refused devices, NUMA locality or DRA devices that stale entries hold",
+        severity: Severity::Critical,
+        looks_at: "refused pods, Events of pods waiting to start, the stale memory, device and DRA entries",
+        fires_when: "UnexpectedAdmissionError (devices unavailable), TopologyAffinityError or FailedPrepareDynamicResources (already allocated to a different claim) while stale entries hold what was refused",
+        event_reason: "DeviceAdmissionFailure",
+        check: device_admission_failure::check,
     },
     RuleInfo {
         id: orphaned_executor::ID,

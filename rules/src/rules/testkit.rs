@@ -537,6 +537,7 @@ pub fn kubelet_pod(
             .map(|(n, c)| crate::kubelet_view::KubeletContainer {
                 name: n.to_string(),
                 cpus: cpus(c),
+                ..Default::default()
             })
             .collect(),
     }
@@ -559,5 +560,163 @@ pub fn kubelet_view(
         },
         checkpoint_changed: false,
         listed_at: NOW,
+    }
+}
+
+// The other resource managers' checkpoints, built from their meaning (the readers' own tests
+// cover the bytes): accepted as if their checksum matched, an hour old.
+
+/// A manager file holding `state`, accepted by its checksum, `age` seconds old.
+pub fn manager_file<C: crate::managers::KubeletCheckpoint>(state: C::State, age: f64) -> ManagerFile<C> {
+    ManagerFile {
+        path: format!("/var/lib/kubelet/{}", C::FILE),
+        age_seconds: Some(age),
+        content: Err(crate::CheckpointError::Value {
+            field: "-".into(),
+            reason: "built from its state by the testkit".into(),
+        }),
+        verification: Some(crate::Verification::Matched {
+            layout: "V1",
+            type_name: "testkit",
+            v4: false,
+        }),
+        state: Ok(state),
+    }
+}
+
+/// A memory manager entry: `uid`, `container`, blocks `(numa nodes, resource, bytes)`.
+pub fn memory_entry(
+    uid: &str,
+    container: &str,
+    blocks: &[(&[i64], &str, u64)],
+) -> crate::managers::memory::MemoryAssignment {
+    crate::managers::memory::MemoryAssignment {
+        pod_uid: uid.into(),
+        container: container.into(),
+        blocks: blocks
+            .iter()
+            .map(|(numa, resource, bytes)| crate::managers::memory::MemoryBlock {
+                numa_nodes: numa.to_vec(),
+                resource: resource.to_string(),
+                bytes: *bytes,
+            })
+            .collect(),
+    }
+}
+
+/// A device manager entry: `uid`, `container`, `resource`, devices `(id, numa node)`.
+pub fn device_entry(
+    uid: &str,
+    container: &str,
+    resource: &str,
+    devices: &[(&str, Option<i64>)],
+) -> crate::managers::devices::DeviceEntry {
+    crate::managers::devices::DeviceEntry {
+        pod_uid: uid.into(),
+        container: container.into(),
+        resource: resource.into(),
+        devices: devices
+            .iter()
+            .map(|(id, numa)| crate::managers::devices::Device {
+                id: id.to_string(),
+                numa_node: *numa,
+            })
+            .collect(),
+        alloc_resp_bytes: 0,
+    }
+}
+
+/// A claim the kubelet prepared: `uid`, `namespace/name`, pods, devices `driver/pool/device`.
+pub fn dra_claim(uid: &str, claim: &str, pods: &[&str], devices: &[&str]) -> crate::managers::dra::DraClaim {
+    let (namespace, name) = claim.split_once('/').unwrap_or(("default", claim));
+    crate::managers::dra::DraClaim {
+        claim_uid: uid.into(),
+        claim_name: name.into(),
+        namespace: namespace.into(),
+        pod_uids: pods.iter().map(|p| p.to_string()).collect(),
+        devices: devices
+            .iter()
+            .map(|d| {
+                let mut parts = d.splitn(3, '/');
+                crate::managers::dra::DraDevice {
+                    driver: parts.next().unwrap_or_default().into(),
+                    pool: parts.next().unwrap_or_default().into(),
+                    device: parts.next().unwrap_or_default().into(),
+                    requests: vec!["gpu".into()],
+                }
+            })
+            .collect(),
+    }
+}
+
+impl SnapshotBuilder {
+    /// A memory manager (Static policy) checkpoint with two NUMA nodes of 64 GiB and `entries`.
+    pub fn with_memory_entries(mut self, entries: Vec<crate::managers::memory::MemoryAssignment>) -> Self {
+        let gib = 1u64 << 30;
+        let numa = |id: i64| crate::managers::memory::NumaMemory {
+            id,
+            assignments: 0,
+            cells: vec![id],
+            resources: vec![crate::managers::memory::MemoryTable {
+                resource: "memory".into(),
+                total: 64 * gib,
+                system_reserved: gib,
+                allocatable: 63 * gib,
+                reserved: 0,
+                free: 63 * gib,
+            }],
+        };
+        let state = crate::managers::memory::MemoryState {
+            policy_name: "Static".into(),
+            numa_nodes: vec![numa(0), numa(1)],
+            assignments: entries,
+            pod_assignments: vec![],
+        };
+        self.snap.managers.memory = Observed::Ok(manager_file(state, 3600.0));
+        self
+    }
+
+    /// A device manager checkpoint with `entries` and the registered devices of `registered`
+    /// (resource, IDs).
+    pub fn with_device_entries(
+        mut self,
+        entries: Vec<crate::managers::devices::DeviceEntry>,
+        registered: &[(&str, &[&str])],
+    ) -> Self {
+        let state = crate::managers::devices::DeviceState {
+            layout: "V2",
+            entries,
+            registered: registered
+                .iter()
+                .map(|(r, ids)| (r.to_string(), ids.iter().map(|i| i.to_string()).collect()))
+                .collect(),
+        };
+        self.snap.managers.devices = Observed::Ok(manager_file(state, 3600.0));
+        self
+    }
+
+    /// A DRA manager checkpoint with `claims`.
+    pub fn with_dra_claims(mut self, claims: Vec<crate::managers::dra::DraClaim>) -> Self {
+        let state = crate::managers::dra::DraState { layout: "V1", claims };
+        self.snap.managers.dra = Observed::Ok(manager_file(state, 3600.0));
+        self
+    }
+
+    /// A configured NVIDIA GPU driver checkpoint with `claims`.
+    pub fn with_driver_claims(mut self, claims: Vec<crate::managers::drivers::DriverClaim>) -> Self {
+        self.snap.managers.drivers.push(DriverFile {
+            format: crate::managers::drivers::DriverFormat::NvidiaGpu,
+            path: "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json".into(),
+            age_seconds: Some(3600.0),
+            claims: Observed::Ok(claims),
+        });
+        self
+    }
+
+    /// The kubelet's PodResources list as the liveness source.
+    pub fn with_kubelet_view(mut self, view: crate::kubelet_view::KubeletView) -> Self {
+        self.snap.pod_source = PodSource::PodResources;
+        self.snap.kubelet_view = Observed::Ok(view);
+        self
     }
 }

@@ -1,0 +1,392 @@
+//! `device-admission-failure`: pods refused for devices, NUMA locality or DRA devices while
+//! stale checkpoint entries hold what they needed.
+//!
+//! Three refusals, each tied to the stale entries that explain it:
+//! - `UnexpectedAdmissionError` with the device manager's `Allocate failed due to requested
+//!   number of devices unavailable for <resource>` (kubernetes #137317, #130172): the stale
+//!   entries of `kubelet_internal_checkpoint` that hold devices of that resource;
+//! - `TopologyAffinityError` (`Resources cannot be allocated with Topology locality`): the
+//!   stale memory manager entries (NUMA memory that looks reserved, kubernetes #129819) and
+//!   the stale device entries, with the NUMA nodes they hold;
+//! - the kubelet's `FailedPrepareDynamicResources` Event on a pod waiting to start, whose
+//!   message names a device `already allocated to different claim <uid>`
+//!   (dra-driver-nvidia-gpu #1278): the stale prepared claim with that UID or device.
+//!
+//! A refusal with nothing stale behind it is `admission-rejection`'s (a node that is simply
+//! full). Pods count while younger than `rejection_window_seconds`, as for `admission-rejection`;
+//! Events are read for the Spark pods on this node that wait to start.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use crate::facts::{StaleClaim, recent_rejections, stale_claims, stale_devices, stale_memory, stale_memory_bytes};
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::{NodeSnapshot, PodInfo};
+use crate::text::{LISTED, device_state_remedy, dra_claim_remedy, human_bytes, memory_state_remedy};
+
+pub const ID: &str = "device-admission-failure";
+
+/// The kubelet's Event reason for a claim it could not prepare.
+pub const FAILED_PREPARE: &str = "FailedPrepareDynamicResources";
+
+/// The resource of the device manager's `requested number of devices unavailable for <res>.`.
+pub fn devices_unavailable_for(message: &str) -> Option<&str> {
+    const MARK: &str = "requested number of devices unavailable for ";
+    let (_, rest) = message.split_once(MARK)?;
+    let end = rest.find(". Requested").or_else(|| rest.find(' '))?;
+    Some(rest[..end].trim()).filter(|r| !r.is_empty())
+}
+
+/// The device and the claim UID of a DRA driver's `requested device <d> is already allocated
+/// to different claim <uid>`.
+pub fn already_allocated(message: &str) -> Option<(Option<&str>, &str)> {
+    const MARK: &str = " is already allocated to different claim ";
+    let at = message.find(MARK)?;
+    let claim = message[at + MARK.len()..]
+        .split(|c: char| c.is_whitespace() || c == ',' || c == ';' || c == ')' || c == '"')
+        .next()?
+        .trim_end_matches('.');
+    let device = message[..at]
+        .rsplit(' ')
+        .next()
+        .filter(|d| !d.is_empty() && *d != "device");
+    (!claim.is_empty()).then_some((device, claim))
+}
+
+fn pod_names(pods: &[&PodInfo]) -> String {
+    let mut names: Vec<String> = pods.iter().take(LISTED).map(|p| p.display()).collect();
+    if pods.len() > LISTED {
+        names.push(format!("and {} more", pods.len() - LISTED));
+    }
+    names.join(", ")
+}
+
+fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
+    let stale = stale_devices(snap, settings);
+    let mut refused: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
+    let rejections = recent_rejections(snap, settings);
+    for r in &rejections {
+        if r.reason != "UnexpectedAdmissionError" {
+            continue;
+        }
+        if let Some(resource) = r.pod.message.as_deref().and_then(devices_unavailable_for) {
+            refused.entry(resource).or_default().push(r.pod);
+        }
+    }
+    let Some(file) = snap.managers.devices.ok() else { return };
+    for (resource, pods) in refused {
+        let holding: Vec<_> = stale.iter().filter(|s| s.entry.resource == resource).collect();
+        if holding.is_empty() {
+            continue;
+        }
+        let ids: BTreeSet<&str> = holding
+            .iter()
+            .flat_map(|s| s.entry.devices.iter().map(|d| d.id.as_str()))
+            .collect();
+        let holders: BTreeSet<&str> = holding.iter().map(|s| s.entry.pod_uid.as_str()).collect();
+        let summary = format!(
+            "{} pod(s) were refused {resource} (Allocate failed: requested number of devices unavailable) while {} of \
+             them ({}) are held in {} for {} pod(s) that no longer run here: {}",
+            pods.len(),
+            ids.len(),
+            ids.iter().copied().collect::<Vec<_>>().join(", "),
+            file.path,
+            holders.len(),
+            pod_names(&pods)
+        );
+        out.push(
+            Finding::new(
+                ID,
+                Severity::Critical,
+                Subject::node(&snap.node),
+                summary,
+                device_state_remedy(&snap.node, &file.path, resource),
+            )
+            .with("kind", "devices")
+            .with("resource", resource)
+            .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
+            .with("message", pods[0].message.clone())
+            .with("stale_device_ids", json!(ids))
+            .with("stale_pod_uids", json!(holders))
+            .with("path", file.path.as_str()),
+        );
+    }
+}
+
+fn topology_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
+    let rejections = recent_rejections(snap, settings);
+    let pods: Vec<&PodInfo> = rejections
+        .iter()
+        .filter(|r| r.reason == "TopologyAffinityError")
+        .map(|r| r.pod)
+        .collect();
+    if pods.is_empty() {
+        return;
+    }
+    let memory = stale_memory(snap, settings);
+    let devices = stale_devices(snap, settings);
+    if memory.is_empty() && devices.is_empty() {
+        return;
+    }
+    let by_numa = stale_memory_bytes(&memory);
+    let mut held = Vec::new();
+    for ((numa, resource), bytes) in &by_numa {
+        let nodes = numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        held.push(format!("{} {resource} on NUMA node {nodes}", human_bytes(*bytes)));
+    }
+    for s in &devices {
+        let numa: BTreeSet<i64> = s.entry.devices.iter().filter_map(|d| d.numa_node).collect();
+        let on = if numa.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " on NUMA node {}",
+                numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+            )
+        };
+        held.push(format!("{} {}{on}", s.entry.devices.len(), s.entry.resource));
+    }
+    let mut remedies = Vec::new();
+    if let (false, Some(file)) = (memory.is_empty(), snap.managers.memory.ok()) {
+        remedies.push(memory_state_remedy(&snap.node, &file.path));
+    }
+    if let (Some(first), Some(file)) = (devices.first(), snap.managers.devices.ok()) {
+        remedies.push(device_state_remedy(&snap.node, &file.path, &first.entry.resource));
+    }
+    let summary = format!(
+        "{} pod(s) were refused with TopologyAffinityError (Resources cannot be allocated with Topology locality) \
+         while stale checkpoint entries of pods that no longer run here hold {}: {}",
+        pods.len(),
+        held.join(", "),
+        pod_names(&pods)
+    );
+    out.push(
+        Finding::new(
+            ID,
+            Severity::Critical,
+            Subject::node(&snap.node),
+            summary,
+            remedies.join("; for the devices: "),
+        )
+        .with("kind", "topology")
+        .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
+        .with(
+            "stale_memory",
+            by_numa
+                .iter()
+                .map(|((numa, resource), bytes)| json!({"numa_nodes": numa, "resource": resource, "bytes": bytes}))
+                .collect::<Vec<_>>(),
+        )
+        .with(
+            "stale_devices",
+            devices
+                .iter()
+                .map(|s| {
+                    json!({
+                        "resource": s.entry.resource,
+                        "device_ids": s.entry.devices.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+                        "pod_uid": s.entry.pod_uid,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        ),
+    );
+}
+
+fn dra_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
+    let claims = stale_claims(snap, settings);
+    if claims.is_empty() {
+        return;
+    }
+    for (uid, events) in &snap.pod_events {
+        let Some(pod) = snap.pod(uid) else { continue };
+        let Some((event, (device, claim_uid))) = events
+            .iter()
+            .filter(|e| e.reason == FAILED_PREPARE)
+            .filter_map(|e| already_allocated(&e.message).map(|a| (e, a)))
+            .max_by_key(|(e, _)| e.last_at)
+        else {
+            continue;
+        };
+        let device_matches = |c: &&StaleClaim<'_>| {
+            device.is_some_and(|d| c.devices.iter().any(|x| x == d || x.ends_with(&format!("/{d}"))))
+        };
+        let Some(holder) = claims
+            .iter()
+            .find(|c| c.claim_uid == claim_uid)
+            .or_else(|| claims.iter().find(device_matches))
+        else {
+            continue;
+        };
+        let path = holder.source.path(snap);
+        let summary = format!(
+            "Pod {} cannot start: the DRA driver refuses to prepare {} because it is still prepared for claim {} \
+             ({}times), a claim whose pods are gone ({} in {path})",
+            pod.display(),
+            device.map_or_else(|| "its device".to_string(), |d| format!("device {d}")),
+            claim_uid,
+            if event.count > 1 {
+                format!("{} ", event.count)
+            } else {
+                "1 ".to_string()
+            },
+            holder.reason,
+        );
+        out.push(
+            Finding::new(
+                ID,
+                Severity::Critical,
+                Subject::pod(pod),
+                summary,
+                dra_claim_remedy(&snap.node, &path, holder.source.driver(), holder.claim.as_deref()),
+            )
+            .with("kind", "dra")
+            .with("device", device)
+            .with("claim_uid", claim_uid)
+            .with("message", event.message.as_str())
+            .with("event_count", event.count)
+            .with("stale_claim", holder.claim.clone())
+            .with("path", path),
+        );
+    }
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let mut out = Vec::new();
+    device_refusals(snap, settings, &mut out);
+    topology_refusals(snap, settings, &mut out);
+    dra_refusals(snap, settings, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::managers::drivers::DriverClaim;
+    use crate::rules::testkit::{SnapshotBuilder, device_entry, memory_entry, pod, spark_executor, warning_event};
+
+    fn refused(uid: &str, reason: &str, message: &str) -> PodInfo {
+        let mut p = pod(uid, &format!("exec-{uid}"), "Failed", &[("exec", "")]);
+        p.reason = Some(reason.into());
+        p.message = Some(message.into());
+        p
+    }
+
+    const GPU_REFUSAL: &str = "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected";
+
+    #[test]
+    fn messages_are_read() {
+        assert_eq!(devices_unavailable_for(GPU_REFUSAL), Some("nvidia.com/gpu"));
+        assert_eq!(
+            devices_unavailable_for(
+                "requested number of devices unavailable for domain1.com/resource1. Requested: 1, Available: 0"
+            ),
+            Some("domain1.com/resource1")
+        );
+        assert_eq!(
+            devices_unavailable_for("Allocate failed due to no healthy devices present"),
+            None
+        );
+        let msg = "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for claim spark/exec-2-gpu: error preparing devices for claim 5b2d: requested device gpu-3 is already allocated to different claim 9f1c-aa";
+        assert_eq!(already_allocated(msg), Some((Some("gpu-3"), "9f1c-aa")));
+        assert_eq!(already_allocated("is already allocated to different claim "), None);
+    }
+
+    #[test]
+    fn device_refusals_are_tied_to_the_stale_entries_of_the_resource() {
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_device_entries(
+                vec![
+                    device_entry("gone", "exec", "nvidia.com/gpu", &[("GPU-bbb", Some(0))]),
+                    device_entry("gone2", "exec", "example.com/nic", &[("nic-1", None)]),
+                ],
+                &[],
+            )
+            .with_pod_list(&[
+                refused("r1", "UnexpectedAdmissionError", GPU_REFUSAL),
+                refused("r2", "UnexpectedAdmissionError", GPU_REFUSAL),
+                refused("r3", "UnexpectedAdmissionError", "Allocate failed due to requested number of devices unavailable for amd.com/gpu. Requested: 1, Available: 0, which is unexpected"),
+            ])
+            .build();
+        let f = check(&snap, &Settings::default());
+        // amd.com/gpu has no stale entry: a full node, not this rule's.
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].evidence["resource"], "nvidia.com/gpu");
+        assert_eq!(
+            f[0].evidence["refused_pods"],
+            json!(["default/exec-r1", "default/exec-r2"])
+        );
+        assert_eq!(f[0].evidence["stale_device_ids"], json!(["GPU-bbb"]));
+        assert!(
+            f[0].summary.starts_with("2 pod(s) were refused nvidia.com/gpu"),
+            "{}",
+            f[0].summary
+        );
+    }
+
+    #[test]
+    fn topology_refusals_name_the_numa_memory_held() {
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_memory_entries(vec![memory_entry("gone", "exec", &[(&[1], "memory", 32 << 30)])])
+            .with_pod_list(&[refused(
+                "r1",
+                "TopologyAffinityError",
+                "Resources cannot be allocated with Topology locality",
+            )])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["kind"], "topology");
+        assert_eq!(f[0].evidence["stale_memory"][0]["bytes"], 32u64 << 30);
+        assert!(
+            f[0].summary.contains("hold 32.0 GiB memory on NUMA node 1"),
+            "{}",
+            f[0].summary
+        );
+
+        // No stale entry: admission-rejection's, not this rule's.
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_memory_entries(vec![])
+            .with_pod_list(&[refused(
+                "r1",
+                "TopologyAffinityError",
+                "Resources cannot be allocated with Topology locality",
+            )])
+            .build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+
+    #[test]
+    fn a_pod_waiting_on_a_device_of_a_stale_claim() {
+        let mut waiting = spark_executor("w1", "spark-app-1", "etl", 1, "Pending");
+        waiting.node_name = Some("node-a".into());
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_driver_claims(vec![DriverClaim {
+                claim_uid: "9f1c-aa".into(),
+                namespace: Some("spark-jobs".into()),
+                claim_name: Some("old-gpu".into()),
+                state: "PrepareCompleted".into(),
+                pod_uids: vec!["gone".into()],
+                devices: vec!["gpu-3".into()],
+            }])
+            .with_pod_list(&[waiting])
+            .with_pod_events(
+                "w1",
+                vec![warning_event(
+                    FAILED_PREPARE,
+                    "Failed to prepare dynamic resources: requested device gpu-3 is already allocated to different claim 9f1c-aa",
+                    7,
+                    30,
+                )],
+            )
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject.uid.as_deref(), Some("w1"));
+        assert_eq!(f[0].evidence["device"], "gpu-3");
+        assert_eq!(f[0].evidence["stale_claim"], "spark-jobs/old-gpu");
+        assert!(f[0].summary.contains("(7 times)"), "{}", f[0].summary);
+    }
+}

@@ -1,0 +1,167 @@
+//! `stale-device-assignment`: a device manager entry (`device-plugins/kubelet_internal_checkpoint`)
+//! holds devices of a device plugin for a pod or container that is not alive on this node.
+//!
+//! The device manager forgets the devices of deleted pods only when it next allocates that
+//! resource, and not always then: entries of deleted pods stay in the file (kubernetes
+//! #137010), partial allocations of failed pods linger and make every later pod fail with
+//! `UnexpectedAdmissionError` (`Allocate failed due to requested number of devices
+//! unavailable`, #137317, #130172), and a reboot restores them (#109595). A maintainer's answer
+//! on #137010 is that the PodResources API is the supported view of the real allocation: when
+//! the kubelet answers, the finding says whether it still holds the devices too.
+
+use serde_json::json;
+
+use crate::facts::stale_devices;
+use crate::finding::{Finding, Severity};
+use crate::settings::Settings;
+use crate::snapshot::NodeSnapshot;
+use crate::text::{device_state_remedy, stale_subject, still_running_note, stop_containers};
+
+pub const ID: &str = "stale-device-assignment";
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(file) = snap.managers.devices.ok() else {
+        return vec![];
+    };
+    // The devices the kubelet's memory holds for live containers (PodResources List).
+    let kubelet_holds = snap.kubelet_view.ok().map(|v| {
+        v.pods
+            .iter()
+            .flat_map(|p| &p.containers)
+            .flat_map(|c| &c.devices)
+            .flat_map(|d| d.ids.iter().map(move |id| (d.resource.as_str(), id.as_str())))
+            .collect::<std::collections::BTreeSet<_>>()
+    });
+    stale_devices(snap, settings)
+        .into_iter()
+        .map(|s| {
+            let e = &s.entry;
+            let subject = stale_subject(s.pod.as_ref(), &e.pod_uid, Some(&e.container));
+            let ids: Vec<&str> = e.devices.iter().map(|d| d.id.as_str()).collect();
+            let numa: std::collections::BTreeSet<i64> = e.devices.iter().filter_map(|d| d.numa_node).collect();
+            let note = still_running_note(snap, s.still_running.as_deref(), s.pod.as_ref());
+            let in_memory = kubelet_holds.as_ref().map(|held| {
+                ids.iter()
+                    .filter(|id| held.contains(&(e.resource.as_str(), **id)))
+                    .count()
+            });
+            let mut summary = format!(
+                "{} {} ({}) held for container {} of {}, which no longer runs on this node: {}",
+                ids.len(),
+                e.resource,
+                ids.join(", "),
+                e.container,
+                subject.display(),
+                s.reason
+            );
+            match in_memory {
+                Some(0) => {
+                    summary.push_str("; the kubelet's PodResources list no longer holds them, only the file does")
+                }
+                Some(n) => summary.push_str(&format!("; the kubelet's PodResources list still holds {n} of them")),
+                None => {}
+            }
+            let mut remedy = device_state_remedy(&snap.node, &file.path, &e.resource);
+            if let Some(why) = &note {
+                summary.push_str(&format!("; yet {why}"));
+                remedy = format!("{}; then {remedy}", stop_containers(&snap.node, &e.pod_uid));
+            }
+            // Only the file holds them: the kubelet's memory is clean, the entries are leftovers
+            // that a restart would restore until the next admission drops them again.
+            let severity = if in_memory == Some(0) {
+                Severity::Info
+            } else {
+                Severity::Warning
+            };
+            Finding::new(ID, severity, subject, summary, remedy)
+                .with("pod_uid", e.pod_uid.as_str())
+                .with("container", e.container.as_str())
+                .with("resource", e.resource.as_str())
+                .with("device_ids", json!(ids))
+                .with("numa_nodes", json!(numa))
+                .with("held_by_kubelet", in_memory)
+                .with("reason", s.reason.clone())
+                .with("liveness_source", snap.pod_source.as_str())
+                .with("note", note)
+                .with("path", file.path.as_str())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubelet_view::KubeletDevices;
+    use crate::rules::testkit::{SnapshotBuilder, device_entry, kubelet_pod, kubelet_view, pod};
+
+    fn node() -> SnapshotBuilder {
+        SnapshotBuilder::static_node("0-7", &[]).with_device_entries(
+            vec![
+                device_entry("live", "exec", "nvidia.com/gpu", &[("GPU-aaa", Some(0))]),
+                device_entry(
+                    "gone",
+                    "exec",
+                    "nvidia.com/gpu",
+                    &[("GPU-bbb", Some(0)), ("GPU-ccc", Some(1))],
+                ),
+                device_entry("gone", "init", "example.com/nic", &[]),
+            ],
+            &[("nvidia.com/gpu", &["GPU-aaa", "GPU-bbb", "GPU-ccc", "GPU-ddd"])],
+        )
+    }
+
+    fn gpus(ids: &[&str]) -> Vec<KubeletDevices> {
+        vec![KubeletDevices {
+            resource: "nvidia.com/gpu".into(),
+            ids: ids.iter().map(|i| i.to_string()).collect(),
+            numa_nodes: vec![0],
+        }]
+    }
+
+    #[test]
+    fn judged_from_the_pod_list_with_device_ids_and_numa() {
+        let snap = node()
+            .with_pod_list(&[pod("live", "exec-1", "Running", &[("exec", "c1")])])
+            .build();
+        let f = check(&snap, &Settings::default());
+        // An entry without devices holds nothing.
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["pod_uid"], "gone");
+        assert_eq!(f[0].evidence["device_ids"], json!(["GPU-bbb", "GPU-ccc"]));
+        assert_eq!(f[0].evidence["numa_nodes"], json!([0, 1]));
+        assert!(
+            f[0].evidence.get("held_by_kubelet").is_none(),
+            "no kubelet view, nothing said"
+        );
+        assert!(
+            f[0].summary
+                .starts_with("2 nvidia.com/gpu (GPU-bbb, GPU-ccc) held for container exec of pod gone"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(
+            f[0].remedy.contains("requesting nvidia.com/gpu are still refused"),
+            "{}",
+            f[0].remedy
+        );
+        assert!(f[0].remedy.contains("\"nodeName\":\"node-a\""), "{}", f[0].remedy);
+    }
+
+    #[test]
+    fn the_kubelets_list_says_whether_only_the_file_holds_them() {
+        let mut exec = kubelet_pod("spark", "exec-1", &[], &[("exec", "")]);
+        exec.containers[0].devices = gpus(&["GPU-aaa"]);
+        let snap = node().with_kubelet_view(kubelet_view(vec![exec.clone()], None)).build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].evidence["held_by_kubelet"], 0);
+        assert_eq!(f[0].severity, Severity::Info, "leftovers in the file only");
+        assert!(f[0].summary.contains("only the file does"));
+
+        // A listed pod of unknown UID holding one of the devices: cannot tell, not judged.
+        exec.containers[0].devices = gpus(&["GPU-aaa", "GPU-bbb"]);
+        let snap = node().with_kubelet_view(kubelet_view(vec![exec], None)).build();
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+}

@@ -1,0 +1,197 @@
+//! `stale-dra-claim`: a ResourceClaim stays prepared on this node (in the kubelet's
+//! `dra_manager_state`, or in a configured DRA driver's own checkpoint) although every pod it
+//! was prepared for is gone.
+//!
+//! A prepared claim holds its devices in the driver: the next pod that gets the same device
+//! stays in `ContainerCreating` with `requested device gpu-N is already allocated to different
+//! claim <uid>` (NVIDIA's GPU driver, dra-driver-nvidia-gpu #1278). A claim a driver's
+//! checkpoint keeps while the kubelet's file no longer holds it will never be unprepared: the
+//! kubelet only asks drivers to unprepare the claims it knows. Liveness of the claim's pods is
+//! the CPU rules' ([`crate::facts::judge_pod`]).
+
+use serde_json::json;
+
+use crate::facts::{ClaimSource, stale_claims};
+use crate::finding::{Finding, Severity, Subject};
+use crate::settings::Settings;
+use crate::snapshot::NodeSnapshot;
+use crate::text::{LISTED, dra_claim_remedy};
+
+pub const ID: &str = "stale-dra-claim";
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    stale_claims(snap, settings)
+        .into_iter()
+        .map(|c| {
+            let path = c.source.path(snap);
+            let subject = match c.claim.as_deref().and_then(|c| c.split_once('/')) {
+                Some((ns, name)) => Subject {
+                    kind: "ResourceClaim".into(),
+                    namespace: Some(ns.to_string()),
+                    name: Some(name.to_string()),
+                    uid: Some(c.claim_uid.clone()),
+                    container: None,
+                },
+                None => Subject {
+                    kind: "ResourceClaim".into(),
+                    uid: Some(c.claim_uid.clone()),
+                    ..Default::default()
+                },
+            };
+            let whose = match &c.claim {
+                Some(name) => format!("ResourceClaim {name} ({})", c.claim_uid),
+                None => format!("ResourceClaim {}", c.claim_uid),
+            };
+            let devices = match c.devices.len() {
+                0 => "no device recorded".to_string(),
+                n if n > LISTED => format!("{} devices ({}, ...)", n, c.devices[..LISTED].join(", ")),
+                _ => c.devices.join(", "),
+            };
+            let holder = match c.source {
+                ClaimSource::Kubelet => "the kubelet".to_string(),
+                ClaimSource::Driver(format, _) => format!("DRA driver {}", format.driver()),
+            };
+            let state = c.state.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
+            let summary = format!(
+                "{whose} is still prepared by {holder}{state} in {path}, holding {devices}, but its pods are gone: {}",
+                c.reason
+            );
+            Finding::new(
+                ID,
+                Severity::Warning,
+                subject,
+                summary,
+                dra_claim_remedy(&snap.node, &path, c.source.driver(), c.claim.as_deref()),
+            )
+            .with("claim_uid", c.claim_uid.as_str())
+            .with("claim", c.claim.clone())
+            .with(
+                "source",
+                match c.source {
+                    ClaimSource::Kubelet => "kubelet".to_string(),
+                    ClaimSource::Driver(format, _) => format.name().to_string(),
+                },
+            )
+            .with("state", c.state.clone())
+            .with("pod_uids", json!(c.pod_uids))
+            .with("devices", json!(c.devices))
+            .with("reason", c.reason.clone())
+            .with("liveness_source", snap.pod_source.as_str())
+            .with("path", path)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::managers::drivers::DriverClaim;
+    use crate::rules::testkit::{SnapshotBuilder, dra_claim, pod};
+
+    fn driver_claim(uid: &str, pods: &[&str], state: &str) -> DriverClaim {
+        DriverClaim {
+            claim_uid: uid.into(),
+            namespace: Some("spark".into()),
+            claim_name: Some(format!("claim-{uid}")),
+            state: state.into(),
+            pod_uids: pods.iter().map(|p| p.to_string()).collect(),
+            devices: vec!["gpu-3".into()],
+        }
+    }
+
+    #[test]
+    fn kubelet_claims_whose_every_pod_is_gone() {
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_dra_claims(vec![
+                dra_claim(
+                    "c-live",
+                    "spark/exec-1-gpu",
+                    &["live", "gone"],
+                    &["gpu.nvidia.com/node-a/gpu-0"],
+                ),
+                dra_claim(
+                    "c-gone",
+                    "spark/exec-2-gpu",
+                    &["gone", "done"],
+                    &["gpu.nvidia.com/node-a/gpu-1"],
+                ),
+            ])
+            .with_pod_list(&[
+                pod("live", "exec-1", "Running", &[("exec", "c1")]),
+                pod("done", "exec-3", "Failed", &[("exec", "c3")]),
+            ])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].evidence["claim_uid"], "c-gone");
+        assert_eq!(f[0].evidence["source"], "kubelet");
+        assert_eq!(f[0].subject.kind, "ResourceClaim");
+        assert_eq!(f[0].subject.display(), "spark/exec-2-gpu");
+        assert_eq!(f[0].evidence["devices"], json!(["gpu.nvidia.com/node-a/gpu-1"]));
+        assert!(
+            f[0].summary
+                .contains("is still prepared by the kubelet in /var/lib/kubelet/dra_manager_state")
+        );
+        assert!(f[0].summary.contains("phase Failed"), "{}", f[0].summary);
+        assert!(
+            f[0].remedy.contains("kubectl delete resourceclaim -n spark exec-2-gpu"),
+            "{}",
+            f[0].remedy
+        );
+    }
+
+    #[test]
+    fn driver_claims_by_their_pods_or_by_the_kubelets_file() {
+        let snap = SnapshotBuilder::static_node("0-7", &[])
+            .with_dra_claims(vec![dra_claim(
+                "c-known",
+                "spark/a",
+                &["live"],
+                &["gpu.nvidia.com/node-a/gpu-0"],
+            )])
+            .with_driver_claims(vec![
+                driver_claim("c-known", &[], "PrepareCompleted"),
+                driver_claim("c-forgotten", &[], "PrepareCompleted"),
+                driver_claim("c-gone-pod", &["gone"], "PrepareStarted"),
+                driver_claim("c-live-pod", &["live"], "PrepareCompleted"),
+            ])
+            .with_pod_list(&[pod("live", "exec-1", "Running", &[("exec", "c1")])])
+            .build();
+        let f = check(&snap, &Settings::default());
+        let got: Vec<(&str, &str)> = f
+            .iter()
+            .map(|f| {
+                (
+                    f.evidence["claim_uid"].as_str().unwrap(),
+                    f.evidence["source"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, [("c-forgotten", "nvidia-gpu"), ("c-gone-pod", "nvidia-gpu")]);
+        assert!(
+            f[0].summary
+                .contains("the kubelet's /var/lib/kubelet/dra_manager_state holds no claim c-forgotten"),
+            "{}",
+            f[0].summary
+        );
+        assert!(
+            f[1].summary.contains("DRA driver gpu.nvidia.com (PrepareStarted)"),
+            "{}",
+            f[1].summary
+        );
+        assert!(
+            f[1].remedy.contains("restart the driver's kubelet plugin pod"),
+            "{}",
+            f[1].remedy
+        );
+
+        // Without the kubelet's file a claim with no pod cannot be judged.
+        let mut snap = snap;
+        snap.managers.dra = crate::snapshot::Observed::Missing {
+            path: "/var/lib/kubelet/dra_manager_state".into(),
+        };
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["claim_uid"], "c-gone-pod");
+    }
+}

@@ -1,0 +1,197 @@
+//! `stale-memory-assignment`: a memory manager entry (`memory_manager_state`, Static policy)
+//! holds NUMA memory for a pod or container that is not alive on this node.
+//!
+//! The memory manager removes the entries of deleted pods only when it next allocates
+//! (`removeStaleState`, kubernetes #129819): until then the NUMA node's memory looks reserved,
+//! and a Guaranteed pod that needs it on one NUMA node is refused with `TopologyAffinityError`
+//! while the node shows free memory. Liveness is the CPU rules' (see [`crate::facts::judge_pod`]);
+//! a file whose checksum no kubelet accepts is `checkpoint-unreadable`'s, not judged here.
+
+use serde_json::json;
+
+use crate::facts::stale_memory;
+use crate::finding::{Finding, Severity};
+use crate::settings::Settings;
+use crate::snapshot::NodeSnapshot;
+use crate::text::{human_bytes, memory_state_remedy, stale_subject, still_running_note, stop_containers};
+
+pub const ID: &str = "stale-memory-assignment";
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(file) = snap.managers.memory.ok() else {
+        return vec![];
+    };
+    stale_memory(snap, settings)
+        .into_iter()
+        .map(|s| {
+            let e = &s.entry;
+            let container = (!e.container.is_empty()).then_some(e.container.as_str());
+            let subject = stale_subject(s.pod.as_ref(), &e.pod_uid, container);
+            let bytes: u64 = e.blocks.iter().map(|b| b.bytes).fold(0, u64::saturating_add);
+            let numa: std::collections::BTreeSet<i64> =
+                e.blocks.iter().flat_map(|b| b.numa_nodes.iter().copied()).collect();
+            let numa_text = numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            let what = e
+                .blocks
+                .iter()
+                .map(|b| format!("{} {}", human_bytes(b.bytes), b.resource))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            let note = still_running_note(snap, s.still_running.as_deref(), s.pod.as_ref());
+            let whose = match container {
+                Some(c) => format!("container {c} of {}", subject.display()),
+                None => format!("{} (pod-level resources)", subject.display()),
+            };
+            let mut summary = format!(
+                "{what} on NUMA node {numa_text} are held for {whose}, which no longer runs on this node: {}",
+                s.reason
+            );
+            let mut remedy = memory_state_remedy(&snap.node, &file.path);
+            if let Some(why) = &note {
+                summary.push_str(&format!("; yet {why}"));
+                remedy = format!("{}; then {remedy}", stop_containers(&snap.node, &e.pod_uid));
+            }
+            Finding::new(ID, Severity::Warning, subject, summary, remedy)
+                .with("pod_uid", e.pod_uid.as_str())
+                .with("container", container)
+                .with("numa_nodes", json!(numa))
+                .with("bytes", bytes)
+                .with(
+                    "blocks",
+                    e.blocks
+                        .iter()
+                        .map(|b| json!({"numa_nodes": b.numa_nodes, "resource": b.resource, "bytes": b.bytes}))
+                        .collect::<Vec<_>>(),
+                )
+                .with("reason", s.reason.clone())
+                .with("liveness_source", snap.pod_source.as_str())
+                .with("note", note)
+                .with("path", file.path.as_str())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{SnapshotBuilder, kubelet_pod, kubelet_view, leaf, memory_entry, pod, pod_cgroup};
+
+    const GIB: u64 = 1 << 30;
+
+    fn node() -> SnapshotBuilder {
+        SnapshotBuilder::static_node("0-7", &[]).with_memory_entries(vec![
+            memory_entry("live", "app", &[(&[0], "memory", 8 * GIB)]),
+            memory_entry(
+                "gone",
+                "exec",
+                &[(&[1], "memory", 16 * GIB), (&[1], "hugepages-1Gi", 2 * GIB)],
+            ),
+            memory_entry("done", "app", &[(&[0, 1], "memory", 4 * GIB)]),
+        ])
+    }
+
+    fn uids(f: &[Finding]) -> Vec<&str> {
+        f.iter().map(|f| f.evidence["pod_uid"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn judged_from_the_pod_list_with_numa_and_bytes() {
+        let snap = node()
+            .with_pod_list(&[
+                pod("live", "exec-1", "Running", &[("app", "c1")]),
+                pod("done", "job", "Succeeded", &[("app", "c2")]),
+            ])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(uids(&f), ["gone", "done"]);
+        let gone = &f[0];
+        assert_eq!(gone.severity, Severity::Warning);
+        assert_eq!(gone.evidence["bytes"], 18 * GIB);
+        assert_eq!(gone.evidence["numa_nodes"], json!([1]));
+        assert_eq!(gone.evidence["blocks"][1]["resource"], "hugepages-1Gi");
+        assert!(
+            gone.summary.starts_with(
+                "16.0 GiB memory and 2.0 GiB hugepages-1Gi on NUMA node 1 are held for container exec of pod gone"
+            ),
+            "{}",
+            gone.summary
+        );
+        assert!(
+            gone.remedy.contains("mv /var/lib/kubelet/memory_manager_state"),
+            "{}",
+            gone.remedy
+        );
+        let done = &f[1];
+        assert_eq!(done.subject.name.as_deref(), Some("job"));
+        assert_eq!(done.evidence["numa_nodes"], json!([0, 1]));
+        assert!(done.summary.contains("phase Succeeded"));
+    }
+
+    #[test]
+    fn a_force_deleted_pod_with_processes_says_to_stop_them_first() {
+        let snap = node()
+            .with_pod_list(&[
+                pod("live", "exec-1", "Running", &[("app", "c1")]),
+                pod("done", "job", "Running", &[("app", "c2")]),
+            ])
+            .with_pod_cgroups(vec![pod_cgroup("gone", vec![leaf("c9", "", 2)])])
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(uids(&f), ["gone"]);
+        assert!(
+            f[0].summary.contains("yet 2 processes in its cgroups"),
+            "{}",
+            f[0].summary
+        );
+        let remedy = &f[0].remedy;
+        assert!(
+            remedy.find("crictl ps --label io.kubernetes.pod.uid=gone").unwrap()
+                < remedy.find("kubectl drain").unwrap()
+        );
+    }
+
+    #[test]
+    fn the_kubelets_list_ties_unknown_uids_by_the_blocks_it_holds() {
+        let mut exec = kubelet_pod("spark", "exec-1", &[], &[("app", "")]);
+        exec.containers[0].memory = vec![crate::kubelet_view::KubeletMemory {
+            resource: "memory".into(),
+            bytes: 8 * GIB,
+            numa_nodes: vec![0],
+        }];
+        let job = kubelet_pod("spark", "job", &["done"], &[("app", "")]);
+        let snap = node()
+            .with_kubelet_view(kubelet_view(vec![exec.clone(), job], None))
+            .build();
+        // "live" is exec-1 by its blocks; "done" is listed by UID; "gone" is nobody.
+        assert_eq!(uids(&check(&snap, &Settings::default())), ["gone"]);
+
+        // A container named "app" with other blocks, of unknown UID, could be "live" or "done":
+        // neither is judged; "gone" (container exec) is nobody's.
+        exec.containers[0].memory[0].bytes = 4 * GIB;
+        let snap = node().with_kubelet_view(kubelet_view(vec![exec], None)).build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(uids(&f), ["gone"]);
+        assert_eq!(f[0].evidence["liveness_source"], "podresources");
+    }
+
+    #[test]
+    fn a_file_the_kubelet_refuses_or_a_fresh_one_is_not_judged() {
+        let mut snap = node().with_pod_list(&[]).build();
+        if let crate::snapshot::Observed::Ok(f) = &mut snap.managers.memory {
+            f.verification = Some(crate::Verification::Mismatch {
+                stored: 1,
+                computed: vec![],
+            });
+        }
+        assert!(check(&snap, &Settings::default()).is_empty());
+
+        // Without a pod list, a pod with no cgroup yet in a file written a moment ago may be
+        // one being admitted.
+        let mut snap = node().build();
+        assert_eq!(check(&snap, &Settings::default()).len(), 3);
+        if let crate::snapshot::Observed::Ok(f) = &mut snap.managers.memory {
+            f.age_seconds = Some(1.0);
+        }
+        assert!(check(&snap, &Settings::default()).is_empty());
+    }
+}
