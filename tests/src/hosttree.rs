@@ -287,6 +287,9 @@ pub struct Node {
     pub pods: Vec<Pod>,
     /// Age of the checkpoint file in seconds (its mtime is set that far back).
     pub checkpoint_age_seconds: u64,
+    /// Other files to write, by host path (the other managers' checkpoints, a DRA driver's),
+    /// with the checkpoint's age.
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 impl Node {
@@ -313,6 +316,7 @@ impl Node {
             kubelet_config_path: "/var/lib/kubelet/config.yaml".into(),
             pods: vec![],
             checkpoint_age_seconds: 3600,
+            files: vec![],
         }
     }
 
@@ -321,6 +325,12 @@ impl Node {
         self.sockets = sockets;
         self.cores_per_socket = cores_per_socket;
         self.threads = threads;
+        self
+    }
+
+    /// Adds a file at host path `path` (written with the checkpoint's age).
+    pub fn file(mut self, path: &str, content: Vec<u8>) -> Self {
+        self.files.push((path.to_string(), content));
         self
     }
 
@@ -462,6 +472,11 @@ impl Node {
         let cp = root.join(cp_rel.trim_start_matches('/'));
         let mtime = std::time::SystemTime::now() - std::time::Duration::from_secs(self.checkpoint_age_seconds);
         std::fs::File::options().write(true).open(&cp)?.set_modified(mtime)?;
+        for (path, content) in &self.files {
+            put(path, content)?;
+            let file = root.join(path.trim_start_matches('/'));
+            std::fs::File::options().write(true).open(&file)?.set_modified(mtime)?;
+        }
 
         // cgroups.
         let (ctrl, v2) = match self.layout {

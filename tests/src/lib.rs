@@ -9,6 +9,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cgroup_v1;
 pub mod cgroup_v2;
+pub mod checkpoints;
 pub mod cluster;
 pub mod crd;
 pub mod detection;

@@ -55,8 +55,9 @@ pub mod proto {
 
 use proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerResources, GetPodResourcesRequest,
-    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources,
+    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, NumaNode,
+    PodResources, TopologyInfo,
 };
 
 /// The method name of `List`, as [`KubeletHandle::calls`] and [`KubeletHandle::set_behaviour`]
@@ -73,13 +74,18 @@ pub const METHODS: [&str; 3] = [LIST, GET_ALLOCATABLE, GET];
 pub const MAX_SOCKET_PATH: usize = 107;
 
 /// A pod as the kubelet reports it: its containers with the CPUs the CPU manager assigned
-/// them exclusively (empty for a container on the shared pool).
+/// them exclusively (empty for a container on the shared pool), and the memory blocks and
+/// devices the memory and device managers hold for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FakePod {
     pub namespace: String,
     pub name: String,
     /// `(container name, cpu ids)`, in the pod's container order.
     pub containers: Vec<(String, Vec<i64>)>,
+    /// `(container name, memory type, bytes, NUMA nodes)`.
+    pub memory: Vec<(String, String, u64, Vec<i64>)>,
+    /// `(container name, resource name, device ids, NUMA nodes)`.
+    pub devices: Vec<(String, String, Vec<String>, Vec<i64>)>,
 }
 
 impl FakePod {
@@ -88,8 +94,26 @@ impl FakePod {
         FakePod {
             namespace: namespace.to_string(),
             name: name.to_string(),
-            containers: Vec::new(),
+            ..Default::default()
         }
+    }
+
+    /// Adds a memory block of `bytes` of `memory_type` on `numa` to container `container`.
+    pub fn memory(mut self, container: &str, memory_type: &str, bytes: u64, numa: &[i64]) -> Self {
+        self.memory
+            .push((container.to_string(), memory_type.to_string(), bytes, numa.to_vec()));
+        self
+    }
+
+    /// Adds devices `ids` of `resource` on `numa` to container `container`.
+    pub fn devices(mut self, container: &str, resource: &str, ids: &[&str], numa: &[i64]) -> Self {
+        self.devices.push((
+            container.to_string(),
+            resource.to_string(),
+            ids.iter().map(|i| i.to_string()).collect(),
+            numa.to_vec(),
+        ));
+        self
     }
 
     /// Adds a container pinned to `cpu_ids` (`&[]` for the shared pool).
@@ -108,10 +132,36 @@ impl FakePod {
                 .map(|(name, cpus)| ContainerResources {
                     name: name.clone(),
                     cpu_ids: cpus.clone(),
-                    ..Default::default()
+                    memory: self
+                        .memory
+                        .iter()
+                        .filter(|(c, ..)| c == name)
+                        .map(|(_, memory_type, size, numa)| ContainerMemory {
+                            memory_type: memory_type.clone(),
+                            size: *size,
+                            topology: Some(topology(numa)),
+                        })
+                        .collect(),
+                    devices: self
+                        .devices
+                        .iter()
+                        .filter(|(c, ..)| c == name)
+                        .map(|(_, resource, ids, numa)| ContainerDevices {
+                            resource_name: resource.clone(),
+                            device_ids: ids.clone(),
+                            topology: Some(topology(numa)),
+                        })
+                        .collect(),
                 })
                 .collect(),
         }
+    }
+}
+
+/// NUMA node ids as the kubelet's `TopologyInfo`.
+fn topology(numa: &[i64]) -> TopologyInfo {
+    TopologyInfo {
+        nodes: numa.iter().map(|id| NumaNode { id: *id }).collect(),
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::cluster::orphan;
-use nodemedic_tests::hosttree::{Layout, Runtime};
+use nodemedic_tests::hosttree::{Layout, Node, Runtime};
 use nodemedic_tests::manifests::{kustomize, repo, require, validate, yaml_docs};
 use nodemedic_tests::scenarios::{seed_api, spark_node};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, rejected_pod};
@@ -453,6 +453,7 @@ fn dashboard_model_is_well_formed() {
         [
             "Fleet",
             "CPU manager",
+            "Memory, devices & DRA",
             "Spark executors & local dirs",
             "API server & admission",
             "Agent health"
@@ -616,6 +617,9 @@ const WANT: &[(&str, &str, Want)] = &[
             ("rule=orphaned-executor", 2.0),
             ("rule=orphaned-local-dir", 1.0),
             ("rule=stale-cpu-assignment", 1.0),
+            ("rule=stale-device-assignment", 1.0),
+            ("rule=stale-dra-claim", 1.0),
+            ("rule=stale-memory-assignment", 1.0),
         ]),
     ),
     (
@@ -628,6 +632,9 @@ const WANT: &[(&str, &str, Want)] = &[
             ("node=worker-7,rule=orphaned-executor,severity=warning", 2.0),
             ("node=worker-7,rule=orphaned-local-dir,severity=warning", 1.0),
             ("node=worker-7,rule=stale-cpu-assignment,severity=critical", 1.0),
+            ("node=worker-7,rule=stale-device-assignment,severity=warning", 1.0),
+            ("node=worker-7,rule=stale-dra-claim,severity=warning", 1.0),
+            ("node=worker-7,rule=stale-memory-assignment,severity=warning", 1.0),
         ]),
     ),
     // The gone executor's entry holds CPUs 3,7.
@@ -647,6 +654,35 @@ const WANT: &[(&str, &str, Want)] = &[
             ("node=worker-7,rule=cpuset-drift,severity=warning", 1.0),
             ("node=worker-7,rule=exclusive-cpu-shortage,severity=warning", 1.0),
             ("node=worker-7,rule=stale-cpu-assignment,severity=critical", 1.0),
+        ]),
+    ),
+    // The gone executor's memory entry: 8 GiB on NUMA node 1 (see `with_manager_files`).
+    (
+        "Stale NUMA memory by node",
+        "A",
+        Want::Series(&[("node=worker-7", 8.0 * 1073741824.0)]),
+    ),
+    (
+        "Devices and DRA claims by state",
+        "A",
+        Want::Series(&[
+            ("resource=nvidia.com/gpu,state=allocated", 2.0),
+            ("resource=nvidia.com/gpu,state=registered", 3.0),
+            ("resource=nvidia.com/gpu,state=stale", 1.0),
+        ]),
+    ),
+    (
+        "Devices and DRA claims by state",
+        "B",
+        Want::Series(&[("source=kubelet,state=live", 1.0), ("source=kubelet,state=stale", 1.0)]),
+    ),
+    (
+        "Memory, device and DRA findings",
+        "A",
+        Want::Series(&[
+            ("node=worker-7,rule=stale-device-assignment,severity=warning", 1.0),
+            ("node=worker-7,rule=stale-dra-claim,severity=warning", 1.0),
+            ("node=worker-7,rule=stale-memory-assignment,severity=warning", 1.0),
         ]),
     ),
     (
@@ -706,7 +742,7 @@ const WANT: &[(&str, &str, Want)] = &[
 /// data under a hostPath root no pod mounts. A rejected pod comes later (see the test).
 async fn scenario(api: &ApiServer) -> Agent {
     let store = api.store();
-    let node = spark_node(NODE, Layout::V1Cgroupfs, Runtime::Containerd);
+    let node = with_manager_files(spark_node(NODE, Layout::V1Cgroupfs, Runtime::Containerd));
     seed_api(&store, &node);
     let app = SparkApp::new(SparkVersion::V3_5, "etl", "lost-join");
     store.create(orphan(&app, 1, "orphan-uid-1"));
@@ -736,6 +772,46 @@ async fn scenario(api: &ApiServer) -> Agent {
     })
     .await;
     agent
+}
+
+/// The other managers' files of the scenario's node: the driver (live) holds 4 GiB on NUMA node
+/// 0, a GPU and a claim; the gone executor's entries still hold 8 GiB on NUMA node 1, a GPU and
+/// a claim.
+fn with_manager_files(node: Node) -> Node {
+    use nodemedic_tests::checkpoints::*;
+    let (live, gone) = (node.pods[0].uid.clone(), node.pods[2].uid.clone());
+    let claim = |uid: &str, pod: &str, gpu: &str| DraClaim {
+        uid: uid.into(),
+        namespace: "etl".into(),
+        name: format!("{uid}-gpu"),
+        pods: vec![pod.to_string()],
+        devices: vec![("gpu.nvidia.com".into(), NODE.into(), gpu.into())],
+    };
+    node.file(
+        "/var/lib/kubelet/memory_manager_state",
+        memory_manager_state(
+            2,
+            64 * GIB,
+            &[
+                MemoryEntry::new(&live, "spark-kubernetes-driver", 0, 4 * GIB),
+                MemoryEntry::new(&gone, "spark-kubernetes-executor", 1, 8 * GIB),
+            ],
+        ),
+    )
+    .file(
+        "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        device_checkpoint(
+            &[
+                DeviceEntry::new(&live, "spark-kubernetes-driver", "nvidia.com/gpu", &[("GPU-0", 0)]),
+                DeviceEntry::new(&gone, "spark-kubernetes-executor", "nvidia.com/gpu", &[("GPU-1", 1)]),
+            ],
+            &[("nvidia.com/gpu", &["GPU-0", "GPU-1", "GPU-2"])],
+        ),
+    )
+    .file(
+        "/var/lib/kubelet/dra_manager_state",
+        dra_manager_state(&[claim("claim-live", &live, "gpu-0"), claim("claim-gone", &gone, "gpu-1")]),
+    )
 }
 
 /// Polls `check` (blocking HTTP to Prometheus) until it holds or `timeout` passes.

@@ -1,6 +1,7 @@
 //! Property tests of every parser that reads untrusted input: the kubelet checkpoint, cpusets,
 //! cgroup directory names and `cgroup.procs`, procfs files, the kubelet configuration, pod
-//! lists, `spark.properties`, the Prometheus text format and the daemon configuration.
+//! lists, `spark.properties`, the Prometheus text format, the daemon configuration, and the
+//! other resource managers' checkpoints (memory, devices, DRA, the NVIDIA GPU driver's).
 //!
 //! Each parser gets "never panics" on arbitrary and on mutated realistic input, and the
 //! stronger property it has where one exists (a writer round trip, a canonical form). Case
@@ -693,5 +694,200 @@ proptest! {
         want.sort();
         want.dedup();
         prop_assert_eq!(stale, want);
+    }
+}
+
+// The other resource managers' checkpoints (memory, devices, DRA, the NVIDIA driver's): each
+// reader on mutated files as the kubelet writes them, and the rules on whatever they accept.
+
+/// Files of the four formats for pods `pod-0`..`pod-5`: `(memory, devices, dra, nvidia)`.
+fn manager_files(entries: &[(u8, u8, u8)]) -> [Vec<u8>; 4] {
+    use nodemedic_tests::checkpoints as cp;
+    let pod = |p: u8| format!("pod-{p}");
+    let memory: Vec<cp::MemoryEntry> = entries
+        .iter()
+        .map(|(p, numa, gib)| cp::MemoryEntry::new(&pod(*p), "app", i64::from(*numa % 2), u64::from(*gib) * cp::GIB))
+        .collect();
+    let devices: Vec<cp::DeviceEntry> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (p, numa, _))| {
+            cp::DeviceEntry::new(
+                &pod(*p),
+                "app",
+                "nvidia.com/gpu",
+                &[(&format!("GPU-{i}"), i64::from(*numa % 2))],
+            )
+        })
+        .collect();
+    let claims: Vec<cp::DraClaim> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _, _))| cp::DraClaim {
+            uid: format!("claim-{i}"),
+            namespace: "spark".into(),
+            name: format!("c{i}"),
+            pods: vec![pod(*p)],
+            devices: vec![("gpu.nvidia.com".into(), "node-a".into(), format!("gpu-{i}"))],
+        })
+        .collect();
+    let driver: Vec<cp::DriverClaim> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (p, numa, _))| cp::DriverClaim {
+            uid: format!("claim-{i}"),
+            namespace: "spark".into(),
+            name: format!("c{i}"),
+            state: if numa % 2 == 0 {
+                "PrepareCompleted"
+            } else {
+                "PrepareStarted"
+            }
+            .into(),
+            pods: vec![pod(*p)],
+            gpus: vec![format!("gpu-{i}")],
+            pool: "node-a".into(),
+        })
+        .collect();
+    [
+        cp::memory_manager_state(2, 64 * cp::GIB, &memory),
+        cp::device_checkpoint(&devices, &[]),
+        cp::dra_manager_state(&claims),
+        cp::nvidia_checkpoint(&driver),
+    ]
+}
+
+/// A node whose pod list has `alive` of `pod-0`..`pod-5` running, with the four files as given.
+fn manager_node(files: &[Vec<u8>; 4], alive: &[bool]) -> nodemedic_rules::NodeSnapshot {
+    use nodemedic_rules::managers::KubeletCheckpoint;
+    use nodemedic_rules::managers::devices::DeviceCheckpoint;
+    use nodemedic_rules::managers::dra::DraCheckpoint;
+    use nodemedic_rules::managers::drivers::{DriverFormat, parse};
+    use nodemedic_rules::managers::memory::MemoryCheckpoint;
+    use nodemedic_rules::snapshot::{DriverFile, ManagerFile, Observed, PodInfo, PodSource};
+    fn file<C: KubeletCheckpoint>(bytes: &[u8]) -> Observed<ManagerFile<C>> {
+        Observed::Ok(ManagerFile::new(
+            format!("/var/lib/kubelet/{}", C::FILE),
+            Some(3600.0),
+            C::parse(bytes),
+        ))
+    }
+    let mut snap = nodemedic_rules::NodeSnapshot::empty("node-a", 1_700_000_000);
+    snap.managers.memory = file::<MemoryCheckpoint>(&files[0]);
+    snap.managers.devices = file::<DeviceCheckpoint>(&files[1]);
+    snap.managers.dra = file::<DraCheckpoint>(&files[2]);
+    snap.managers.drivers.push(DriverFile {
+        format: DriverFormat::NvidiaGpu,
+        path: "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json".into(),
+        age_seconds: Some(3600.0),
+        claims: match parse(DriverFormat::NvidiaGpu, &files[3]) {
+            Ok(c) => Observed::Ok(c),
+            Err(e) => Observed::Error { reason: e.to_string() },
+        },
+    });
+    snap.pod_source = PodSource::File;
+    snap.pods = alive
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a)
+        .map(|(i, _)| PodInfo {
+            uid: format!("pod-{i}"),
+            namespace: "spark".into(),
+            name: format!("exec-{i}"),
+            node_name: Some("node-a".into()),
+            phase: "Running".into(),
+            containers: vec![nodemedic_rules::snapshot::ContainerInfo {
+                name: "app".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    snap
+}
+
+/// The pod UIDs of a rule's findings' `key` evidence.
+fn finding_uids(findings: &[nodemedic_rules::Finding], rule: &str, key: &str) -> Vec<String> {
+    let mut uids: Vec<String> = findings
+        .iter()
+        .filter(|f| f.rule == rule)
+        .flat_map(|f| match &f.evidence[key] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+            _ => vec![],
+        })
+        .collect();
+    uids.sort();
+    uids.dedup();
+    uids
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: scaled(400), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Signed files of random entries: every stale finding names exactly the entries of pods not
+    /// alive, in each file, and nothing else fires on them.
+    #[test]
+    fn manager_entries_are_stale_exactly_when_their_pod_is_gone(
+        entries in proptest::collection::vec((0u8..6, 0u8..4, 1u8..32), 0..10),
+        alive in proptest::collection::vec(any::<bool>(), 6),
+    ) {
+        let files = manager_files(&entries);
+        let snap = manager_node(&files, &alive);
+        let findings = nodemedic_rules::rules::evaluate(&snap, &nodemedic_rules::Settings::default());
+        let mut gone: Vec<String> = entries
+            .iter()
+            .map(|(p, _, _)| *p)
+            .filter(|p| !alive[*p as usize])
+            .map(|p| format!("pod-{p}"))
+            .collect();
+        gone.sort();
+        gone.dedup();
+        prop_assert_eq!(finding_uids(&findings, "stale-memory-assignment", "pod_uid"), gone.clone());
+        prop_assert_eq!(finding_uids(&findings, "stale-device-assignment", "pod_uid"), gone.clone());
+        prop_assert_eq!(finding_uids(&findings, "stale-dra-claim", "pod_uids"), gone);
+        prop_assert!(findings.iter().all(|f| f.rule != "checkpoint-unreadable"), "{findings:#?}");
+    }
+
+    /// The same files mutated: the readers never panic, and neither do the rules on what they
+    /// accept; a file that changed and still parses is either accepted or named unreadable.
+    #[test]
+    fn mutated_manager_files_never_panic(
+        entries in proptest::collection::vec((0u8..6, 0u8..4, 1u8..32), 1..5),
+        which in 0usize..4,
+        edits in proptest::collection::vec((0usize..2000, any::<u8>(), 0u8..3), 1..6),
+        cut in proptest::option::of(0usize..2000),
+    ) {
+        let mut files = manager_files(&entries);
+        let bytes = &mut files[which];
+        for (pos, byte, op) in edits {
+            let pos = pos % (bytes.len() + 1);
+            match op {
+                0 if pos < bytes.len() => bytes[pos] = byte,
+                1 => bytes.insert(pos, byte),
+                _ if pos < bytes.len() => { bytes.remove(pos); }
+                _ => {}
+            }
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut);
+        }
+        let snap = manager_node(&files, &[true, false, true, false, true, false]);
+        let findings = nodemedic_rules::rules::evaluate(&snap, &nodemedic_rules::Settings::default());
+        for f in &findings {
+            prop_assert!(!f.summary.is_empty() && !f.remedy.is_empty(), "{f:#?}");
+        }
+        // A kubelet file the kubelet would not take (unreadable, refused by its checksum, or a
+        // value it cannot use) is named by checkpoint-unreadable; one it takes is not.
+        let (accepted, path) = match which {
+            0 => (snap.managers.memory.ok().is_some_and(|f| f.accepted_state().is_some()), "memory_manager_state"),
+            1 => (snap.managers.devices.ok().is_some_and(|f| f.accepted_state().is_some()), "kubelet_internal_checkpoint"),
+            2 => (snap.managers.dra.ok().is_some_and(|f| f.accepted_state().is_some()), "dra_manager_state"),
+            _ => (true, "checkpoint.json"),
+        };
+        let named = findings
+            .iter()
+            .any(|f| f.rule == "checkpoint-unreadable" && f.evidence["path"].as_str().is_some_and(|p| p.ends_with(path)));
+        prop_assert_eq!(named, !accepted, "{}", String::from_utf8_lossy(&files[which]));
     }
 }

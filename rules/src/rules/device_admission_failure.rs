@@ -26,6 +26,21 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::text::{LISTED, device_state_remedy, dra_claim_remedy, human_bytes, memory_state_remedy};
 
+/// What to do when the device manager refuses devices that only stale entries hold: its memory
+/// kept them (the admission's own clean-up did not drop them), or leaks them where the file
+/// does not show it (kubernetes #130172); a restart rebuilds its allocations from the file, and
+/// the next admission drops the inactive pods' entries.
+fn device_refusal_remedy(node: &str, path: &str, resource: &str) -> String {
+    format!(
+        "the device manager drops the devices of inactive pods at each admission, so a refusal means its memory still \
+         holds them (its pod sources were not ready, or an allocation leaked them: kubernetes #130172, #137317): \
+         restart the kubelet (systemctl restart kubelet on {node}); it restores {path}, and the next admission of a pod \
+         asking for {resource} drops the entries of pods that are gone. The refused pods are never retried: delete them \
+         (kubectl nodemedic repair {node} failed-pods) so that their controllers create new ones. nodemedic does not \
+         edit this file"
+    )
+}
+
 pub const ID: &str = "device-admission-failure";
 
 /// The kubelet's Event reason for a claim it could not prepare.
@@ -87,12 +102,12 @@ fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Findi
             .collect();
         let holders: BTreeSet<&str> = holding.iter().map(|s| s.entry.pod_uid.as_str()).collect();
         let summary = format!(
-            "{} pod(s) were refused {resource} (Allocate failed: requested number of devices unavailable) while {} of \
-             them ({}) are held in {} for {} pod(s) that no longer run here: {}",
+            "{} pod(s) were refused {resource} (Allocate failed: requested number of devices unavailable) while stale \
+             entries of {} hold {} {resource} device(s) ({}) for {} pod(s) that no longer run here; refused: {}",
             pods.len(),
+            file.path,
             ids.len(),
             ids.iter().copied().collect::<Vec<_>>().join(", "),
-            file.path,
             holders.len(),
             pod_names(&pods)
         );
@@ -102,7 +117,7 @@ fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Findi
                 Severity::Critical,
                 Subject::node(&snap.node),
                 summary,
-                device_state_remedy(&snap.node, &file.path, resource),
+                device_refusal_remedy(&snap.node, &file.path, resource),
             )
             .with("kind", "devices")
             .with("resource", resource)
