@@ -347,6 +347,23 @@ pub fn driver_directory(client: Client, ttl: Duration, budget: u32) -> DriverDir
 /// The nodes' pod networks and when they were read.
 type KnownNetworks = (std::time::Instant, Vec<Cidr>);
 
+/// The versions of `resource.k8s.io` that serve ResourceClaims, newest first.
+const RESOURCE_API_VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
+
+/// Just an object's UID.
+#[derive(Debug, serde::Deserialize)]
+struct ObjectUid {
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+/// Whether a 404 is about the object `name` (the API server names it in the details and the
+/// message), not about a path it does not serve.
+fn names_object(status: &kube::core::Status, name: &str) -> bool {
+    status.details.as_ref().is_some_and(|d| d.name == name)
+        || status.message.ends_with(&format!("\"{name}\" not found"))
+}
+
 /// How long the nodes' pod networks are trusted: they are set when a node registers, so a new
 /// node's network is known within this long.
 const NETWORKS_TTL: Duration = Duration::from_secs(3600);
@@ -521,6 +538,33 @@ impl PodDirectory for ApiDirectory {
             Ok(list) => Ok(list.items.iter().map(pod_event).collect()),
             Err(e) => Err(LookupError::Failed(Error::request("LIST", resource, &e).to_string())),
         }
+    }
+    /// One GET of the ResourceClaim per served version of `resource.k8s.io`, newest first (v1
+    /// from 1.34, v1beta2 in 1.33, v1beta1 in 1.32): a 404 for the version itself (the API
+    /// server's "could not find the requested resource") tries the next one, a 404 for the
+    /// object is `None`.
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<String>, LookupError> {
+        let resource = format!("resourceclaim {namespace}/{name}");
+        let mut last = String::new();
+        for version in RESOURCE_API_VERSIONS {
+            let uri = format!(
+                "/apis/resource.k8s.io/{version}/namespaces/{}/resourceclaims/{}?resourceVersion=0",
+                percent_encode(namespace),
+                percent_encode(name)
+            );
+            let request = http::Request::get(&uri)
+                .body(Vec::new())
+                .map_err(|e| LookupError::Failed(format!("GET {resource}: {e}")))?;
+            match self.client.request::<ObjectUid>(request).await {
+                Ok(claim) => return Ok(claim.metadata.uid),
+                Err(kube::Error::Api(s)) if s.code == 404 && names_object(&s, name) => return Ok(None),
+                Err(kube::Error::Api(s)) if s.code == 404 => last = format!("resource.k8s.io/{version} not served"),
+                Err(e) => return Err(LookupError::Failed(Error::request("GET", &resource, &e).to_string())),
+            }
+        }
+        Err(LookupError::Failed(format!(
+            "GET {resource}: the API server serves no resource.k8s.io version nodemedic reads ({last})"
+        )))
     }
     /// One GET of the node, from the API server's cache; `None` on 404.
     async fn node(&self, name: &str) -> Result<Option<nodemedic_rules::snapshot::NodeStatus>, LookupError> {

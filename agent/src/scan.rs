@@ -224,22 +224,29 @@ pub async fn snapshot<D: PodDirectory>(
     }
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     let (local, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
-    let claims = snapshot.managers.holds_prepared_claims();
+    // ResourceClaims are asked for only where there is an API server to ask.
+    let claims = (
+        snapshot.managers.holds_prepared_claims(),
+        match &pods {
+            Pods::Api { .. } => nodemedic_rules::facts::claims_to_ask(&snapshot, &nodemedic_rules::Settings::default()),
+            _ => vec![],
+        },
+    );
     let lookups = async {
         match (&pods, snapshot.pod_source == PodSource::Cgroups) {
             (_, true) => None,
             (Pods::File(_), _) => {
                 let dir = ListDirectory::new(collected.cluster_pods);
-                Some(lookup_drivers(&dir, local, node, now, claims).await)
+                Some(lookup_drivers(&dir, local, node, now, &claims).await)
             }
             (Pods::Api { api: conn, .. }, _) => {
                 // One scan's memory: executors of one application share one lookup, and the
                 // first failure stops the rest.
                 let dir = kube_api::driver_directory(conn.client.clone(), ONE_SHOT_MEMORY, u32::MAX);
-                Some(lookup_drivers(&dir, local, node, now, claims).await)
+                Some(lookup_drivers(&dir, local, node, now, &claims).await)
             }
             (Pods::Given { .. }, _) => match directory {
-                Some(dir) => Some(lookup_drivers(dir, local, node, now, claims).await),
+                Some(dir) => Some(lookup_drivers(dir, local, node, now, &claims).await),
                 None => None,
             },
             (Pods::Cgroups, _) => None,
@@ -251,6 +258,7 @@ pub async fn snapshot<D: PodDirectory>(
             snapshot.app_drivers = app_drivers;
             snapshot.pod_events = partition.pod_events;
             snapshot.nodes = partition.nodes;
+            snapshot.resource_claims = partition.resource_claims;
             let failed = partition.events_failed.iter().chain(&partition.nodes_failed);
             if let Some((_, why)) = failed.into_iter().next() {
                 snapshot.notes.push(format!(
@@ -349,14 +357,14 @@ async fn lookup_drivers<D: PodDirectory>(
     pods: &[PodInfo],
     node: &str,
     now: i64,
-    claims: bool,
+    claims: &(bool, Vec<String>),
 ) -> (
     std::collections::BTreeMap<String, DriverLookup>,
     std::collections::BTreeMap<String, Vec<PodInfo>>,
     PartitionInputs,
 ) {
     let (drivers, app_drivers) = spark::resolve_all(dir, pods).await;
-    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims).await;
+    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims.0, &claims.1).await;
     (drivers, app_drivers, partition)
 }
 

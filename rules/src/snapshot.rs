@@ -690,9 +690,24 @@ pub struct NodeSnapshot {
     /// Warning Events of the driver pods on this node that wait to start (`Pending`), by pod
     /// UID; for `driver-blocked-by-partition`.
     pub pod_events: BTreeMap<String, Vec<PodEvent>>,
+    /// The ResourceClaims of the prepared claims whose pods are gone, by `namespace/name`, as
+    /// the API server shows them (none offline); for `stale-dra-claim`.
+    pub resource_claims: BTreeMap<String, ClaimObject>,
     /// The other nodes that drivers of this node's applications run on, by name, as the API
     /// server shows them; for `driver-blocked-by-partition`.
     pub nodes: BTreeMap<String, NodeStatus>,
+}
+
+/// A ResourceClaim object as the API server answered for a claim a checkpoint names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ClaimObject {
+    /// It exists, with this UID (another UID than the checkpoint's: recreated under the name).
+    Exists { uid: String },
+    /// No ResourceClaim of that name.
+    Gone,
+    /// It could not be asked (why).
+    Unknown { reason: String },
 }
 
 /// A core `v1` Event about a pod, as much as the rules read.
@@ -753,6 +768,7 @@ impl NodeSnapshot {
             },
             spark_confs: BTreeMap::new(),
             pod_events: BTreeMap::new(),
+            resource_claims: BTreeMap::new(),
             nodes: BTreeMap::new(),
         }
     }

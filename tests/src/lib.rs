@@ -134,8 +134,11 @@ pub fn normalize_report(json: &str) -> serde_json::Value {
     v["generated_at"] = "<generated_at>".into();
     if let Some(findings) = v["findings"].as_array_mut() {
         for f in findings {
-            if let Some(age) = f["evidence"].get_mut("checkpoint_age_seconds") {
-                *age = "<age>".into();
+            // Ages against the wall clock (a fixture's times are fixed).
+            for key in ["checkpoint_age_seconds", "newest_age_seconds"] {
+                if let Some(age) = f["evidence"].get_mut(key) {
+                    *age = "<age>".into();
+                }
             }
             for (key, placeholder) in [("checkpoint_modified", "<mtime>"), ("kubelet_started", "<started>")] {
                 if let Some(v) = f["evidence"].get_mut(key) {

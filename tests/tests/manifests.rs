@@ -247,6 +247,8 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
         ),
         // The namespaceSelectors of those webhooks, for the probe's and the Spark pods' namespaces.
         grant("", "namespaces", "get"),
+        // stale-dra-claim: whether a stale prepared claim's ResourceClaim still exists.
+        grant("resource.k8s.io", "resourceclaims", "get"),
     ]
     .into()
 }

@@ -359,6 +359,13 @@ async fn the_daemon_exports_the_managers_gauges_and_follows_a_rewritten_file() {
     for pod in host.pods_json()["items"].as_array().unwrap() {
         store.create(pod.clone());
     }
+    // exec-3's claim object is still there (a claim made by hand, not from a template); the
+    // forgotten claim's is gone. The double serves resource.k8s.io/v1beta2, as a 1.33 server
+    // does: the agent's GET of v1 finds no such path and falls back.
+    store.create(json!({
+        "apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim",
+        "metadata": {"name": "exec-3-gpu", "namespace": "spark", "uid": "c-gone"},
+    }));
     // Full host scans only every 10 minutes: a rewritten file is seen through inotify.
     let agent = Agent::start(
         &api,
@@ -426,10 +433,37 @@ async fn the_daemon_exports_the_managers_gauges_and_follows_a_rewritten_file() {
         None
     );
     // A claim's Event is about the node (the claim itself may be gone).
-    wait_for("the StaleDRAClaim Event", Duration::from_secs(20), &agent, || {
+    wait_for("the StaleDRAClaim Events", Duration::from_secs(20), &agent, || {
         store.list("events.events.k8s.io").iter().any(|e| {
             e["reason"] == "StaleDRAClaim" && e["regarding"]["kind"] == "Node" && e["regarding"]["name"] == NODE
         })
     })
     .await;
+    // The stale claims' ResourceClaims were asked for: resource.k8s.io/v1 first, which this
+    // 1.33 server does not serve, then v1beta2, where exec-3's exists and old-gpu's does not.
+    let asked = |version: &str, name: &str| -> Vec<u16> {
+        let path = format!("/apis/resource.k8s.io/{version}/namespaces/spark/resourceclaims/{name}");
+        api.requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .map(|r| r.status)
+            .collect()
+    };
+    wait_for("the ResourceClaim lookups", Duration::from_secs(20), &agent, || {
+        !asked("v1beta2", "exec-3-gpu").is_empty() && !asked("v1beta2", "old-gpu").is_empty()
+    })
+    .await;
+    assert!(
+        asked("v1", "exec-3-gpu").iter().all(|s| *s == 404),
+        "{:?}",
+        asked("v1", "exec-3-gpu")
+    );
+    assert!(asked("v1beta2", "exec-3-gpu").iter().all(|s| *s == 200));
+    assert!(asked("v1beta2", "old-gpu").iter().all(|s| *s == 404));
+    // Remembered like node status: not asked again at every judgement.
+    assert!(
+        asked("v1beta2", "old-gpu").len() <= 2,
+        "{:?}",
+        asked("v1beta2", "old-gpu")
+    );
 }

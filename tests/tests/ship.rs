@@ -16,8 +16,35 @@ fn repo(rel: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
+/// A pod gone with its CPU, memory, device and DRA entries left, so that every family of the
+/// resource managers has series.
 fn stale_host() -> Node {
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(Pod::new("gone-job", 2).exclusive("2,6").gone())
+    use nodemedic_tests::checkpoints::*;
+    let gone = Pod::new("gone-job", 2).exclusive("2,6").gone();
+    let uid = gone.uid.clone();
+    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+        .pod(gone)
+        .file(
+            "/var/lib/kubelet/memory_manager_state",
+            memory_manager_state(1, 16 * GIB, &[MemoryEntry::new(&uid, "app", 0, GIB)]),
+        )
+        .file(
+            "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+            device_checkpoint(
+                &[DeviceEntry::new(&uid, "app", "example.com/nic", &[("nic-0", 0)])],
+                &[("example.com/nic", &["nic-0", "nic-1"])],
+            ),
+        )
+        .file(
+            "/var/lib/kubelet/dra_manager_state",
+            dra_manager_state(&[DraClaim {
+                uid: "claim-1".into(),
+                namespace: "default".into(),
+                name: "gone-job-nic".into(),
+                pods: vec![uid.clone()],
+                devices: vec![("nic.example.com".into(), NODE.into(), "nic-2".into())],
+            }]),
+        )
 }
 
 async fn started(api: &ApiServer, extra: &[&str]) -> Agent {

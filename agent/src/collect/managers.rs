@@ -18,6 +18,9 @@ use nodemedic_rules::snapshot::{DriverFile, ManagerFile, ManagerFiles, Observed}
 use super::checkpoint::{FileRead, read_file};
 use crate::host::HostPaths;
 
+/// The kubelet directory the device manager's checkpoint is always under.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
 /// A DRA driver checkpoint to read: its format and host path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverCheckpoint {
@@ -103,9 +106,12 @@ pub fn read_managers(
     drivers: &[DriverCheckpoint],
     now: SystemTime,
 ) -> ManagerFiles {
+    // The device manager's directory is fixed (`pluginapi.DevicePluginPath`), whatever the
+    // kubelet's --root-dir.
+    let devices_dir = host.host(DEFAULT_KUBELET_DIR);
     ManagerFiles {
         memory: read_manager_file(host, kubelet_dir, now),
-        devices: read_manager_file(host, kubelet_dir, now),
+        devices: read_manager_file(host, &devices_dir, now),
         dra: read_manager_file(host, kubelet_dir, now),
         drivers: drivers.iter().map(|d| read_driver_file(host, d, now)).collect(),
     }

@@ -446,6 +446,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
             },
             spark_confs,
             pod_events: Default::default(),
+            resource_claims: Default::default(),
             nodes: Default::default(),
         },
         records,

@@ -51,6 +51,9 @@ pub struct ScanOutcome {
     pub findings: Vec<Finding>,
     /// The configuration the scan ran with (a reload reaches the API work this way).
     pub effective: Effective,
+    /// Whether the node holds prepared DRA claims, and the ResourceClaims to look up
+    /// (`stale-dra-claim`), judged on the whole snapshot before it was slimmed.
+    pub claims: (bool, Vec<String>),
 }
 
 /// The drivers the last pass resolved, for the next scans.
@@ -68,6 +71,9 @@ pub struct DriverView {
     /// [`spark::partition`]). A read that failed keeps the last answer.
     pub pod_events: BTreeMap<String, Vec<PodEvent>>,
     pub nodes: BTreeMap<String, NodeStatus>,
+    /// The ResourceClaims of the claims stale on this node (`stale-dra-claim`), by
+    /// `namespace/name`; a read that failed keeps the last answer.
+    pub resource_claims: BTreeMap<String, nodemedic_rules::snapshot::ClaimObject>,
 }
 
 /// Driver lookups of one pass take at most this long together.
@@ -174,7 +180,7 @@ impl ApiWork {
         let snapshot = &outcome.snapshot;
         let mut available = true;
         if snapshot.pod_source == PodSource::Api {
-            available &= self.resolve(snapshot).await;
+            available &= self.resolve(snapshot, &outcome.claims).await;
         }
         if !available {
             return false;
@@ -248,7 +254,7 @@ impl ApiWork {
 
     /// Resolves the drivers of the snapshot's executors and publishes them; false when a
     /// lookup failed (the last good answers are kept, marked stale).
-    async fn resolve(&mut self, snapshot: &NodeSnapshot) -> bool {
+    async fn resolve(&mut self, snapshot: &NodeSnapshot, claims: &(bool, Vec<String>)) -> bool {
         // A new pass: the first failure of this pass stops the rest (see `Breaker`).
         self.directory.inner.reset();
         let resolved = tokio::time::timeout(LOOKUPS_DEADLINE, async {
@@ -282,13 +288,16 @@ impl ApiWork {
                 .iter()
                 .any(|p| nodemedic_rules::spark::app_drivers_key(p).as_deref() == Some(app.as_str()))
         });
-        let (pod_events, nodes) = self.read_partition_inputs(snapshot, &app_drivers, &previous).await;
+        let (pod_events, nodes, resource_claims) = self
+            .read_partition_inputs(snapshot, &app_drivers, &previous, claims)
+            .await;
         let view = DriverView {
             drivers,
             app_drivers,
             stale,
             pod_events,
             nodes,
+            resource_claims,
         };
         if view != previous {
             if let Ok(mut slot) = self.view.lock() {
@@ -309,10 +318,16 @@ impl ApiWork {
         snapshot: &NodeSnapshot,
         app_drivers: &BTreeMap<String, Vec<PodInfo>>,
         previous: &DriverView,
-    ) -> (BTreeMap<String, Vec<PodEvent>>, BTreeMap<String, NodeStatus>) {
+        claims: &(bool, Vec<String>),
+    ) -> (
+        BTreeMap<String, Vec<PodEvent>>,
+        BTreeMap<String, NodeStatus>,
+        BTreeMap<String, nodemedic_rules::snapshot::ClaimObject>,
+    ) {
         let last = spark::PartitionInputs {
             pod_events: previous.pod_events.clone(),
             nodes: previous.nodes.clone(),
+            resource_claims: previous.resource_claims.clone(),
             ..Default::default()
         };
         let read = spark::partition_inputs(
@@ -321,7 +336,8 @@ impl ApiWork {
             app_drivers,
             &snapshot.node,
             snapshot.taken_at,
-            snapshot.managers.holds_prepared_claims(),
+            claims.0,
+            &claims.1,
         );
         let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
             Ok(inputs) => inputs,
@@ -345,7 +361,7 @@ impl ApiWork {
         inputs
             .pod_events
             .retain(|uid, _| snapshot.pods.iter().any(|p| &p.uid == uid));
-        (inputs.pod_events, inputs.nodes)
+        (inputs.pod_events, inputs.nodes, inputs.resource_claims)
     }
 }
 

@@ -672,6 +672,7 @@ impl Daemon {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 snapshot.nodes = view.nodes.clone();
+                snapshot.resource_claims = view.resource_claims.clone();
             }
         }
         let snapshot = scanned.snapshot;
@@ -727,6 +728,10 @@ impl Daemon {
         // The API work needs the pods (driver lookups) and the findings; only automatic repair
         // judges the whole snapshot again. The slim form keeps the host's cgroup tree and
         // processes from living on in the channel between scans.
+        let claims = (
+            snapshot.managers.holds_prepared_claims(),
+            nodemedic_rules::facts::claims_to_ask(&snapshot, &self.cfg.effective.settings),
+        );
         let snapshot = if self.cfg.effective.repair.any() {
             snapshot
         } else {
@@ -739,6 +744,7 @@ impl Daemon {
             snapshot,
             findings,
             effective: self.cfg.effective.clone(),
+            claims,
         })));
     }
 }

@@ -450,21 +450,28 @@ impl Metrics {
         }
         self.devices_checkpointed.reset();
         if let Some(state) = snap.managers.devices.ok().and_then(|f| f.accepted_state()) {
-            let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
-            for (resource, ids) in &state.registered {
-                *counts.entry((resource.as_str(), "registered")).or_default() += ids.len();
+            // Distinct device IDs: a device on two NUMA nodes is listed under each.
+            let mut ids: std::collections::BTreeMap<(&str, &str), BTreeSet<&str>> = Default::default();
+            for (resource, registered) in &state.registered {
+                ids.entry((resource.as_str(), "registered"))
+                    .or_default()
+                    .extend(registered.iter().map(String::as_str));
             }
             for e in &state.entries {
-                *counts.entry((e.resource.as_str(), "allocated")).or_default() += e.devices.len();
+                ids.entry((e.resource.as_str(), "allocated"))
+                    .or_default()
+                    .extend(e.devices.iter().map(|d| d.id.as_str()));
             }
             let stale = facts::stale_devices(snap, settings);
-            for (resource, ids) in facts::stale_device_ids(&stale) {
-                *counts.entry((resource, "stale")).or_default() += ids.len();
+            for (resource, devices) in facts::stale_device_ids(&stale) {
+                ids.entry((resource, "stale"))
+                    .or_default()
+                    .extend(devices.iter().map(|d| d.id.as_str()));
             }
-            for ((resource, state), n) in counts {
+            for ((resource, state), set) in ids {
                 self.devices_checkpointed
                     .with_label_values(&[resource, state])
-                    .set(n as i64);
+                    .set(set.len() as i64);
             }
         }
         self.dra_prepared_claims.reset();

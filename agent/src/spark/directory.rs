@@ -105,6 +105,8 @@ struct CacheState {
     events: Slot<Arc<Vec<PodEvent>>>,
     /// Nodes by name.
     nodes: Slot<Option<NodeStatus>>,
+    /// ResourceClaim UIDs by `namespace/name`.
+    claims: Slot<Option<String>>,
     window_start: Option<Instant>,
     used: u32,
     lookups_total: u64,
@@ -131,6 +133,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
             st.entries.clear();
             st.events.clear();
             st.nodes.clear();
+            st.claims.clear();
         }
     }
 
@@ -287,6 +290,16 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
         self.through_slot(|s| &mut s.nodes, ttl, name.to_string(), || self.inner.node(name))
             .await
     }
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<String>, LookupError> {
+        let ttl = self.ttl.min(STATUS_TTL);
+        self.through_slot(
+            |s| &mut s.claims,
+            ttl,
+            format!("{namespace}/{name}"),
+            || self.inner.resource_claim(namespace, name),
+        )
+        .await
+    }
 }
 
 /// A [`PodDirectory`] that stops asking after the first failure: once a lookup failed (the API
@@ -356,6 +369,9 @@ impl<D: PodDirectory> PodDirectory for Breaker<D> {
     async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
         self.guarded(self.inner.node(name)).await
     }
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<String>, LookupError> {
+        self.guarded(self.inner.resource_claim(namespace, name)).await
+    }
 }
 
 /// The label selector of every driver of a namespace.
@@ -420,5 +436,8 @@ impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
     }
     async fn node(&self, name: &str) -> Result<Option<NodeStatus>, LookupError> {
         self.inner.node(name).await
+    }
+    async fn resource_claim(&self, namespace: &str, name: &str) -> Result<Option<String>, LookupError> {
+        self.inner.resource_claim(namespace, name).await
     }
 }

@@ -73,6 +73,16 @@ pub trait PodDirectory {
     /// The node `name` as the API server shows it; `None` when it does not exist or there are no
     /// nodes to read (a pods file).
     fn node(&self, name: &str) -> impl Future<Output = Result<Option<NodeStatus>, LookupError>>;
+    /// The UID of the ResourceClaim `namespace/name`; `None` when it does not exist. Where no
+    /// claims can be read (a pods file), an error that says so.
+    fn resource_claim(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<String>, LookupError>> {
+        let _ = (namespace, name);
+        async {
+            Err(LookupError::Failed(
+                "no ResourceClaims to read without the API server".into(),
+            ))
+        }
+    }
 }
 
 /// The host of a `spark://CoarseGrainedScheduler@host:port` URL.

@@ -17,13 +17,17 @@
 //! the node holds prepared claims (the kubelet's `dra_manager_state` or a driver's checkpoint):
 //! the kubelet reports a device a stale claim still holds there (`FailedPrepareDynamicResources`).
 //!
+//! So does `stale-dra-claim`: one GET each of the ResourceClaims of the claims stale on this
+//! node (and of the drivers' claims with no pod recorded), at most
+//! [`nodemedic_rules::facts::CLAIMS_ASKED`], remembered like node status.
+//!
 //! A quiet cluster costs nothing; a driver stuck pulling its image costs nothing; a partition
 //! costs one GET per cut-off node and one LIST per blocked driver per cache period. What could not
 //! be read is said per pod and per node, so that the daemon keeps the last answer for it.
 
 use std::collections::BTreeMap;
 
-use nodemedic_rules::snapshot::{NodeStatus, PodEvent, PodInfo};
+use nodemedic_rules::snapshot::{ClaimObject, NodeStatus, PodEvent, PodInfo};
 use nodemedic_rules::spark;
 
 use super::{LookupError, PodDirectory};
@@ -48,6 +52,9 @@ pub struct PartitionInputs {
     pub events_failed: BTreeMap<String, String>,
     /// Nodes that could not be read, by name: why.
     pub nodes_failed: BTreeMap<String, String>,
+    /// The ResourceClaims asked for (`stale-dra-claim`), by `namespace/name`; one that could not
+    /// be read is `Unknown`.
+    pub resource_claims: BTreeMap<String, ClaimObject>,
 }
 
 /// The drivers on `node` among `pods` that have waited to start for [`PENDING_FOR`] seconds at
@@ -112,8 +119,20 @@ pub async fn partition_inputs<D: PodDirectory>(
     node: &str,
     now: i64,
     claims_prepared: bool,
+    claims: &[String],
 ) -> PartitionInputs {
     let mut out = PartitionInputs::default();
+    for key in claims {
+        let Some((namespace, name)) = key.split_once('/') else {
+            continue;
+        };
+        let object = match dir.resource_claim(namespace, name).await {
+            Ok(Some(uid)) => ClaimObject::Exists { uid },
+            Ok(None) => ClaimObject::Gone,
+            Err(e) => ClaimObject::Unknown { reason: e.to_string() },
+        };
+        out.resource_claims.insert(key.clone(), object);
+    }
     if claims_prepared {
         for pod in waiting_for_claims(pods, node, now) {
             match dir.pod_events(&pod.namespace, &pod.uid).await {
@@ -181,6 +200,13 @@ impl PartitionInputs {
         for name in self.nodes_failed.keys() {
             if let Some(status) = previous.nodes.get(name) {
                 self.nodes.insert(name.clone(), status.clone());
+            }
+        }
+        for (key, object) in self.resource_claims.iter_mut() {
+            if let (ClaimObject::Unknown { .. }, Some(known)) = (&*object, previous.resource_claims.get(key)) {
+                if !matches!(known, ClaimObject::Unknown { .. }) {
+                    *object = known.clone();
+                }
             }
         }
     }
@@ -289,7 +315,15 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         cluster.events.insert("new".into(), vec![PodEvent::default()]);
-        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
+        let got = block_on(partition_inputs(
+            &cluster,
+            &pods,
+            &app_drivers,
+            "node-a",
+            NOW,
+            false,
+            &[],
+        ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2", "events new"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["new"]);
         assert_eq!(got.nodes["worker-2"].ready.as_deref(), Some("Unknown"));
@@ -298,7 +332,15 @@ mod tests {
         // The other node is Ready: no Events are read.
         cluster.nodes.insert("worker-2".into(), status("worker-2", "True"));
         cluster.asked.lock().unwrap().clear();
-        let got = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
+        let got = block_on(partition_inputs(
+            &cluster,
+            &pods,
+            &app_drivers,
+            "node-a",
+            NOW,
+            false,
+            &[],
+        ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2"]);
         assert!(got.pod_events.is_empty());
     }
@@ -321,11 +363,27 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         let pods = [new];
-        let good = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
+        let good = block_on(partition_inputs(
+            &cluster,
+            &pods,
+            &app_drivers,
+            "node-a",
+            NOW,
+            false,
+            &[],
+        ));
         assert!(good.nodes.contains_key("worker-2") && good.pod_events.contains_key("new"));
 
         cluster.failing_nodes.push("worker-2".into());
-        let mut failed = block_on(partition_inputs(&cluster, &pods, &app_drivers, "node-a", NOW, false));
+        let mut failed = block_on(partition_inputs(
+            &cluster,
+            &pods,
+            &app_drivers,
+            "node-a",
+            NOW,
+            false,
+            &[],
+        ));
         assert!(failed.failed());
         assert!(failed.nodes_failed["worker-2"].contains("HTTP 503"));
         // Unknown is suspect: the Events are still read.

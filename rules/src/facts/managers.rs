@@ -21,7 +21,7 @@ use crate::managers::devices::{Device, DeviceEntry};
 use crate::managers::drivers::DriverFormat;
 use crate::managers::memory::{MemoryAssignment, MemoryBlock};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, Observed, PodInfo};
+use crate::snapshot::{ClaimObject, NodeSnapshot, Observed, PodInfo};
 
 /// An entry held for a pod that is not alive here.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,6 +215,35 @@ pub struct StaleClaim<'a> {
     pub devices: Vec<String>,
     /// Why it is stale, for people.
     pub reason: String,
+    /// Its ResourceClaim as the API server shows it, when asked.
+    pub object: Option<ClaimObject>,
+}
+
+impl StaleClaim<'_> {
+    /// What the API server said of its ResourceClaim, for people (`None` when not asked).
+    pub fn object_said(&self) -> Option<String> {
+        let name = self.claim.as_deref()?;
+        Some(match self.object.as_ref()? {
+            ClaimObject::Gone => format!("its ResourceClaim {name} is gone too"),
+            ClaimObject::Exists { uid } if *uid == self.claim_uid => {
+                format!("its ResourceClaim {name} still exists")
+            }
+            ClaimObject::Exists { uid } => {
+                format!("ResourceClaim {name} is another object now (UID {uid}): recreated under the same name")
+            }
+            ClaimObject::Unknown { reason } => format!("its ResourceClaim {name} could not be read: {reason}"),
+        })
+    }
+
+    /// Whether the claim's own ResourceClaim object still exists (not a new one of its name).
+    pub fn object_exists(&self) -> bool {
+        matches!(&self.object, Some(ClaimObject::Exists { uid }) if *uid == self.claim_uid)
+    }
+}
+
+/// The API server's answer for the ResourceClaim `namespace/name`, when asked.
+fn claim_object(snap: &NodeSnapshot, claim: Option<&str>) -> Option<ClaimObject> {
+    snap.resource_claims.get(claim?).cloned()
 }
 
 /// Judges a claim by its pods: stale when none is alive and each is known to be gone.
@@ -250,10 +279,12 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
     if let Some((state, age)) = kubelet_claims {
         for c in &state.claims {
             if let Some(reason) = claim_verdict(snap, settings, age, &c.pod_uids) {
+                let claim = (!c.claim_name.is_empty()).then(|| format!("{}/{}", c.namespace, c.claim_name));
                 out.push(StaleClaim {
                     source: ClaimSource::Kubelet,
                     claim_uid: c.claim_uid.clone(),
-                    claim: (!c.claim_name.is_empty()).then(|| format!("{}/{}", c.namespace, c.claim_name)),
+                    object: claim_object(snap, claim.as_deref()),
+                    claim,
                     state: None,
                     pod_uids: c.pod_uids.clone(),
                     devices: c
@@ -270,7 +301,27 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
     for file in &snap.managers.drivers {
         let Observed::Ok(claims) = &file.claims else { continue };
         for c in claims {
-            let reason = if c.pod_uids.is_empty() {
+            let claim = match (&c.namespace, &c.claim_name) {
+                (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
+                _ => None,
+            };
+            let object = claim_object(snap, claim.as_deref());
+            let object_gone = match &object {
+                Some(ClaimObject::Gone) => true,
+                Some(ClaimObject::Exists { uid }) => *uid != c.claim_uid,
+                _ => false,
+            };
+            // A claim the kubelet holds is the kubelet's to judge (its pods are in its file).
+            let held_by_kubelet =
+                kubelet_claims.is_some_and(|(s, _)| s.claims.iter().any(|k| k.claim_uid == c.claim_uid));
+            let reason = if c.pod_uids.is_empty() && held_by_kubelet {
+                None
+            } else if c.pod_uids.is_empty() && object_gone && file.age_seconds.is_some_and(|a| a >= grace) {
+                Some(format!(
+                    "no pod is recorded for it and its ResourceClaim {} is gone",
+                    claim.as_deref().unwrap_or_default()
+                ))
+            } else if c.pod_uids.is_empty() {
                 match kubelet_claims {
                     Some((state, age))
                         if age.is_some_and(|a| a >= grace)
@@ -292,10 +343,8 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
                 out.push(StaleClaim {
                     source: ClaimSource::Driver(file.format, &file.path),
                     claim_uid: c.claim_uid.clone(),
-                    claim: match (&c.namespace, &c.claim_name) {
-                        (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
-                        _ => None,
-                    },
+                    claim: claim.clone(),
+                    object: object.clone(),
                     state: (!c.state.is_empty()).then(|| c.state.clone()),
                     pod_uids: c.pod_uids.clone(),
                     devices: c.devices.clone(),
@@ -305,6 +354,32 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
         }
     }
     out
+}
+
+/// The most ResourceClaims [`claims_to_ask`] names per pass.
+pub const CLAIMS_ASKED: usize = 20;
+
+/// The ResourceClaims (`namespace/name`) whose objects `stale-dra-claim` reads: those of the
+/// stale claims, and of the drivers' claims with no pod recorded (gone objects make them
+/// stale); at most [`CLAIMS_ASKED`], sorted.
+pub fn claims_to_ask(snap: &NodeSnapshot, settings: &Settings) -> Vec<String> {
+    let mut names: Vec<String> = stale_claims(snap, settings)
+        .into_iter()
+        .filter_map(|c| c.claim)
+        .collect();
+    for file in &snap.managers.drivers {
+        let Observed::Ok(claims) = &file.claims else { continue };
+        names.extend(
+            claims
+                .iter()
+                .filter(|c| c.pod_uids.is_empty())
+                .filter_map(|c| Some(format!("{}/{}", c.namespace.as_deref()?, c.claim_name.as_deref()?))),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names.truncate(CLAIMS_ASKED);
+    names
 }
 
 /// Memory held by stale entries, by (NUMA nodes of the block, resource): bytes.

@@ -54,14 +54,26 @@ fn consequence<C: KubeletCheckpoint>() -> (Severity, &'static str) {
 fn manager<C: KubeletCheckpoint>(snap: &NodeSnapshot, file: &Observed<ManagerFile<C>>) -> Option<Finding> {
     let Observed::Ok(file) = file else { return None };
     let (severity, outcome) = consequence::<C>();
-    let remedy = format!(
-        "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: systemctl stop kubelet && \
-         mv {path} {path}.bak && systemctl start kubelet (the {manager} starts from an empty state); then kubectl \
-         uncordon {node}. nodemedic does not edit this file",
-        node = snap.node,
-        path = file.path,
-        manager = C::MANAGER,
-    );
+    let remedy = if C::FILE == DeviceCheckpoint::FILE {
+        format!(
+            "the running kubelet works from memory and overwrites {path} at its next device allocation, which repairs \
+             it; until then do not restart the kubelet while pods use devices (it would start with no record of them \
+             and could hand them out again): if it must restart, drain the pods that use devices from {node} first. \
+             Do not delete the file: with no device checkpoint the kubelet takes the node for a new one and resets \
+             its extended resources. nodemedic does not edit this file",
+            node = snap.node,
+            path = file.path,
+        )
+    } else {
+        format!(
+            "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: systemctl stop \
+             kubelet && mv {path} {path}.bak && systemctl start kubelet (the {manager} starts from an empty state); \
+             then kubectl uncordon {node}. nodemedic does not edit this file",
+            node = snap.node,
+            path = file.path,
+            manager = C::MANAGER,
+        )
+    };
     let finding = |summary: String, error: String| {
         Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.clone())
             .with("path", file.path.as_str())
@@ -265,6 +277,7 @@ mod tests {
         assert!(f[1].summary.contains("not an object"), "{}", f[1].summary);
         assert!(f[1].summary.contains("devices in use can be allocated to new pods"));
         assert!(f[2].summary.contains("file is empty"));
+        assert!(f[1].remedy.contains("Do not delete the file"), "{}", f[1].remedy);
         assert!(
             f[0].remedy
                 .contains("mv /var/lib/kubelet/memory_manager_state /var/lib/kubelet/memory_manager_state.bak")

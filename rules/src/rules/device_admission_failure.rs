@@ -14,7 +14,10 @@
 //!
 //! A refusal with nothing stale behind it is `admission-rejection`'s (a node that is simply
 //! full). Pods count while younger than `rejection_window_seconds`, as for `admission-rejection`;
-//! Events are read for the Spark pods on this node that wait to start.
+//! Events are read for the pods with ResourceClaims on this node that wait to start, while the
+//! node holds prepared claims. A `TopologyAffinityError` is tied to the stale entries of the
+//! node, not to the NUMA nodes the refused pod asked for (the pod's hints are not in its
+//! status): the finding names what is held so that a person can tell.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -238,14 +241,14 @@ fn dra_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>
         let path = holder.source.path(snap);
         let summary = format!(
             "Pod {} cannot start: the DRA driver refuses to prepare {} because it is still prepared for claim {} \
-             ({}times), a claim whose pods are gone ({} in {path})",
+             ({}), a claim whose pods are gone ({} in {path})",
             pod.display(),
             device.map_or_else(|| "its device".to_string(), |d| format!("device {d}")),
             claim_uid,
-            if event.count > 1 {
-                format!("{} ", event.count)
+            if event.count == 1 {
+                "once".to_string()
             } else {
-                "1 ".to_string()
+                format!("{} times", event.count)
             },
             holder.reason,
         );

@@ -110,10 +110,10 @@ pub const ALL: &[RuleInfo] = &[
     },
     RuleInfo {
         id: kubelet_state_divergence::ID,
-        title: "The kubelet's CPU assignments in memory differ from its checkpoint file",
+        title: "The kubelet's CPU, memory or device assignments in memory differ from its checkpoint files",
         severity: Severity::Critical,
-        looks_at: "PodResources API, checkpoint, online CPUs, kubelet config",
-        fires_when: "a container the kubelet lists has other exclusive CPUs in memory than in cpu_manager_state, or the kubelet's allocatable CPUs differ from the online CPUs minus the reserved ones: the next kubelet restart moves containers or fails",
+        looks_at: "PodResources API, cpu_manager_state, memory_manager_state, kubelet_internal_checkpoint, online CPUs, kubelet config",
+        fires_when: "a container the kubelet lists has other exclusive CPUs, memory blocks or devices in memory than in its checkpoint files, or the kubelet's allocatable CPUs differ from the online CPUs minus the reserved ones: the next kubelet restart moves containers, hands out what is in use, or fails",
         event_reason: "KubeletStateDivergence",
         check: kubelet_state_divergence::check,
     },

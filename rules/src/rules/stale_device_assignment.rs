@@ -37,7 +37,13 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .map(|s| {
             let e = &s.entry;
             let subject = stale_subject(s.pod.as_ref(), &e.pod_uid, Some(&e.container));
-            let ids: Vec<&str> = e.devices.iter().map(|d| d.id.as_str()).collect();
+            // Distinct IDs in file order: a device on two NUMA nodes is listed under each.
+            let mut ids: Vec<&str> = Vec::with_capacity(e.devices.len());
+            for d in &e.devices {
+                if !ids.contains(&d.id.as_str()) {
+                    ids.push(d.id.as_str());
+                }
+            }
             let numa: std::collections::BTreeSet<i64> = e.devices.iter().filter_map(|d| d.numa_node).collect();
             let note = still_running_note(snap, s.still_running.as_deref(), s.pod.as_ref());
             let in_memory = kubelet_holds.as_ref().map(|held| {

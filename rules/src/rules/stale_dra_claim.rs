@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::facts::{ClaimSource, stale_claims};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
-use crate::snapshot::NodeSnapshot;
+use crate::snapshot::{ClaimObject, NodeSnapshot};
 use crate::text::{LISTED, dra_claim_remedy};
 
 pub const ID: &str = "stale-dra-claim";
@@ -52,17 +52,27 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 ClaimSource::Driver(format, _) => format!("DRA driver {}", format.driver()),
             };
             let state = c.state.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
-            let summary = format!(
+            let mut summary = format!(
                 "{whose} is still prepared by {holder}{state} in {path}, holding {devices}, but its pods are gone: {}",
                 c.reason
             );
+            if let Some(said) = c.object_said() {
+                summary.push_str(&format!("; {said}"));
+            }
+            // Deleting the ResourceClaim is advice only while it may still be this claim's.
+            let deletable = match &c.object {
+                Some(ClaimObject::Gone) => None,
+                Some(ClaimObject::Exists { .. }) if !c.object_exists() => None,
+                _ => c.claim.as_deref(),
+            };
             Finding::new(
                 ID,
                 Severity::Warning,
                 subject,
                 summary,
-                dra_claim_remedy(&snap.node, &path, c.source.driver(), c.claim.as_deref()),
+                dra_claim_remedy(&snap.node, &path, c.source.driver(), deletable),
             )
+            .with("resource_claim", c.object.as_ref().map(|o| json!(o)))
             .with("claim_uid", c.claim_uid.as_str())
             .with("claim", c.claim.clone())
             .with(
@@ -185,7 +195,38 @@ mod tests {
             f[1].remedy
         );
 
-        // Without the kubelet's file a claim with no pod cannot be judged.
+        // The API server says c-known's ResourceClaim is gone and c-gone-pod's still exists: a
+        // claim the kubelet holds stays the kubelet's to judge (it holds c-known for a live pod).
+        let mut asked = snap.clone();
+        asked
+            .resource_claims
+            .insert("spark/claim-c-known".into(), ClaimObject::Gone);
+        asked.resource_claims.insert(
+            "spark/claim-c-gone-pod".into(),
+            ClaimObject::Exists {
+                uid: "c-gone-pod".into(),
+            },
+        );
+        let f = check(&asked, &Settings::default());
+        let got: Vec<&str> = f.iter().map(|f| f.evidence["claim_uid"].as_str().unwrap()).collect();
+        assert_eq!(got, ["c-forgotten", "c-gone-pod"]);
+        let gone_pod = &f[1];
+        assert!(
+            gone_pod
+                .summary
+                .ends_with("its ResourceClaim spark/claim-c-gone-pod still exists"),
+            "{}",
+            gone_pod.summary
+        );
+        assert!(
+            gone_pod
+                .remedy
+                .contains("kubectl delete resourceclaim -n spark claim-c-gone-pod")
+        );
+        assert_eq!(gone_pod.evidence["resource_claim"]["state"], "exists");
+
+        // Without the kubelet's file a claim with no pod cannot be judged by it, only by its
+        // ResourceClaim: gone (or recreated under the name) makes it stale, not asked leaves it.
         let mut snap = snap;
         snap.managers.dra = crate::snapshot::Observed::Missing {
             path: "/var/lib/kubelet/dra_manager_state".into(),
@@ -193,5 +234,31 @@ mod tests {
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["claim_uid"], "c-gone-pod");
+        snap.resource_claims
+            .insert("spark/claim-c-known".into(), ClaimObject::Gone);
+        snap.resource_claims.insert(
+            "spark/claim-c-forgotten".into(),
+            ClaimObject::Exists {
+                uid: "another-uid".into(),
+            },
+        );
+        let f = check(&snap, &Settings::default());
+        let got: Vec<&str> = f.iter().map(|f| f.evidence["claim_uid"].as_str().unwrap()).collect();
+        assert_eq!(got, ["c-known", "c-forgotten", "c-gone-pod"]);
+        assert!(
+            f[0].summary.contains("its ResourceClaim spark/claim-c-known is gone"),
+            "{}",
+            f[0].summary
+        );
+        assert!(!f[0].remedy.contains("kubectl delete resourceclaim"), "{}", f[0].remedy);
+        assert!(
+            f[1].summary.contains("is another object now (UID another-uid)"),
+            "{}",
+            f[1].summary
+        );
+        assert!(
+            !f[1].remedy.contains("kubectl delete resourceclaim"),
+            "a new claim of the name is not to delete"
+        );
     }
 }

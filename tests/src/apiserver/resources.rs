@@ -236,6 +236,25 @@ pub static RESOURCES: &[ResourceType] = &[
         delete_returns_object: false,
         custom_resource: true,
     },
+    // Dynamic Resource Allocation's claims as a v1.33 API server with DRA enabled serves them:
+    // `resource.k8s.io/v1beta2` (v1 is GA from 1.34; a GET there is a path this server does not
+    // serve, so clients fall back as they must on 1.33). Namespaced, with a status subresource
+    // (the scheduler writes `status.allocation` and `status.reservedFor`). Listed last: its
+    // group comes after the others in discovery.
+    ResourceType {
+        group: "resource.k8s.io",
+        version: "v1beta2",
+        plural: "resourceclaims",
+        singular: "resourceclaim",
+        kind: "ResourceClaim",
+        namespaced: true,
+        storage: "resourceclaims",
+        status_subresource: true,
+        short_names: &[],
+        field_labels: &[],
+        delete_returns_object: true,
+        custom_resource: false,
+    },
 ];
 
 /// Core Event field names and their `events.k8s.io/v1` names.
