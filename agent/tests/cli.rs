@@ -208,3 +208,91 @@ fn an_empty_host_scans_clean() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["notes"], serde_json::json!([]));
 }
+
+/// The other managers' checkpoints, kind by file name (or `--kind`), with upstream vectors: a
+/// memory manager file of the kubelet's own tests, a device manager file a kubelet wrote, a DRA
+/// file of the 1.31 tests; each valid as written and invalid with one digit of its checksum
+/// changed.
+#[test]
+fn checkpoint_verify_reads_every_managers_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = r#"{"policyName":"static","machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2048,"systemReserved":512,"allocatable":1536,"reserved":512,"free":1024}},"cells":[]}},"entries":{"pod":{"container1":[{"numaAffinity":[0],"type":"memory","size":512}]}},"checksum":4215593881}"#;
+    let devices = r#"{"Data":{"PodDeviceEntries":[{"PodUID":"bf52b2cd-b611-4e79-86b1-280b283185c3","ContainerName":"check","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":["tegra"]},"AllocResp":"Ch8KFk5WSURJQV9WSVNJQkxFX0RFVklDRVMSBXRlZ3Jh"}],"RegisteredDevices":{"nvidia.com/gpu":["tegra"]}},"Checksum":3660592824}"#;
+    let dra = r#"{"Data":"{\"kind\":\"DRACheckpoint\",\"apiVersion\":\"checkpoint.dra.kubelet.k8s.io/v1\",\"Entries\":[{\"ClaimUID\":\"067798be-454e-4be4-9047-1aa06aea63f7\",\"ClaimName\":\"example\",\"Namespace\":\"default\",\"PodUIDs\":{\"139cdb46-f989-4f17-9561-ca10cfb509a6\":{}},\"DriverState\":{\"test-driver.cdi.k8s.io\":{\"Devices\":[{\"PoolName\":\"worker-1\",\"DeviceName\":\"dev-1\",\"RequestNames\":[\"test request\"],\"CDIDeviceIDs\":[\"example.com/example=cdi-example\"]}]}}}]}","Checksum":1597924435}"#;
+    for (name, text, sum, kind) in [
+        ("memory_manager_state", memory, "4215593881", "memory manager"),
+        ("kubelet_internal_checkpoint", devices, "3660592824", "device manager"),
+        ("dra_manager_state", dra, "1597924435", "DRA manager"),
+    ] {
+        let sub = dir.path().join(format!("good-{name}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let good = sub.join(name);
+        std::fs::write(&good, text).unwrap();
+        let (code, out, err) = run(&["checkpoint", "verify", good.to_str().unwrap()]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(
+            out.contains(&format!("({kind} checkpoint): valid: checksum matches layout")),
+            "{out}"
+        );
+        let (code, out, _) = run(&["checkpoint", "show", good.to_str().unwrap(), "--format", "json"]);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["valid"].as_bool()),
+            (Some(kind), Some(true)),
+            "{out}"
+        );
+        assert!(v["state"].is_object(), "{out}");
+
+        // The same content under another name is read as what --kind says.
+        let other = file(&dir, &format!("copy-of-{name}"), text.as_bytes());
+        let flag = match name {
+            "memory_manager_state" => "memory",
+            "kubelet_internal_checkpoint" => "devices",
+            _ => "dra",
+        };
+        let (code, _, _) = run(&["checkpoint", "verify", &other, "--kind", flag]);
+        assert_eq!(code, 0, "{name} with --kind {flag}");
+
+        let sub = dir.path().join(format!("bad-{name}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let bad = sub.join(name);
+        // The first digit, one up (9 down).
+        let first = sum.as_bytes()[0];
+        let tampered = format!(
+            "{}{}",
+            if first == b'9' { '8' } else { char::from(first + 1) },
+            &sum[1..]
+        );
+        std::fs::write(&bad, text.replace(sum, &tampered)).unwrap();
+        let (code, out, _) = run(&["checkpoint", "verify", bad.to_str().unwrap()]);
+        assert_eq!(code, 1, "{name}: {out}");
+        assert!(
+            out.contains(&format!(
+                "invalid: stored checksum {tampered} matches no kubelet layout"
+            )),
+            "{out}"
+        );
+    }
+
+    // The NVIDIA driver's file is read, not verified.
+    let sub = dir.path().join("gpu.nvidia.com");
+    std::fs::create_dir_all(&sub).unwrap();
+    let nvidia = sub.join("checkpoint.json");
+    std::fs::write(
+        &nvidia,
+        r#"{"checksum":1,"v2":{"checksum":1,"preparedClaims":{"c-1":{"checkpointState":"PrepareCompleted","name":"gpu","namespace":"spark","status":{"reservedFor":[{"resource":"pods","name":"p","uid":"pod-1"}]},"preparedDevices":[]}}}}"#,
+    )
+    .unwrap();
+    let (code, out, _) = run(&["checkpoint", "show", nvidia.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("read: 1 claim(s) (the driver's checksum is not verified)"),
+        "{out}"
+    );
+    assert!(out.contains("  c-1 spark/gpu PrepareCompleted pods: pod-1"), "{out}");
+    std::fs::write(&nvidia, b"{\"v2\": 7}").unwrap();
+    let (code, out, _) = run(&["checkpoint", "verify", nvidia.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.contains("invalid: field v2: expected"), "{out}");
+}

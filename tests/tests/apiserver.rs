@@ -323,7 +323,8 @@ async fn version_health_discovery_and_metrics() {
             "admissionregistration.k8s.io",
             "coordination.k8s.io",
             "sparkoperator.k8s.io",
-            "topology.node.k8s.io"
+            "topology.node.k8s.io",
+            "resource.k8s.io"
         ]
     );
     assert_eq!(

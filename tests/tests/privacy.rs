@@ -120,8 +120,43 @@ async fn metrics_hold_no_names_values_or_contents() {
     let mut gone = Pod::new(&gone_pod, 2);
     gone.containers[0].name = container.clone();
     gone.namespace = ns.clone();
-    let host = Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd).pod(gone.exclusive("2,6").gone());
-    secrets.push(pod_uid(&gone_pod));
+    // ... whose memory, device and DRA entries are left too, under a claim of a secret name:
+    // their gauges carry a resource name, NUMA nodes and a source, never these.
+    let claim_name = secret("claimname");
+    let gone_uid = pod_uid(&gone_pod);
+    let host = {
+        use nodemedic_tests::checkpoints::*;
+        Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+            .pod(gone.exclusive("2,6").gone())
+            .file(
+                "/var/lib/kubelet/memory_manager_state",
+                memory_manager_state(2, 8 * GIB, &[MemoryEntry::new(&gone_uid, &container, 1, GIB)]),
+            )
+            .file(
+                "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+                device_checkpoint(
+                    &[DeviceEntry::new(
+                        &gone_uid,
+                        &container,
+                        "nvidia.com/gpu",
+                        &[("GPU-0", 0)],
+                    )],
+                    &[("nvidia.com/gpu", &["GPU-0"])],
+                ),
+            )
+            .file(
+                "/var/lib/kubelet/dra_manager_state",
+                dra_manager_state(&[DraClaim {
+                    uid: pod_uid(&claim_name),
+                    namespace: ns.clone(),
+                    name: claim_name.clone(),
+                    pods: vec![gone_uid.clone()],
+                    devices: vec![("gpu.nvidia.com".into(), NODE.into(), "gpu-0".into())],
+                }]),
+            )
+    };
+    secrets.push(gone_uid.clone());
+    secrets.push(claim_name.clone());
     let agent = Agent::start(&api, Some(&host), &[]);
     // The driver's spark.properties, in its conf volume.
     let root = agent.host_root();
@@ -142,6 +177,8 @@ async fn metrics_hold_no_names_values_or_contents() {
     .await;
     wait_for("the findings", Duration::from_secs(60), &agent, || {
         agent.metric("nodemedic_rule_firing{rule=\"stale-cpu-assignment\"}") == Some(1.0)
+            && agent.metric("nodemedic_rule_firing{rule=\"stale-dra-claim\"}") == Some(1.0)
+            && agent.metric("nodemedic_devices_checkpointed{resource=\"nvidia.com/gpu\",state=\"stale\"}") == Some(1.0)
             && agent.metric("nodemedic_orphaned_executors").is_some_and(|v| v >= 1.0)
             && agent.metric("nodemedic_rule_firing{rule=\"admission-rejection\"}") == Some(1.0)
     })

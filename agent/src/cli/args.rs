@@ -29,7 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Inspect the node and report findings (exit 0: none at warning or above, 1: some, 2: could not run).
     Scan(ScanArgs),
-    /// Read a kubelet CPU manager checkpoint file.
+    /// Read a kubelet checkpoint file: the CPU manager's, the memory, device or DRA manager's, or
+    /// a DRA driver's.
     Checkpoint {
         #[command(subcommand)]
         action: CheckpointAction,
@@ -301,17 +302,60 @@ pub struct ScanArgs {
     pub record_reads: Option<PathBuf>,
 }
 
+/// The checkpoint formats `nodemedic checkpoint` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckpointKind {
+    /// cpu_manager_state.
+    Cpu,
+    /// memory_manager_state.
+    Memory,
+    /// device-plugins/kubelet_internal_checkpoint.
+    Devices,
+    /// dra_manager_state.
+    Dra,
+    /// The NVIDIA GPU DRA driver's checkpoint.json (no checksum is verified).
+    NvidiaGpu,
+}
+
+impl CheckpointKind {
+    /// The kind a file's name says: the kubelet's names, a `checkpoint.json` in a
+    /// `gpu.nvidia.com` directory; else the CPU manager's.
+    pub fn of(path: &std::path::Path) -> CheckpointKind {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let parent = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        match (name, parent) {
+            ("memory_manager_state", _) => CheckpointKind::Memory,
+            ("kubelet_internal_checkpoint", _) => CheckpointKind::Devices,
+            ("dra_manager_state", _) => CheckpointKind::Dra,
+            ("checkpoint.json", "gpu.nvidia.com") => CheckpointKind::NvidiaGpu,
+            _ => CheckpointKind::Cpu,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CheckpointAction {
     /// Check the file's checksum against every kubelet layout (exit 0 valid, 1 invalid, 2 unreadable).
     Verify {
         file: PathBuf,
+        /// Which checkpoint the file is [default: by its name: memory_manager_state,
+        /// kubelet_internal_checkpoint, dra_manager_state, a checkpoint.json under
+        /// gpu.nvidia.com; else cpu].
+        #[arg(long, value_enum)]
+        kind: Option<CheckpointKind>,
         #[command(flatten)]
         format: FormatArg,
     },
-    /// Print the file's policy, default set and assignments.
+    /// Print what the file holds: its layout, and its assignments, entries or claims.
     Show {
         file: PathBuf,
+        /// Which checkpoint the file is [default: by its name, as for verify].
+        #[arg(long, value_enum)]
+        kind: Option<CheckpointKind>,
         #[command(flatten)]
         format: FormatArg,
     },

@@ -112,10 +112,18 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
 /// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):
 /// `Err` when it cannot be read at all.
 pub fn read_checkpoint_file(path: &Path) -> Result<Result<Checkpoint, CheckpointError>, String> {
+    read_named_file(path).map(|bytes| bytes.and_then(|b| Checkpoint::parse(&b)))
+}
+
+/// Reads any checkpoint file named on the command line: `Err` when it cannot be read at all,
+/// a [`CheckpointError`] for a directory or an absurd size (what the kubelet could not read
+/// either).
+pub fn read_named_file(path: &Path) -> Result<Result<Vec<u8>, CheckpointError>, String> {
     let shown = path.display().to_string();
     match read_bytes(path, &shown, MAX_CHECKPOINT_BYTES) {
         Ok(None) => Err(format!("{shown}: no such file")),
-        Ok(Some(bytes)) => Ok(Checkpoint::parse(&bytes)),
+        Ok(Some(bytes)) => Ok(Ok(bytes)),
+        Err(ReadError::IsDir { .. }) => Err(format!("{shown}: is a directory, not a file")),
         Err(e) => Err(e.to_string()),
     }
 }

@@ -14,12 +14,84 @@ use std::time::Instant;
 
 use nodemedic_tests::measure::{self, stats};
 
+/// The NVIDIA driver's checkpoint of [`with_manager_files`], as the flag names it.
+const NVIDIA: &str = "nvidia-gpu=/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json";
+
+/// The node with the other managers' files of a GPU node: a 4 GiB memory block and one GPU for
+/// every pod of the pod list, a DRA claim of one GPU for every second pod in the kubelet's file
+/// and the NVIDIA driver's.
+fn with_manager_files(node: nodemedic_tests::hosttree::Node) -> nodemedic_tests::hosttree::Node {
+    use nodemedic_tests::checkpoints::*;
+    let uids: Vec<(String, String)> = node
+        .pods
+        .iter()
+        .filter(|p| p.in_pod_list)
+        .map(|p| (p.uid.clone(), p.containers[0].name.clone()))
+        .collect();
+    let memory: Vec<MemoryEntry> = uids
+        .iter()
+        .enumerate()
+        .map(|(i, (u, c))| MemoryEntry::new(u, c, (i % 2) as i64, 4 * GIB))
+        .collect();
+    let gpus: Vec<String> = (0..uids.len())
+        .map(|i| format!("GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd"))
+        .collect();
+    let devices: Vec<DeviceEntry> = uids
+        .iter()
+        .zip(&gpus)
+        .enumerate()
+        .map(|(i, ((u, c), g))| DeviceEntry::new(u, c, "nvidia.com/gpu", &[(g.as_str(), (i % 2) as i64)]))
+        .collect();
+    let registered: Vec<&str> = gpus.iter().map(String::as_str).collect();
+    let claims: Vec<DraClaim> = uids
+        .iter()
+        .step_by(2)
+        .enumerate()
+        .map(|(i, (u, _))| DraClaim {
+            uid: format!("claim-{i}"),
+            namespace: "spark".into(),
+            name: format!("exec-{i}-gpu"),
+            pods: vec![u.clone()],
+            devices: vec![("gpu.nvidia.com".into(), "bench-node".into(), format!("gpu-{i}"))],
+        })
+        .collect();
+    let driver: Vec<DriverClaim> = claims
+        .iter()
+        .map(|c| DriverClaim {
+            uid: c.uid.clone(),
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            state: "PrepareCompleted".into(),
+            pods: c.pods.clone(),
+            gpus: vec![c.devices[0].2.clone()],
+            pool: "bench-node".into(),
+        })
+        .collect();
+    node.file(
+        "/var/lib/kubelet/memory_manager_state",
+        memory_manager_state(2, 512 * GIB, &memory),
+    )
+    .file(
+        "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        device_checkpoint(&devices, &[("nvidia.com/gpu", &registered)]),
+    )
+    .file("/var/lib/kubelet/dra_manager_state", dra_manager_state(&claims))
+    .file(
+        "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json",
+        nvidia_checkpoint(&driver),
+    )
+}
+
 /// In-process breakdown of one scan of `pods` pods by collector (median of `runs`); with
 /// `kubelet`, a fake kubelet serves the PodResources API on the host's socket and lists every
-/// pod of the node with its exclusive CPUs.
-fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
+/// pod of the node with its exclusive CPUs; with `managers`, the node has the memory, device and
+/// DRA managers' files and the NVIDIA driver's ([`with_manager_files`]).
+fn phases(pods: usize, runs: usize, kubelet: bool, managers: bool) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let node = nodemedic_tests::scenarios::big_node(pods, 5);
+    let mut node = nodemedic_tests::scenarios::big_node(pods, 5);
+    if managers {
+        node = with_manager_files(node);
+    }
     node.write(dir.path()).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let _fake = if kubelet {
@@ -54,6 +126,11 @@ fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
     let host = nodemedic::host::HostPaths::new(dir.path(), None);
     let opts = nodemedic::scan::Options {
         node: Some("bench-node".into()),
+        driver_checkpoints: if managers {
+            vec![nodemedic::collect::managers::DriverCheckpoint::parse(NVIDIA)?]
+        } else {
+            vec![]
+        },
         ..Default::default()
     };
     let source = nodemedic::scan::Pods::File(dir.path().join("pods.json"));
@@ -71,10 +148,10 @@ fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
             .or_default()
             .push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let with = if kubelet {
-        ", the kubelet's PodResources API served"
-    } else {
-        ", no kubelet socket"
+    let with = match (kubelet, managers) {
+        (true, _) => ", the kubelet's PodResources API served",
+        (false, true) => ", no kubelet socket, memory/device/DRA files and the NVIDIA driver's",
+        (false, false) => ", no kubelet socket",
     };
     println!("\nin-process phases at {pods} pods{with} (median ms of {runs}):");
     for (name, v) in per {
@@ -83,7 +160,10 @@ fn phases(pods: usize, runs: usize, kubelet: bool) -> Result<(), String> {
     // The whole process on the same tree: wall time and peak RSS.
     let (root, pods_file) = (dir.path().to_string_lossy(), dir.path().join("pods.json"));
     let pods_file = pods_file.to_string_lossy();
-    let args = measure::scan_args(&root, &pods_file);
+    let mut args: Vec<&str> = measure::scan_args(&root, &pods_file).to_vec();
+    if managers {
+        args.extend(["--dra-driver-checkpoint", NVIDIA]);
+    }
     let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure::measure_scans(&args, runs)?;
     println!("  whole process   wall {wmed:.1} ms ({wmin:.1}-{wmax:.1}), peak RSS {rmed:.1} MiB ({rmin:.1}-{rmax:.1})");
     Ok(())
@@ -100,8 +180,8 @@ fn main() -> ExitCode {
         eprintln!("scan-bench: {e}");
         return ExitCode::from(2);
     }
-    for kubelet in [false, true] {
-        if let Err(e) = phases(250, runs, kubelet) {
+    for (kubelet, managers) in [(false, false), (true, false), (false, true)] {
+        if let Err(e) = phases(250, runs, kubelet, managers) {
             eprintln!("scan-bench: {e}");
             return ExitCode::from(2);
         }
