@@ -163,6 +163,45 @@ pub fn checksum(cp: &Checkpoint, candidate: Candidate) -> Option<u32> {
     spew_dump(cp, candidate).map(|dump| fnv1a32(dump.as_bytes()))
 }
 
+/// The first of `tried` (layout, Go type name, computed checksum) whose checksum is `stored`, as
+/// a match; else every computed checksum, named `<layout> as <type name>`, in order: a
+/// verifier's mismatch evidence.
+pub(crate) fn first_match(
+    stored: u64,
+    tried: impl IntoIterator<Item = (&'static str, &'static str, u32)>,
+) -> Result<crate::Verification, Vec<(String, u32)>> {
+    let mut computed = Vec::new();
+    for (layout, type_name, sum) in tried {
+        if u64::from(sum) == stored {
+            return Ok(crate::Verification::Matched {
+                layout,
+                type_name,
+                v4: false,
+            });
+        }
+        computed.push((format!("{layout} as {type_name}"), sum));
+    }
+    Err(computed)
+}
+
+/// The verification of a checkpoint whose real content is the string `data` (the CPU manager's
+/// V4, the memory manager's V3): [`data_checksum`] against `stored`, as layout `layout`.
+pub(crate) fn verify_payload(layout: &'static str, data: &str, stored: u64) -> crate::Verification {
+    let computed = data_checksum(data);
+    if u64::from(computed) == stored {
+        crate::Verification::Matched {
+            layout,
+            type_name: "string",
+            v4: true,
+        }
+    } else {
+        crate::Verification::Mismatch {
+            stored,
+            computed: vec![(format!("{layout} dataChecksum"), computed)],
+        }
+    }
+}
+
 /// The V4 `dataChecksum`: the same hash over the dump of a Go string, `(string)<data>`.
 pub fn data_checksum(data: &str) -> u32 {
     let mut bytes = Vec::with_capacity(data.len() + 8);

@@ -197,21 +197,7 @@ pub(crate) fn go_string_map(
 impl Checkpoint {
     /// Reads a checkpoint file's bytes. Does not check the checksum (see [`Checkpoint::verify`]).
     pub fn parse(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
-            return Err(CheckpointError::TooLarge {
-                size: bytes.len() as u64,
-                limit: MAX_CHECKPOINT_BYTES,
-            });
-        }
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(CheckpointError::Empty);
-        }
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| CheckpointError::Json {
-            line: e.line(),
-            column: e.column(),
-            reason: json_reason(&e),
-        })?;
-        Self::from_value(&value)
+        Self::from_value(&Value::Object(parse_object(bytes)?))
     }
 
     fn from_value(value: &Value) -> Result<Checkpoint, CheckpointError> {
@@ -245,12 +231,7 @@ impl Checkpoint {
         }
         if let Some(data) = data {
             let inner: Value = serde_json::from_str(&data).map_err(|e| CheckpointError::Payload {
-                reason: format!(
-                    "invalid JSON at line {} column {}: {}",
-                    e.line(),
-                    e.column(),
-                    json_reason(&e)
-                ),
+                reason: invalid_json(&e),
             })?;
             let inner =
                 Checkpoint::from_value(&inner).map_err(|e| CheckpointError::Payload { reason: e.to_string() })?;
@@ -299,33 +280,15 @@ impl Checkpoint {
     /// ("The checksum") and says which one matched.
     pub fn verify(&self) -> Verification {
         if let Some(payload) = &self.v4 {
-            let computed = checksum::data_checksum(&payload.data);
-            return if u64::from(computed) == payload.data_checksum {
-                Verification::Matched {
-                    layout: "V4",
-                    type_name: "string",
-                    v4: true,
-                }
-            } else {
-                Verification::Mismatch {
-                    stored: payload.data_checksum,
-                    computed: vec![("V4 dataChecksum".to_string(), computed)],
-                }
-            };
+            return checksum::verify_payload("V4", &payload.data, payload.data_checksum);
         }
-        let mut computed = Vec::new();
-        for candidate in Candidate::ORDER {
-            if let Some(sum) = checksum::checksum(self, candidate) {
-                if u64::from(sum) == self.checksum {
-                    return Verification::Matched {
-                        layout: candidate.layout(),
-                        type_name: candidate.type_name(),
-                        v4: false,
-                    };
-                }
-                computed.push((format!("{} as {}", candidate.layout(), candidate.type_name()), sum));
-            }
-        }
+        let tried = Candidate::ORDER
+            .into_iter()
+            .filter_map(|c| checksum::checksum(self, c).map(|sum| (c.layout(), c.type_name(), sum)));
+        let computed = match checksum::first_match(self.checksum, tried) {
+            Ok(matched) => return matched,
+            Err(computed) => computed,
+        };
         if self.checksum == 0 && matches!(self.pod_entries, PodEntries::Absent) {
             return Verification::Unverified { layout: self.layout() };
         }
@@ -381,6 +344,41 @@ impl Checkpoint {
             pod_assignments,
         })
     }
+}
+
+/// The bytes of a checkpoint file as one JSON object, with every reader's limits and errors:
+/// too large, empty, invalid JSON, not an object.
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, CheckpointError> {
+    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
+        return Err(CheckpointError::TooLarge {
+            size: bytes.len() as u64,
+            limit: MAX_CHECKPOINT_BYTES,
+        });
+    }
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(CheckpointError::Empty);
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| CheckpointError::Json {
+        line: e.line(),
+        column: e.column(),
+        reason: json_reason(&e),
+    })?;
+    match value {
+        Value::Object(obj) => Ok(obj),
+        other => Err(CheckpointError::NotAnObject {
+            found: json_kind(&other),
+        }),
+    }
+}
+
+/// `invalid JSON at line L column C: <reason>`, for JSON inside a field (a payload string).
+pub(crate) fn invalid_json(e: &serde_json::Error) -> String {
+    format!(
+        "invalid JSON at line {} column {}: {}",
+        e.line(),
+        e.column(),
+        json_reason(e)
+    )
 }
 
 pub(crate) fn json_reason(e: &serde_json::Error) -> String {

@@ -23,8 +23,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use crate::checkpoint::checksum::fnv1a32;
-use crate::checkpoint::{CheckpointError, Verification, go_string, json_reason, read_u64, type_error};
+use crate::checkpoint::checksum::{first_match, fnv1a32};
+use crate::checkpoint::{CheckpointError, Verification, go_string, invalid_json, read_u64, type_error};
 
 /// The `Data` a 1.31+ kubelet holds before it reads the file (`NewCheckpoint(nil)`): a file
 /// without a `Data` key leaves it in place.
@@ -334,12 +334,7 @@ fn read_u32(field: &str, v: &Value) -> Result<u32, CheckpointError> {
 fn payload_entries(data: &str) -> Result<Vec<ClaimEntry>, CheckpointError> {
     let value: Value = serde_json::from_str(data).map_err(|e| CheckpointError::Value {
         field: "Data".into(),
-        reason: format!(
-            "invalid JSON at line {} column {}: {}",
-            e.line(),
-            e.column(),
-            json_reason(&e)
-        ),
+        reason: invalid_json(&e),
     })?;
     let obj = match &value {
         Value::Null => return Ok(Vec::new()),
@@ -580,21 +575,13 @@ fn verify_data(body: &DataBody) -> Verification {
 }
 
 fn verify_spew(body: &SpewBody) -> Verification {
-    let mut computed = Vec::new();
-    for candidate in Candidate::ORDER {
-        let Some(dump) = spew_dump(body, candidate) else {
-            continue;
-        };
-        let sum = fnv1a32(dump.as_bytes());
-        if u64::from(sum) == body.checksum {
-            return Verification::Matched {
-                layout: candidate.layout(),
-                type_name: candidate.type_name(),
-                v4: false,
-            };
-        }
-        computed.push((format!("{} as {}", candidate.layout(), candidate.type_name()), sum));
-    }
+    let tried = Candidate::ORDER
+        .into_iter()
+        .filter_map(|c| spew_dump(body, c).map(|dump| (c.layout(), c.type_name(), fnv1a32(dump.as_bytes()))));
+    let computed = match first_match(body.checksum, tried) {
+        Ok(matched) => return matched,
+        Err(computed) => computed,
+    };
     Verification::Mismatch {
         stored: body.checksum,
         computed,

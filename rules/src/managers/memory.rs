@@ -20,8 +20,8 @@ use std::fmt::{self, Write as _};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::checkpoint::checksum::{data_checksum, fnv1a32};
-use crate::checkpoint::{CheckpointError, Verification, json_reason};
+use crate::checkpoint::checksum::{first_match, fnv1a32, verify_payload};
+use crate::checkpoint::{CheckpointError, Verification, invalid_json, json_reason};
 
 /// `machineState`: NUMA node id -> node (`None`: a `null` node, a nil pointer in Go).
 pub type NumaNodeMap = BTreeMap<i64, Option<RawNumaNode>>;
@@ -235,33 +235,15 @@ impl MemoryCheckpoint {
     /// of 1.36 and later accepts it without a check, while 1.21 to 1.35 refuse it.
     pub fn verify(&self) -> Verification {
         if let Some(payload) = &self.v3 {
-            let computed = data_checksum(&payload.data);
-            return if u64::from(computed) == payload.data_checksum {
-                Verification::Matched {
-                    layout: "V3",
-                    type_name: "string",
-                    v4: true,
-                }
-            } else {
-                Verification::Mismatch {
-                    stored: payload.data_checksum,
-                    computed: vec![("V3 dataChecksum".to_string(), computed)],
-                }
-            };
+            return verify_payload("V3", &payload.data, payload.data_checksum);
         }
-        let mut computed = Vec::new();
-        for candidate in MemoryCandidate::ORDER {
-            if let Some(sum) = checksum(self, candidate) {
-                if u64::from(sum) == self.checksum {
-                    return Verification::Matched {
-                        layout: candidate.layout(),
-                        type_name: candidate.type_name(),
-                        v4: false,
-                    };
-                }
-                computed.push((format!("{} as {}", candidate.layout(), candidate.type_name()), sum));
-            }
-        }
+        let tried = MemoryCandidate::ORDER
+            .into_iter()
+            .filter_map(|c| checksum(self, c).map(|sum| (c.layout(), c.type_name(), sum)));
+        let computed = match first_match(self.checksum, tried) {
+            Ok(matched) => return matched,
+            Err(computed) => computed,
+        };
         if self.checksum == 0 {
             return Verification::Unverified { layout: "V1" };
         }
@@ -917,12 +899,7 @@ fn decode_file(pairs: &[(String, J)]) -> Result<MemoryCheckpoint, CheckpointErro
 fn decode_payload(data: &str) -> Result<MemoryCheckpoint, CheckpointError> {
     let tree = tree_of_str(data).map_err(|e| CheckpointError::Value {
         field: "data".into(),
-        reason: format!(
-            "invalid JSON at line {} column {}: {}",
-            e.line(),
-            e.column(),
-            json_reason(&e)
-        ),
+        reason: invalid_json(&e),
     })?;
     let mut cp = empty_checkpoint();
     let pairs = match &tree {
@@ -1139,7 +1116,10 @@ mod tests {
         }
         // `"data":"null"` is a V3 payload that decodes to nothing.
         let data = "null";
-        let text = format!(r#"{{"data":"{data}","dataChecksum":{}}}"#, data_checksum(data));
+        let text = format!(
+            r#"{{"data":"{data}","dataChecksum":{}}}"#,
+            crate::checkpoint::checksum::data_checksum(data)
+        );
         let cp = parse(&text);
         assert!(cp.verify().accepted());
         assert_eq!(cp.state().unwrap(), MemoryState::default());

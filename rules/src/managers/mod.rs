@@ -13,34 +13,9 @@ pub mod dra;
 pub mod drivers;
 pub mod memory;
 
-use serde_json::Value;
+use crate::checkpoint::CheckpointError;
 
-use crate::checkpoint::{CheckpointError, MAX_CHECKPOINT_BYTES, json_kind, json_reason};
-
-/// The bytes of a checkpoint as one JSON object, with the CPU reader's limits and errors
-/// (too large, empty, invalid JSON, not an object).
-pub(crate) fn parse_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, CheckpointError> {
-    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
-        return Err(CheckpointError::TooLarge {
-            size: bytes.len() as u64,
-            limit: MAX_CHECKPOINT_BYTES,
-        });
-    }
-    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-        return Err(CheckpointError::Empty);
-    }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| CheckpointError::Json {
-        line: e.line(),
-        column: e.column(),
-        reason: json_reason(&e),
-    })?;
-    match value {
-        Value::Object(obj) => Ok(obj),
-        other => Err(CheckpointError::NotAnObject {
-            found: json_kind(&other),
-        }),
-    }
-}
+pub(crate) use crate::checkpoint::parse_object;
 
 /// What every kubelet checkpoint reader offers: the file's name, its parse, the checksum check
 /// and its meaning.
