@@ -455,38 +455,37 @@ fn resource_handles(path: &str, v: Option<&Value>) -> Result<Option<Vec<Resource
 
 type CdiMap = BTreeMap<String, Option<Vec<String>>>;
 
-fn cdi_map(path: &str, v: Option<&Value>) -> Result<Option<CdiMap>, CheckpointError> {
+/// An object field read as a map by key (`None` when absent or `null`), each value read by
+/// `value` with its path (`<path>["<key>"]`).
+fn keyed<T>(
+    path: &str,
+    v: Option<&Value>,
+    value: impl Fn(&str, &Value) -> Result<T, CheckpointError>,
+) -> Result<Option<BTreeMap<String, T>>, CheckpointError> {
     let obj = match v {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(obj)) => obj,
         Some(other) => return Err(type_error(path, "an object", other)),
     };
     let mut out = BTreeMap::new();
-    for (driver, ids) in obj {
-        out.insert(driver.clone(), string_list(&format!("{path}[{driver:?}]"), Some(ids))?);
+    for (key, v) in obj {
+        out.insert(key.clone(), value(&format!("{path}[{key:?}]"), v)?);
     }
     Ok(Some(out))
+}
+
+fn cdi_map(path: &str, v: Option<&Value>) -> Result<Option<CdiMap>, CheckpointError> {
+    keyed(path, v, |p, ids| string_list(p, Some(ids)))
 }
 
 type DriverStates = BTreeMap<String, Option<Vec<DeviceEntry>>>;
 
 fn driver_states(path: &str, v: Option<&Value>) -> Result<Option<DriverStates>, CheckpointError> {
-    let obj = match v {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(obj)) => obj,
-        Some(other) => return Err(type_error(path, "an object", other)),
-    };
-    let mut out = BTreeMap::new();
-    for (driver, state) in obj {
-        let p = format!("{path}[{driver:?}]");
-        let devices = match state {
-            Value::Null => None,
-            Value::Object(state) => device_list(&format!("{p}.Devices"), field(state, "Devices"))?,
-            other => return Err(type_error(p, "an object", other)),
-        };
-        out.insert(driver.clone(), devices);
-    }
-    Ok(Some(out))
+    keyed(path, v, |p, state| match state {
+        Value::Null => Ok(None),
+        Value::Object(state) => device_list(&format!("{p}.Devices"), field(state, "Devices")),
+        other => Err(type_error(p, "an object", other)),
+    })
 }
 
 fn device_list(path: &str, v: Option<&Value>) -> Result<Option<Vec<DeviceEntry>>, CheckpointError> {

@@ -81,6 +81,13 @@ fn pod_names(pods: &[&PodInfo]) -> String {
     names.join(", ")
 }
 
+/// A finding about the node's refused pods of `kind` (`devices`, `topology`).
+fn node_refusal(snap: &NodeSnapshot, kind: &str, pods: &[&PodInfo], summary: String, remedy: String) -> Finding {
+    Finding::new(ID, Severity::Critical, Subject::node(&snap.node), summary, remedy)
+        .with("kind", kind)
+        .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
+}
+
 fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
     let stale = stale_devices(snap, settings);
     let mut refused: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
@@ -115,16 +122,14 @@ fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Findi
             pod_names(&pods)
         );
         out.push(
-            Finding::new(
-                ID,
-                Severity::Critical,
-                Subject::node(&snap.node),
+            node_refusal(
+                snap,
+                "devices",
+                &pods,
                 summary,
                 device_refusal_remedy(&snap.node, &file.path, resource),
             )
-            .with("kind", "devices")
             .with("resource", resource)
-            .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
             .with("message", pods[0].message.clone())
             .with("stale_device_ids", json!(ids))
             .with("stale_pod_uids", json!(holders))
@@ -181,35 +186,27 @@ fn topology_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Fin
         pod_names(&pods)
     );
     out.push(
-        Finding::new(
-            ID,
-            Severity::Critical,
-            Subject::node(&snap.node),
-            summary,
-            remedies.join("; for the devices: "),
-        )
-        .with("kind", "topology")
-        .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
-        .with(
-            "stale_memory",
-            by_numa
-                .iter()
-                .map(|((numa, resource), bytes)| json!({"numa_nodes": numa, "resource": resource, "bytes": bytes}))
-                .collect::<Vec<_>>(),
-        )
-        .with(
-            "stale_devices",
-            devices
-                .iter()
-                .map(|s| {
-                    json!({
-                        "resource": s.entry.resource,
-                        "device_ids": s.entry.devices.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
-                        "pod_uid": s.entry.pod_uid,
+        node_refusal(snap, "topology", &pods, summary, remedies.join("; for the devices: "))
+            .with(
+                "stale_memory",
+                by_numa
+                    .iter()
+                    .map(|((numa, resource), bytes)| json!({"numa_nodes": numa, "resource": resource, "bytes": bytes}))
+                    .collect::<Vec<_>>(),
+            )
+            .with(
+                "stale_devices",
+                devices
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "resource": s.entry.resource,
+                            "device_ids": s.entry.devices.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+                            "pod_uid": s.entry.pod_uid,
+                        })
                     })
-                })
-                .collect::<Vec<_>>(),
-        ),
+                    .collect::<Vec<_>>(),
+            ),
     );
 }
 
