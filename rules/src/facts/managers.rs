@@ -267,9 +267,10 @@ fn claim_verdict(
 }
 
 /// Prepared claims whose pods are all gone: the kubelet's (`dra_manager_state`) and the
-/// configured drivers'. A driver's claim with no pod recorded is stale when the kubelet's file
-/// (readable and old enough) no longer holds it: the kubelet will never ask the driver to
-/// unprepare a claim it forgot.
+/// configured drivers'. A driver's claim with no pod recorded is the kubelet's to judge while
+/// the kubelet's file holds it; otherwise it is stale when that file (readable and old enough)
+/// no longer holds it, since the kubelet will never ask the driver to unprepare a claim it
+/// forgot, or when the API server says its ResourceClaim is gone (or another object now).
 pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<StaleClaim<'a>> {
     let mut out = Vec::new();
     let kubelet_claims = match &snap.managers.dra {
