@@ -126,6 +126,7 @@ fn rules_catalogue() {
             "scheduler-conflict",
             "duplicate-driver",
             "driver-blocked-by-partition",
+            "half-submitted-driver",
             "orphaned-local-dir",
             "slow-api",
             "slow-pod-admission",

@@ -18,6 +18,8 @@
 //!   checkpoint entries, rejected pods, orphaned executors and scratch dirs).
 //! - [`probes`]: the API probes' window, statistics and phases.
 //! - [`spark`]: Spark's and spark-operator's labels and container names, pod classification.
+//! - [`submission`]: Spark's submission client here: the pod create time measured and the
+//!   client timeout in force.
 //! - [`text`]: list lengths, human sizes and durations, shared command lines and remedies.
 //! - [`admission`]: which admission webhooks apply to a pod CREATE (admissionregistration/v1).
 //! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
@@ -42,6 +44,7 @@ pub mod rules;
 pub mod settings;
 pub mod snapshot;
 pub mod spark;
+pub mod submission;
 pub mod text;
 pub mod topology;
 pub mod validate;

@@ -50,6 +50,12 @@ pub struct Settings {
     pub spark_client_timeout_seconds: f64,
     /// `apiserver-unreachable` fires when no API probe succeeded for this long, in seconds.
     pub apiserver_unreachable_seconds: i64,
+    /// `half-submitted-driver` judges a Spark driver that waits to start on this node once it
+    /// has waited this long, in seconds (since it was bound to the node): the kubelet retries a
+    /// missing ConfigMap for a while, and spark-submit may still be applying it.
+    pub half_submitted_grace_seconds: i64,
+    /// `half-submitted-driver` is critical once the driver has waited this long, in seconds.
+    pub half_submitted_critical_seconds: i64,
 }
 
 impl Default for Settings {
@@ -67,6 +73,8 @@ impl Default for Settings {
             slow_api_critical_seconds: 5.0,
             spark_client_timeout_seconds: 10.0,
             apiserver_unreachable_seconds: 120,
+            half_submitted_grace_seconds: 300,
+            half_submitted_critical_seconds: 1800,
         }
     }
 }
@@ -95,6 +103,8 @@ impl Settings {
             ),
             ("local_dir_min_age_seconds", self.local_dir_min_age_seconds),
             ("apiserver_unreachable_seconds", self.apiserver_unreachable_seconds),
+            ("half_submitted_grace_seconds", self.half_submitted_grace_seconds),
+            ("half_submitted_critical_seconds", self.half_submitted_critical_seconds),
         ] {
             if v < 0 {
                 return Err(format!("{key}: {v} is negative"));
@@ -114,6 +124,12 @@ impl Settings {
             if !v.is_finite() || v <= 0.0 {
                 return Err(format!("{key}: {v} is not a positive number of seconds"));
             }
+        }
+        if self.half_submitted_critical_seconds < self.half_submitted_grace_seconds {
+            return Err(format!(
+                "half_submitted_critical_seconds: {} is below half_submitted_grace_seconds ({})",
+                self.half_submitted_critical_seconds, self.half_submitted_grace_seconds
+            ));
         }
         if self.slow_api_critical_seconds < self.slow_api_warning_seconds {
             return Err(format!(

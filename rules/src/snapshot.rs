@@ -379,6 +379,8 @@ pub struct ContainerInfo {
     pub state: Option<String>,
     /// The exit code, when terminated.
     pub exit_code: Option<i32>,
+    /// Why it waits, when waiting (`ContainerCreating`, `CreateContainerConfigError`, ...).
+    pub waiting_reason: Option<String>,
     /// The container's image, as in the spec (`apache/spark:3.5.1`).
     pub image: Option<String>,
 }
@@ -390,6 +392,33 @@ pub struct OwnerRef {
     pub name: String,
     pub uid: String,
     pub controller: bool,
+}
+
+/// The ConfigMap volume that carries a Spark driver's configuration (`spark-conf-volume-driver`
+/// since Spark 3.0, `spark-conf-volume` in 2.4): spark-submit creates the ConfigMap only after
+/// the driver pod, so a driver whose ConfigMap never came waits for this volume forever.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConfVolume {
+    /// The volume's name in the pod spec.
+    pub volume: String,
+    /// The ConfigMap it mounts (`spark-drv-<id>-conf-map` in Spark 3.x).
+    pub config_map: String,
+}
+
+/// Whether the kubelet set a driver's [`ConfVolume`] up under its pod directory on this node
+/// (`<kubelet dir>/pods/<uid>/volumes/kubernetes.io~configmap/<volume>`: the kubelet creates
+/// that directory only once it has read the ConfigMap).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ConfMount {
+    /// The volume's directory exists.
+    Mounted { path: String },
+    /// The pod's directory exists, the volume's does not: the kubelet could not read the ConfigMap.
+    Missing { path: String },
+    /// The kubelet has no directory for the pod (it has not started on it): nothing to judge.
+    NoPodDir { path: String },
+    /// The directory could not be examined (why).
+    Unknown { reason: String },
 }
 
 /// A volume Spark uses as a local dir (named `spark-local-dir-N`).
@@ -434,6 +463,11 @@ pub struct PodInfo {
     /// The literal `KUBERNETES_REQUEST_TIMEOUT` env value of its first container (the fabric8
     /// client's timeout, in ms; only Spark 2.4 honours it).
     pub kubernetes_request_timeout_env: Option<String>,
+    /// The literal `SPARK_SUBMIT_OPTS` env value of its first container (JVM options of the
+    /// driver's own spark-submit; Spark 2.4's fabric8 reads `-Dkubernetes.request.timeout`).
+    pub spark_submit_opts_env: Option<String>,
+    /// Its Spark configuration volume, when a driver's spec has one.
+    pub conf_volume: Option<ConfVolume>,
     /// Volumes named `spark-local-dir-N`.
     pub local_dir_volumes: Vec<LocalDirVolume>,
     /// `status.podIP`.
@@ -647,6 +681,9 @@ pub struct SparkConf {
     pub properties: BTreeMap<String, String>,
     /// The driver container's literal `KUBERNETES_REQUEST_TIMEOUT` env (Spark 2.4), in ms.
     pub kubernetes_request_timeout_env: Option<String>,
+    /// The driver container's literal `SPARK_SUBMIT_OPTS` env (JVM options, Spark 2.4 reads
+    /// `-Dkubernetes.request.timeout` from them).
+    pub spark_submit_opts_env: Option<String>,
 }
 
 /// Everything the rules look at.
@@ -687,6 +724,9 @@ pub struct NodeSnapshot {
     pub api: Observed<ApiObservation>,
     /// Spark configurations of the driver pods on this node, by pod UID.
     pub spark_confs: BTreeMap<String, SparkConf>,
+    /// Whether the kubelet set up the configuration volume of the drivers here that wait to
+    /// start, by pod UID (for `half-submitted-driver`).
+    pub conf_mounts: BTreeMap<String, ConfMount>,
     /// Warning Events of the driver pods on this node that wait to start (`Pending`), by pod
     /// UID; for `driver-blocked-by-partition`.
     pub pod_events: BTreeMap<String, Vec<PodEvent>>,
@@ -762,6 +802,7 @@ impl NodeSnapshot {
             notes: Vec::new(),
             drivers: BTreeMap::new(),
             app_drivers: BTreeMap::new(),
+            conf_mounts: BTreeMap::new(),
             local_dirs: missing("/var/lib/kubelet/pods"),
             api: Observed::NotApplicable {
                 reason: "not probed".into(),

@@ -237,3 +237,34 @@ pub fn bound_pod(namespace: &str, name: &str, uid: &str, node: &str, scheduler: 
     }
     p
 }
+
+/// Turns a Spark 3.x driver pod into one spark-submit left half made, `waited_seconds` after
+/// it was created and bound: its spec mounts the configuration ConfigMap
+/// (`spark-conf-volume-driver` from `spark-drv-<id>-conf-map`, as Spark 3.x names it) that
+/// never came, and the kubelet keeps it `Pending` with its container waiting in
+/// `ContainerCreating`. Returns the ConfigMap's name.
+pub fn half_submitted(pod: &mut Value, waited_seconds: i64) -> String {
+    let uid = meta_uid(&pod["metadata"]);
+    let config_map = format!("spark-drv-{}-conf-map", &crate::hosttree::container_id(&uid)[..16]);
+    pod["metadata"]["creationTimestamp"] = json!(now_rfc3339(-waited_seconds));
+    if let Some(volumes) = pod["spec"]["volumes"].as_array_mut() {
+        volumes.push(json!({"name": "spark-conf-volume-driver",
+            "configMap": {"name": config_map, "defaultMode": 420, "items": [{"key": "spark.properties", "path": "spark.properties", "mode": 420}]}}));
+    }
+    if let Some(mounts) = pod["spec"]["containers"][0]["volumeMounts"].as_array_mut() {
+        mounts.push(json!({"name": "spark-conf-volume-driver", "mountPath": "/opt/spark/conf"}));
+    }
+    let container = pod["spec"]["containers"][0]["name"].clone();
+    let image = pod["spec"]["containers"][0]["image"].clone();
+    pod["status"] = json!({
+        "phase": "Pending", "qosClass": "Guaranteed", "hostIP": "10.0.0.10", "startTime": now_rfc3339(-waited_seconds + 1),
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339(-waited_seconds)},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now_rfc3339(-waited_seconds + 1)},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now_rfc3339(-waited_seconds + 1)},
+        ],
+        "containerStatuses": [{"name": container, "ready": false, "restartCount": 0, "started": false, "image": image,
+            "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}],
+    });
+    config_map
+}

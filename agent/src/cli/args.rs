@@ -67,6 +67,8 @@ pub enum RepairAction {
     Orphans(OrphansArgs),
     /// Delete pods the kubelet rejected at admission (OutOfcpu, ...), older than a threshold, with their UID as a precondition.
     FailedPods(FailedPodsArgs),
+    /// Delete Spark drivers that spark-submit gave up on (half-submitted-driver: waiting without their ConfigMap, or replaced by a newer driver of the submission), with their UID as a precondition.
+    HalfSubmitted(HalfSubmittedArgs),
     /// Remove orphaned Spark blockmgr-*/spark-* directories under the configured hostPath local-dir roots.
     LocalDirs(LocalDirsArgs),
 }
@@ -458,6 +460,16 @@ pub struct FailedPodsArgs {
     /// Only pods rejected (created) longer ago than this, in seconds.
     #[arg(long, default_value_t = crate::repair::pods::DEFAULT_FAILED_POD_MIN_AGE_SECONDS)]
     pub older_than_seconds: i64,
+}
+
+/// `nodemedic repair half-submitted`.
+#[derive(Debug, Args)]
+pub struct HalfSubmittedArgs {
+    #[command(flatten)]
+    pub common: PodRepairArgs,
+    /// How long a driver must have waited to start, in seconds [default: the rule's half_submitted_grace_seconds, 300].
+    #[arg(long)]
+    pub older_than_seconds: Option<i64>,
 }
 
 /// `nodemedic repair local-dirs`.

@@ -389,12 +389,13 @@ pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
     opts
 }
 
-/// The options of `repair orphans` and `repair failed-pods`.
+/// The options of `repair orphans`, `repair failed-pods` and `repair half-submitted`.
 pub fn pod_repair_options(action: args::RepairAction) -> Result<pods::Options, CliError> {
     use crate::repair::audit::RepairAction;
     let (action, common, older, include_running) = match action {
         args::RepairAction::Orphans(a) => (RepairAction::Orphans, a.common, a.older_than_seconds, a.include_running),
         args::RepairAction::FailedPods(a) => (RepairAction::FailedPods, a.common, Some(a.older_than_seconds), false),
+        args::RepairAction::HalfSubmitted(a) => (RepairAction::HalfSubmitted, a.common, a.older_than_seconds, false),
         _ => return Err("not a pod repair".to_string().into()),
     };
     if let Some(s) = older.filter(|s| *s < 0) {
@@ -407,6 +408,13 @@ pub fn pod_repair_options(action: args::RepairAction) -> Result<pods::Options, C
                 settings.orphan_grace_seconds = s;
             }
             settings.orphan_grace_seconds
+        }
+        RepairAction::HalfSubmitted => {
+            if let Some(s) = older {
+                settings.half_submitted_grace_seconds = s;
+                settings.half_submitted_critical_seconds = settings.half_submitted_critical_seconds.max(s);
+            }
+            settings.half_submitted_grace_seconds
         }
         _ => older.unwrap_or(pods::DEFAULT_FAILED_POD_MIN_AGE_SECONDS),
     };

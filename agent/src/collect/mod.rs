@@ -414,10 +414,19 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         .filter_map(|p| {
             let mut conf = sparkconf::read_spark_conf(host, &kubelet_dir, p).unwrap_or_default();
             conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
+            conf.spark_submit_opts_env = p.spark_submit_opts_env.clone();
             conf.version = conf.version.or_else(|| p.spark_version().map(|(v, _)| v));
-            (!conf.properties.is_empty() || conf.kubernetes_request_timeout_env.is_some())
-                .then(|| (p.uid.clone(), conf))
+            (!conf.properties.is_empty()
+                || conf.kubernetes_request_timeout_env.is_some()
+                || conf.spark_submit_opts_env.is_some())
+            .then(|| (p.uid.clone(), conf))
         })
+        .collect();
+    // Whether the kubelet set up the configuration volume of the drivers that wait to start.
+    let conf_mounts = pods
+        .iter()
+        .filter(|p| nodemedic_rules::spark::driver_waits_to_start(p, &node))
+        .filter_map(|p| Some((p.uid.clone(), sparkconf::conf_mount(host, &kubelet_dir, p)?)))
         .collect();
 
     Ok(Collected {
@@ -445,6 +454,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
                 reason: "not probed".into(),
             },
             spark_confs,
+            conf_mounts,
             pod_events: Default::default(),
             resource_claims: Default::default(),
             nodes: Default::default(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
-use nodemedic_rules::snapshot::{ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
+use nodemedic_rules::snapshot::{ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -65,7 +65,7 @@ pub struct Toleration {
     pub toleration_seconds: Option<i64>,
 }
 
-/// `v1 Volume`, in part: its name and whether it is a hostPath or an emptyDir.
+/// `v1 Volume`, in part: its name and whether it is a hostPath, an emptyDir or a ConfigMap.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Volume {
@@ -74,6 +74,15 @@ pub struct Volume {
     pub host_path: Option<HostPathSource>,
     #[serde(default)]
     pub empty_dir: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    pub config_map: Option<ConfigMapSource>,
+}
+
+/// `v1 ConfigMapVolumeSource`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct ConfigMapSource {
+    #[serde(default)]
+    pub name: String,
 }
 
 /// `v1 HostPathVolumeSource`, in part.
@@ -164,9 +173,16 @@ pub struct ContainerState {
     #[serde(default)]
     pub running: Option<serde::de::IgnoredAny>,
     #[serde(default)]
-    pub waiting: Option<serde::de::IgnoredAny>,
+    pub waiting: Option<Waiting>,
     #[serde(default)]
     pub terminated: Option<Terminated>,
+}
+
+/// `v1 ContainerStateWaiting`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Waiting {
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// `v1 ContainerStateTerminated`, in part.
@@ -213,6 +229,10 @@ fn container_info(c: &Container, kind: ContainerKind, statuses: &[ContainerStatu
             .map(strip_scheme),
         state: state_name.map(str::to_string),
         exit_code: state.and_then(|st| st.terminated.as_ref()).and_then(|t| t.exit_code),
+        waiting_reason: state
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.clone())
+            .filter(|r| !r.is_empty()),
     }
 }
 
@@ -259,6 +279,20 @@ fn first_env(spec: Option<&PodSpec>, name: &str) -> Option<String> {
         .find(|e| e.name == name)?
         .value
         .clone()
+}
+
+/// The Spark configuration volume of a driver's spec: the first ConfigMap volume named as Spark
+/// names it ([`super::sparkconf::CONF_VOLUMES`]).
+fn conf_volume(spec: &PodSpec) -> Option<ConfVolume> {
+    spec.volumes.iter().flatten().find_map(|v| {
+        let cm = v.config_map.as_ref()?;
+        super::sparkconf::CONF_VOLUMES
+            .contains(&v.name.as_str())
+            .then(|| ConfVolume {
+                volume: v.name.clone(),
+                config_map: cm.name.clone(),
+            })
+    })
 }
 
 /// Our view of a pod; `None` without a UID.
@@ -344,6 +378,8 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             .and_then(|env| env.iter().find(|e| e.name == "SPARK_DRIVER_URL"))
             .and_then(|e| e.value.clone()),
         kubernetes_request_timeout_env: first_env(spec, "KUBERNETES_REQUEST_TIMEOUT"),
+        spark_submit_opts_env: first_env(spec, nodemedic_rules::submission::SUBMIT_OPTS_ENV),
+        conf_volume: spec.and_then(conf_volume),
 
         local_dir_volumes: spec
             .and_then(|s| s.volumes.as_ref())

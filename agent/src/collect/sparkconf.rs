@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use nodemedic_rules::snapshot::{PodInfo, SparkConf};
+use nodemedic_rules::snapshot::{ConfMount, PodInfo, SparkConf};
 
 use crate::collect::read::{ReadError, read_text, trace};
 use crate::host::HostPaths;
@@ -265,6 +265,40 @@ pub fn read_spark_conf(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> O
         version: pod.spark_version().map(|(v, _)| v),
         properties: parse_spark_properties(&text),
         kubernetes_request_timeout_env: None,
+        spark_submit_opts_env: None,
+    })
+}
+
+/// Whether the kubelet set up driver `pod`'s configuration volume ([`PodInfo::conf_volume`])
+/// under its pod directory: `None` for a pod without one (or with a UID that is no path
+/// component). The kubelet creates `volumes/kubernetes.io~configmap/<volume>` only after it has
+/// read the ConfigMap, and the pod's directory before it sets up any volume.
+pub fn conf_mount(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> Option<ConfMount> {
+    let volume = pod.conf_volume.as_ref()?;
+    if !is_component(&pod.uid) || !is_component(&volume.volume) {
+        return None;
+    }
+    let pod_dir = kubelet_dir.join("pods").join(&pod.uid);
+    let dir = pod_dir.join("volumes/kubernetes.io~configmap").join(&volume.volume);
+    let exists = |p: &Path| {
+        trace::stat(p);
+        match std::fs::symlink_metadata(p) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(format!("{}: {e}", host.display(p))),
+        }
+    };
+    Some(match (exists(&dir), exists(&pod_dir)) {
+        (Ok(true), _) => ConfMount::Mounted {
+            path: host.display(&dir),
+        },
+        (Ok(false), Ok(true)) => ConfMount::Missing {
+            path: host.display(&dir),
+        },
+        (Ok(false), Ok(false)) => ConfMount::NoPodDir {
+            path: host.display(&pod_dir),
+        },
+        (Err(reason), _) | (_, Err(reason)) => ConfMount::Unknown { reason },
     })
 }
 

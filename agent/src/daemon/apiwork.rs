@@ -243,7 +243,10 @@ impl ApiWork {
                 // A pod action fails only when its DELETE did (a gone pod or a changed UID is
                 // skipped, not failed); a local-dir failure is the filesystem's, not the API's.
                 if rec.result == ActionResult::Failed
-                    && matches!(rec.action, RepairAction::Orphans | RepairAction::FailedPods)
+                    && matches!(
+                        rec.action,
+                        RepairAction::Orphans | RepairAction::FailedPods | RepairAction::HalfSubmitted
+                    )
                 {
                     write_failures(&self.metrics, "pod_deletion", 1);
                 }

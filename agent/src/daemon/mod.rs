@@ -769,9 +769,25 @@ fn next_turn(
         .filter(|p| p.is_terminal())
         .filter_map(|p| p.finished_at)
         .map(|t| grace - (snapshot.taken_at - t) as f64 + 1.0);
+    // A driver waiting to start becomes `half-submitted-driver`'s (and then critical) once it
+    // has waited the grace (and the critical time); the host may not change meanwhile.
+    let waiting = snapshot
+        .pods
+        .iter()
+        .filter(|p| nodemedic_rules::spark::driver_waits_to_start(p, &snapshot.node))
+        .filter_map(|p| p.scheduled_at.or(p.created_at))
+        .flat_map(|since| {
+            let waited = snapshot.taken_at - since;
+            [
+                settings.half_submitted_grace_seconds,
+                settings.half_submitted_critical_seconds,
+            ]
+            .map(|at| (at - waited) as f64 + 1.0)
+        });
     checkpoint
         .into_iter()
         .chain(pods)
+        .chain(waiting)
         .filter(|left| *left > 0.0)
         .min_by(f64::total_cmp)
         .map(|left| Instant::now() + Duration::from_secs_f64(left + 0.05))

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub dra_prepared_claims: IntGaugeVec,
     pub node_resource_topology_writes_total: IntCounterVec,
     pub orphaned_executors: IntGauge,
+    pub half_submitted_drivers: IntGauge,
     pub orphaned_local_dir_bytes: IntGauge,
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
@@ -181,6 +182,11 @@ impl Metrics {
                 "orphaned_executors",
                 "Spark executor pods on this node whose driver is gone, replaced or long finished.",
             ))?,
+            half_submitted_drivers: IntGauge::with_opts(opts(
+                "half_submitted_drivers",
+                "Spark driver pods on this node that spark-submit gave up on and that wait to start without their \
+                 ConfigMap, or after a newer driver of their submission started (half-submitted-driver findings).",
+            ))?,
             orphaned_local_dir_bytes: IntGauge::with_opts(opts(
                 "orphaned_local_dir_bytes",
                 "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
@@ -281,6 +287,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.node_resource_topology_writes_total.clone()))?;
         m.registry.register(Box::new(m.orphaned_executors.clone()))?;
+        m.registry.register(Box::new(m.half_submitted_drivers.clone()))?;
         m.registry.register(Box::new(m.orphaned_local_dir_bytes.clone()))?;
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
@@ -400,6 +407,12 @@ impl Metrics {
         self.observe_managers(snap, settings);
         self.orphaned_executors
             .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
+        self.half_submitted_drivers.set(
+            findings
+                .iter()
+                .filter(|f| f.rule == nodemedic_rules::rules::half_submitted_driver::ID)
+                .count() as i64,
+        );
         let local_dir_bytes: u64 = findings
             .iter()
             .filter(|f| f.rule == "orphaned-local-dir")
@@ -552,6 +565,7 @@ mod tests {
             "nodemedic_rule_firing",
             "nodemedic_cpu_manager_stale_cpus",
             "nodemedic_orphaned_executors",
+            "nodemedic_half_submitted_drivers",
             "nodemedic_orphaned_local_dir_bytes",
             "nodemedic_pod_watch_up",
             "nodemedic_host_watches",

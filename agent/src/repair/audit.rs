@@ -28,6 +28,8 @@ pub enum RepairAction {
     Orphans,
     /// `repair failed-pods`: a pod the kubelet rejected at admission deleted.
     FailedPods,
+    /// `repair half-submitted`: a Spark driver spark-submit gave up on deleted (never automatic).
+    HalfSubmitted,
     /// `repair local-dirs`: an orphaned Spark scratch directory removed from a hostPath root.
     LocalDirs,
     /// `repair cpu-state`: the CPU manager checkpoint rewritten without its stale entries
@@ -41,6 +43,7 @@ impl RepairAction {
         match self {
             RepairAction::Orphans => "orphans",
             RepairAction::FailedPods => "failed-pods",
+            RepairAction::HalfSubmitted => "half-submitted",
             RepairAction::LocalDirs => "local-dirs",
             RepairAction::CpuState => "cpu-state",
         }
@@ -51,6 +54,7 @@ impl RepairAction {
         match self {
             RepairAction::Orphans => "OrphanedExecutorDeleted",
             RepairAction::FailedPods => "RejectedPodDeleted",
+            RepairAction::HalfSubmitted => "HalfSubmittedDriverDeleted",
             RepairAction::LocalDirs => "OrphanedLocalDirRemoved",
             RepairAction::CpuState => "CPUManagerStateRepaired",
         }
@@ -59,7 +63,7 @@ impl RepairAction {
     /// The Event's `action` field.
     fn event_action(self) -> &'static str {
         match self {
-            RepairAction::Orphans | RepairAction::FailedPods => "Delete",
+            RepairAction::Orphans | RepairAction::FailedPods | RepairAction::HalfSubmitted => "Delete",
             RepairAction::LocalDirs => "Remove",
             RepairAction::CpuState => "Rewrite",
         }
@@ -543,6 +547,8 @@ mod tests {
             "skipped: delete pod spark/etl-exec-1 (uid u1): recreated"
         );
         assert_eq!(RepairAction::FailedPods.event_reason(), "RejectedPodDeleted");
+        assert_eq!(RepairAction::HalfSubmitted.event_reason(), "HalfSubmittedDriverDeleted");
+        assert_eq!(RepairAction::HalfSubmitted.as_str(), "half-submitted");
         assert_eq!(crate::events::note_text("é".repeat(600)).len(), 1023);
     }
 }

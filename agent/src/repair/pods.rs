@@ -1,4 +1,4 @@
-//! `nodemedic repair orphans` and `nodemedic repair failed-pods`: delete pods the rules judge
+//! `nodemedic repair orphans`, `nodemedic repair failed-pods` and `nodemedic repair half-submitted`: delete pods
 //! useless, with the pod's UID as a precondition, and the daemon's automatic repair.
 //!
 //! - `orphans`: the Spark executors `orphaned-executor` reports (driver gone, replaced, or
@@ -9,8 +9,13 @@
 //! - `failed-pods`: the pods `admission-rejection` counts (Failed at kubelet admission:
 //!   `OutOfcpu`, `UnexpectedAdmissionError`, ...) once older than `--older-than-seconds`. They
 //!   are never retried and stay until deleted.
+//! - `half-submitted`: the Spark drivers `half-submitted-driver` reports (spark-submit gave up
+//!   on them; they wait to start without their ConfigMap, or after a newer driver of their
+//!   submission started), once they have waited `--older-than-seconds` (the rule's grace). The
+//!   re-check before deleting lists the pods again: a driver that started meanwhile, or that
+//!   is no longer `Pending`, is left. Never automatic.
 //!
-//! Both build the snapshot the way `nodemedic scan` does from the API (this node's pods and
+//! They all build the snapshot the way `nodemedic scan` does from the API (this node's pods and
 //! their drivers' lookups; with `--host-root` also the host, for the local data evidence), judge
 //! with the rules' own functions, and print the plan (pod, why, evidence). With `--apply` (and
 //! `--yes` or a typed `yes`) they judge once more from a fresh pod list and fresh driver
@@ -29,7 +34,7 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 use nodemedic_rules::Settings;
 use nodemedic_rules::facts;
-use nodemedic_rules::rules::orphaned_executor;
+use nodemedic_rules::rules::{half_submitted_driver, orphaned_executor};
 use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, PodInfo, PodSource};
 use serde_json::{Map, Value, json};
 
@@ -266,6 +271,34 @@ pub fn plan_failed_pods(snapshot: &NodeSnapshot, older_than_seconds: i64) -> Pod
     plan
 }
 
+/// The drivers `half-submitted-driver` reports, as a plan (the grace is
+/// `settings.half_submitted_grace_seconds`): each deleted with its finding's summary and
+/// evidence.
+pub fn plan_half_submitted(snapshot: &NodeSnapshot, settings: &Settings) -> PodPlan {
+    let mut plan = PodPlan::new(RepairAction::HalfSubmitted, &snapshot.node);
+    if !live_pods(snapshot, &mut plan) {
+        return plan;
+    }
+    let findings: HashMap<String, nodemedic_rules::Finding> = half_submitted_driver::check(snapshot, settings)
+        .into_iter()
+        .filter_map(|f| Some((f.subject.uid.clone()?, f)))
+        .collect();
+    for h in facts::half_submitted_drivers(snapshot, settings) {
+        let pod = h.pod;
+        let finding = findings.get(&pod.uid);
+        plan.delete.push(PodCandidate {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            phase: pod.phase.clone(),
+            why: format!("waited {} s to start: {}", h.waited_seconds, h.reason),
+            summary: finding.map(|f| f.summary.clone()).unwrap_or_else(|| h.reason.clone()),
+            evidence: finding.map(|f| f.evidence.clone()).unwrap_or_default(),
+        });
+    }
+    plan
+}
+
 /// `spec.schedulerName`, `default-scheduler` when unset.
 fn admission_scheduler(pod: &PodInfo) -> &str {
     pod.scheduler_name
@@ -454,7 +487,7 @@ pub(crate) fn evidence_line(evidence: &Map<String, Value>) -> String {
 /// What `repair orphans` and `repair failed-pods` run with (the command line, as plain values).
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// [`RepairAction::Orphans`] or [`RepairAction::FailedPods`].
+    /// [`RepairAction::Orphans`], [`RepairAction::FailedPods`] or [`RepairAction::HalfSubmitted`].
     pub action: RepairAction,
     /// This node; default: the host's name.
     pub node: Option<String>,
@@ -476,12 +509,13 @@ impl Options {
     fn judge(&self, snapshot: &NodeSnapshot) -> PodPlan {
         match self.action {
             RepairAction::FailedPods => plan_failed_pods(snapshot, self.older_than_seconds),
+            RepairAction::HalfSubmitted => plan_half_submitted(snapshot, &self.settings),
             _ => plan_orphans(snapshot, &self.settings, self.include_running),
         }
     }
 }
 
-/// The two pod repairs for [`command::run`].
+/// The pod repairs for [`command::run`].
 struct PodRepair<'a> {
     opts: &'a Options,
     api: kube_api::Connection,
@@ -548,7 +582,7 @@ impl Repair for PodRepair<'_> {
     }
 }
 
-/// `nodemedic repair orphans` and `failed-pods`: plan from the API (and the host with
+/// `nodemedic repair orphans`, `failed-pods` and `half-submitted`: plan from the API (and the host with
 /// `host`), then the flow of [`command`].
 pub fn run(
     opts: &Options,

@@ -195,7 +195,8 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
 }
 
 /// Resolves the drivers of every executor among `pods` (this node's), and lists every driver
-/// of each application that has a driver among `pods`, under [`spark::app_drivers_key`].
+/// of each application that has a driver among `pods`, under [`spark::app_drivers_key`] (with,
+/// for a driver that waits to start, the drivers of the same `spark-app-name`).
 pub async fn resolve_all<D: PodDirectory>(
     dir: &D,
     pods: &[PodInfo],
@@ -237,6 +238,14 @@ pub async fn resolve_all<D: PodDirectory>(
                 .list_where(Some(&driver.namespace), "spark-role=driver", same_job)
                 .await
                 .unwrap_or_default());
+        }
+        // A driver that waits to start: the drivers submitted under its name (a resubmission
+        // has a new app id), for `half-submitted-driver` to find the newer one that started.
+        if driver.phase == "Pending" && !driver.deleting {
+            if let Some(name) = driver.label(spark::APP_NAME).filter(|n| !n.is_empty()) {
+                let selector = format!("spark-role=driver,{}={name}", spark::APP_NAME);
+                add(dir.list(Some(&driver.namespace), &selector).await.unwrap_or_default());
+            }
         }
         add(vec![driver.clone()]);
         found.sort_by(|a, b| a.uid.cmp(&b.uid));

@@ -20,12 +20,16 @@
 //!   `stale-memory-assignment`, `stale-device-assignment`, `stale-dra-claim`,
 //!   `device-admission-failure`; the `nodemedic_memory_manager_*` and `nodemedic_devices_*`
 //!   gauges);
+//! - Spark drivers spark-submit left half made (pod created, ConfigMap never applied):
+//!   [`HalfSubmitted`], [`half_submitted_drivers`] (rule `half-submitted-driver`; `repair
+//!   half-submitted`; the `nodemedic_half_submitted_drivers` gauge);
 //! - Spark scratch dirs nothing will read again: [`OrphanedDirs`], [`orphaned_dirs`] (rule
 //!   `orphaned-local-dir`; `repair local-dirs`).
 //!
 //! Each rule's module documentation says how its judgement is made and why.
 
 mod dirs;
+mod half_submitted;
 mod managers;
 mod numa;
 mod orphans;
@@ -33,6 +37,7 @@ mod rejections;
 mod stale;
 
 pub use dirs::*;
+pub use half_submitted::*;
 pub use managers::*;
 pub use numa::*;
 pub use orphans::*;

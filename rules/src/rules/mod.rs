@@ -17,6 +17,7 @@ pub mod driver_blocked_by_partition;
 pub mod duplicate_driver;
 pub mod exclusive_cpu_shortage;
 pub mod executor_without_owner;
+pub mod half_submitted_driver;
 pub mod kubelet_state_divergence;
 pub mod orphaned_executor;
 pub mod orphaned_local_dir;
@@ -215,6 +216,15 @@ pub const ALL: &[RuleInfo] = &[
         fires_when: "a driver here stays Pending with a FailedAttachVolume (Multi-Attach) or FailedMount (mount timeout) Warning while another unfinished driver of its application (same spark-app-selector, operator run or Job) is on a node whose Ready is Unknown or False",
         event_reason: "DriverBlockedByPartition",
         check: driver_blocked_by_partition::check,
+    },
+    RuleInfo {
+        id: half_submitted_driver::ID,
+        title: "A Spark driver that spark-submit gave up on waits forever without its ConfigMap",
+        severity: Severity::Warning,
+        looks_at: "driver pods bound here that wait to start, their kubelet pod directory, their Events, newer drivers of the submission, dry-run pod creates",
+        fires_when: "a driver has waited half_submitted_grace_seconds (since bound) and its spark-conf-volume-driver ConfigMap volume never appeared under its kubelet directory, or a newer driver of the same submission (spark-app-selector, or spark-app-name within an hour) started; critical after half_submitted_critical_seconds",
+        event_reason: "HalfSubmittedDriver",
+        check: half_submitted_driver::check,
     },
     RuleInfo {
         id: orphaned_local_dir::ID,

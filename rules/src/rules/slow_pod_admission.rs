@@ -4,8 +4,9 @@
 //! admission chain, webhooks included, and skips only the write). Spark's client gives up on a
 //! request after `spark.kubernetes.submission.requestTimeout` (spark-submit creating the driver)
 //! or `spark.kubernetes.driver.requestTimeout` (the driver creating executors), 10000 ms by
-//! default since Spark 3.0; Spark 2.4 uses fabric8's `KUBERNETES_REQUEST_TIMEOUT` (also 10 s).
-//! See docs/rules/slow-pod-admission.md, "Cause", and the two keys in apache/spark
+//! default since Spark 3.0; Spark 2.4 uses fabric8's `-Dkubernetes.request.timeout` or
+//! `KUBERNETES_REQUEST_TIMEOUT` (also 10 s). See [`crate::submission`],
+//! docs/rules/slow-pod-admission.md, "Cause", and the two keys in apache/spark
 //! `docs/running-on-kubernetes.md`.
 //!
 //! The rule compares the median create time of the window (and its maximum) with that timeout:
@@ -13,126 +14,24 @@
 //! they waited (a lower bound); creates refused because a webhook does not support dry run are
 //! left to `webhook-blocks-dry-run`. The timeout is the smallest one the drivers on this node
 //! set, else `spark_client_timeout_seconds`. The finding names the webhooks that match pod
-//! CREATE, the slowest by the API server's own metrics, and the Spark keys to raise.
+//! CREATE and the Spark keys to raise. It blames the slowest webhook (by the API server's own
+//! metrics) only when the matching webhooks' mean latencies explain at least half of the median
+//! create (mutating ones add up, validating ones run in parallel); otherwise it says that they
+//! do not, and lists what else can hold a create (unmeasured webhooks, the API server, etcd).
 
 use crate::finding::{Finding, Severity, Subject};
-use crate::probes::{
-    DRY_RUN_PROBE, api, dominant_phase, is_dry_run_unsupported, recent, sample_json, stats, webhook_json,
-};
+use crate::probes::{DRY_RUN_PROBE, api, dominant_phase, sample_json, webhook_json};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, Observed, PodInfo, ProbeSample, WebhookInfo};
+use crate::snapshot::{NodeSnapshot, Observed, PodInfo, WebhookInfo};
 use crate::spark::is_driver;
+pub use crate::submission::{
+    DRIVER_TIMEOUT_KEY, FABRIC8_TIMEOUT_ENV, FABRIC8_TIMEOUT_PROPERTY, SUBMISSION_TIMEOUT_KEY, spark_client_timeout,
+    timed_out,
+};
+use crate::submission::{client_timeout, driver_name, is_spark2, pod_creates, suggested_timeout_ms};
 use crate::text::ms;
 
 pub const ID: &str = "slow-pod-admission";
-
-/// Spark 3.0+'s timeout of spark-submit's requests (creating the driver), milliseconds.
-pub const SUBMISSION_TIMEOUT_KEY: &str = "spark.kubernetes.submission.requestTimeout";
-/// Spark 3.0+'s timeout of the driver's requests (creating executors), milliseconds.
-pub const DRIVER_TIMEOUT_KEY: &str = "spark.kubernetes.driver.requestTimeout";
-/// fabric8's request timeout from the environment, milliseconds; only Spark 2.4 honours it.
-pub const FABRIC8_TIMEOUT_ENV: &str = "KUBERNETES_REQUEST_TIMEOUT";
-
-/// Whether a probe failed by running out of time, on the client (the probe's own `no complete
-/// answer within N s`) or in the API server (a webhook call that timed out: `context deadline
-/// exceeded`, `Client.Timeout`, HTTP 504): its `total_seconds` is a lower bound of the latency.
-pub fn timed_out(s: &ProbeSample) -> bool {
-    if s.ok {
-        return false;
-    }
-    let e = s.error.as_deref().unwrap_or("").to_ascii_lowercase();
-    s.status == Some(504)
-        || ["no complete answer within", "timeout", "timed out", "deadline exceeded"]
-            .iter()
-            .any(|w| e.contains(w))
-}
-
-/// Whether a failed create got as far as sending its request: one that stopped at DNS, connect
-/// or the TLS handshake measured the node's path to the API server (`apiserver-unreachable`,
-/// `slow-api`), not admission.
-fn reached_server(s: &ProbeSample) -> bool {
-    matches!(crate::rules::apiserver_unreachable::failure_stage(s), "answer" | "http")
-}
-
-/// Where the Spark client timeout in force came from.
-#[derive(Debug, Clone, PartialEq)]
-struct ClientTimeout {
-    seconds: f64,
-    /// For people: `spark.kubernetes.driver.requestTimeout=5000 (ms) of driver ns/name`.
-    source: String,
-    /// The driver (`ns/name`) and the key or variable, when a driver set it.
-    driver: Option<String>,
-    key: Option<&'static str>,
-}
-
-fn positive_ms(v: &str) -> Option<u64> {
-    // Spark's intConf trims; 0 means "no timeout" to fabric8, so it never is the smallest.
-    v.trim().parse::<u64>().ok().filter(|ms| *ms > 0)
-}
-
-fn is_spark2(version: Option<&str>) -> bool {
-    version.is_some_and(|v| v.starts_with("2."))
-}
-
-/// The driver of `uid` as people name it, and whether it still runs (unknown pods count).
-fn driver_name(snap: &NodeSnapshot, uid: &str) -> (String, bool) {
-    match snap.pod(uid) {
-        Some(p) => (p.display(), !p.is_terminal()),
-        None => (format!("pod {uid}"), true),
-    }
-}
-
-fn client_timeout(snap: &NodeSnapshot, settings: &Settings) -> ClientTimeout {
-    let mut best = ClientTimeout {
-        seconds: settings.spark_client_timeout_seconds,
-        source: "no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms".to_string(),
-        driver: None,
-        key: None,
-    };
-    let mut found: Option<(u64, String, &'static str, String)> = None;
-    for (uid, conf) in &snap.spark_confs {
-        let (driver, alive) = driver_name(snap, uid);
-        if !alive {
-            continue;
-        }
-        let version = conf.version.as_deref();
-        let candidates: Vec<(&'static str, Option<&String>)> = if is_spark2(version) {
-            vec![(FABRIC8_TIMEOUT_ENV, conf.kubernetes_request_timeout_env.as_ref())]
-        } else {
-            vec![
-                (SUBMISSION_TIMEOUT_KEY, conf.properties.get(SUBMISSION_TIMEOUT_KEY)),
-                (DRIVER_TIMEOUT_KEY, conf.properties.get(DRIVER_TIMEOUT_KEY)),
-            ]
-        };
-        for (key, value) in candidates {
-            let Some(ms) = value.and_then(|v| positive_ms(v)) else {
-                continue;
-            };
-            if found.as_ref().is_none_or(|(best_ms, ..)| ms < *best_ms) {
-                let spark = version.map_or(String::new(), |v| format!(", Spark {v}"));
-                found = Some((ms, driver.clone(), key, spark));
-            }
-        }
-    }
-    if let Some((ms, driver, key, spark)) = found {
-        best = ClientTimeout {
-            seconds: ms as f64 / 1000.0,
-            source: format!("{key}={ms} (ms) of driver {driver}{spark}"),
-            driver: Some(driver),
-            key: Some(key),
-        };
-    }
-    best
-}
-
-/// The Spark client timeout in force on this node, seconds, and where it came from: the smallest
-/// request timeout the live drivers here set (`spark.kubernetes.submission.requestTimeout` or
-/// `spark.kubernetes.driver.requestTimeout` on Spark 3.0+, `KUBERNETES_REQUEST_TIMEOUT` on
-/// Spark 2.4; milliseconds), else `spark_client_timeout_seconds`.
-pub fn spark_client_timeout(snap: &NodeSnapshot, settings: &Settings) -> (f64, String) {
-    let t = client_timeout(snap, settings);
-    (t.seconds, t.source)
-}
 
 /// The running drivers on this node: (`ns/name`, Spark version from the `spark-version` label
 /// or the Spark image's tag).
@@ -183,89 +82,39 @@ fn ignores_failures(w: &WebhookInfo) -> bool {
     w.failure_policy == "Ignore"
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let Some(api) = api(snap) else { return vec![] };
-    let creates: Vec<&ProbeSample> = recent(api, snap, settings)
-        .filter(|s| {
-            s.probe == DRY_RUN_PROBE && (s.ok || (timed_out(s) && reached_server(s))) && !is_dry_run_unsupported(s)
-        })
-        .filter(|s| s.total_seconds.is_finite())
-        .collect();
-    let Some((median, min, max)) = stats(creates.iter().map(|s| s.total_seconds)) else {
-        return vec![];
-    };
-    let Some(slowest) = creates
+/// How much of a create the matching webhooks' mean latencies account for, seconds: mutating
+/// webhooks run one after another (their means add up), validating ones in parallel (the
+/// slowest mean). Webhooks without a measured mean count 0.
+fn explained_seconds(webhooks: &[&WebhookInfo]) -> f64 {
+    let mean = |w: &&&WebhookInfo| w.mean_latency_seconds.filter(|m| m.is_finite()).unwrap_or(0.0);
+    let mutating: f64 = webhooks
         .iter()
-        .copied()
-        .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))
-    else {
-        return vec![];
-    };
-    let timeout = client_timeout(snap, settings);
-    let t = timeout.seconds;
-    let (severity, how) = if median >= t {
-        (Severity::Critical, "at or above".to_string())
-    } else if median >= t / 2.0 {
-        (Severity::Warning, "at least half of".to_string())
-    } else if max >= t {
-        (
-            Severity::Warning,
-            format!("below, but the slowest ({max:.1} s) passed,"),
-        )
-    } else {
-        return vec![];
-    };
-    let timed_out_count = creates.iter().filter(|s| !s.ok).count();
-
-    // The webhooks that apply to pod creation here, slowest first.
-    let (mut webhooks, webhooks_status): (Vec<&WebhookInfo>, Option<String>) = match &api.webhooks {
-        Observed::Ok(list) => (
-            list.iter()
-                .filter(|w| w.matches_probe || !w.matches_namespaces.is_empty())
-                .collect(),
-            None,
-        ),
-        other => (vec![], Some(other.status())),
-    };
-    webhooks.sort_by(|a, b| {
-        let key = |w: &WebhookInfo| w.mean_latency_seconds.filter(|m| m.is_finite()).unwrap_or(-1.0);
-        key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name))
-    });
-    let slowest_webhook = webhooks
-        .first()
-        .copied()
-        .filter(|w| w.mean_latency_seconds.is_some_and(f64::is_finite));
-
-    // Twice the slowest create, whole seconds, in milliseconds.
-    let suggested_ms = ((2.0 * max).ceil().max(1.0) as u64) * 1000;
-    let drivers = local_drivers(snap);
-    let spark2: Vec<&str> = drivers
+        .filter(|w| w.kind != "validating")
+        .map(|w| mean(&w))
+        .sum();
+    let validating = webhooks
         .iter()
-        .filter(|(_, v)| is_spark2(v.as_deref()))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let unknown_version = drivers.iter().any(|(_, v)| v.is_none());
+        .filter(|w| w.kind == "validating")
+        .map(|w| mean(&w))
+        .fold(0.0, f64::max);
+    mutating + validating
+}
 
-    let mut remedy = vec![format!(
-        "Raise Spark's client timeouts above the pod creation time, e.g. to {suggested_ms} ms (twice the slowest \
-         create measured): --conf {SUBMISSION_TIMEOUT_KEY}={suggested_ms} --conf {DRIVER_TIMEOUT_KEY}={suggested_ms} \
-         (Spark 3.0 and later; {FABRIC8_TIMEOUT_ENV} does nothing there, since Spark overrides fabric8's timeouts \
-         with these keys)"
-    )];
-    if !spark2.is_empty() {
-        remedy.push(format!(
-            "for the Spark 2.4 driver(s) {}: {FABRIC8_TIMEOUT_ENV}={suggested_ms} in spark-submit's environment and \
-             --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}",
-            spark2.join(", ")
-        ));
-    } else if unknown_version {
-        remedy.push(format!(
-            "on Spark 2.4 (a driver whose version neither a spark-version label nor a Spark image tag gives may \
-             be 2.4): {FABRIC8_TIMEOUT_ENV}={suggested_ms} in spark-submit's environment and \
-             --conf spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms}"
-        ));
-    }
-    remedy.push(match (slowest_webhook, webhooks.is_empty(), &webhooks_status) {
+/// What the remedy says about the webhooks, after the timeouts.
+fn webhook_advice(
+    webhooks: &[&WebhookInfo],
+    webhooks_status: &Option<String>,
+    blamed: Option<&WebhookInfo>,
+    explained: f64,
+    median: f64,
+) -> String {
+    let unmeasured: Vec<&str> = webhooks
+        .iter()
+        .filter(|w| !w.mean_latency_seconds.is_some_and(f64::is_finite))
+        .map(|w| w.name.as_str())
+        .collect();
+    let any_measured = unmeasured.len() < webhooks.len();
+    match (blamed, webhooks.is_empty(), webhooks_status) {
         (Some(w), _, _) => format!(
             "Then fix or time-box the slowest webhook, {} ({} {}, {:.1} s mean, timeoutSeconds {}, failurePolicy {}): \
              give its backend what it needs, or {} (kubectl edit {} {})",
@@ -284,6 +133,28 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             },
             configuration_kind(w).to_ascii_lowercase(),
             w.configuration
+        ),
+        (None, false, _) if any_measured => format!(
+            "Then find where the time goes: the webhooks that match pod CREATE and have latency metrics ({}) \
+             account for {explained:.1} s of the {median:.1} s a create takes, less than half, so none of them is \
+             the cause. Candidates: {}the API server itself (API Priority and Fairness queueing, built-in \
+             admission), etcd (apiserver_request_duration_seconds{{verb=\"POST\",resource=\"pods\"}} and \
+             etcd_request_duration_seconds on the API server), or a webhook the API server calls on another path \
+             (a proxy, a service mesh sidecar in front of a webhook backend)",
+            webhooks
+                .iter()
+                .filter(|w| w.mean_latency_seconds.is_some_and(f64::is_finite))
+                .map(|w| format!("{} {:.2} s mean", w.name, w.mean_latency_seconds.unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if unmeasured.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "the matching webhooks without latency metrics ({}), ",
+                    unmeasured.join(", ")
+                )
+            }
         ),
         (None, false, _) => format!(
             "Then find the slow one among the webhooks that match pod CREATE ({}): nodemedic could not read their \
@@ -306,26 +177,110 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
              (etcd, built-in admission, API Priority and Fairness): see \
              apiserver_request_duration_seconds{verb=\"POST\",resource=\"pods\"} on the API server"
             .to_string(),
+    }
+}
+
+pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+    let Some(api) = api(snap) else { return vec![] };
+    let Some(creates) = pod_creates(snap, settings) else {
+        return vec![];
+    };
+    let (median, min, max, slowest) = (creates.median, creates.min, creates.max, creates.slowest);
+    let timeout = client_timeout(snap, settings);
+    let t = timeout.seconds;
+    let (severity, how) = if median >= t {
+        (Severity::Critical, "at or above".to_string())
+    } else if median >= t / 2.0 {
+        (Severity::Warning, "at least half of".to_string())
+    } else if max >= t {
+        (
+            Severity::Warning,
+            format!("below, but the slowest ({max:.1} s) passed,"),
+        )
+    } else {
+        return vec![];
+    };
+    let timed_out_count = creates.samples.iter().filter(|s| !s.ok).count();
+
+    // The webhooks that apply to pod creation here, slowest first.
+    let (mut webhooks, webhooks_status): (Vec<&WebhookInfo>, Option<String>) = match &api.webhooks {
+        Observed::Ok(list) => (
+            list.iter()
+                .filter(|w| w.matches_probe || !w.matches_namespaces.is_empty())
+                .collect(),
+            None,
+        ),
+        other => (vec![], Some(other.status())),
+    };
+    webhooks.sort_by(|a, b| {
+        let key = |w: &WebhookInfo| w.mean_latency_seconds.filter(|m| m.is_finite()).unwrap_or(-1.0);
+        key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name))
     });
+    let slowest_webhook = webhooks
+        .first()
+        .copied()
+        .filter(|w| w.mean_latency_seconds.is_some_and(f64::is_finite));
+    // The slowest is blamed only when the measured webhooks explain at least half the create.
+    let explained = explained_seconds(&webhooks);
+    let explains = explained >= median / 2.0;
+    let blamed = slowest_webhook.filter(|_| explains);
+
+    // Twice the slowest create, whole seconds, in milliseconds.
+    let suggested_ms = suggested_timeout_ms(max);
+    let drivers = local_drivers(snap);
+    let spark2: Vec<&str> = drivers
+        .iter()
+        .filter(|(_, v)| is_spark2(v.as_deref()))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let unknown_version = drivers.iter().any(|(_, v)| v.is_none());
+
+    let spark2_how = format!(
+        "{FABRIC8_TIMEOUT_ENV}={suggested_ms} in spark-submit's environment and --conf \
+         spark.kubernetes.driverEnv.{FABRIC8_TIMEOUT_ENV}={suggested_ms} (or -D{FABRIC8_TIMEOUT_PROPERTY}=\
+         {suggested_ms} in SPARK_SUBMIT_OPTS and spark.driver.extraJavaOptions, which wins over the variable)"
+    );
+    let mut remedy = vec![format!(
+        "Raise Spark's client timeouts above the pod creation time, e.g. to {suggested_ms} ms (twice the slowest \
+         create measured): --conf {SUBMISSION_TIMEOUT_KEY}={suggested_ms} --conf {DRIVER_TIMEOUT_KEY}={suggested_ms} \
+         (Spark 3.0 and later; {FABRIC8_TIMEOUT_ENV} does nothing there, since Spark overrides fabric8's timeouts \
+         with these keys)"
+    )];
+    if !spark2.is_empty() {
+        remedy.push(format!(
+            "For the Spark 2.4 driver(s) {}: {spark2_how}",
+            spark2.join(", ")
+        ));
+    } else if unknown_version {
+        remedy.push(format!(
+            "On Spark 2.4 (a driver whose version neither a spark-version label nor a Spark image tag gives may \
+             be 2.4): {spark2_how}"
+        ));
+    }
+    remedy.push(webhook_advice(&webhooks, &webhooks_status, blamed, explained, median));
     remedy.push(
-        "A create that times out on the client may still create the pod on the server: spark-submit can report a \
-         failure while its driver starts, and a driver can end up with more executors than it asked for"
+        "A create that times out on the client may still create the pod on the server: Spark 3.x retries it \
+         (kubernetes.request.retry.backoffLimit, 3 in Spark 3.5) and fails after about four timeouts, and each \
+         driver pod a timed-out create left behind waits without its ConfigMap (half-submitted-driver); a driver \
+         can also end up with more executors than it asked for"
             .to_string(),
     );
 
     let (phase, _) = dominant_phase(slowest);
-    let webhook_note = slowest_webhook.map_or(String::new(), |w| {
-        format!(
+    let webhook_note = match (blamed, slowest_webhook) {
+        (Some(w), _) => format!(
             "; slowest matching webhook: {} ({:.1} s mean)",
             w.name,
             w.mean_latency_seconds.unwrap_or_default()
-        )
-    });
+        ),
+        (None, Some(_)) => format!("; the matching webhooks' latency metrics explain only {explained:.1} s of it"),
+        (None, None) => String::new(),
+    };
+    let n = creates.samples.len();
     let summary = format!(
-        "Creating a pod takes {median:.1} s (median of {} dry-run create{}, slowest {max:.1} s), {how} the Spark \
+        "Creating a pod takes {median:.1} s (median of {n} dry-run create{}, slowest {max:.1} s), {how} the Spark \
          client timeout of {t} s ({}){webhook_note}",
-        creates.len(),
-        if creates.len() == 1 { "" } else { "s" },
+        if n == 1 { "" } else { "s" },
         timeout.source
     );
     let mut finding = Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.join(". "))
@@ -333,7 +288,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .with("median_seconds", ms(median))
         .with("min_seconds", ms(min))
         .with("max_seconds", ms(max))
-        .with("samples", creates.len())
+        .with("samples", n)
         .with("timed_out_samples", timed_out_count)
         .with("spark_timeout_seconds", t)
         .with("spark_timeout_source", timeout.source.clone())
@@ -345,8 +300,10 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         .with("dominant_phase", phase.as_str())
         .with("webhooks", webhooks.iter().map(|w| webhook_json(w)).collect::<Vec<_>>())
         .with("webhooks_worst_case_seconds", worst_case_seconds(&webhooks))
+        .with("webhooks_explained_seconds", ms(explained))
+        .with("webhooks_explain_create", slowest_webhook.map(|_| explains))
         .with("webhooks_source", webhooks_status)
-        .with("slowest_webhook", slowest_webhook.map(webhook_json));
+        .with("slowest_webhook", blamed.map(webhook_json));
     if !spark2.is_empty() {
         finding = finding.with("spark_2_drivers", spark2);
     }
@@ -357,6 +314,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testkit::{NOW, SnapshotBuilder, probe_failed, probe_ok, spark_conf, spark_driver, webhook};
+    use crate::snapshot::{ProbeSample, SparkConf};
     use serde_json::json;
 
     fn node(samples: Vec<ProbeSample>) -> SnapshotBuilder {
@@ -489,7 +447,7 @@ mod tests {
         let f = judge(&d1);
         assert!(
             f[0].remedy
-                .contains("for the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT="),
+                .contains("For the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT="),
             "{}",
             f[0].remedy
         );
@@ -562,7 +520,7 @@ mod tests {
         let f = check(&snap, &s);
         assert!(
             f[0].remedy
-                .contains("for the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT=6000"),
+                .contains("For the Spark 2.4 driver(s) spark-jobs/etl-driver: KUBERNETES_REQUEST_TIMEOUT=6000"),
             "{}",
             f[0].remedy
         );
@@ -691,6 +649,123 @@ mod tests {
             "{remedy}"
         );
         assert!(!remedy.contains("Ignore if acceptable"), "{remedy}");
+    }
+
+    #[test]
+    fn webhooks_whose_latency_does_not_explain_the_create_are_not_blamed() {
+        // The story's numbers: a 30 s create, the only matching webhook averaging 0.02 s.
+        let mut policy = webhook("policy", "validate.policy.example.com");
+        policy.kind = "validating".into();
+        policy.mean_latency_seconds = Some(0.02);
+        let unmeasured = webhook("istio-sidecar-injector", "sidecar-injector.istio.io");
+        let snap = node(creates(&[30.1, 29.9, 30.2]))
+            .with_webhooks(vec![policy.clone(), unmeasured])
+            .build();
+        let f = check(&snap, &Settings::default()).remove(0);
+        assert!(f.evidence.get("slowest_webhook").is_none(), "{:#?}", f.evidence);
+        assert_eq!(f.evidence["webhooks_explain_create"], false);
+        assert_eq!(f.evidence["webhooks_explained_seconds"], 0.02);
+        assert!(
+            f.summary
+                .ends_with("the matching webhooks' latency metrics explain only 0.0 s of it"),
+            "{}",
+            f.summary
+        );
+        for needle in [
+            "(validate.policy.example.com 0.02 s mean) account for 0.0 s of the 30.1 s a create takes, less than \
+             half, so none of them is the cause",
+            "Candidates: the matching webhooks without latency metrics (sidecar-injector.istio.io), the API server \
+             itself",
+            "etcd",
+        ] {
+            assert!(f.remedy.contains(needle), "{needle}: {}", f.remedy);
+        }
+        assert!(
+            !f.remedy.contains("Then fix or time-box the slowest webhook"),
+            "{}",
+            f.remedy
+        );
+
+        // Mutating webhooks add up: two of 8 s explain a 30 s create by more than half (16 s).
+        let mutating = |name: &str| {
+            let mut w = webhook(name, &format!("{name}.example.com"));
+            w.mean_latency_seconds = Some(8.0);
+            w
+        };
+        let snap = node(creates(&[30.0]))
+            .with_webhooks(vec![mutating("a"), mutating("b"), policy.clone()])
+            .build();
+        let f = check(&snap, &Settings::default()).remove(0);
+        assert_eq!(f.evidence["webhooks_explain_create"], true);
+        assert_eq!(f.evidence["webhooks_explained_seconds"], 16.02);
+        assert_eq!(f.evidence["slowest_webhook"]["name"], "a.example.com");
+        // Validating ones run in parallel: two of 8 s explain 8 s, not enough.
+        let validating = |name: &str| {
+            let mut w = mutating(name);
+            w.kind = "validating".into();
+            w
+        };
+        let snap = node(creates(&[30.0]))
+            .with_webhooks(vec![validating("a"), validating("b")])
+            .build();
+        let f = check(&snap, &Settings::default()).remove(0);
+        assert_eq!(f.evidence["webhooks_explained_seconds"], 8.0);
+        assert!(f.evidence.get("slowest_webhook").is_none());
+    }
+
+    #[test]
+    fn spark_2_timeout_from_java_options() {
+        let mut d1 = spark_driver("d1", "spark-a", "etl", "Running");
+        d1.labels.insert("spark-version".into(), "2.4.8".into());
+        let judge = |d1: &PodInfo, conf: SparkConf| {
+            let snap = SnapshotBuilder::spark_node(std::slice::from_ref(d1))
+                .with_api(creates(&[3.0]))
+                .with_spark_conf("d1", conf)
+                .build();
+            spark_client_timeout(&snap, &Settings::default())
+        };
+        let mut conf = spark_conf(
+            Some("2.4.8"),
+            &[(
+                "spark.driver.extraJavaOptions",
+                "-XX:+UseG1GC -Dkubernetes.request.timeout=45000",
+            )],
+        );
+        conf.kubernetes_request_timeout_env = Some("4000".into());
+        assert_eq!(
+            judge(&d1, conf.clone()),
+            (
+                45.0,
+                "-Dkubernetes.request.timeout in spark.driver.extraJavaOptions=45000 (ms) of driver \
+                 spark-jobs/etl-driver, Spark 2.4.8"
+                    .to_string()
+            ),
+            "the system property wins over the environment variable, even when larger"
+        );
+        conf.spark_submit_opts_env = Some("-Dkubernetes.request.timeout=20000".into());
+        assert_eq!(
+            judge(&d1, conf.clone()).0,
+            45.0,
+            "extraJavaOptions come last on the JVM's command line"
+        );
+        conf.properties.clear();
+        assert_eq!(
+            judge(&d1, conf.clone()),
+            (
+                20.0,
+                "-Dkubernetes.request.timeout in SPARK_SUBMIT_OPTS=20000 (ms) of driver spark-jobs/etl-driver, \
+                 Spark 2.4.8"
+                    .to_string()
+            )
+        );
+        conf.spark_submit_opts_env = None;
+        assert_eq!(judge(&d1, conf.clone()).0, 4.0, "then the variable");
+        // Spark 3 ignores both.
+        let mut three = conf.clone();
+        three.version = Some("3.5.1".into());
+        three.spark_submit_opts_env = Some("-Dkubernetes.request.timeout=1000".into());
+        d1.labels.insert("spark-version".into(), "3.5.1".into());
+        assert_eq!(judge(&d1, three).0, 10.0);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub fn pod(uid: &str, name: &str, phase: &str, containers: &[(&str, &str)]) -> P
                 container_id: (!id.is_empty()).then(|| id.to_string()),
                 state: Some(if phase == "Running" { "running" } else { "terminated" }.into()),
                 exit_code: None,
+                waiting_reason: None,
                 image: None,
             })
             .collect(),
@@ -233,6 +234,7 @@ pub fn spark_pod(uid: &str, name: &str, role: &str, app: &str, phase: &str) -> P
             container_id: Some(format!("c-{uid}")),
             state: Some(state.into()),
             exit_code,
+            waiting_reason: None,
             image: Some("apache/spark:3.5.1".into()),
         }],
         labels,
@@ -429,6 +431,7 @@ pub fn spark_conf(version: Option<&str>, properties: &[(&str, &str)]) -> SparkCo
         version: version.map(str::to_string),
         properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         kubernetes_request_timeout_env: None,
+        spark_submit_opts_env: None,
     }
 }
 
@@ -507,6 +510,12 @@ pub fn node_status(name: &str, ready: &str, reason: &str, since_ago: i64) -> Nod
 
 impl SnapshotBuilder {
     /// The Warning Events of pod `uid`.
+    /// What the collector found of driver `uid`'s configuration volume on this node.
+    pub fn with_conf_mount(mut self, uid: &str, mount: crate::snapshot::ConfMount) -> Self {
+        self.snap.conf_mounts.insert(uid.to_string(), mount);
+        self
+    }
+
     pub fn with_pod_events(mut self, uid: &str, events: Vec<PodEvent>) -> Self {
         self.snap.pod_events.insert(uid.into(), events);
         self

@@ -1,0 +1,310 @@
+//! `half-submitted-driver` and `repair half-submitted` end to end: the real `nodemedic scan`
+//! against the API server double and a host tree whose kubelet pod directories say which
+//! driver's configuration volume was set up, and the repair through the library, as
+//! tests/tests/repair_pods.rs runs the other pod repairs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodemedic::cli::args::{
+    ApplyArgs, Format, FormatArg, HalfSubmittedArgs, KubeArgs, PodRepairArgs, RepairAction as Command,
+};
+use nodemedic::repair::audit::ActionResult;
+use nodemedic::repair::pods::{self, api_snapshot, plan_half_submitted};
+use nodemedic_rules::Settings;
+use nodemedic_tests::apiserver::ApiServer;
+use nodemedic_tests::hosttree::{Layout, Node, Runtime};
+use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, half_submitted, now_rfc3339};
+use serde_json::{Value, json};
+
+const NODE: &str = "worker-3";
+const NS: &str = "spark-jobs";
+
+struct Fixture {
+    api: ApiServer,
+    kubeconfig: PathBuf,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn fixture() -> Fixture {
+    let api = ApiServer::start().await.unwrap();
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).unwrap();
+    let root = dir.path().join("host");
+    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+        .write(&root)
+        .unwrap();
+    Fixture {
+        api,
+        kubeconfig,
+        root,
+        _dir: dir,
+    }
+}
+
+/// An application named `name` with its own app id (`seed` makes it differ from another
+/// submission of the same name).
+fn app(name: &str, seed: &str) -> SparkApp {
+    let mut a = SparkApp::new(SparkVersion::V3_5, NS, name);
+    let other = SparkApp::new(SparkVersion::V3_5, NS, seed);
+    a.app_id = other.app_id;
+    a.prefix = format!("{name}-{}", &other.prefix[seed.len() + 1..]);
+    a
+}
+
+impl Fixture {
+    /// The kubelet's directory of pod `uid` on the host, with its service account token volume
+    /// set up, and its configuration volume too when `conf_mounted`.
+    fn kubelet_pod_dir(&self, uid: &str, conf_mounted: bool) -> PathBuf {
+        let pod = self.root.join("var/lib/kubelet/pods").join(uid);
+        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~projected/kube-api-access-7x2kq")).unwrap();
+        if conf_mounted {
+            let conf = pod.join("volumes/kubernetes.io~configmap/spark-conf-volume-driver");
+            std::fs::create_dir_all(&conf).unwrap();
+            std::fs::write(conf.join("spark.properties"), "spark.app.name=etl\n").unwrap();
+        }
+        pod
+    }
+
+    /// A half-submitted driver of `app` bound here, waiting `waited` seconds; its kubelet
+    /// directory as `conf_mounted` says (`None`: no directory at all).
+    fn waiting_driver(&self, app: &SparkApp, uid: &str, waited: i64, conf_mounted: Option<bool>) -> Value {
+        let mut pod = app.driver(uid, NODE, "");
+        half_submitted(&mut pod, waited);
+        self.api.store().create(pod.clone());
+        if let Some(mounted) = conf_mounted {
+            self.kubelet_pod_dir(uid, mounted);
+        }
+        pod
+    }
+
+    fn scan(&self, extra: &[&str]) -> Value {
+        let mut args = vec![
+            "scan",
+            "--host-root",
+            self.root.to_str().unwrap(),
+            "--kubeconfig",
+            self.kubeconfig.to_str().unwrap(),
+            "--node",
+            NODE,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let run = nodemedic_tests::nodemedic(&args);
+        let report: Value =
+            serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+        assert_eq!(report["sources"]["pods"], "api", "{report:#}");
+        report
+    }
+
+    fn findings(&self, extra: &[&str]) -> Vec<Value> {
+        self.scan(extra)["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["rule"] == "half-submitted-driver")
+            .cloned()
+            .collect()
+    }
+
+    fn repair_args(&self, apply: bool) -> HalfSubmittedArgs {
+        HalfSubmittedArgs {
+            common: PodRepairArgs {
+                node: Some(NODE.into()),
+                kube: KubeArgs {
+                    kubeconfig: Some(self.kubeconfig.clone()),
+                },
+                host_root: Some(self.root.clone()),
+                kubelet_dir: None,
+                config: None,
+                rule_setting: vec![],
+                apply: ApplyArgs {
+                    apply,
+                    yes: apply,
+                    expect_plan: None,
+                },
+                format: FormatArg { format: Format::Text },
+            },
+            older_than_seconds: None,
+        }
+    }
+
+    fn exists(&self, name: &str) -> Option<String> {
+        self.api
+            .store()
+            .get("pods", Some(NS), name)
+            .and_then(|p| p["metadata"]["uid"].as_str().map(String::from))
+    }
+}
+
+/// Runs `repair half-submitted` on a blocking thread, questions answered by nobody.
+async fn run_repair(args: HalfSubmittedArgs) -> (Result<u8, String>, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut out = vec![];
+        let code = nodemedic::cli::pod_repair_options(Command::HalfSubmitted(args))
+            .map_err(|e| e.to_string())
+            .and_then(|opts| {
+                pods::run(&opts, &mut out, &mut |_| Ok(false))
+                    .map(|ran| ran.code())
+                    .map_err(|e| e.to_string())
+            });
+        (code, String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+    .unwrap()
+}
+
+/// Where the kubelet sets up the driver's configuration volume, as a host path.
+fn volume_path(uid: &str) -> String {
+    format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~configmap/spark-conf-volume-driver")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_whose_config_map_never_came_is_reported_then_deleted_with_its_uid() {
+    let f = fixture().await;
+    let stuck_app = app("etl", "etl-1");
+    let stuck = f.waiting_driver(&stuck_app, "drv-stuck", 600, Some(false));
+    let config_map = stuck["spec"]["volumes"][1]["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The same wait with the volume set up (an image pull, say): not this rule's.
+    let pulling = f.waiting_driver(&app("report", "report-1"), "drv-pulling", 600, Some(true));
+    // Still within the grace.
+    let young = f.waiting_driver(&app("ml", "ml-1"), "drv-young", 60, Some(false));
+
+    let found = f.findings(&[]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let h = &found[0];
+    assert_eq!(h["severity"], "warning");
+    assert_eq!(h["subject"]["uid"], "drv-stuck");
+    assert_eq!(h["evidence"]["config_map"], config_map.as_str());
+    assert_eq!(h["evidence"]["conf_volume"], "spark-conf-volume-driver");
+    assert_eq!(h["evidence"]["missing_volume_path"], volume_path("drv-stuck"));
+    assert_eq!(h["evidence"]["waiting_reason"], "ContainerCreating");
+    assert_eq!(h["evidence"]["cpu_request_millis"], 2000);
+    let waited = h["evidence"]["waited_seconds"].as_i64().unwrap();
+    assert!((600..620).contains(&waited), "{waited}");
+    assert!(
+        h["summary"].as_str().unwrap().ends_with(&format!(
+            "its ConfigMap {config_map} never came: volume spark-conf-volume-driver is not set up on this node"
+        )),
+        "{h:#}"
+    );
+    // Past the critical time (a setting), critical; a shorter grace takes the young one too.
+    let found = f.findings(&["--rule-setting", "half_submitted_critical_seconds=500"]);
+    assert_eq!(found[0]["severity"], "critical", "{found:#?}");
+    let found = f.findings(&["--rule-setting", "half_submitted_grace_seconds=30"]);
+    let uids: Vec<&str> = found.iter().map(|f| f["subject"]["uid"].as_str().unwrap()).collect();
+    assert_eq!(uids, ["drv-stuck", "drv-young"], "oldest first");
+
+    // The repair: the plan first, nothing deleted.
+    let (code, out) = run_repair(f.repair_args(false)).await;
+    assert_eq!(code, Ok(1), "a plan, not applied:\n{out}");
+    let stuck_name = stuck["metadata"]["name"].as_str().unwrap();
+    assert!(
+        out.contains(&format!("delete pod {NS}/{stuck_name} (uid drv-stuck, Pending)")),
+        "{out}"
+    );
+    assert!(out.contains("never came"), "{out}");
+    assert!(out.contains("dry run: nothing changed"), "{out}");
+    assert!(f.api.requests().iter().all(|r| r.method != "DELETE"));
+    // Applied: one DELETE, conditioned on the UID; the others stay.
+    let (code, out) = run_repair(f.repair_args(true)).await;
+    assert_eq!(code, Ok(0), "{out}");
+    let deletes: Vec<_> = f.api.requests().into_iter().filter(|r| r.method == "DELETE").collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(
+        deletes[0].body_json().unwrap()["preconditions"]["uid"],
+        "drv-stuck",
+        "{deletes:?}"
+    );
+    assert_eq!(f.exists(stuck_name), None);
+    for p in [&pulling, &young] {
+        assert!(f.exists(p["metadata"]["name"].as_str().unwrap()).is_some());
+    }
+    // Its Event says what was deleted and why.
+    let events = f.api.store().list("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "HalfSubmittedDriverDeleted" && e["involvedObject"]["uid"] == "drv-stuck"),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_driver_of_the_same_submission_that_started_is_evidence_enough() {
+    let f = fixture().await;
+    let first = app("etl", "etl-1");
+    // The kubelet never got to it (no pod directory): only the resubmission tells.
+    let stuck = f.waiting_driver(&first, "drv-first", 900, None);
+    // Resubmitted five minutes later under the same name: a new app id, running on another node.
+    let again = app("etl", "etl-2");
+    let mut newer = again.driver("drv-second", "worker-9", "10.42.9.9");
+    newer["metadata"]["creationTimestamp"] = json!(now_rfc3339(-600));
+    f.api.store().create(newer);
+    let found = f.findings(&[]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let e = &found[0]["evidence"];
+    assert_eq!(e["newer_driver"]["uid"], "drv-second");
+    assert_eq!(e["newer_driver"]["node"], "worker-9");
+    assert_eq!(e["newer_driver"]["tie"], "spark-app-name");
+    assert!(e.get("missing_volume_path").is_none(), "{e:#}");
+    // The agent listed the namespace's drivers (its directory answers the name's selector from
+    // that list).
+    assert!(
+        f.api.requests().iter().any(|r| r.verb == "list"
+            && r.resource == "pods"
+            && r.namespace.as_deref() == Some(NS)
+            && r.query_param("labelSelector").as_deref() == Some("spark-role=driver")),
+        "{:#?}",
+        f.api
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "list")
+            .map(|r| r.query_param("labelSelector"))
+            .collect::<Vec<_>>()
+    );
+    // The newer one of another name ties nothing.
+    f.api
+        .store()
+        .modify("pods", Some(NS), &format!("{}-driver", again.prefix), |p| {
+            p["metadata"]["labels"]["spark-app-name"] = json!("etl-v2");
+        });
+    assert!(f.findings(&[]).is_empty());
+    assert!(f.exists(stuck["metadata"]["name"].as_str().unwrap()).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repair_rechecks_and_leaves_a_driver_that_started() {
+    let f = fixture().await;
+    let a = app("etl", "etl-1");
+    let stuck = f.waiting_driver(&a, "drv-stuck", 600, Some(false));
+    let name = stuck["metadata"]["name"].as_str().unwrap().to_string();
+    let conn = nodemedic::kube_api::Connection::load(Some(&f.kubeconfig), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let host = nodemedic::host::HostPaths::new(&f.root, None);
+    let snapshot = api_snapshot(&conn, NODE, Some(&host), &[]).await.unwrap();
+    let plan = plan_half_submitted(&snapshot, &Settings::default());
+    assert_eq!(plan.delete.len(), 1, "{plan:#?}");
+    // The ConfigMap came late after all and the driver started.
+    f.api.store().modify("pods", Some(NS), &name, |p| {
+        p["status"]["phase"] = json!("Running");
+        p["status"]["containerStatuses"][0]["state"] = json!({"running": {"startedAt": now_rfc3339(-1)}});
+    });
+    let fresh = pods::refresh_snapshot(&conn.client, &snapshot, &plan.lookups())
+        .await
+        .unwrap();
+    let (confirmed, skipped) = pods::recheck(&plan, &plan_half_submitted(&fresh, &Settings::default()));
+    assert!(confirmed.delete.is_empty(), "{confirmed:#?}");
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0].result, ActionResult::Skipped);
+    assert!(f.exists(&name).is_some());
+}
