@@ -223,7 +223,6 @@ pub async fn snapshot<D: PodDirectory>(
         read_kubelet_view(host, kubelet_dir, opts, &mut snapshot, &mut records).await;
     }
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
-    let (local, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
     // ResourceClaims are asked for only where there is an API server to ask.
     let claims = (
         snapshot.managers.holds_prepared_claims(),
@@ -237,16 +236,16 @@ pub async fn snapshot<D: PodDirectory>(
             (_, true) => None,
             (Pods::File(_), _) => {
                 let dir = ListDirectory::new(collected.cluster_pods);
-                Some(lookup_drivers(&dir, local, node, now, &claims).await)
+                Some(lookup_drivers(&dir, &snapshot, &claims).await)
             }
             (Pods::Api { api: conn, .. }, _) => {
                 // One scan's memory: executors of one application share one lookup, and the
                 // first failure stops the rest.
                 let dir = kube_api::driver_directory(conn.client.clone(), ONE_SHOT_MEMORY, u32::MAX);
-                Some(lookup_drivers(&dir, local, node, now, &claims).await)
+                Some(lookup_drivers(&dir, &snapshot, &claims).await)
             }
             (Pods::Given { .. }, _) => match directory {
-                Some(dir) => Some(lookup_drivers(dir, local, node, now, &claims).await),
+                Some(dir) => Some(lookup_drivers(dir, &snapshot, &claims).await),
                 None => None,
             },
             (Pods::Cgroups, _) => None,
@@ -348,23 +347,24 @@ async fn read_kubelet_view(
     snapshot.kubelet_view = view;
 }
 
-/// The drivers of the executors among `pods`, every driver of their applications, and what
-/// `driver-blocked-by-partition` reads besides (the Events of drivers that wait to start on
-/// `node`, the other nodes of their applications; with `claims` prepared on the node, the
-/// Events of pods with ResourceClaims that wait to start), at `now`.
+/// The drivers of the executors among the snapshot's pods, every driver of their applications,
+/// and what `driver-blocked-by-partition` reads besides (the Events of drivers that wait to
+/// start on the node, the other nodes of their applications; with `claims` prepared on the
+/// node, the Events of pods with ResourceClaims that wait to start), and the Events of the
+/// drivers whose configuration volume was not set up (`half-submitted-driver`).
 async fn lookup_drivers<D: PodDirectory>(
     dir: &D,
-    pods: &[PodInfo],
-    node: &str,
-    now: i64,
+    snapshot: &NodeSnapshot,
     claims: &(bool, Vec<String>),
 ) -> (
     std::collections::BTreeMap<String, DriverLookup>,
     std::collections::BTreeMap<String, Vec<PodInfo>>,
     PartitionInputs,
 ) {
+    let (pods, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
     let (drivers, app_drivers) = spark::resolve_all(dir, pods).await;
-    let partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims.0, &claims.1).await;
+    let mut partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims.0, &claims.1).await;
+    spark::unconfigured_driver_events(dir, pods, &snapshot.conf_mounts, node, &mut partition).await;
     (drivers, app_drivers, partition)
 }
 

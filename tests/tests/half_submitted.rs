@@ -173,6 +173,26 @@ async fn a_driver_whose_config_map_never_came_is_reported_then_deleted_with_its_
         .as_str()
         .unwrap()
         .to_string();
+    // The kubelet's Warning about it (1.28+ words), and one about another volume.
+    let stuck_name = stuck["metadata"]["name"].as_str().unwrap().to_string();
+    for (n, message) in [
+        (
+            1,
+            format!(
+                "MountVolume.SetUp failed for volume \"spark-conf-volume-driver\" : configmap \"{config_map}\" not found"
+            ),
+        ),
+        (
+            2,
+            "MountVolume.SetUp failed for volume \"spark-local-dir-1\" : mkdir: no space left on device".to_string(),
+        ),
+    ] {
+        f.api.store().create(json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": format!("{stuck_name}.17f2a1b3c4d5e6f{n}"), "namespace": NS},
+            "involvedObject": {"kind": "Pod", "namespace": NS, "name": stuck_name, "uid": "drv-stuck", "apiVersion": "v1"},
+            "reason": "FailedMount", "message": message, "source": {"component": "kubelet", "host": NODE},
+            "firstTimestamp": now_rfc3339(-590), "lastTimestamp": now_rfc3339(-20), "count": 9, "type": "Warning"}));
+    }
     // The same wait with the volume set up (an image pull, say): not this rule's.
     let pulling = f.waiting_driver(&app("report", "report-1"), "drv-pulling", 600, Some(true));
     // Still within the grace.
@@ -188,6 +208,10 @@ async fn a_driver_whose_config_map_never_came_is_reported_then_deleted_with_its_
     assert_eq!(h["evidence"]["missing_volume_path"], volume_path("drv-stuck"));
     assert_eq!(h["evidence"]["waiting_reason"], "ContainerCreating");
     assert_eq!(h["evidence"]["cpu_request_millis"], 2000);
+    let events = h["evidence"]["mount_events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "only the conf volume's: {events:#?}");
+    assert_eq!(events[0]["count"], 9);
+    assert!(events[0]["message"].as_str().unwrap().contains(&config_map));
     let waited = h["evidence"]["waited_seconds"].as_i64().unwrap();
     assert!((600..620).contains(&waited), "{waited}");
     assert!(
@@ -206,7 +230,6 @@ async fn a_driver_whose_config_map_never_came_is_reported_then_deleted_with_its_
     // The repair: the plan first, nothing deleted.
     let (code, out) = run_repair(f.repair_args(false)).await;
     assert_eq!(code, Ok(1), "a plan, not applied:\n{out}");
-    let stuck_name = stuck["metadata"]["name"].as_str().unwrap();
     assert!(
         out.contains(&format!("delete pod {NS}/{stuck_name} (uid drv-stuck, Pending)")),
         "{out}"
@@ -224,7 +247,7 @@ async fn a_driver_whose_config_map_never_came_is_reported_then_deleted_with_its_
         "drv-stuck",
         "{deletes:?}"
     );
-    assert_eq!(f.exists(stuck_name), None);
+    assert_eq!(f.exists(&stuck_name), None);
     for p in [&pulling, &young] {
         assert!(f.exists(p["metadata"]["name"].as_str().unwrap()).is_some());
     }

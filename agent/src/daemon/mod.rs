@@ -738,6 +738,7 @@ impl Daemon {
             let mut slim = nodemedic_rules::snapshot::NodeSnapshot::empty(&snapshot.node, snapshot.taken_at);
             slim.pod_source = snapshot.pod_source;
             slim.pods = snapshot.pods;
+            slim.conf_mounts = snapshot.conf_mounts;
             slim
         };
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {

@@ -21,6 +21,12 @@
 //! node (and of the drivers' claims with no pod recorded), at most
 //! [`nodemedic_rules::facts::CLAIMS_ASKED`], remembered like node status.
 //!
+//! And `half-submitted-driver`: the Warning Events of the drivers here whose configuration
+//! volume the kubelet has not set up although it made their pod directory
+//! (`NodeSnapshot::conf_mounts`), oldest first, at most [`MAX_WAITING`]: the kubelet's
+//! `FailedMount` about the missing ConfigMap is the finding's evidence. A driver whose volume is
+//! set up (one pulling its image) costs nothing.
+//!
 //! A quiet cluster costs nothing; a driver stuck pulling its image costs nothing; a partition
 //! costs one GET per cut-off node and one LIST per blocked driver per cache period. What could not
 //! be read is said per pod and per node, so that the daemon keeps the last answer for it.
@@ -186,6 +192,39 @@ pub async fn partition_inputs<D: PodDirectory>(
         }
     }
     out
+}
+
+/// Reads into `out` the Warning Events of the drivers on `node` among `pods` whose
+/// configuration volume the kubelet did not set up (`conf_mounts` says `Missing`), oldest
+/// first, at most [`MAX_WAITING`], skipping those already read.
+pub async fn unconfigured_driver_events<D: PodDirectory>(
+    dir: &D,
+    pods: &[PodInfo],
+    conf_mounts: &BTreeMap<String, nodemedic_rules::snapshot::ConfMount>,
+    node: &str,
+    out: &mut PartitionInputs,
+) {
+    use nodemedic_rules::snapshot::ConfMount;
+    let mut waiting: Vec<&PodInfo> = pods
+        .iter()
+        .filter(|p| spark::driver_waits_to_start(p, node))
+        .filter(|p| matches!(conf_mounts.get(&p.uid), Some(ConfMount::Missing { .. })))
+        .collect();
+    waiting.sort_by_key(|p| (p.created_at, p.uid.clone()));
+    waiting.truncate(MAX_WAITING);
+    for driver in waiting {
+        if out.pod_events.contains_key(&driver.uid) || out.events_failed.contains_key(&driver.uid) {
+            continue;
+        }
+        match dir.pod_events(&driver.namespace, &driver.uid).await {
+            Ok(events) => {
+                out.pod_events.insert(driver.uid.clone(), events);
+            }
+            Err(e) => {
+                out.events_failed.insert(driver.uid.clone(), e.to_string());
+            }
+        }
+    }
 }
 
 impl PartitionInputs {
