@@ -388,14 +388,23 @@ fn api_only_repairs_exec_in_the_agent() {
         "{}",
         r.stderr
     );
-    // They need no pod of their own.
+    // half-submitted too (it reads the kubelet's directory through the agent's host mount).
     let r = fake.run(
-        &["repair", "worker-3", "failed-pods", "--via", "pod"],
+        &["repair", "worker-3", "half-submitted", "--older-than-seconds", "120"],
         &[("FAKE_PODS", ONE_AGENT)],
     );
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("uses the API only"), "{}", r.stderr);
-    assert!(r.calls.is_empty());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.calls[1][r.calls[1].len() - 4..],
+        args(&["repair", "half-submitted", "--older-than-seconds", "120"])[..]
+    );
+    // They need no pod of their own.
+    for action in ["failed-pods", "half-submitted"] {
+        let r = fake.run(&["repair", "worker-3", action, "--via", "pod"], &[("FAKE_PODS", ONE_AGENT)]);
+        assert_eq!(r.code, 2);
+        assert!(r.stderr.contains("runs in the agent (--via exec)"), "{}", r.stderr);
+        assert!(r.calls.is_empty());
+    }
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn finding(snap: &NodeSnapshot, settings: &Settings, h: &HalfSubmitted<'_>, slow
     );
     if h.sibling.is_none() {
         remedy.push_str(
-            ". No newer driver of it started here: submit the application again once the timeouts are raised",
+            ". No newer driver of its submission has started: submit the application again once the timeouts are raised",
         );
     }
     match slow {
