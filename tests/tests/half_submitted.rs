@@ -331,3 +331,67 @@ async fn the_repair_rechecks_and_leaves_a_driver_that_started() {
     assert_eq!(skipped[0].result, ActionResult::Skipped);
     assert!(f.exists(&name).is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_reports_it_once_the_grace_passes_and_clears_when_it_starts() {
+    use nodemedic_tests::agent::{Agent, NODE as AGENT_NODE, wait_for};
+    let api = ApiServer::start().await.unwrap();
+    api.store()
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": AGENT_NODE}}));
+    let a = app("etl", "etl-1");
+    let mut pod = a.driver("drv-daemon", AGENT_NODE, "");
+    // Bound 55 s ago; the grace below is 60 s: the daemon must judge again by the clock.
+    half_submitted(&mut pod, 55);
+    api.store().create(pod.clone());
+    let host = Node::new(AGENT_NODE, Layout::V1Cgroupfs, Runtime::Containerd);
+    let agent = Agent::start(
+        &api,
+        Some(&host),
+        &[
+            "--full-scan-interval-seconds",
+            "600",
+            "--rule-setting",
+            "half_submitted_grace_seconds=60",
+        ],
+    );
+    std::fs::create_dir_all(
+        agent
+            .host_root()
+            .join("var/lib/kubelet/pods/drv-daemon/volumes/kubernetes.io~projected/kube-api-access-7x2kq"),
+    )
+    .unwrap();
+    let m = |s: &str| agent.metric(s);
+    wait_for("a first scan", Duration::from_secs(30), &agent, || {
+        m("nodemedic_half_submitted_drivers").is_some()
+    })
+    .await;
+    assert_eq!(m("nodemedic_half_submitted_drivers"), Some(0.0), "within the grace");
+    wait_for(
+        "the finding once the grace passed",
+        Duration::from_secs(30),
+        &agent,
+        || m("nodemedic_half_submitted_drivers") == Some(1.0),
+    )
+    .await;
+    assert_eq!(
+        m("nodemedic_findings{rule=\"half-submitted-driver\",severity=\"warning\"}"),
+        Some(1.0)
+    );
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    wait_for("its Event", Duration::from_secs(30), &agent, || {
+        api.store()
+            .list("events")
+            .iter()
+            .any(|e| e["reason"] == "HalfSubmittedDriver" && e["involvedObject"]["name"] == name.as_str())
+    })
+    .await;
+    // Its ConfigMap came after all and it started: the finding clears.
+    api.store().modify("pods", Some(NS), &name, |p| {
+        p["status"]["phase"] = json!("Running");
+        p["status"]["containerStatuses"][0]["state"] = json!({"running": {"startedAt": now_rfc3339(-1)}});
+    });
+    wait_for("the finding to clear", Duration::from_secs(30), &agent, || {
+        m("nodemedic_half_submitted_drivers") == Some(0.0)
+    })
+    .await;
+}

@@ -400,7 +400,10 @@ fn api_only_repairs_exec_in_the_agent() {
     );
     // They need no pod of their own.
     for action in ["failed-pods", "half-submitted"] {
-        let r = fake.run(&["repair", "worker-3", action, "--via", "pod"], &[("FAKE_PODS", ONE_AGENT)]);
+        let r = fake.run(
+            &["repair", "worker-3", action, "--via", "pod"],
+            &[("FAKE_PODS", ONE_AGENT)],
+        );
         assert_eq!(r.code, 2);
         assert!(r.stderr.contains("runs in the agent (--via exec)"), "{}", r.stderr);
         assert!(r.calls.is_empty());

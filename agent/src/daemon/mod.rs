@@ -793,3 +793,59 @@ fn next_turn(
         .min_by(f64::total_cmp)
         .map(|left| Instant::now() + Duration::from_secs_f64(left + 0.05))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemedic_rules::snapshot::{ContainerInfo, NodeSnapshot, PodInfo};
+
+    /// A Spark driver bound to `node-a` `ago` seconds before the snapshot, waiting to start.
+    fn waiting_driver(ago: i64, now: i64) -> PodInfo {
+        PodInfo {
+            uid: "d1".into(),
+            namespace: "spark".into(),
+            name: "etl-driver".into(),
+            node_name: Some("node-a".into()),
+            phase: "Pending".into(),
+            labels: [("spark-role".to_string(), "driver".to_string())].into(),
+            containers: vec![ContainerInfo {
+                name: "spark-kubernetes-driver".into(),
+                state: Some("waiting".into()),
+                ..Default::default()
+            }],
+            created_at: Some(now - ago),
+            scheduled_at: Some(now - ago),
+            ..Default::default()
+        }
+    }
+
+    fn seconds_until(turn: Option<Instant>) -> Option<f64> {
+        turn.map(|t| t.saturating_duration_since(Instant::now()).as_secs_f64())
+    }
+
+    #[test]
+    fn a_waiting_driver_is_judged_again_when_its_grace_and_critical_time_pass() {
+        let now = 1_800_000_000;
+        let settings = nodemedic_rules::Settings::default();
+        let mut snap = NodeSnapshot::empty("node-a", now);
+        assert_eq!(next_turn(&snap, &settings), None, "nothing waits on the clock");
+        snap.pods = vec![waiting_driver(250, now)];
+        let left = seconds_until(next_turn(&snap, &settings)).unwrap();
+        assert!((50.0..52.0).contains(&left), "the grace (300 s) passes in 51 s: {left}");
+        snap.pods = vec![waiting_driver(1000, now)];
+        let left = seconds_until(next_turn(&snap, &settings)).unwrap();
+        assert!(
+            (800.0..802.0).contains(&left),
+            "then the critical time (1800 s): {left}"
+        );
+        snap.pods = vec![waiting_driver(5000, now)];
+        assert_eq!(next_turn(&snap, &settings), None, "both passed");
+        // A driver bound elsewhere, or running, is not waiting here.
+        let mut elsewhere = waiting_driver(250, now);
+        elsewhere.node_name = Some("node-b".into());
+        let mut running = waiting_driver(250, now);
+        running.containers[0].state = Some("running".into());
+        snap.pods = vec![elsewhere, running];
+        assert_eq!(next_turn(&snap, &settings), None);
+    }
+}
