@@ -18,6 +18,7 @@ pub mod hosttree;
 pub mod manifests;
 pub mod measure;
 pub mod podresources;
+pub mod repairs;
 pub mod scenarios;
 pub mod sparkpods;
 

@@ -142,21 +142,8 @@ impl Fixture {
     }
 }
 
-/// Runs `repair half-submitted` on a blocking thread, questions answered by nobody.
 async fn run_repair(args: HalfSubmittedArgs) -> (Result<u8, String>, String) {
-    tokio::task::spawn_blocking(move || {
-        let mut out = vec![];
-        let code = nodemedic::cli::pod_repair_options(Command::HalfSubmitted(args))
-            .map_err(|e| e.to_string())
-            .and_then(|opts| {
-                pods::run(&opts, &mut out, &mut |_| Ok(false))
-                    .map(|ran| ran.code())
-                    .map_err(|e| e.to_string())
-            });
-        (code, String::from_utf8_lossy(&out).into_owned())
-    })
-    .await
-    .unwrap()
+    nodemedic_tests::repairs::run_pod_repair(Command::HalfSubmitted(args)).await
 }
 
 /// Where the kubelet sets up the driver's configuration volume, as a host path.

@@ -122,22 +122,8 @@ impl Fixture {
     }
 }
 
-/// Runs a command on a blocking thread, a question answered by nobody: (exit code or error,
-/// stdout).
 async fn run_command(command: Command) -> (Result<u8, String>, String) {
-    tokio::task::spawn_blocking(move || {
-        let mut out = vec![];
-        let code = nodemedic::cli::pod_repair_options(command)
-            .map_err(|e| e.to_string())
-            .and_then(|opts| {
-                pods::run(&opts, &mut out, &mut |_| Ok(false))
-                    .map(|ran| ran.code())
-                    .map_err(|e| e.to_string())
-            });
-        (code, String::from_utf8_lossy(&out).into_owned())
-    })
-    .await
-    .unwrap()
+    nodemedic_tests::repairs::run_pod_repair(command).await
 }
 
 async fn run_orphans(args: OrphansArgs) -> (Result<u8, String>, String) {

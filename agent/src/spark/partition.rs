@@ -141,14 +141,7 @@ pub async fn partition_inputs<D: PodDirectory>(
     }
     if claims_prepared {
         for pod in waiting_for_claims(pods, node, now) {
-            match dir.pod_events(&pod.namespace, &pod.uid).await {
-                Ok(events) => {
-                    out.pod_events.insert(pod.uid.clone(), events);
-                }
-                Err(e) => {
-                    out.events_failed.insert(pod.uid.clone(), e.to_string());
-                }
-            }
+            out.read_events(dir, pod).await;
         }
     }
     for driver in waiting_drivers(pods, node, now) {
@@ -179,16 +172,8 @@ pub async fn partition_inputs<D: PodDirectory>(
                 }
             }
         }
-        if !suspect || out.pod_events.contains_key(&driver.uid) || out.events_failed.contains_key(&driver.uid) {
-            continue;
-        }
-        match dir.pod_events(&driver.namespace, &driver.uid).await {
-            Ok(events) => {
-                out.pod_events.insert(driver.uid.clone(), events);
-            }
-            Err(e) => {
-                out.events_failed.insert(driver.uid.clone(), e.to_string());
-            }
+        if suspect {
+            out.read_events(dir, driver).await;
         }
     }
     out
@@ -213,21 +198,26 @@ pub async fn unconfigured_driver_events<D: PodDirectory>(
     waiting.sort_by_key(|p| (p.created_at, p.uid.clone()));
     waiting.truncate(MAX_WAITING);
     for driver in waiting {
-        if out.pod_events.contains_key(&driver.uid) || out.events_failed.contains_key(&driver.uid) {
-            continue;
-        }
-        match dir.pod_events(&driver.namespace, &driver.uid).await {
-            Ok(events) => {
-                out.pod_events.insert(driver.uid.clone(), events);
-            }
-            Err(e) => {
-                out.events_failed.insert(driver.uid.clone(), e.to_string());
-            }
-        }
+        out.read_events(dir, driver).await;
     }
 }
 
 impl PartitionInputs {
+    /// Reads `pod`'s Warning Events once: into `pod_events`, or why not into `events_failed`.
+    async fn read_events<D: PodDirectory>(&mut self, dir: &D, pod: &PodInfo) {
+        if self.pod_events.contains_key(&pod.uid) || self.events_failed.contains_key(&pod.uid) {
+            return;
+        }
+        match dir.pod_events(&pod.namespace, &pod.uid).await {
+            Ok(events) => {
+                self.pod_events.insert(pod.uid.clone(), events);
+            }
+            Err(e) => {
+                self.events_failed.insert(pod.uid.clone(), e.to_string());
+            }
+        }
+    }
+
     /// Fills in what could not be read with the answers of `previous` (the last pass), where it
     /// has them: a failed read does not make a finding disappear.
     pub fn keep_last_good(&mut self, previous: &PartitionInputs) {
