@@ -421,6 +421,36 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_driver_s_conf_volume_reason_and_jvm_options() {
+        let driver = r#"{"kind":"Pod","metadata":{"uid":"d1","name":"etl-driver","labels":{"spark-role":"driver"}},
+          "spec":{"nodeName":"worker-3",
+            "containers":[{"name":"spark-kubernetes-driver","env":[
+              {"name":"SPARK_SUBMIT_OPTS","value":"-Dkubernetes.request.timeout=60000"},
+              {"name":"KUBERNETES_REQUEST_TIMEOUT","value":"30000"}]}],
+            "volumes":[{"name":"spark-local-dir-1","emptyDir":{}},
+                       {"name":"spark-conf-volume-driver","configMap":{"name":"spark-drv-3f2a-conf-map","defaultMode":420}}]},
+          "status":{"phase":"Pending","containerStatuses":[{"name":"spark-kubernetes-driver","ready":false,"restartCount":0,
+            "image":"apache/spark:3.5.1","imageID":"","state":{"waiting":{"reason":"ContainerCreating"}}}]}}"#;
+        let p = &parse_pods_json(driver.as_bytes()).unwrap()[0];
+        assert_eq!(
+            p.conf_volume,
+            Some(nodemedic_rules::snapshot::ConfVolume {
+                volume: "spark-conf-volume-driver".into(),
+                config_map: "spark-drv-3f2a-conf-map".into(),
+            })
+        );
+        assert_eq!(p.containers[0].state.as_deref(), Some("waiting"));
+        assert_eq!(p.containers[0].waiting_reason.as_deref(), Some("ContainerCreating"));
+        assert_eq!(
+            p.spark_submit_opts_env.as_deref(),
+            Some("-Dkubernetes.request.timeout=60000")
+        );
+        assert_eq!(p.kubernetes_request_timeout_env.as_deref(), Some("30000"));
+        // An executor's conf volume (spark-conf-volume-exec) is not a driver's.
+        assert_eq!(parse_pods_json(EXECUTOR.as_bytes()).unwrap()[0].conf_volume, None);
+    }
+
+    #[test]
     fn qos_is_computed_when_absent() {
         let pod = |res: &str| {
             format!(

@@ -549,4 +549,76 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn conf_mount_tells_a_missing_volume_from_a_pod_the_kubelet_has_not_started() {
+        use nodemedic_rules::snapshot::ConfVolume;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let host = HostPaths::new(root, None);
+        let kubelet = host.kubelet_dir(None);
+        let pods = root.join("var/lib/kubelet/pods");
+        let waiting = |uid: &str| PodInfo {
+            uid: uid.into(),
+            conf_volume: Some(ConfVolume {
+                volume: "spark-conf-volume-driver".into(),
+                config_map: "spark-drv-1-conf-map".into(),
+            }),
+            ..Default::default()
+        };
+        let volume =
+            |uid: &str| format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~configmap/spark-conf-volume-driver");
+        std::fs::create_dir_all(pods.join("mounted/volumes/kubernetes.io~configmap/spark-conf-volume-driver")).unwrap();
+        std::fs::create_dir_all(pods.join("missing/volumes/kubernetes.io~projected/kube-api-access-1")).unwrap();
+        // A file where the volume's directory should be is not a set-up volume.
+        std::fs::create_dir_all(pods.join("odd/volumes/kubernetes.io~configmap")).unwrap();
+        std::fs::write(
+            pods.join("odd/volumes/kubernetes.io~configmap/spark-conf-volume-driver"),
+            "x",
+        )
+        .unwrap();
+        let mount = |uid: &str| conf_mount(&host, &kubelet, &waiting(uid));
+        assert_eq!(
+            mount("mounted"),
+            Some(ConfMount::Mounted {
+                path: volume("mounted")
+            })
+        );
+        assert_eq!(
+            mount("missing"),
+            Some(ConfMount::Missing {
+                path: volume("missing")
+            })
+        );
+        assert_eq!(mount("odd"), Some(ConfMount::Missing { path: volume("odd") }));
+        assert_eq!(
+            mount("new"),
+            Some(ConfMount::NoPodDir {
+                path: "/var/lib/kubelet/pods/new".into()
+            })
+        );
+        // A UID or volume name that is not one path component is never looked up.
+        assert_eq!(mount(".."), None);
+        let mut sneaky = waiting("missing");
+        sneaky.conf_volume.as_mut().unwrap().volume = "../../../etc".into();
+        assert_eq!(conf_mount(&host, &kubelet, &sneaky), None);
+        assert_eq!(
+            conf_mount(
+                &host,
+                &kubelet,
+                &PodInfo {
+                    uid: "missing".into(),
+                    ..Default::default()
+                }
+            ),
+            None
+        );
+        // A pod directory the agent may not read is said as such.
+        std::fs::write(pods.join("file-not-dir"), "x").unwrap();
+        let m = mount("file-not-dir");
+        assert!(
+            matches!(m, Some(ConfMount::Unknown { ref reason }) if reason.contains("file-not-dir")),
+            "{m:?}"
+        );
+    }
 }
