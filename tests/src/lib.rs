@@ -20,6 +20,7 @@ pub mod measure;
 pub mod podresources;
 pub mod repairs;
 pub mod scenarios;
+pub mod spark_submit;
 pub mod sparkpods;
 
 use std::path::{Path, PathBuf};

@@ -845,10 +845,11 @@ async fn node_status_strategic_merge_over_https() {
         )
         .await;
     assert_eq!(no_key.status, 400);
+    // Server-side apply needs a field manager (see server_side_apply_creates_then_merges).
     let apply = c
         .patch("/api/v1/nodes/n1", "application/apply-patch+yaml", &json!({}))
         .await;
-    assert_eq!(apply.status, 415);
+    assert_eq!((apply.status, apply.json()["reason"].as_str()), (422, Some("Invalid")));
     let missing = c
         .patch("/api/v1/nodes/nope/status", "application/merge-patch+json", &json!({}))
         .await;
@@ -1802,14 +1803,23 @@ async fn node_resource_topologies_are_served_cluster_scoped() {
         )
         .await;
     assert_eq!(failed_test.status, 422, "{}", failed_test.text);
-    for content_type in ["application/strategic-merge-patch+json", "application/apply-patch+yaml"] {
-        let r = c.patch(&path, content_type, &json!({"zones": []})).await;
-        assert_eq!(
-            (r.status, r.json()["reason"].as_str()),
-            (415, Some("UnsupportedMediaType")),
-            "{content_type}"
-        );
-    }
+    let r = c
+        .patch(&path, "application/strategic-merge-patch+json", &json!({"zones": []}))
+        .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    // Server-side apply works on custom resources, with a field manager.
+    let r = c
+        .patch(&path, "application/apply-patch+yaml", &json!({"zones": []}))
+        .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{}",
+        r.text
+    );
 
     // Faults match the plural, with or without the group.
     api.faults().fail(
@@ -1918,7 +1928,7 @@ async fn node_resource_topologies_are_served_cluster_scoped() {
         ("patch", 200),
         ("patch", 422),
         ("patch", 415),
-        ("patch", 415),
+        ("patch", 422),
         ("update", 500),
         ("update", 200),
         ("delete", 200),
@@ -2085,6 +2095,352 @@ async fn configmaps_create_get_list() {
         (&entry["kind"], &entry["namespaced"], &entry["shortNames"]),
         (&json!("ConfigMap"), &json!(true), &json!(["cm"]))
     );
+}
+
+/// What spark-submit creates beside the driver: a headless Service and, with on-demand volumes,
+/// PersistentVolumeClaims; both with their defaults, deleted one by one (answering with the
+/// object) or by collection (answering with the list of what went), with DELETED events.
+#[tokio::test]
+async fn services_and_claims_are_served_and_deleted_by_collection() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    let core = c.get("/api/v1").await.json();
+    let entry = |name: &str| {
+        core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {core}"))
+            .clone()
+    };
+    assert_eq!(
+        (&entry("services")["kind"], &entry("services")["shortNames"]),
+        (&json!("Service"), &json!(["svc"]))
+    );
+    assert_eq!(
+        (
+            &entry("persistentvolumeclaims")["kind"],
+            &entry("persistentvolumeclaims")["shortNames"]
+        ),
+        (&json!("PersistentVolumeClaim"), &json!(["pvc"]))
+    );
+    assert_eq!(entry("services/status")["verbs"], json!(["get", "patch", "update"]));
+    assert_eq!(entry("persistentvolumeclaims/status")["namespaced"], true);
+
+    let svc = |name: &str, app: &str, cluster_ip: Option<&str>| {
+        let mut s = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "labels": {"spark-app-selector": app}},
+            "spec": {"selector": {"spark-role": "driver"}, "ports": [{"name": "driver-rpc-port", "port": 7078}]}
+        });
+        if let Some(ip) = cluster_ip {
+            s["spec"]["clusterIP"] = ip.into();
+        }
+        s
+    };
+    let headless = c
+        .post(
+            "/api/v1/namespaces/spark/services",
+            &svc("a-driver-svc", "a", Some("None")),
+        )
+        .await;
+    assert_eq!(headless.status, 201, "{}", headless.text);
+    let headless = headless.json();
+    assert_eq!(
+        (
+            &headless["spec"]["type"],
+            &headless["spec"]["clusterIP"],
+            &headless["spec"]["clusterIPs"]
+        ),
+        (&json!("ClusterIP"), &json!("None"), &json!(["None"]))
+    );
+    assert_eq!(
+        headless["spec"]["ports"][0],
+        json!({"name": "driver-rpc-port", "port": 7078, "protocol": "TCP", "targetPort": 7078})
+    );
+    assert_eq!(headless["status"], json!({"loadBalancer": {}}));
+    let plain = c
+        .post("/api/v1/namespaces/spark/services", &svc("b-driver-svc", "b", None))
+        .await
+        .json();
+    let ip: Vec<u32> = plain["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .map(|o| o.parse().unwrap())
+        .collect();
+    assert!(ip.len() == 4 && ip[0] == 10 && (96..112).contains(&ip[1]), "{plain}");
+    assert_eq!(plain["spec"]["clusterIPs"], json!([plain["spec"]["clusterIP"]]));
+    c.post(
+        "/api/v1/namespaces/spark/services",
+        &svc("c-driver-svc", "a", Some("None")),
+    )
+    .await;
+    let claim = |name: &str, app: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "labels": {"spark-app-selector": app}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"}
+        })
+    };
+    let pvc = c
+        .post(
+            "/api/v1/namespaces/spark/persistentvolumeclaims",
+            &claim("a-exec-1-pvc-0", "a"),
+        )
+        .await;
+    assert_eq!(pvc.status, 201, "{}", pvc.text);
+    assert_eq!(
+        (&pvc.json()["status"], &pvc.json()["spec"]["volumeMode"]),
+        (&json!({"phase": "Pending"}), &json!("Filesystem"))
+    );
+    c.post(
+        "/api/v1/namespaces/spark/persistentvolumeclaims",
+        &claim("b-exec-1-pvc-0", "b"),
+    )
+    .await;
+
+    let rv = api.store().resource_version();
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/spark/services?watch=true&resourceVersion={rv}"
+        ))
+        .await;
+    // One by one: the deleted object comes back, as for pods.
+    let gone = c.delete("/api/v1/namespaces/spark/services/b-driver-svc", None).await;
+    assert_eq!((gone.status, &gone.json()["kind"]), (200, &json!("Service")));
+    assert_eq!(gone.json()["metadata"]["name"], "b-driver-svc");
+    // By collection: the list of what was deleted.
+    let r = c
+        .delete(
+            "/api/v1/namespaces/spark/services?labelSelector=spark-app-selector%3Da",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["kind"], "ServiceList");
+    assert_eq!(names(&r.json()), ["a-driver-svc", "c-driver-svc"]);
+    assert!(api.store().list("services").is_empty());
+    let mut deleted = Vec::new();
+    for _ in 0..3 {
+        let e = w.change().await;
+        assert_eq!(e["type"], "DELETED", "{e}");
+        deleted.push(e["object"]["metadata"]["name"].as_str().unwrap().to_string());
+    }
+    assert_eq!(deleted, ["b-driver-svc", "a-driver-svc", "c-driver-svc"]);
+    let r = c
+        .delete(
+            "/api/v1/namespaces/spark/persistentvolumeclaims?labelSelector=spark-app-selector%3Db",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.json()["kind"].as_str(), names(&r.json())),
+        (Some("PersistentVolumeClaimList"), vec!["b-exec-1-pvc-0".to_string()])
+    );
+    let left: Vec<Value> = api.store().list("pvc");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["metadata"]["name"], "a-exec-1-pvc-0");
+    let log = api.requests();
+    let deletes: Vec<(&str, &str, u16)> = log
+        .iter()
+        .filter(|r| r.verb.starts_with("delete"))
+        .map(|r| (r.verb.as_str(), r.resource.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            ("delete", "services", 200),
+            ("deletecollection", "services", 200),
+            ("deletecollection", "persistentvolumeclaims", 200)
+        ]
+    );
+}
+
+/// Server-side apply as fabric8 sends it (`PATCH ...?fieldManager=fabric8&force=true` with
+/// `application/apply-patch+yaml; charset=utf-8` and a JSON body): creates what is missing
+/// (201), merges the applied fields into what exists (200), changes nothing when nothing differs.
+#[tokio::test]
+async fn server_side_apply_creates_then_merges() {
+    let api = ApiServer::start().await.unwrap();
+    let c = Client::http(&api);
+    const APPLY: &str = "application/apply-patch+yaml; charset=utf-8";
+    let path = "/api/v1/namespaces/spark/configmaps/drv-conf-map?fieldManager=fabric8&force=true";
+    let owner = json!([{"apiVersion": "v1", "kind": "Pod", "controller": true, "name": "pi-driver", "uid": "d6c1f4c4-0000-4000-8000-000000000001"}]);
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "drv-conf-map", "namespace": "spark", "ownerReferences": owner},
+        "data": {"spark.properties": "spark.app.name=pi\n"},
+        "immutable": true
+    });
+    let created = c.patch(path, APPLY, &cm).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let created = created.json();
+    assert_eq!(created["metadata"]["ownerReferences"], owner);
+    assert_eq!(created["data"], cm["data"]);
+    assert!(created["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
+    let stored = api.store().get("configmaps", Some("spark"), "drv-conf-map").unwrap();
+    assert_eq!(stored, created);
+
+    // Applying the same again changes nothing; applying more merges it in.
+    let same = c.patch(path, APPLY, &cm).await;
+    assert_eq!(same.status, 200);
+    assert_eq!(
+        same.json()["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    let mut more = cm.clone();
+    more["metadata"]["labels"] = json!({"spark-app-selector": "spark-1"});
+    more["data"] = json!({"extra": "1"});
+    let merged = c.patch(path, APPLY, &more).await;
+    assert_eq!(merged.status, 200, "{}", merged.text);
+    let merged = merged.json();
+    assert_eq!(merged["metadata"]["uid"], created["metadata"]["uid"]);
+    assert!(rv_of(&merged) > rv_of(&created));
+    assert_eq!(merged["metadata"]["labels"]["spark-app-selector"], "spark-1");
+    assert_eq!(
+        merged["data"],
+        json!({"spark.properties": "spark.app.name=pi\n", "extra": "1"}),
+        "fields of earlier applies stay: field ownership is not modelled"
+    );
+
+    // A Service is created with its defaults.
+    let svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "pi-driver-svc", "ownerReferences": owner},
+        "spec": {"clusterIP": "None", "ports": [{"name": "spark-ui", "port": 4040, "targetPort": 4040}],
+                 "selector": {"spark-role": "driver"}}
+    });
+    let r = c
+        .patch(
+            "/api/v1/namespaces/spark/services/pi-driver-svc?fieldManager=fabric8&force=true",
+            APPLY,
+            &svc,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        (
+            &r.json()["metadata"]["namespace"],
+            &r.json()["spec"]["ports"][0]["protocol"]
+        ),
+        (&json!("spark"), &json!("TCP"))
+    );
+
+    // What the API server refuses.
+    let no_manager = c
+        .patch("/api/v1/namespaces/spark/configmaps/drv-conf-map", APPLY, &cm)
+        .await;
+    assert_eq!(
+        (no_manager.status, no_manager.json()["message"].as_str()),
+        (
+            422,
+            Some("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch")
+        )
+    );
+    let forced_merge = c
+        .patch(path, "application/merge-patch+json", &json!({"data": {"x": "y"}}))
+        .await;
+    assert_eq!(forced_merge.status, 422, "{}", forced_merge.text);
+    let mut renamed = cm.clone();
+    renamed["metadata"]["name"] = "other".into();
+    assert_eq!(c.patch(path, APPLY, &renamed).await.status, 400);
+    let untyped = json!({"metadata": {"name": "drv-conf-map"}, "data": {}});
+    assert_eq!(c.patch(path, APPLY, &untyped).await.status, 400);
+    assert_eq!(
+        c.patch(
+            "/api/v1/namespaces/spark/services/nope/status?fieldManager=m",
+            APPLY,
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nope"}})
+        )
+        .await
+        .status,
+        404
+    );
+    let dry = c
+        .patch(
+            "/api/v1/namespaces/spark/configmaps/dry?fieldManager=m&dryRun=All",
+            APPLY,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry"}}),
+        )
+        .await;
+    assert_eq!(dry.status, 201, "{}", dry.text);
+    assert!(api.store().get("cm", Some("spark"), "dry").is_none());
+    let statuses: Vec<u16> = api
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "patch")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [201, 200, 200, 201, 422, 422, 400, 400, 404, 201]);
+}
+
+/// With writes that outlive their clients, a create whose client gives up before the
+/// (injected) admission delay is over still lands, and a second create of the same name, also
+/// abandoned, is refused as AlreadyExists once its own delay is over: what spark-submit's
+/// retried POSTs meet behind a proxy that keeps them going. By default, as kube-apiserver,
+/// the double cancels them.
+#[tokio::test]
+async fn a_create_the_client_gave_up_on_lands_only_when_writes_outlive_clients() {
+    use tokio::io::AsyncWriteExt as _;
+    let api = ApiServer::start().await.unwrap();
+    let delay = Duration::from_millis(1500);
+    api.faults().set_latency("create", "pods", delay);
+    api.faults().set_writes_outlive_clients(true);
+    let post = |name: &str| {
+        let body = pod("spark", name, "", json!({"spark-role": "driver"})).to_string();
+        format!(
+            "POST /api/v1/namespaces/spark/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let request = post("pi-driver");
+    let started = Instant::now();
+    for _ in 0..2 {
+        let mut conn = TcpStream::connect(api.http_addr()).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        // The client's own timeout: it closes the connection without waiting for the answer.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(conn);
+    }
+    assert!(started.elapsed() < delay);
+    assert!(
+        api.store().get("pods", Some("spark"), "pi-driver").is_none(),
+        "not before the delay"
+    );
+    assert!(api.requests().is_empty(), "recorded once answered");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.requests().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pod = api
+        .store()
+        .get("pods", Some("spark"), "pi-driver")
+        .expect("created after the client left");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let creates: Vec<(u16, Option<String>)> = api
+        .requests()
+        .iter()
+        .map(|r| {
+            assert!(r.elapsed >= delay, "{r:?}");
+            assert_eq!(r.verb, "create");
+            (r.status, r.reason.clone())
+        })
+        .collect();
+    assert_eq!(creates, [(201, None), (409, Some("AlreadyExists".to_string()))]);
+
+    // By default, as kube-apiserver, a write whose client left is cancelled.
+    api.faults().set_writes_outlive_clients(false);
+    let mut conn = TcpStream::connect(api.http_addr()).await.unwrap();
+    conn.write_all(post("pi-driver-2").as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(conn);
+    tokio::time::sleep(delay + Duration::from_millis(500)).await;
+    assert!(api.store().get("pods", Some("spark"), "pi-driver-2").is_none());
+    assert_eq!(api.requests().len(), 2, "not recorded either");
 }
 
 #[tokio::test]

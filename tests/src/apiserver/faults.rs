@@ -83,6 +83,8 @@ struct Rules {
 struct Inner {
     down: AtomicBool,
     refusing: AtomicBool,
+    /// A write runs to its end after its client disconnected (see `set_writes_outlive_clients`).
+    writes_outlive_clients: AtomicBool,
     /// The listening sockets of the server using these faults, closed while refusing.
     listeners: Mutex<Vec<Weak<ListenerSlot>>>,
     rules: Mutex<Rules>,
@@ -111,6 +113,7 @@ impl Faults {
             inner: Arc::new(Inner {
                 down: AtomicBool::new(false),
                 refusing: AtomicBool::new(false),
+                writes_outlive_clients: AtomicBool::new(false),
                 listeners: Mutex::new(Vec::new()),
                 rules: Mutex::new(Rules::default()),
                 drop_epoch: watch::channel(0).0,
@@ -183,6 +186,11 @@ impl Faults {
     /// Delays matching requests by `delay` before they are handled (a watch's response
     /// headers are delayed). A zero delay removes the rule. When several rules match, the most
     /// specific wins: exact verb and resource, then verb with `*`, then `*` with resource.
+    ///
+    /// A request whose client gives up and disconnects during its delay is dropped, never
+    /// carried out nor recorded, as kube-apiserver (1.16 and later) cancels a request's context
+    /// when its client goes, and with it the webhook calls and the storage write; with
+    /// [`Faults::set_writes_outlive_clients`] a write is carried out anyway.
     pub fn set_latency(&self, verb: &str, resource: &str, delay: Duration) {
         let mut r = self.rules();
         r.latency.retain(|l| !(l.verb == verb && l.resource == resource));
@@ -193,6 +201,23 @@ impl Faults {
                 delay,
             });
         }
+    }
+
+    /// On: a write (any method but GET and HEAD) runs to its end, injected delay included,
+    /// even when its client gives up and disconnects meanwhile: the object is stored `delay`
+    /// after the request arrived and the request recorded with the answer nobody read;
+    /// concurrent creates of one name give the later ones 409 `AlreadyExists`. This is what a
+    /// client meets when something between it and the API server does not pass its abort on
+    /// (a proxy or gateway that keeps the upstream request going), or when the write reached
+    /// storage just as the client gave up. Off (the default): the request is cancelled with the
+    /// connection, as kube-apiserver does (see [`Faults::set_latency`]). Not reset by
+    /// [`Faults::clear`].
+    pub fn set_writes_outlive_clients(&self, on: bool) {
+        self.inner.writes_outlive_clients.store(on, Ordering::SeqCst);
+    }
+
+    pub fn writes_outlive_clients(&self) -> bool {
+        self.inner.writes_outlive_clients.load(Ordering::SeqCst)
     }
 
     /// Answers matching requests with HTTP `status` and a real `metav1.Status` body (reason

@@ -21,6 +21,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
+use tokio::task::AbortHandle;
 
 use super::discovery;
 use super::faults::{Faults, Target};
@@ -73,6 +74,9 @@ pub struct RequestRecord {
     pub content_type: Option<String>,
     /// The request body as text (lossy UTF-8).
     pub body: String,
+    /// For an error answer, the `reason` of its `Status` (`AlreadyExists`, `Conflict`,
+    /// `NotFound`, ...).
+    pub reason: Option<String>,
 }
 
 impl RequestRecord {
@@ -99,6 +103,23 @@ pub(crate) struct Shared {
     pub bookmark_interval_ms: AtomicU64,
     /// `host:port` for `serverAddressByClientCIDRs`.
     pub server_address: String,
+    /// The writes running on tasks of their own (see `handle`), aborted when the server stops.
+    pub detached: Mutex<Vec<AbortHandle>>,
+}
+
+impl Shared {
+    fn track_detached(&self, task: AbortHandle) {
+        let mut tasks = self.detached.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Stops the writes still running.
+    pub fn abort_detached(&self) {
+        for t in self.detached.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            t.abort();
+        }
+    }
 }
 
 /// Decoded query parameters.
@@ -273,8 +294,16 @@ fn text_response(code: u16, text: impl Into<String>) -> Response<Body> {
     r
 }
 
+/// The `reason` of an error answer's `Status`, kept with the response (never sent) for
+/// [`RequestRecord::reason`].
+#[derive(Debug, Clone, Copy)]
+struct AnsweredReason(&'static str);
+
 fn error_response(e: &ApiError) -> Response<Body> {
     let mut resp = json_response(e.code, &e.to_status());
+    if !e.reason.is_empty() {
+        resp.extensions_mut().insert(AnsweredReason(e.reason));
+    }
     if let Some(secs) = e.retry_after
         && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
     {
@@ -321,14 +350,10 @@ pub(crate) async fn handle(
         user_agent: header_str(&parts.headers, header::USER_AGENT),
         content_type: header_str(&parts.headers, header::CONTENT_TYPE),
         body: String::new(),
-    };
-    let record = |mut rec: RequestRecord, status: u16| {
-        rec.status = status;
-        rec.elapsed = started.elapsed();
-        shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
+        reason: None,
     };
     if shared.faults.is_down() || shared.faults.is_refusing() {
-        record(rec, 0);
+        push_record(&shared, rec, 0, None, started);
         return Err(io::Error::new(
             io::ErrorKind::ConnectionAborted,
             "API server double is down",
@@ -341,16 +366,41 @@ pub(crate) async fn handle(
                 413,
                 format!("Request entity too large: limit is {MAX_BODY}"),
             ));
-            record(rec, 413);
+            push_record(&shared, rec, 413, reason_of(&resp), started);
             return Ok(resp);
         }
         Err(e) => return Err(io::Error::other(e.to_string())),
     };
     rec.body = String::from_utf8_lossy(&bytes).into_owned();
-    let resp = serve(&shared, &parts, bytes, &mut rec).await;
-    let status = resp.status().as_u16();
-    record(rec, status);
-    Ok(resp)
+    if matches!(parts.method, Method::GET | Method::HEAD) || !shared.faults.writes_outlive_clients() {
+        let resp = serve(&shared, &parts, bytes, &mut rec).await;
+        push_record(&shared, rec, resp.status().as_u16(), reason_of(&resp), started);
+        return Ok(resp);
+    }
+    // `Faults::set_writes_outlive_clients`: a write runs to its end on a task of its own,
+    // injected latency included, even when the client gives up and closes the connection
+    // meanwhile (hyper then drops this future): the object is stored and the request recorded
+    // with the answer nobody read.
+    let task_shared = shared.clone();
+    let task = tokio::spawn(async move {
+        let resp = serve(&task_shared, &parts, bytes, &mut rec).await;
+        push_record(&task_shared, rec, resp.status().as_u16(), reason_of(&resp), started);
+        resp
+    });
+    shared.track_detached(task.abort_handle());
+    task.await
+        .map_err(|e| io::Error::other(format!("API server double: a write's task ended: {e}")))
+}
+
+fn reason_of(resp: &Response<Body>) -> Option<&'static str> {
+    resp.extensions().get::<AnsweredReason>().map(|r| r.0)
+}
+
+fn push_record(shared: &Shared, mut rec: RequestRecord, status: u16, reason: Option<&str>, started: Instant) {
+    rec.status = status;
+    rec.reason = reason.map(str::to_string);
+    rec.elapsed = started.elapsed();
+    shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
 }
 
 async fn serve(shared: &Shared, parts: &http::request::Parts, body: Bytes, rec: &mut RequestRecord) -> Response<Body> {
@@ -619,7 +669,24 @@ fn serve_resource(
             ))
         }
         "patch" => {
-            let kind = match media_type(parts).as_deref() {
+            let media = media_type(parts);
+            let apply = matches!(
+                media.as_deref(),
+                Some("application/apply-patch+yaml" | "application/apply-patch+cbor")
+            );
+            // `force` belongs to server-side apply, even `force=false` (`ValidatePatchOptions`);
+            // `fieldManager` is optional elsewhere.
+            q.flag("force")?;
+            if q.get("force").is_some() && !apply {
+                return Err(ApiError::new(
+                    422,
+                    "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+                ));
+            }
+            if apply {
+                return serve_apply(store, parts, q, r, ns, name, status_only, &body);
+            }
+            let kind = match media.as_deref() {
                 Some("application/merge-patch+json") => PatchType::Merge,
                 // Custom resources have no Go struct to take patch strategies from.
                 Some("application/strategic-merge-patch+json") if r.rt.custom_resource => {
@@ -631,19 +698,13 @@ fn serve_resource(
                 }
                 Some("application/strategic-merge-patch+json") => PatchType::Strategic,
                 Some("application/json-patch+json") => PatchType::Json,
-                Some("application/apply-patch+yaml" | "application/apply-patch+cbor") => {
-                    return Err(ApiError::new(
-                        415,
-                        "server-side apply (application/apply-patch+yaml) is not supported by the API server double",
-                    ));
-                }
                 other => {
                     return Err(ApiError::new(
                         415,
                         format!(
                             "the body of the request was in an unknown format ({}) - accepted media types include: \
                              application/json-patch+json, application/merge-patch+json, \
-                             application/strategic-merge-patch+json",
+                             application/apply-patch+yaml, application/strategic-merge-patch+json",
                             other.unwrap_or("none")
                         ),
                     ));
@@ -667,6 +728,53 @@ fn serve_resource(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Server-side apply (`PATCH` with `application/apply-patch+yaml`): creates the object when it
+/// does not exist (201), else merges the applied fields into it (200). The body must be JSON (a
+/// subset of YAML, and what clients such as fabric8 send); `fieldManager` is required as
+/// upstream, `force` accepted. Field ownership is not modelled: no `managedFields`, no
+/// conflicts, and fields a manager stops applying are not removed.
+#[allow(clippy::too_many_arguments)]
+fn serve_apply(
+    store: &Store,
+    parts: &http::request::Parts,
+    q: &Query,
+    r: &ResourceRoute,
+    ns: Option<&str>,
+    name: &str,
+    status_only: bool,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    if media_type(parts).as_deref() == Some("application/apply-patch+cbor") {
+        return Err(ApiError::new(
+            415,
+            "the API server double reads server-side apply bodies as JSON only (application/apply-patch+yaml)",
+        ));
+    }
+    if q.get("fieldManager").is_none_or(str::is_empty) {
+        return Err(ApiError::new(
+            422,
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let applied: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "error decoding YAML: the API server double reads apply bodies written as JSON only: {e}"
+        ))
+    })?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("the body of an apply patch must be an object"));
+    }
+    for (field, what) in [("/apiVersion", "apiVersion"), ("/kind", "kind")] {
+        if applied.pointer(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(ApiError::bad_request(format!(
+                "error decoding apply patch: Object '{what}' is missing in the applied configuration"
+            )));
+        }
+    }
+    let (obj, created) = store.api_apply(r.rt, ns, name, applied, status_only, q.dry_run()?)?;
+    Ok(json_response(if created { 201 } else { 200 }, &obj))
 }
 
 fn serve_watch(shared: &Shared, q: &Query, r: &ResourceRoute) -> Result<Response<Body>, ApiError> {

@@ -20,6 +20,56 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 
+/// The lowest port [`bind_outside_ephemeral`] picks.
+const LOWEST_PORT: u16 = 20000;
+
+/// How many random ports [`bind_outside_ephemeral`] tries before it falls back to port 0.
+const PORT_TRIES: usize = 64;
+
+/// The kernel's range of ephemeral ports (`/proc/sys/net/ipv4/ip_local_port_range`, Linux's
+/// default `32768 60999`), the ports it gives outgoing connections and binds to port 0.
+pub(crate) fn ephemeral_port_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut numbers = text.split_whitespace().map(str::parse::<u16>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(low)), Some(Ok(high))) if low <= high => Some((low, high)),
+        _ => None,
+    }
+}
+
+/// A listening socket on `127.0.0.1` at a random port between [`LOWEST_PORT`] and the low end
+/// of the ephemeral range. The kernel never hands such a port to an outgoing connection, so
+/// when [`super::Faults::set_refusing`] closes the socket for a while, no connection of another
+/// test running meanwhile can take the port, and binding it again succeeds. (A port 0 bind
+/// would land in the ephemeral range, where that happens.) A port in use is retried with
+/// another, [`PORT_TRIES`] times; after that, or without room below the range (a range
+/// starting at or below 20001), it falls back to port 0 and says so on stderr.
+pub(crate) fn bind_outside_ephemeral() -> io::Result<std::net::TcpListener> {
+    let low = ephemeral_port_range().map_or(32768, |(low, _)| low);
+    if low > LOWEST_PORT + 1 {
+        let span = u64::from(low - LOWEST_PORT);
+        for _ in 0..PORT_TRIES {
+            let port = LOWEST_PORT + (super::util::random_u64() % span) as u16;
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => {
+                    l.set_nonblocking(true)?;
+                    return Ok(l);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    eprintln!(
+        "API server double: no free port found in {LOWEST_PORT}..{low} (below the ephemeral range) after \
+         {PORT_TRIES} tries: listening on a kernel-chosen ephemeral port instead, which \
+         Faults::set_refusing(false) may fail to bind again if an outgoing connection takes it meanwhile"
+    );
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
 /// How long [`ListenerSlot::open`] keeps retrying a `bind` that fails (the port taken in the
 /// meantime, say as an ephemeral port of some outgoing connection).
 const REBIND_PATIENCE: Duration = Duration::from_secs(2);
@@ -197,5 +247,19 @@ mod tests {
         open_client.write_all(b"x").unwrap();
         open_server.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"x");
+    }
+
+    #[test]
+    fn ports_are_below_the_ephemeral_range() {
+        let (low, high) = ephemeral_port_range().expect("Linux has /proc/sys/net/ipv4/ip_local_port_range");
+        assert!(low <= high);
+        let listeners: Vec<std::net::TcpListener> = (0..8).map(|_| bind_outside_ephemeral().unwrap()).collect();
+        for l in &listeners {
+            let port = l.local_addr().unwrap().port();
+            assert!(
+                (LOWEST_PORT..low).contains(&port),
+                "port {port} not in {LOWEST_PORT}..{low}"
+            );
+        }
     }
 }

@@ -4,14 +4,18 @@
 //! certificate made at start), and speaks the API server's JSON wire format closely enough
 //! for kube-rs clients, watchers and reflectors, `kubectl`-style raw requests, and the real
 //! `nodemedic` daemon: lists with selectors and pagination, watches with resource versions,
-//! bookmarks and 410 Gone, strategic merge patches, delete preconditions, dry-run creates,
-//! optimistic concurrency (a write with a stale `metadata.resourceVersion` is a 409
-//! `Conflict`, one without is unconditional; creating an existing name is a 409
-//! `AlreadyExists`), `metav1.Status` errors, discovery, `/version`, health and `/metrics`.
+//! bookmarks (objects of the watched type as the API server makes them) and 410 Gone, strategic
+//! merge patches, server-side apply (without field ownership), delete preconditions,
+//! `deletecollection`, dry-run creates, optimistic concurrency (a write with a stale
+//! `metadata.resourceVersion` is a 409 `Conflict`, one without is unconditional; creating an
+//! existing name is a 409 `AlreadyExists`), `metav1.Status` errors, discovery, `/version`,
+//! health and `/metrics`. The real `spark-submit` (fabric8) works against it too
+//! (`crate::spark_submit`, `tests/tests/spark_client.rs`).
 //!
 //! The served types (`resources::RESOURCES`, which discovery is derived from): core `v1`
-//! Pods (with `/status`), Nodes (with `/status`), Namespaces (with `/status`), Events and
-//! ConfigMaps (short name `cm`); `events.k8s.io/v1` Events (the same objects as core
+//! Pods (with `/status`), Nodes (with `/status`), Namespaces (with `/status`), Events,
+//! ConfigMaps (short name `cm`), Services (`svc`, with `/status`; a cluster IP, `None` for a
+//! headless one) and PersistentVolumeClaims (`pvc`, with `/status`); `events.k8s.io/v1` Events (the same objects as core
 //! Events); `admissionregistration.k8s.io/v1` Mutating- and ValidatingWebhookConfigurations;
 //! `coordination.k8s.io/v1` Leases (no `/status`; `spec` fields such as the MicroTime
 //! `renewTime` are stored as given, `leaseDurationSeconds` and `leaseTransitions` validated);
@@ -38,13 +42,20 @@
 //! - [`Faults`] ([`faults`]): down (connections accepted, then closed), refusing (nothing
 //!   listens: ECONNREFUSED until turned off, then the same ports again), latency, error
 //!   answers (an injected 401 for `*`/`*` answers every request, watches, `/version` and
-//!   `/metrics` included), cut and expired watches.
+//!   `/metrics` included), cut and expired watches. A request whose client disconnects
+//!   during its injected latency is cancelled, as kube-apiserver cancels it; with
+//!   [`Faults::set_writes_outlive_clients`] a write runs to its end on a task of its own
+//!   instead (the object is stored, the request recorded with the answer nobody read), as
+//!   behind a proxy that does not pass the client's abort on.
 //! - `http`: routing and handlers; `watch`: watch streams; `resources`: the served types;
 //!   `selectors`, `patch`: the pure parts; `tls`: certificates; `discovery`: the documents;
-//!   `listener`: the listening sockets, which refusing closes and re-binds.
+//!   `listener`: the listening sockets, which refusing closes and re-binds. They are bound on
+//!   random ports below the kernel's ephemeral range, which outgoing connections never take,
+//!   so the port is still free when refusing ends.
 //!
 //! Everything the server runs is a task on the runtime that started it; dropping the
-//! [`ApiServer`] stops them all and closes every connection.
+//! [`ApiServer`] stops them all (writes still waiting out a latency included) and closes every
+//! connection.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -114,11 +125,14 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Starts the double on `127.0.0.1` with ephemeral ports, one plain HTTP and one HTTPS
-    /// listener, serving the same store. Its tasks run on the current tokio runtime.
+    /// Starts the double on `127.0.0.1`, one plain HTTP and one HTTPS listener serving the same
+    /// store, each on a random free port below the kernel's ephemeral range (20000 up to the low
+    /// end of `/proc/sys/net/ipv4/ip_local_port_range`), so that no outgoing connection can take
+    /// a port while [`Faults::set_refusing`] has it closed; on port 0 if none is free. Its tasks
+    /// run on the current tokio runtime.
     pub async fn start() -> io::Result<ApiServer> {
-        let http_listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let https_listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let http_listener = TcpListener::from_std(listener::bind_outside_ephemeral()?)?;
+        let https_listener = TcpListener::from_std(listener::bind_outside_ephemeral()?)?;
         let http_addr = http_listener.local_addr()?;
         let https_addr = https_listener.local_addr()?;
         let tls = tls::generate()?;
@@ -128,6 +142,7 @@ impl ApiServer {
             requests: Mutex::new(Vec::new()),
             bookmark_interval_ms: AtomicU64::new(DEFAULT_BOOKMARK_INTERVAL.as_millis() as u64),
             server_address: https_addr.to_string(),
+            detached: Mutex::new(Vec::new()),
         });
         let acceptor = TlsAcceptor::from(tls.server_config.clone());
         let http_slot = Arc::new(ListenerSlot::new(http_listener)?);
@@ -245,6 +260,7 @@ impl Drop for ApiServer {
         for t in &self.tasks {
             t.abort();
         }
+        self.shared.abort_detached();
         // Close the ports now (not when the runtime gets round to dropping the aborted
         // tasks), and for good: a `Faults` handle that outlives the server cannot reopen them.
         for l in &self.listeners {

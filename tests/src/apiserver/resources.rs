@@ -156,6 +156,37 @@ pub static RESOURCES: &[ResourceType] = &[
         delete_returns_object: false,
         custom_resource: false,
     },
+    // What spark-submit creates beside the driver pod: the driver's headless Service and, with
+    // on-demand volumes, PersistentVolumeClaims. Both have `/status` and, like pods, answer a
+    // DELETE with the deleted object (`ReturnDeletedObject` in their registries).
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "services",
+        singular: "service",
+        kind: "Service",
+        namespaced: true,
+        storage: "services",
+        status_subresource: true,
+        short_names: &["svc"],
+        field_labels: &[],
+        delete_returns_object: true,
+        custom_resource: false,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        kind: "PersistentVolumeClaim",
+        namespaced: true,
+        storage: "persistentvolumeclaims",
+        status_subresource: true,
+        short_names: &["pvc"],
+        field_labels: &[],
+        delete_returns_object: true,
+        custom_resource: false,
+    },
     ResourceType {
         group: "admissionregistration.k8s.io",
         version: "v1",
@@ -516,6 +547,23 @@ pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool)
         }
         return;
     }
+    if rt.storage == "services" {
+        service_defaults(obj, from_api);
+        return;
+    }
+    if rt.storage == "persistentvolumeclaims" {
+        if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+            set_default(spec, "volumeMode", "Filesystem".into());
+        }
+        if let Some(m) = obj.as_object_mut() {
+            if from_api {
+                m.insert("status".into(), json!({ "phase": "Pending" }));
+            } else if let Value::Object(s) = m.entry("status").or_insert_with(|| json!({})) {
+                set_default(s, "phase", "Pending".into());
+            }
+        }
+        return;
+    }
     if rt.storage != "pods" {
         if rt.storage == "namespaces" {
             let status = obj
@@ -544,6 +592,53 @@ pub fn apply_create_defaults(rt: &ResourceType, obj: &mut Value, from_api: bool)
         if let Value::Object(s) = status {
             set_default(s, "phase", "Pending".into());
             set_default(s, "qosClass", qos.into());
+        }
+    }
+}
+
+/// A Service's defaults (`SetDefaults_Service` and the service registry's create): `type`
+/// `ClusterIP`, `sessionAffinity` `None`, each port's `protocol` `TCP` and `targetPort` its
+/// `port`; for the `ClusterIP` type `internalTrafficPolicy` `Cluster`, a single-stack IPv4
+/// family, and a cluster IP (a random address of the default `10.96.0.0/12` range unless one was
+/// given, `None` staying `None` for a headless service) repeated in `clusterIPs`. A create
+/// through the API starts with an empty status (`{loadBalancer: {}}`). No IP is ever released
+/// or checked for duplicates, and node ports are not allocated.
+fn service_defaults(obj: &mut Value, from_api: bool) {
+    if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+        set_default(spec, "type", "ClusterIP".into());
+        set_default(spec, "sessionAffinity", "None".into());
+        if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                set_default(port, "protocol", "TCP".into());
+                if let Some(p) = port.get("port").cloned() {
+                    set_default(port, "targetPort", p);
+                }
+            }
+        }
+        if spec.get("type").and_then(Value::as_str) == Some("ClusterIP") {
+            set_default(spec, "internalTrafficPolicy", "Cluster".into());
+            let given = spec
+                .get("clusterIP")
+                .and_then(Value::as_str)
+                .filter(|ip| !ip.is_empty());
+            let ip = match given {
+                Some(ip) => ip.to_string(),
+                None => {
+                    let r = super::util::random_u64();
+                    // 10.96.0.0/12 without its network address and the API server's own .1.
+                    let host = 2 + (r % ((1 << 20) - 3));
+                    format!("10.{}.{}.{}", 96 + (host >> 16), (host >> 8) & 0xff, host & 0xff)
+                }
+            };
+            spec.insert("clusterIP".into(), ip.clone().into());
+            set_default(spec, "clusterIPs", json!([ip]));
+            set_default(spec, "ipFamilies", json!(["IPv4"]));
+            set_default(spec, "ipFamilyPolicy", "SingleStack".into());
+        }
+    }
+    if let Some(m) = obj.as_object_mut() {
+        if from_api || !m.get("status").is_some_and(Value::is_object) {
+            m.insert("status".into(), json!({ "loadBalancer": {} }));
         }
     }
 }

@@ -150,6 +150,9 @@ pub(crate) enum PatchType {
     Merge,
     Strategic,
     Json,
+    /// Server-side apply to an existing object, modelled as a merge of the applied fields:
+    /// objects merge key by key, everything else (lists included) is replaced.
+    Apply,
 }
 
 /// `DeleteOptions`, from the body and the query.
@@ -430,7 +433,7 @@ impl State {
             WriteOp::Patch(kind, patch_body) => {
                 let mut doc = rt.present(&existing);
                 match kind {
-                    PatchType::Merge => {
+                    PatchType::Merge | PatchType::Apply => {
                         if !patch_body.is_object() {
                             return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                         }
@@ -1024,6 +1027,49 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let stored = self.lock().write(rt, namespace, name, op, status_only, dry_run)?;
         Ok(rt.present(&stored))
+    }
+
+    /// Server-side apply: the object updated with the applied fields, or created from them when
+    /// it does not exist (`true` with the answer then). The applied object's name must be the
+    /// URL's (a missing one is taken from the URL). Applying to `/status` of a missing object is
+    /// a 404, as upstream.
+    pub(crate) fn api_apply(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        mut applied: Value,
+        status_only: bool,
+        dry_run: bool,
+    ) -> Result<(Value, bool), ApiError> {
+        let mut st = self.lock();
+        if st.get(rt.storage, &key(namespace, name)).is_some() || status_only {
+            let stored = st.write(
+                rt,
+                namespace,
+                name,
+                WriteOp::Patch(PatchType::Apply, applied),
+                status_only,
+                dry_run,
+            )?;
+            return Ok((rt.present(&stored), false));
+        }
+        let Some(meta) = meta_mut(&mut applied) else {
+            return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+        };
+        match meta.get("name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            Some(n) if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                meta.insert("name".into(), name.into());
+            }
+        }
+        meta.remove("generateName");
+        let stored = st.insert_new(rt, namespace, applied, true, dry_run)?;
+        Ok((rt.present(&stored), true))
     }
 
     /// DELETE of one object: preconditions, graceful pod deletion, the answer (the object

@@ -93,15 +93,59 @@ pub(crate) fn error_line(err: &ApiError) -> Bytes {
     line("ERROR", err.to_status())
 }
 
-fn bookmark_line(rt: &ResourceType, rv: u64, initial_end: bool) -> Bytes {
-    let mut meta = json!({ "resourceVersion": rv.to_string(), "creationTimestamp": null });
+/// The object of a BOOKMARK event as the API server sends it: a new, empty object of the watched
+/// type with only `metadata.resourceVersion` set (and the initial-events-end annotation),
+/// serialised as Go serialises zero values. Struct fields without `omitempty`, and struct-typed
+/// fields even with it, are written out empty, so a pod's bookmark carries
+/// `"spec":{"containers":null},"status":{}` and every typed object `"creationTimestamp":null`.
+/// Custom resources are unstructured: nothing but `apiVersion`, `kind` and the metadata.
+pub(crate) fn bookmark_object(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
+    let mut meta = json!({ "resourceVersion": rv.to_string() });
+    if !rt.custom_resource {
+        meta["creationTimestamp"] = Value::Null;
+    }
     if initial_end {
         meta["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
     }
-    line(
-        "BOOKMARK",
-        json!({ "kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta }),
-    )
+    let mut obj = json!({ "kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta });
+    let zero = match (rt.group, rt.storage) {
+        (_, _) if rt.custom_resource => json!({}),
+        ("", "pods") => json!({ "spec": { "containers": null }, "status": {} }),
+        ("", "nodes") => json!({
+            "spec": {},
+            "status": {
+                "daemonEndpoints": { "kubeletEndpoint": { "Port": 0 } },
+                "nodeInfo": {
+                    "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                    "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                    "operatingSystem": "", "architecture": ""
+                }
+            }
+        }),
+        ("", "namespaces") => json!({ "spec": {}, "status": {} }),
+        ("", "services") => json!({ "spec": {}, "status": { "loadBalancer": {} } }),
+        ("", "persistentvolumeclaims") => json!({ "spec": { "resources": {} }, "status": {} }),
+        ("", "events") => json!({
+            "involvedObject": {}, "source": {}, "firstTimestamp": null, "lastTimestamp": null,
+            "eventTime": null, "reportingComponent": "", "reportingInstance": ""
+        }),
+        ("events.k8s.io", _) => json!({
+            "eventTime": null, "regarding": {}, "deprecatedSource": {},
+            "deprecatedFirstTimestamp": null, "deprecatedLastTimestamp": null
+        }),
+        ("coordination.k8s.io", _) => json!({ "spec": {} }),
+        ("resource.k8s.io", _) => json!({ "spec": { "devices": {} }, "status": {} }),
+        // ConfigMaps and webhook configurations: every other field is omitted when empty.
+        _ => json!({}),
+    };
+    if let (Some(o), Value::Object(z)) = (obj.as_object_mut(), zero) {
+        o.extend(z);
+    }
+    obj
+}
+
+fn bookmark_line(rt: &ResourceType, rv: u64, initial_end: bool) -> Bytes {
+    line("BOOKMARK", bookmark_object(rt, rv, initial_end))
 }
 
 /// The body of a watch response: chunks of one or more event lines.
@@ -279,5 +323,33 @@ mod tests {
         );
         let other_ns = json!({"metadata": {"namespace": "x", "name": "p"}, "spec": {"nodeName": "n1"}});
         assert_eq!(f.event_type(&change(ChangeType::Added, other_ns, None)), None);
+    }
+
+    #[test]
+    fn bookmarks_are_empty_objects_of_the_watched_type() {
+        let pod = bookmark_object(resources::resolve("pods").unwrap(), 1234, false);
+        assert_eq!(
+            pod.to_string(),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"1234","creationTimestamp":null},"spec":{"containers":null},"status":{}}"#
+        );
+        let svc = bookmark_object(resources::resolve("services").unwrap(), 7, true);
+        assert_eq!(svc["status"], json!({"loadBalancer": {}}));
+        assert_eq!(svc["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        let cm = bookmark_object(resources::resolve("configmaps").unwrap(), 7, false);
+        assert_eq!(
+            cm,
+            json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "7", "creationTimestamp": null}})
+        );
+        let app = bookmark_object(resources::resolve("sparkapp").unwrap(), 7, false);
+        assert_eq!(
+            app,
+            json!({"kind": "SparkApplication", "apiVersion": "sparkoperator.k8s.io/v1beta2", "metadata": {"resourceVersion": "7"}})
+        );
+        let ev = bookmark_object(resources::resolve("events.events.k8s.io").unwrap(), 7, false);
+        assert_eq!(ev["eventTime"], Value::Null);
+        assert!(
+            ev.get("involvedObject").is_none() && ev["regarding"] == json!({}),
+            "{ev}"
+        );
     }
 }
