@@ -1,7 +1,9 @@
 //! `half-submitted-driver` and `repair half-submitted` end to end: the real `nodemedic scan`
 //! against the API server double and a host tree whose kubelet pod directories say which
-//! driver's configuration volume was set up, and the repair through the library, as
-//! tests/tests/repair_pods.rs runs the other pod repairs.
+//! driver's configuration volume was set up, the repair through the library (as
+//! tests/tests/repair_pods.rs runs the other pod repairs), the daemon, and a driver left by a
+//! create that outlived its client. The real spark-submit leaves one in
+//! tests/tests/spark_client.rs.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -381,4 +383,76 @@ async fn the_daemon_reports_it_once_the_grace_passes_and_clears_when_it_starts()
         m("nodemedic_half_submitted_drivers") == Some(0.0)
     })
     .await;
+}
+
+/// The whole story in the double, without Spark: a client creates a driver pod and gives up
+/// before the (slow) admission is over, through a path that carries the write out anyway; the
+/// pod lands, is bound here and waits for its ConfigMap; the scan reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_outlived_its_client_leaves_a_driver_the_scan_reports() {
+    use tokio::io::AsyncWriteExt as _;
+    let f = fixture().await;
+    let delay = Duration::from_millis(1500);
+    f.api.faults().set_latency("create", "pods", delay);
+    f.api.faults().set_writes_outlive_clients(true);
+    let a = app("etl", "etl-1");
+    let mut pod = a.driver("", NODE, "");
+    half_submitted(&mut pod, 0);
+    let config_map = pod["spec"]["volumes"][1]["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // As spark-submit sends it: no UID, no status, no creation time, not bound yet.
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    for key in ["uid", "creationTimestamp"] {
+        pod["metadata"].as_object_mut().unwrap().remove(key);
+    }
+    pod.as_object_mut().unwrap().remove("status");
+    pod["spec"].as_object_mut().unwrap().remove("nodeName");
+    let body = pod.to_string();
+    let request = format!(
+        "POST /api/v1/namespaces/{NS}/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conn = tokio::net::TcpStream::connect(f.api.http_addr()).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    // The client's timeout: it gives up long before the admission is over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(conn);
+    assert!(f.exists(&name).is_none(), "not before the admission is over");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while f.exists(&name).is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let uid = f.exists(&name).expect("the create landed after its client left");
+    // The scheduler binds it here; the kubelet makes its directory and keeps it waiting.
+    f.api.store().modify("pods", Some(NS), &name, |p| {
+        p["spec"]["nodeName"] = json!(NODE);
+        p["status"] = json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339(0)}],
+            "containerStatuses": [{"name": "spark-kubernetes-driver", "ready": false, "restartCount": 0, "image": "apache/spark:3.5.1",
+                "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]});
+    });
+    f.kubelet_pod_dir(&uid, false);
+    let found = f.findings(&["--rule-setting", "half_submitted_grace_seconds=0"]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0]["subject"]["uid"], uid.as_str());
+    assert_eq!(found[0]["evidence"]["config_map"], config_map.as_str());
+    assert_eq!(found[0]["evidence"]["missing_volume_path"], volume_path(&uid));
+    // Through kube-apiserver's own behaviour (the default), the same abandoned create leaves
+    // nothing.
+    f.api.faults().set_writes_outlive_clients(false);
+    let other = body.replace(&name, "etl-other-driver");
+    let request = format!(
+        "POST /api/v1/namespaces/{NS}/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{other}",
+        other.len()
+    );
+    let mut conn = tokio::net::TcpStream::connect(f.api.http_addr()).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(conn);
+    tokio::time::sleep(delay + Duration::from_millis(500)).await;
+    assert!(f.exists("etl-other-driver").is_none());
 }
