@@ -102,6 +102,27 @@ impl From<Output> for Run {
     }
 }
 
+/// `nodemedic scan --format json` of node `node` whose host tree is `root`, against the API of
+/// `kubeconfig`, with `extra` arguments: the parsed report (a run that prints no report panics
+/// with its output).
+pub fn scan_report(root: &Path, kubeconfig: &Path, node: &str, extra: &[&str]) -> serde_json::Value {
+    let (root, kubeconfig) = (root.to_string_lossy(), kubeconfig.to_string_lossy());
+    let mut args = vec![
+        "scan",
+        "--host-root",
+        &root,
+        "--kubeconfig",
+        &kubeconfig,
+        "--node",
+        node,
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let run = nodemedic(&args);
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr))
+}
+
 /// Runs `nodemedic <args>` with a clean environment for the variables it reads.
 pub fn nodemedic(args: &[&str]) -> Run {
     let mut cmd = Command::new(nodemedic_bin());

@@ -85,21 +85,7 @@ impl Fixture {
     }
 
     fn scan(&self, extra: &[&str]) -> Value {
-        let mut args = vec![
-            "scan",
-            "--host-root",
-            self.root.to_str().unwrap(),
-            "--kubeconfig",
-            self.kubeconfig.to_str().unwrap(),
-            "--node",
-            NODE,
-            "--format",
-            "json",
-        ];
-        args.extend_from_slice(extra);
-        let run = nodemedic_tests::nodemedic(&args);
-        let report: Value =
-            serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+        let report = nodemedic_tests::scan_report(&self.root, &self.kubeconfig, NODE, extra);
         assert_eq!(report["sources"]["pods"], "api", "{report:#}");
         report
     }

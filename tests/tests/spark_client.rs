@@ -180,21 +180,7 @@ fn host(api: &ApiServer, dir: &std::path::Path) -> (std::path::PathBuf, std::pat
 
 /// `nodemedic scan` of the node at `root` against the double: its findings.
 fn scan(root: &std::path::Path, kubeconfig: &std::path::Path, extra: &[&str]) -> Vec<Value> {
-    let mut args = vec![
-        "scan",
-        "--host-root",
-        root.to_str().unwrap(),
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node",
-        NODE,
-        "--format",
-        "json",
-    ];
-    args.extend_from_slice(extra);
-    let run = nodemedic_tests::nodemedic(&args);
-    let report: Value =
-        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    let report = nodemedic_tests::scan_report(root, kubeconfig, NODE, extra);
     report["findings"].as_array().cloned().unwrap_or_default()
 }
 

@@ -460,16 +460,7 @@ impl State {
         };
         // Identity: the name and namespace are the URL's, the UID and resource version act as
         // preconditions.
-        match meta.get("name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-            Some(n) if n != name => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )));
-            }
-            _ => {
-                meta.insert("name".into(), name.into());
-            }
-        }
+        name_from_url(meta, name)?;
         if rt.namespaced {
             let ns = namespace.unwrap_or("default");
             match meta.get("namespace").and_then(Value::as_str).filter(|s| !s.is_empty()) {
@@ -1057,16 +1048,7 @@ impl Store {
         let Some(meta) = meta_mut(&mut applied) else {
             return Err(ApiError::bad_request("the body of the request must be a JSON object"));
         };
-        match meta.get("name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-            Some(n) if n != name => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )));
-            }
-            _ => {
-                meta.insert("name".into(), name.into());
-            }
-        }
+        name_from_url(meta, name)?;
         meta.remove("generateName");
         let stored = st.insert_new(rt, namespace, applied, true, dry_run)?;
         Ok((rt.present(&stored), true))
@@ -1242,6 +1224,20 @@ impl Store {
     /// The current resource version as a number.
     pub(crate) fn current_rv(&self) -> u64 {
         self.lock().rv
+    }
+}
+
+/// The object's name is the URL's: a body that names another object is refused, one that
+/// names none gets the URL's.
+fn name_from_url(meta: &mut Map<String, Value>, name: &str) -> Result<(), ApiError> {
+    match meta.get("name").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        Some(n) if n != name => Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        ))),
+        _ => {
+            meta.insert("name".into(), name.into());
+            Ok(())
+        }
     }
 }
 
