@@ -361,10 +361,8 @@ async fn lookup_drivers<D: PodDirectory>(
     std::collections::BTreeMap<String, Vec<PodInfo>>,
     PartitionInputs,
 ) {
-    let (pods, node, now) = (&snapshot.pods, snapshot.node.as_str(), snapshot.taken_at);
-    let (drivers, app_drivers) = spark::resolve_all(dir, pods).await;
-    let mut partition = spark::partition_inputs(dir, pods, &app_drivers, node, now, claims.0, &claims.1).await;
-    spark::unconfigured_driver_events(dir, pods, &snapshot.conf_mounts, node, &mut partition).await;
+    let (drivers, app_drivers) = spark::resolve_all(dir, &snapshot.pods).await;
+    let partition = spark::partition_inputs(dir, snapshot, &app_drivers, claims.0, &claims.1).await;
     (drivers, app_drivers, partition)
 }
 

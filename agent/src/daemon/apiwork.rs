@@ -333,27 +333,7 @@ impl ApiWork {
             resource_claims: previous.resource_claims.clone(),
             ..Default::default()
         };
-        let read = async {
-            let mut inputs = spark::partition_inputs(
-                &self.directory,
-                &snapshot.pods,
-                app_drivers,
-                &snapshot.node,
-                snapshot.taken_at,
-                claims.0,
-                &claims.1,
-            )
-            .await;
-            spark::unconfigured_driver_events(
-                &self.directory,
-                &snapshot.pods,
-                &snapshot.conf_mounts,
-                &snapshot.node,
-                &mut inputs,
-            )
-            .await;
-            inputs
-        };
+        let read = spark::partition_inputs(&self.directory, snapshot, app_drivers, claims.0, &claims.1);
         let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
             Ok(inputs) => inputs,
             Err(_) => {

@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use nodemedic_rules::snapshot::{ClaimObject, NodeStatus, PodEvent, PodInfo};
+use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo};
 use nodemedic_rules::spark;
 
 use super::{LookupError, PodDirectory};
@@ -115,18 +115,19 @@ pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<P
     nodes
 }
 
-/// Reads the Events and nodes `driver-blocked-by-partition` needs for the drivers on `node`
-/// among `pods`, at `now` (unix seconds), through `dir` (see the module documentation for what
-/// is read and when).
+/// Reads through `dir` the Events and nodes `driver-blocked-by-partition` needs for the drivers
+/// among the snapshot's pods (on its node, at its time), the Events of the pods with
+/// ResourceClaims when `claims_prepared`, the ResourceClaims `claims`, and the Events of the
+/// drivers whose configuration volume the kubelet did not set up (see the module documentation
+/// for what is read and when).
 pub async fn partition_inputs<D: PodDirectory>(
     dir: &D,
-    pods: &[PodInfo],
+    snapshot: &NodeSnapshot,
     app_drivers: &BTreeMap<String, Vec<PodInfo>>,
-    node: &str,
-    now: i64,
     claims_prepared: bool,
     claims: &[String],
 ) -> PartitionInputs {
+    let (pods, node, now) = (snapshot.pods.as_slice(), snapshot.node.as_str(), snapshot.taken_at);
     let mut out = PartitionInputs::default();
     for key in claims {
         let Some((namespace, name)) = key.split_once('/') else {
@@ -176,13 +177,14 @@ pub async fn partition_inputs<D: PodDirectory>(
             out.read_events(dir, driver).await;
         }
     }
+    unconfigured_driver_events(dir, pods, &snapshot.conf_mounts, node, &mut out).await;
     out
 }
 
 /// Reads into `out` the Warning Events of the drivers on `node` among `pods` whose
 /// configuration volume the kubelet did not set up (`conf_mounts` says `Missing`), oldest
 /// first, at most [`MAX_WAITING`], skipping those already read.
-pub async fn unconfigured_driver_events<D: PodDirectory>(
+async fn unconfigured_driver_events<D: PodDirectory>(
     dir: &D,
     pods: &[PodInfo],
     conf_mounts: &BTreeMap<String, nodemedic_rules::snapshot::ConfMount>,
@@ -260,6 +262,13 @@ mod tests {
     use std::sync::Mutex;
 
     const NOW: i64 = 1_700_000_000;
+
+    /// node-a at [`NOW`] with `pods`.
+    fn snapshot(pods: &[PodInfo]) -> NodeSnapshot {
+        let mut s = NodeSnapshot::empty("node-a", NOW);
+        s.pods = pods.to_vec();
+        s
+    }
 
     fn driver(uid: &str, node: &str, phase: &str, age: i64) -> PodInfo {
         let mut p = PodInfo {
@@ -344,15 +353,7 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         cluster.events.insert("new".into(), vec![PodEvent::default()]);
-        let got = block_on(partition_inputs(
-            &cluster,
-            &pods,
-            &app_drivers,
-            "node-a",
-            NOW,
-            false,
-            &[],
-        ));
+        let got = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2", "events new"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["new"]);
         assert_eq!(got.nodes["worker-2"].ready.as_deref(), Some("Unknown"));
@@ -361,17 +362,36 @@ mod tests {
         // The other node is Ready: no Events are read.
         cluster.nodes.insert("worker-2".into(), status("worker-2", "True"));
         cluster.asked.lock().unwrap().clear();
-        let got = block_on(partition_inputs(
-            &cluster,
-            &pods,
-            &app_drivers,
-            "node-a",
-            NOW,
-            false,
-            &[],
-        ));
+        let got = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2"]);
         assert!(got.pod_events.is_empty());
+    }
+
+    #[test]
+    fn the_events_of_drivers_whose_conf_volume_is_missing_are_read_alone() {
+        use nodemedic_rules::snapshot::ConfMount;
+        // No other driver of their applications anywhere: no node and no partition Events.
+        let pods = [
+            driver("unconfigured", "node-a", "Pending", 600),
+            driver("mounted", "node-a", "Pending", 600),
+            driver("elsewhere", "worker-2", "Pending", 600),
+        ];
+        let mut snap = snapshot(&pods);
+        for uid in ["unconfigured", "elsewhere"] {
+            snap.conf_mounts.insert(
+                uid.into(),
+                ConfMount::Missing {
+                    path: format!("/var/lib/kubelet/pods/{uid}"),
+                },
+            );
+        }
+        snap.conf_mounts
+            .insert("mounted".into(), ConfMount::Mounted { path: "/m".into() });
+        let mut cluster = Cluster::default();
+        cluster.events.insert("unconfigured".into(), vec![PodEvent::default()]);
+        let got = block_on(partition_inputs(&cluster, &snap, &BTreeMap::new(), false, &[]));
+        assert_eq!(*cluster.asked.lock().unwrap(), ["events unconfigured"]);
+        assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["unconfigured"]);
     }
 
     #[test]
@@ -392,27 +412,11 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         let pods = [new];
-        let good = block_on(partition_inputs(
-            &cluster,
-            &pods,
-            &app_drivers,
-            "node-a",
-            NOW,
-            false,
-            &[],
-        ));
+        let good = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
         assert!(good.nodes.contains_key("worker-2") && good.pod_events.contains_key("new"));
 
         cluster.failing_nodes.push("worker-2".into());
-        let mut failed = block_on(partition_inputs(
-            &cluster,
-            &pods,
-            &app_drivers,
-            "node-a",
-            NOW,
-            false,
-            &[],
-        ));
+        let mut failed = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
         assert!(failed.failed());
         assert!(failed.nodes_failed["worker-2"].contains("HTTP 503"));
         // Unknown is suspect: the Events are still read.
