@@ -82,6 +82,28 @@ impl PodCandidate {
     fn target(&self) -> ActionTarget {
         ActionTarget::pod(&self.namespace, &self.name, &self.uid)
     }
+
+    /// `pod`, deleted because `why`, with its rule finding's summary and evidence when the rule
+    /// reported it (else `why` as the summary).
+    fn judged(pod: &PodInfo, why: String, finding: Option<&nodemedic_rules::Finding>) -> Self {
+        PodCandidate {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            phase: pod.phase.clone(),
+            summary: finding.map_or_else(|| why.clone(), |f| f.summary.clone()),
+            evidence: finding.map(|f| f.evidence.clone()).unwrap_or_default(),
+            why,
+        }
+    }
+}
+
+/// A rule's findings by the UID of the pod each is about.
+fn by_pod(findings: Vec<nodemedic_rules::Finding>) -> HashMap<String, nodemedic_rules::Finding> {
+    findings
+        .into_iter()
+        .filter_map(|f| Some((f.subject.uid.clone()?, f)))
+        .collect()
 }
 
 /// A pod the rules judge, left alone by this plan, and why.
@@ -156,10 +178,7 @@ pub fn plan_orphans(snapshot: &NodeSnapshot, settings: &Settings, include_runnin
         return plan;
     }
     // The rule's own findings, for their summary and evidence (one per orphan).
-    let findings: HashMap<String, nodemedic_rules::Finding> = orphaned_executor::check(snapshot, settings)
-        .into_iter()
-        .filter_map(|f| Some((f.subject.uid.clone()?, f)))
-        .collect();
+    let findings = by_pod(orphaned_executor::check(snapshot, settings));
     for o in facts::orphaned_executors(snapshot, settings) {
         let pod = o.executor;
         let finding = findings.get(&pod.uid);
@@ -177,15 +196,7 @@ pub fn plan_orphans(snapshot: &NodeSnapshot, settings: &Settings, include_runnin
             });
             continue;
         }
-        plan.delete.push(PodCandidate {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            phase: pod.phase.clone(),
-            why: o.reason.clone(),
-            summary: finding.map(|f| f.summary.clone()).unwrap_or_else(|| o.reason.clone()),
-            evidence: finding.map(|f| f.evidence.clone()).unwrap_or_default(),
-        });
+        plan.delete.push(PodCandidate::judged(pod, o.reason.clone(), finding));
     }
     plan
 }
@@ -279,22 +290,11 @@ pub fn plan_half_submitted(snapshot: &NodeSnapshot, settings: &Settings) -> PodP
     if !live_pods(snapshot, &mut plan) {
         return plan;
     }
-    let findings: HashMap<String, nodemedic_rules::Finding> = half_submitted_driver::check(snapshot, settings)
-        .into_iter()
-        .filter_map(|f| Some((f.subject.uid.clone()?, f)))
-        .collect();
+    let findings = by_pod(half_submitted_driver::check(snapshot, settings));
     for h in facts::half_submitted_drivers(snapshot, settings) {
-        let pod = h.pod;
-        let finding = findings.get(&pod.uid);
-        plan.delete.push(PodCandidate {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            phase: pod.phase.clone(),
-            why: format!("waited {} s to start: {}", h.waited_seconds, h.reason),
-            summary: finding.map(|f| f.summary.clone()).unwrap_or_else(|| h.reason.clone()),
-            evidence: finding.map(|f| f.evidence.clone()).unwrap_or_default(),
-        });
+        let why = format!("waited {} s to start: {}", h.waited_seconds, h.reason);
+        plan.delete
+            .push(PodCandidate::judged(h.pod, why, findings.get(&h.pod.uid)));
     }
     plan
 }
