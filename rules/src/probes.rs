@@ -54,6 +54,18 @@ pub fn stats(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64, f64)> {
     Some((median, v[0], v[n - 1]))
 }
 
+/// Median, minimum and maximum total time of `samples` and the slowest of them, over those
+/// with a finite time (`None` when there are none).
+pub(crate) fn spread<'a>(samples: &[&'a ProbeSample]) -> Option<(f64, f64, f64, &'a ProbeSample)> {
+    let (median, min, max) = stats(samples.iter().map(|s| s.total_seconds))?;
+    let slowest = samples
+        .iter()
+        .copied()
+        .filter(|s| s.total_seconds.is_finite())
+        .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))?;
+    Some((median, min, max, slowest))
+}
+
 /// A phase of a request, in the order they happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {

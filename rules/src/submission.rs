@@ -14,7 +14,7 @@
 //!
 //! Used by `slow-pod-admission` (the finding) and `half-submitted-driver` (its evidence).
 
-use crate::probes::{DRY_RUN_PROBE, api, is_dry_run_unsupported, recent, stats};
+use crate::probes::{DRY_RUN_PROBE, api, is_dry_run_unsupported, recent, spread};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 
@@ -75,11 +75,7 @@ pub fn pod_creates<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Cr
         })
         .filter(|s| s.total_seconds.is_finite())
         .collect();
-    let (median, min, max) = stats(samples.iter().map(|s| s.total_seconds))?;
-    let slowest = samples
-        .iter()
-        .copied()
-        .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))?;
+    let (median, min, max, slowest) = spread(&samples)?;
     Some(CreateLatency {
         samples,
         median,

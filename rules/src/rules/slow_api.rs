@@ -13,7 +13,7 @@
 use serde_json::{Value, json};
 
 use crate::finding::{Finding, Severity, Subject};
-use crate::probes::{Phase, READ_PROBES, api, dominant_phase, recent, sample_json, stats};
+use crate::probes::{Phase, READ_PROBES, api, dominant_phase, recent, sample_json, spread};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::text::ms;
@@ -83,11 +83,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 .copied()
                 .filter(|s| s.ok && s.probe == *probe && s.total_seconds.is_finite())
                 .collect();
-            let (median, min, max) = stats(ok.iter().map(|s| s.total_seconds))?;
-            let slowest = ok
-                .iter()
-                .copied()
-                .max_by(|a, b| a.total_seconds.total_cmp(&b.total_seconds))?;
+            let (median, min, max, slowest) = spread(&ok)?;
             Some(ProbeStats {
                 probe,
                 median,
