@@ -102,6 +102,20 @@ impl From<Output> for Run {
     }
 }
 
+/// An empty node `node` (cgroup v1, cgroupfs, containerd) written under `dir/host`, and a
+/// kubeconfig for `api` at `dir/kubeconfig`: (host root, kubeconfig), what `nodemedic scan`
+/// against the double takes.
+pub fn scan_host(api: &apiserver::ApiServer, dir: &Path, node: &str) -> (PathBuf, PathBuf) {
+    let root = dir.join("host");
+    hosttree::Node::new(node, hosttree::Layout::V1Cgroupfs, hosttree::Runtime::Containerd)
+        .write(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true)
+        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+    (root, kubeconfig)
+}
+
 /// `nodemedic scan --format json` of node `node` whose host tree is `root`, against the API of
 /// `kubeconfig`, with `extra` arguments: the parsed report (a run that prints no report panics
 /// with its output).

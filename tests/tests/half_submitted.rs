@@ -34,12 +34,7 @@ async fn fixture() -> Fixture {
     api.store()
         .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, true).unwrap();
-    let root = dir.path().join("host");
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
-        .write(&root)
-        .unwrap();
+    let (root, kubeconfig) = nodemedic_tests::scan_host(&api, dir.path(), NODE);
     Fixture {
         api,
         kubeconfig,
@@ -371,12 +366,26 @@ async fn the_daemon_reports_it_once_the_grace_passes_and_clears_when_it_starts()
     .await;
 }
 
+/// POSTs the pod `body` into the namespace over plain HTTP and closes the connection 200 ms
+/// later, without waiting for an answer: a client whose timeout ran out.
+async fn post_and_give_up(api: &ApiServer, body: &str) {
+    use tokio::io::AsyncWriteExt as _;
+    let request = format!(
+        "POST /api/v1/namespaces/{NS}/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conn = tokio::net::TcpStream::connect(api.http_addr()).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(conn);
+}
+
 /// The whole story in the double, without Spark: a client creates a driver pod and gives up
 /// before the (slow) admission is over, through a path that carries the write out anyway; the
 /// pod lands, is bound here and waits for its ConfigMap; the scan reports it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_that_outlived_its_client_leaves_a_driver_the_scan_reports() {
-    use tokio::io::AsyncWriteExt as _;
     let f = fixture().await;
     let delay = Duration::from_millis(1500);
     f.api.faults().set_latency("create", "pods", delay);
@@ -396,16 +405,8 @@ async fn a_create_that_outlived_its_client_leaves_a_driver_the_scan_reports() {
     pod.as_object_mut().unwrap().remove("status");
     pod["spec"].as_object_mut().unwrap().remove("nodeName");
     let body = pod.to_string();
-    let request = format!(
-        "POST /api/v1/namespaces/{NS}/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut conn = tokio::net::TcpStream::connect(f.api.http_addr()).await.unwrap();
-    conn.write_all(request.as_bytes()).await.unwrap();
     // The client's timeout: it gives up long before the admission is over.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    drop(conn);
+    post_and_give_up(&f.api, &body).await;
     assert!(f.exists(&name).is_none(), "not before the admission is over");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while f.exists(&name).is_none() && std::time::Instant::now() < deadline {
@@ -430,15 +431,7 @@ async fn a_create_that_outlived_its_client_leaves_a_driver_the_scan_reports() {
     // nothing.
     f.api.faults().set_writes_outlive_clients(false);
     let other = body.replace(&name, "etl-other-driver");
-    let request = format!(
-        "POST /api/v1/namespaces/{NS}/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{other}",
-        other.len()
-    );
-    let mut conn = tokio::net::TcpStream::connect(f.api.http_addr()).await.unwrap();
-    conn.write_all(request.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    drop(conn);
+    post_and_give_up(&f.api, &other).await;
     tokio::time::sleep(delay + Duration::from_millis(500)).await;
     assert!(f.exists("etl-other-driver").is_none());
 }

@@ -13,7 +13,6 @@ use nodemedic_tests::agent::{self, Agent, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::cluster::events_with_reason;
 use nodemedic_tests::findings_of as findings;
-use nodemedic_tests::hosttree::{Layout, Node, Runtime};
 use nodemedic_tests::sparkpods::now_rfc3339;
 use serde_json::{Value, json};
 
@@ -102,12 +101,7 @@ fn seed(api: &ApiServer, here: &str, old_node_ready: (&str, &str)) {
 /// Runs `nodemedic scan` on a fixture host of [`NODE`] against the double; the JSON report.
 async fn scan(api: &ApiServer) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, true).unwrap();
-    let root = dir.path().join("host");
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
-        .write(&root)
-        .unwrap();
+    let (root, kubeconfig) = nodemedic_tests::scan_host(api, dir.path(), NODE);
     let run = tokio::task::spawn_blocking(move || {
         nodemedic_tests::nodemedic(&[
             "scan",

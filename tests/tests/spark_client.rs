@@ -30,7 +30,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nodemedic_tests::agent::NODE;
 use nodemedic_tests::apiserver::{ApiServer, RequestRecord};
-use nodemedic_tests::hosttree::{Layout, Node, Runtime};
 use nodemedic_tests::spark_submit::{PYSPARK_VERSION, SparkSubmit, Submission, cluster_mode_args, with_confs};
 use serde_json::{Value, json};
 
@@ -167,17 +166,6 @@ fn slow_webhook() -> Value {
     })
 }
 
-/// An empty node's host tree under `dir`, and a kubeconfig for the double beside it.
-fn host(api: &ApiServer, dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let root = dir.join("host");
-    Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
-        .write(&root)
-        .unwrap();
-    let kc = dir.join("kubeconfig");
-    api.write_kubeconfig(&kc, true).unwrap();
-    (root, kc)
-}
-
 /// `nodemedic scan` of the node at `root` against the double: its findings.
 fn scan(root: &std::path::Path, kubeconfig: &std::path::Path, extra: &[&str]) -> Vec<Value> {
     let report = nodemedic_tests::scan_report(root, kubeconfig, NODE, extra);
@@ -242,7 +230,7 @@ async fn spark_submit_meets_a_30_second_admission_then_the_remedy_of_slow_pod_ad
     });
     let finisher = tokio::spawn(finish_when_watched(api.clone()));
     let dir = tempfile::tempdir().unwrap();
-    let (root, kubeconfig) = host(&api, &dir.path().join("first"));
+    let (root, kubeconfig) = nodemedic_tests::scan_host(&api, &dir.path().join("first"), NODE);
     let findings = tokio::task::spawn_blocking({
         let (root, kubeconfig) = (root.clone(), kubeconfig.clone());
         move || scan(&root, &kubeconfig, &[])
@@ -286,7 +274,7 @@ async fn spark_submit_meets_a_30_second_admission_then_the_remedy_of_slow_pod_ad
     // sent); the scheduler binds it here and the kubelet keeps it waiting for its ConfigMap.
     let leftover = submissions(&api, APP).first().cloned().expect("step 1's driver");
     let leftover_pod = bind_waiting(&api, &leftover);
-    let (half_root, half_kubeconfig) = host(&api, &dir.path().join("second"));
+    let (half_root, half_kubeconfig) = nodemedic_tests::scan_host(&api, &dir.path().join("second"), NODE);
     let uid = leftover_pod["metadata"]["uid"].as_str().unwrap().to_string();
     std::fs::create_dir_all(half_root.join(format!(
         "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/kube-api-access-5xq8v"
