@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 
 use crate::checkpoint::checksum::fnv1a32;
 use crate::checkpoint::{CheckpointError, Verification, read_u64, type_error};
+use crate::managers::gospew::{plain_slice, slice};
 
 /// The Go type name the kubelet hashes for both layouts (V1's is renamed to it first).
 const HASHED_TYPE: &str = "checkpointData";
@@ -252,19 +253,9 @@ impl DeviceCheckpoint {
             out,
             "(checkpoint.{data_type}){{PodDeviceEntries:([]checkpoint.{entry_type})"
         );
-        match &self.entries {
-            None => out.push_str("<nil>"),
-            Some(entries) => {
-                out.push('[');
-                for (i, entry) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push(' ');
-                    }
-                    dump_entry(&mut out, entry, layout)?;
-                }
-                out.push(']');
-            }
-        }
+        slice(&mut out, self.entries.as_deref(), |out, entry| {
+            dump_entry(out, entry, layout)
+        })?;
         out.push_str(" RegisteredDevices:(map[string][]string)");
         match &self.registered {
             None => out.push_str("<nil>"),
@@ -276,7 +267,7 @@ impl DeviceCheckpoint {
                     }
                     out.push_str(resource);
                     out.push(':');
-                    dump_list(&mut out, ids.as_deref());
+                    plain_slice(&mut out, ids.as_deref());
                 }
                 out.push(']');
             }
@@ -340,52 +331,23 @@ fn dump_entry(out: &mut String, entry: &RawDeviceEntry, layout: Layout) -> Optio
                     out.push(' ');
                 }
                 let _ = write!(out, "{node}:");
-                dump_list(out, ids.as_deref());
+                plain_slice(out, ids.as_deref());
             }
             out.push(']');
         }
         (Layout::V1, DeviceIds::Nil) => out.push_str("DeviceIDs:([]string)<nil>"),
         (Layout::V1, DeviceIds::Flat(ids)) => {
             out.push_str("DeviceIDs:([]string)");
-            dump_list(out, Some(ids));
+            plain_slice(out, Some(ids));
         }
         (Layout::V2, DeviceIds::Flat(_)) | (Layout::V1, DeviceIds::ByNuma(_)) => return None,
     }
     // A []byte is a slice like any other here: decimal elements (go-spew's hex dump is only
     // for Dump/Sdump, not for the %#v formatter the kubelet uses).
     out.push_str(" AllocResp:([]uint8)");
-    match &entry.alloc_resp {
-        None => out.push_str("<nil>"),
-        Some(bytes) => {
-            out.push('[');
-            for (i, b) in bytes.iter().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                let _ = write!(out, "{b}");
-            }
-            out.push(']');
-        }
-    }
+    plain_slice(out, entry.alloc_resp.as_deref());
     out.push('}');
     Some(())
-}
-
-/// A `[]string` inside a map or struct field value: strings raw, `<nil>` for nil.
-fn dump_list(out: &mut String, ids: Option<&[String]>) {
-    match ids {
-        None => out.push_str("<nil>"),
-        Some(ids) => {
-            out.push('[');
-            for (i, id) in ids.iter().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                out.push_str(id);
-            }
-            out.push(']');
-        }
-    }
 }
 
 /// The Go field among `names` that a JSON key decodes into. Go compares names with Unicode

@@ -11,6 +11,7 @@
 pub mod devices;
 pub mod dra;
 pub mod drivers;
+mod gospew;
 pub mod memory;
 
 use crate::checkpoint::CheckpointError;

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::checkpoint::checksum::{first_match, fnv1a32};
+use crate::managers::gospew::{plain_slice, slice};
 
 /// CRC-32 with the IEEE polynomial, as Go's `hash/crc32.ChecksumIEEE`.
 pub fn crc32_ieee(bytes: &[u8]) -> u32 {
@@ -87,16 +88,7 @@ pub(super) fn spew_dump(body: &SpewBody, candidate: Candidate) -> Option<String>
         // The fallback copies the entries into a fresh, non-nil list.
         SpewEntries::Null if candidate != Candidate::V127Fallback => out.push_str("<nil>"),
         SpewEntries::Null | SpewEntries::Absent => out.push_str("[]"),
-        SpewEntries::List(list) => {
-            out.push('[');
-            for (i, entry) in list.iter().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                dump_entry(&mut out, entry, candidate)?;
-            }
-            out.push(']');
-        }
+        SpewEntries::List(list) => slice(&mut out, Some(list), |out, entry| dump_entry(out, entry, candidate))?,
     }
     out.push_str(" Checksum:(checksum.Checksum)0}");
     Some(out)
@@ -137,17 +129,6 @@ fn dump_entry(out: &mut String, e: &ClaimEntry, candidate: Candidate) -> Option<
     Some(())
 }
 
-/// A list's elements carry no type annotation: `[a b]`, `[]` when empty, `<nil>` when nil.
-fn dump_strings(out: &mut String, list: Option<&[String]>) {
-    let Some(list) = list else {
-        out.push_str("<nil>");
-        return;
-    };
-    out.push('[');
-    out.push_str(&list.join(" "));
-    out.push(']');
-}
-
 fn dump_set(out: &mut String, set: Option<&BTreeSet<String>>) {
     let Some(set) = set else {
         out.push_str("<nil>");
@@ -164,15 +145,7 @@ fn dump_set(out: &mut String, set: Option<&BTreeSet<String>>) {
 }
 
 fn dump_handles(out: &mut String, handles: Option<&[ResourceHandle]>, with_structured: bool) -> Option<()> {
-    let Some(handles) = handles else {
-        out.push_str("<nil>");
-        return Some(());
-    };
-    out.push('[');
-    for (i, h) in handles.iter().enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
+    slice(out, handles, |out, h| {
         let _ = write!(out, "{{DriverName:(string){} Data:(string){}", h.driver_name, h.data);
         if with_structured {
             if h.structured_data {
@@ -181,9 +154,8 @@ fn dump_handles(out: &mut String, handles: Option<&[ResourceHandle]>, with_struc
             out.push_str(" StructuredData:(*v1alpha2.StructuredResourceHandle)<nil>");
         }
         out.push('}');
-    }
-    out.push(']');
-    Some(())
+        Some(())
+    })
 }
 
 fn dump_cdi(out: &mut String, cdi: Option<&CdiMap>) {
@@ -198,7 +170,7 @@ fn dump_cdi(out: &mut String, cdi: Option<&CdiMap>) {
         }
         out.push_str(driver);
         out.push(':');
-        dump_strings(out, ids.as_deref());
+        plain_slice(out, ids.as_deref());
     }
     out.push(']');
 }
@@ -214,27 +186,18 @@ fn dump_driver_state(out: &mut String, state: Option<&DriverStates>) {
             out.push(' ');
         }
         let _ = write!(out, "{driver}:{{Devices:([]state.Device)");
-        match devices {
-            None => out.push_str("<nil>"),
-            Some(devices) => {
-                out.push('[');
-                for (j, d) in devices.iter().enumerate() {
-                    if j > 0 {
-                        out.push(' ');
-                    }
-                    let _ = write!(
-                        out,
-                        "{{PoolName:(string){} DeviceName:(string){} RequestNames:([]string)",
-                        d.pool_name, d.device_name
-                    );
-                    dump_strings(out, d.request_names.as_deref());
-                    out.push_str(" CDIDeviceIDs:([]string)");
-                    dump_strings(out, d.cdi_device_ids.as_deref());
-                    out.push('}');
-                }
-                out.push(']');
-            }
-        }
+        let _ = slice(out, devices.as_deref(), |out, d| {
+            let _ = write!(
+                out,
+                "{{PoolName:(string){} DeviceName:(string){} RequestNames:([]string)",
+                d.pool_name, d.device_name
+            );
+            plain_slice(out, d.request_names.as_deref());
+            out.push_str(" CDIDeviceIDs:([]string)");
+            plain_slice(out, d.cdi_device_ids.as_deref());
+            out.push('}');
+            Some(())
+        });
         out.push('}');
     }
     out.push(']');

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::checkpoint::checksum::fnv1a32;
+use crate::managers::gospew::{plain_slice, slice};
 
 /// The go-spew dump the kubelet hashes for `candidate`, or `None` when the file's shape
 /// cannot be that struct (a `podEntries` the V2 struct cannot decode).
@@ -80,20 +81,6 @@ fn sep(out: &mut String, i: usize) {
     }
 }
 
-fn dump_ints(out: &mut String, ints: Option<&[i64]>) {
-    match ints {
-        None => out.push_str("<nil>"),
-        Some(ints) => {
-            out.push('[');
-            for (i, n) in ints.iter().enumerate() {
-                sep(out, i);
-                let _ = write!(out, "{n}");
-            }
-            out.push(']');
-        }
-    }
-}
-
 fn dump_numa_map(out: &mut String, map: Option<&NumaNodeMap>) {
     let Some(map) = map else {
         out.push_str("<nil>");
@@ -134,23 +121,17 @@ fn dump_numa_map(out: &mut String, map: Option<&NumaNodeMap>) {
             }
         }
         out.push_str(" Cells:([]int)");
-        dump_ints(out, node.cells.as_deref());
+        plain_slice(out, node.cells.as_deref());
         out.push('}');
     }
     out.push(']');
 }
 
 fn dump_blocks(out: &mut String, blocks: Option<&[RawBlock]>) {
-    let Some(blocks) = blocks else {
-        out.push_str("<nil>");
-        return;
-    };
-    out.push('[');
-    for (i, b) in blocks.iter().enumerate() {
-        sep(out, i);
+    let _ = slice(out, blocks, |out, b| {
         out.push_str("{NUMAAffinity:([]int)");
-        dump_ints(out, b.numa_affinity.as_deref());
+        plain_slice(out, b.numa_affinity.as_deref());
         let _ = write!(out, " Type:(v1.ResourceName){} Size:(uint64){}}}", b.resource, b.size);
-    }
-    out.push(']');
+        Some(())
+    });
 }
