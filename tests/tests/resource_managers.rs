@@ -224,6 +224,37 @@ fn without_a_pod_list_the_cgroups_decide_and_the_judgement_is_the_same() {
     assert_eq!(sources.len(), 3, "{report:#}");
 }
 
+/// A memory checkpoint whose last NUMA node is `null`, signed as the kubelet signs it: go-spew
+/// prints the field after that map without its type, so the checksum is 585895370, not the
+/// 2385965968 a typed `Entries` would give. `checkpoint verify` calls it valid and the scan
+/// does not call it unreadable.
+#[test]
+fn a_null_numa_node_last_in_the_memory_file_verifies_as_the_kubelet_signs_it() {
+    let dir = written("worker-1");
+    let at = dir.path().join(MEMORY.trim_start_matches('/'));
+    std::fs::write(
+        &at,
+        r#"{"policyName":"None","machineState":{"0":{},"1":null},"checksum":585895370}"#,
+    )
+    .unwrap();
+    let verify = nodemedic(&["checkpoint", "verify", at.to_str().unwrap()]);
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    assert!(
+        verify
+            .stdout
+            .contains("(memory manager checkpoint): valid: checksum matches layout V1 as MemoryManagerCheckpoint"),
+        "{}",
+        verify.stdout
+    );
+    let report = scan(dir.path(), false, &[]);
+    assert!(
+        findings(&report, "checkpoint-unreadable")
+            .iter()
+            .all(|f| f["evidence"]["manager"] != "memory manager"),
+        "{report:#}"
+    );
+}
+
 #[test]
 fn tampered_files_are_named_and_the_scan_goes_on() {
     let dir = written("worker-1");

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::checkpoint::checksum::fnv1a32;
-use crate::managers::gospew::{plain_slice, slice};
+use crate::managers::gospew::{NextType, field, plain_slice, pointer_map, slice};
 
 /// The go-spew dump the kubelet hashes for `candidate`, or `None` when the file's shape
 /// cannot be that struct (a `podEntries` the V2 struct cannot decode).
@@ -14,7 +14,9 @@ use crate::managers::gospew::{plain_slice, slice};
 /// `Name:(type)value`; map keys, map values and slice elements print without a type; a non-nil
 /// pointer inside a map prints `<*>` and then its value, a nil one `<nil>`; nil maps and nil
 /// slices print `<nil>`, empty ones `map[]` and `[]`; int keys sort numerically and string
-/// keys (`v1.ResourceName` too) bytewise; strings print raw.
+/// keys (`v1.ResourceName` too) bytewise; strings print raw. And one rule of go-spew's own
+/// making: when the last value of `machineState` or of a `memoryMap` is `null`, the field
+/// printed after that map (`Entries`, `Cells`) loses its `(type)` (see [`NextType`]).
 pub fn spew_dump(cp: &MemoryCheckpoint, candidate: MemoryCandidate) -> Option<String> {
     let mut out = String::with_capacity(512);
     let _ = write!(
@@ -23,8 +25,8 @@ pub fn spew_dump(cp: &MemoryCheckpoint, candidate: MemoryCandidate) -> Option<St
         candidate.type_name(),
         cp.policy_name
     );
-    dump_numa_map(&mut out, cp.machine_state.as_ref());
-    out.push_str(" Entries:(state.ContainerMemoryAssignments)");
+    let after = pointer_map(&mut out, cp.machine_state.as_ref(), dump_numa_node);
+    field(&mut out, " Entries", "state.ContainerMemoryAssignments", after);
     match &cp.entries {
         None => out.push_str("<nil>"),
         Some(pods) => {
@@ -81,50 +83,26 @@ fn sep(out: &mut String, i: usize) {
     }
 }
 
-fn dump_numa_map(out: &mut String, map: Option<&NumaNodeMap>) {
-    let Some(map) = map else {
-        out.push_str("<nil>");
-        return;
-    };
-    out.push_str("map[");
-    for (i, (id, node)) in map.iter().enumerate() {
-        sep(out, i);
-        let _ = write!(out, "{id}:");
-        let Some(node) = node else {
-            out.push_str("<nil>");
-            continue;
-        };
+/// One non-nil `*NUMANodeState` after its `<*>`. Its last field, `Cells`, is a slice, whose
+/// printing clears go-spew's flag again.
+fn dump_numa_node(out: &mut String, node: &RawNumaNode) -> NextType {
+    let _ = write!(
+        out,
+        "{{NumberOfAssignments:(int){} MemoryMap:(map[v1.ResourceName]*state.MemoryTable)",
+        node.number_of_assignments
+    );
+    let after = pointer_map(out, node.memory_map.as_ref(), |out, t| {
         let _ = write!(
             out,
-            "<*>{{NumberOfAssignments:(int){} MemoryMap:(map[v1.ResourceName]*state.MemoryTable)",
-            node.number_of_assignments
+            "{{TotalMemSize:(uint64){} SystemReserved:(uint64){} Allocatable:(uint64){} Reserved:(uint64){} Free:(uint64){}}}",
+            t.total, t.system_reserved, t.allocatable, t.reserved, t.free
         );
-        match &node.memory_map {
-            None => out.push_str("<nil>"),
-            Some(tables) => {
-                out.push_str("map[");
-                for (j, (resource, table)) in tables.iter().enumerate() {
-                    sep(out, j);
-                    let _ = write!(out, "{resource}:");
-                    match table {
-                        None => out.push_str("<nil>"),
-                        Some(t) => {
-                            let _ = write!(
-                                out,
-                                "<*>{{TotalMemSize:(uint64){} SystemReserved:(uint64){} Allocatable:(uint64){} Reserved:(uint64){} Free:(uint64){}}}",
-                                t.total, t.system_reserved, t.allocatable, t.reserved, t.free
-                            );
-                        }
-                    }
-                }
-                out.push(']');
-            }
-        }
-        out.push_str(" Cells:([]int)");
-        plain_slice(out, node.cells.as_deref());
-        out.push('}');
-    }
-    out.push(']');
+        NextType::Shown
+    });
+    field(out, " Cells", "[]int", after);
+    plain_slice(out, node.cells.as_deref());
+    out.push('}');
+    NextType::Shown
 }
 
 fn dump_blocks(out: &mut String, blocks: Option<&[RawBlock]>) {

@@ -219,7 +219,8 @@ fn nil_and_empty_render_apart() {
         ),
         (
             r#"{"machineState":{"0":{"memoryMap":{"memory":null},"cells":[0,1]}}}"#,
-            "map[memory:<nil>] Cells:([]int)[0 1]}",
+            // The nil table is the map's last value: go-spew prints `Cells` without its type.
+            "map[memory:<nil>] Cells:[0 1]}",
         ),
         (
             r#"{"entries":{"p":null,"q":{},"r":{"c":null,"d":[]}}}"#,
@@ -252,6 +253,75 @@ fn nil_and_empty_render_apart() {
     // As a 1.35 kubelet writes a node with the None policy.
     let none = r#"{"policyName":"None","machineState":{},"checksum":4236770233}"#;
     assert_eq!(matched(&parse(none)), ("V1", "MemoryManagerCheckpoint"));
+}
+
+/// Known answers for `null` NUMA nodes and memory tables, derived by hand from go-spew's
+/// `format.go` (see `managers::gospew`): a nil pointer as the last value of its map leaves
+/// the next field without its `(type)`; anywhere else it changes nothing. Each checksum is the
+/// FNV-1a 32 of the string beside it, computed outside this code.
+const NIL_POINTER_VECTORS: [(&str, &str, &str, u32); 6] = [
+    (
+        "the smallest case: a nil node last, Entries untyped",
+        r#"{"policyName":"","machineState":{"0":null}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string) MachineState:(state.NUMANodeMap)map[0:<nil>] Entries:map[] Checksum:(checksum.Checksum)0}",
+        886_686_798,
+    ),
+    (
+        "the None policy's file with a nil node last (the end-to-end test's file)",
+        r#"{"policyName":"None","machineState":{"0":{},"1":null}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)None MachineState:(state.NUMANodeMap)map[0:<*>{NumberOfAssignments:(int)0 MemoryMap:(map[v1.ResourceName]*state.MemoryTable)<nil> Cells:([]int)<nil>} 1:<nil>] Entries:map[] Checksum:(checksum.Checksum)0}",
+        585_895_370,
+    ),
+    (
+        "a nil node before another: the next key sets the flag again",
+        r#"{"policyName":"None","machineState":{"0":null,"1":{}}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)None MachineState:(state.NUMANodeMap)map[0:<nil> 1:<*>{NumberOfAssignments:(int)0 MemoryMap:(map[v1.ResourceName]*state.MemoryTable)<nil> Cells:([]int)<nil>}] Entries:(state.ContainerMemoryAssignments)map[] Checksum:(checksum.Checksum)0}",
+        1_155_174_600,
+    ),
+    (
+        "nested: a nil table last in node 0 (Cells untyped), a nil node last (Entries untyped)",
+        r#"{"policyName":"Static","machineState":{"0":{"numberOfAssignments":1,"memoryMap":{"hugepages-1Gi":{"total":0},"memory":null},"cells":[0,1]},"1":null},"entries":{"p":{"c":[{"numaAffinity":[0],"type":"memory","size":512}]}}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)Static MachineState:(state.NUMANodeMap)map[0:<*>{NumberOfAssignments:(int)1 MemoryMap:(map[v1.ResourceName]*state.MemoryTable)map[hugepages-1Gi:<*>{TotalMemSize:(uint64)0 SystemReserved:(uint64)0 Allocatable:(uint64)0 Reserved:(uint64)0 Free:(uint64)0} memory:<nil>] Cells:[0 1]} 1:<nil>] Entries:map[p:map[c:[{NUMAAffinity:([]int)[0] Type:(v1.ResourceName)memory Size:(uint64)512}]]] Checksum:(checksum.Checksum)0}",
+        3_897_542_761,
+    ),
+    (
+        "a nil table sorted before the last one: Cells keeps its type",
+        r#"{"policyName":"Static","machineState":{"0":{"memoryMap":{"memory":{"total":2048,"allocatable":2048,"free":2048},"hugepages-2Mi":null},"cells":[0]}}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)Static MachineState:(state.NUMANodeMap)map[0:<*>{NumberOfAssignments:(int)0 MemoryMap:(map[v1.ResourceName]*state.MemoryTable)map[hugepages-2Mi:<nil> memory:<*>{TotalMemSize:(uint64)2048 SystemReserved:(uint64)0 Allocatable:(uint64)2048 Reserved:(uint64)0 Free:(uint64)2048}] Cells:([]int)[0]}] Entries:(state.ContainerMemoryAssignments)map[] Checksum:(checksum.Checksum)0}",
+        349_477_202,
+    ),
+    (
+        "V2: a nil Entries after a nil node last prints `<nil>` untyped and clears the flag",
+        r#"{"policyName":"Static","machineState":{"0":null},"entries":null,"podEntries":{}}"#,
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)Static MachineState:(state.NUMANodeMap)map[0:<nil>] Entries:<nil> PodEntries:(state.PodMemoryAssignments)map[] Checksum:(checksum.Checksum)0}",
+        28_015_666,
+    ),
+];
+
+#[test]
+fn a_nil_pointer_last_in_its_map_takes_the_next_fields_type_away() {
+    for (case, text, rendered, sum) in NIL_POINTER_VECTORS {
+        assert_eq!(
+            crate::checkpoint::checksum::fnv1a32(rendered.as_bytes()),
+            sum,
+            "{case}: the vector itself"
+        );
+        let cp = parse(text);
+        let candidate = if cp.layout() == "V2" {
+            MemoryCandidate::V2
+        } else {
+            MemoryCandidate::V1
+        };
+        assert_eq!(spew_dump(&cp, candidate).as_deref(), Some(rendered), "{case}");
+        assert_eq!(checksum(&cp, candidate), Some(sum), "{case}");
+        // The file signed as the kubelet signs it verifies, in the layout it was written in.
+        let signed = format!("{},\"checksum\":{sum}}}", text.strip_suffix('}').unwrap());
+        assert_eq!(
+            matched(&parse(&signed)),
+            (candidate.layout(), "MemoryManagerCheckpoint"),
+            "{case}"
+        );
+    }
 }
 
 #[test]
