@@ -365,10 +365,20 @@ impl ApiMonitor {
                 Observed::Ok(infos)
             }
         };
+        // The probes' own view; the daemon stamps the record of every request over it
+        // (`ApiContact::stamp`), a one-shot scan keeps it.
+        let failing = self
+            .samples
+            .iter()
+            .filter(|s| !s.ok && s.status.is_none() && self.last_success_at.is_none_or(|t| s.at >= t));
+        let unreachable_since = failing.clone().map(|s| s.at).min();
+        let last_error = failing.max_by_key(|s| s.at).and_then(|s| s.error.clone());
         ApiObservation {
             samples: self.samples.iter().cloned().collect(),
             probing_since: self.probing_since,
             last_success_at: self.last_success_at,
+            unreachable_since,
+            last_error,
             webhooks,
         }
     }
@@ -408,9 +418,12 @@ pub struct ProbeOutputs {
     /// Set to true to stop: the holder releases the Lease, then `released` is notified.
     pub stop: tokio::sync::watch::Receiver<bool>,
     pub released: Arc<tokio::sync::Notify>,
-    /// Changes when the pod watch is back after failing: the election reads (or renews) and
-    /// the prober probes at once instead of waiting out their backoff.
+    /// Changes when the API server serves again after trouble, whichever request of the agent
+    /// saw it first ([`crate::contact::ApiContact::back_signal`]): an election waiting out a
+    /// failure reads (or renews) and a prober whose last round failed probes at once.
     pub api_back: tokio::sync::watch::Receiver<u64>,
+    /// `nodemedic_prober`: set as the election changes, not at the next scan.
+    pub prober: prometheus::IntGauge,
 }
 
 impl ApiMonitor {
@@ -484,6 +497,10 @@ pub async fn run(
     let mut next_round = Instant::now();
     let mut next_step = Instant::now();
     let mut leading = false;
+    // The last round got no answer that served: the next one is due as soon as the API
+    // server serves again.
+    let mut round_failed = false;
+    outputs.prober.set(0);
     loop {
         let stopped = tokio::select! {
             biased;
@@ -493,11 +510,17 @@ pub async fn run(
                 tokio::select! {
                     _ = tokio::time::sleep_until(wake_at.into()) => {}
                     Ok(()) = outputs.api_back.changed() => {
-                        tracing::info!("the API server answers again: reading the Lease now");
-                        elector.nudge();
-                        round_gate.succeed();
-                        next_step = Instant::now();
-                        next_round = next_round.min(Instant::now());
+                        // Only what waits out a pause because of a failure goes now: a round
+                        // that worked is not repeated, a Lease read on time is not added.
+                        if elector.failing() {
+                            tracing::info!("the API server answers again: reading the Lease now");
+                            elector.nudge();
+                            next_step = Instant::now();
+                        }
+                        if round_failed {
+                            round_gate.succeed();
+                            next_round = next_round.min(Instant::now());
+                        }
                     }
                 }
                 if Instant::now() >= next_step {
@@ -514,6 +537,7 @@ pub async fn run(
                         next_round = Instant::now();
                     }
                     leading = now_leading;
+                    outputs.prober.set(i64::from(leading));
                     next_step = Instant::now() + step.next;
                     if let Ok(mut view) = outputs.election.lock() {
                         view.leading = leading;
@@ -527,7 +551,8 @@ pub async fn run(
                 if leading && Instant::now() >= next_round {
                     let round = monitor.round().await;
                     on_round(&round);
-                    let pause = if round.iter().any(|s| s.ok) {
+                    round_failed = !round.iter().any(|s| s.ok);
+                    let pause = if !round_failed {
                         round_gate.succeed();
                         jitter.spread(interval, 0.1)
                     } else {
@@ -544,6 +569,7 @@ pub async fn run(
         };
         if stopped {
             elector.release(Duration::from_millis(800)).await;
+            outputs.prober.set(0);
             outputs.released.notify_one();
             return;
         }

@@ -219,6 +219,11 @@ impl Elector {
         self.backoff.reset();
     }
 
+    /// The last read or renewal failed: the next step waits out a backoff.
+    pub fn failing(&self) -> bool {
+        self.backoff.failures() > 0
+    }
+
     /// Sets what the next renewal publishes (only the holder publishes).
     pub fn publish(&mut self, p: Published) {
         self.published = Some(p);

@@ -686,3 +686,50 @@ async fn an_outage_that_ended_while_nobody_asked_is_not_fenced() {
     assert!(readyz >= 2, "{readyz} heartbeats answered\n{}", node.agent().log());
     node.api.faults().set_latency("*", "pods", Duration::ZERO);
 }
+
+/// An API server that answers 2 s out of every 14 (three cycles) is reachable, as
+/// docs/operations/partitions.md promises: each outage (12 s) is shorter than `fence_after`
+/// (20 s), and together they last longer. The agent is quiet (`start_quiet`: the heartbeat
+/// every 60 s while the API server answers, nothing else for minutes), so what sees each
+/// up-window is the heartbeat that runs every second once a request has failed. Before it, the
+/// heartbeat kept its period and the watch's reconnects spread out with their backoff: the
+/// up-windows went unseen and the outages merged into one past `fence_after` (the driver was
+/// stopped at about 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_answers_2_s_in_14_is_reachable_and_nothing_is_fenced() {
+    let mut node = Node::new("fence-flapping").await;
+    let pids = node.pod(job_driver("stream", "a9a9a9a9-0000-4000-8000-00000000000b", 25), 1);
+    start_quiet(&mut node).await;
+    let began = std::time::SystemTime::now();
+    // The longest outage the agent counted, sampled every 200 ms.
+    let mut longest = 0.0f64;
+    for _ in 0..3 {
+        for (refusing, seconds) in [(true, 12), (false, 2)] {
+            node.api.faults().set_refusing(refusing);
+            let phase = Instant::now();
+            while phase.elapsed() < Duration::from_secs(seconds) {
+                let counted = node.agent().metric("nodemedic_api_unreachable_seconds").unwrap_or(0.0);
+                longest = longest.max(counted);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert!(pids.iter().all(|&p| alive(p)), "{}", node.agent().log());
+    assert!(node.journal().is_empty(), "{:#?}", node.journal());
+    assert_eq!(node.fence_metric("on", "fenced"), Some(0.0));
+    // No outage outlived its down-window by more than the second it takes to see the API
+    // server back: none merged with the next.
+    assert!(
+        longest > 5.0 && longest < 13.5,
+        "the longest outage counted: {longest} s"
+    );
+    // And no more than about one heartbeat a second was sent.
+    let answered = node
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/readyz" && r.time >= began && r.status == 200)
+        .count();
+    assert!(answered <= 3 * 3, "{answered} heartbeats answered in 6 s of up-windows");
+    eprintln!("the longest outage counted: {longest:.1} s; {answered} heartbeats answered");
+}

@@ -381,3 +381,166 @@ async fn a_forbidden_lease_elects_nobody_and_is_not_an_unreachable_api() {
         .count();
     assert_eq!(dry_runs, 0, "nobody probes admission without the Lease");
 }
+
+/// After the API server answered 401 to everything long enough for the prober to step down,
+/// the first request of the agent that is served again wakes the prober: it reads the Lease,
+/// takes it back and probes at once. Before, only the pod watch coming back woke it, and an
+/// open watch is not cut by 401s: the prober waited out its own backoff (about 2 minutes at
+/// the default lease duration) while the agent's other requests were answered. Here the
+/// agent's fencing heartbeat (dry-run, every second, for an opted-in driver) is that request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_401s_the_first_served_request_wakes_the_prober() {
+    use nodemedic_tests::agent::{Agent, Identity, NODE, wait_for};
+    use nodemedic_tests::cluster::node_object;
+    use nodemedic_tests::sparkpods::{SparkApp, SparkVersion};
+    use serde_json::json;
+    use std::time::SystemTime;
+
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(node_object());
+    let mut driver = SparkApp::new(SparkVersion::V3_5, "etl", "stream").driver(
+        "e5e5e5e5-0000-4000-8000-000000000001",
+        NODE,
+        "10.244.1.5",
+    );
+    driver["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "stream",
+        "uid": "e5e5e5e5-job", "controller": true}]);
+    driver["metadata"]["labels"]["nodemedic.io/fence-on-partition"] = json!("true");
+    api.store().create(driver);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "fencing:\n  mode: dry-run\n  heartbeat_seconds: 1\n  journal: {}\n",
+            dir.path().join("state/fencing.jsonl").display()
+        ),
+    )
+    .unwrap();
+    // A 6 s lease: the holder gives up after 4 s without renewing, and reads back off from
+    // 4.8 s, doubling. Rounds only at election (the interval is 10 minutes).
+    let agent = Agent::start_env(
+        &api,
+        None,
+        &Identity::default(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--lease-duration-seconds",
+            "6",
+            "--probe-interval-seconds",
+            "600",
+            "--rule-setting",
+            "apiserver_unreachable_seconds=1200",
+        ],
+        &[],
+    );
+    let dry_runs = |after: SystemTime| {
+        api.requests()
+            .iter()
+            .filter(|r| r.time >= after && r.status == 201 && r.query_param("dryRun").is_some())
+            .count()
+    };
+    wait_for("the prober's first round", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_prober") == Some(1.0) && dry_runs(SystemTime::UNIX_EPOCH) >= 1
+    })
+    .await;
+    wait_for("the fencing candidate", Duration::from_secs(20), &agent, || {
+        agent.metric("nodemedic_fence_candidates") == Some(1.0)
+    })
+    .await;
+
+    api.faults().fail("*", "*", 401, None, None);
+    wait_for("the prober to step down", Duration::from_secs(20), &agent, || {
+        agent.log().contains("could not renew the Lease in time: stepping down")
+    })
+    .await;
+    assert_eq!(agent.metric("nodemedic_prober"), Some(0.0), "set with the election");
+    // 401s long enough for the Lease reads to back off past 10 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let cleared = SystemTime::now();
+    api.faults().clear();
+    wait_for("the prober back", Duration::from_secs(60), &agent, || {
+        dry_runs(cleared) >= 1
+    })
+    .await;
+
+    let requests = api.requests();
+    let after: Vec<_> = requests.iter().filter(|r| r.time >= cleared).collect();
+    let first_served = after
+        .iter()
+        .find(|r| r.status == 200 && !r.is_watch)
+        .map(|r| r.time)
+        .unwrap();
+    let lease = after
+        .iter()
+        .find(|r| r.resource == "leases" && r.status == 200)
+        .map(|r| r.time)
+        .unwrap();
+    let round = after
+        .iter()
+        .find(|r| r.status == 201 && r.query_param("dryRun").is_some())
+        .map(|r| r.time)
+        .unwrap();
+    let since = |t: SystemTime| t.duration_since(first_served).unwrap_or_default();
+    let shown: Vec<String> = after
+        .iter()
+        .take(20)
+        .map(|r| {
+            format!(
+                "+{:?} {} {} {}",
+                r.time.duration_since(cleared).unwrap_or_default(),
+                r.method,
+                r.path,
+                r.status
+            )
+        })
+        .collect();
+    eprintln!(
+        "after the 401s: the Lease read {:?} and the round {:?} after the first served request",
+        since(lease),
+        since(round)
+    );
+    assert!(
+        since(lease) <= Duration::from_secs(2) && since(round) <= Duration::from_secs(3),
+        "the Lease read {:?} and the round {:?} after the first served request\n{shown:#?}",
+        since(lease),
+        since(round)
+    );
+    assert_eq!(
+        agent.metric("nodemedic_rule_firing{rule=\"apiserver-unreachable\"}"),
+        Some(0.0),
+        "401s are answers"
+    );
+}
+
+/// An agent that starts probes once: one round when it is elected, not a second one when its
+/// pod watch first lists (which used to count as "the API server answers again").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_probe_round_at_start() {
+    use nodemedic_tests::agent::{Agent, wait_for};
+    let api = ApiServer::start().await.unwrap();
+    let agent = Agent::start(
+        &api,
+        None,
+        &[
+            "--probe-interval-seconds",
+            "600",
+            "--rule-setting",
+            "apiserver_unreachable_seconds=1200",
+        ],
+    );
+    let dry_runs = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.query_param("dryRun").is_some())
+            .count()
+    };
+    wait_for("the first round", Duration::from_secs(30), &agent, || {
+        dry_runs() >= 1 && agent.get("/readyz").0 == 200
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(dry_runs(), 1, "{}", agent.log());
+    assert_eq!(agent.metric("nodemedic_prober"), Some(1.0));
+}

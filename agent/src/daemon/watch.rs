@@ -113,7 +113,7 @@ impl PodStore {
     }
 
     /// Replaces the whole store with a list's pods.
-    fn fill(&mut self, pods: &[PodObject]) {
+    pub(crate) fn fill(&mut self, pods: &[PodObject]) {
         self.pods = pods
             .iter()
             .filter_map(pod_info)
@@ -147,22 +147,17 @@ pub struct WatchSignals {
     pub metrics: Metrics,
     /// Notified when the pods changed (the scan loop runs a cycle soon).
     pub wake: Arc<Notify>,
-    /// Bumped when the watch is back after failing: the API server answers again, so the
-    /// other API loops (the election, the probes, the API work) stop waiting out their
-    /// backoff. The watch retries at most 30 s apart, so it is the first to know.
-    pub api_back: Arc<tokio::sync::watch::Sender<u64>>,
     /// Told when a watch stream fails (its requests are reported by the client) and when a
-    /// change or bookmark arrives on it: both are news of the API server.
+    /// change or bookmark arrives on it: both are news of the API server. The watch's list
+    /// after a failure is one of the requests that tell the other API loops, through the
+    /// contact's `back_signal`, that the API server serves again.
     pub contact: Arc<crate::contact::ApiContact>,
 }
 
 impl WatchSignals {
     fn up(&self, up: bool) {
-        let was = self.health.watch_up.swap(up, Ordering::Relaxed);
+        self.health.watch_up.store(up, Ordering::Relaxed);
         self.metrics.pod_watch_up.set(i64::from(up));
-        if up && !was {
-            self.api_back.send_modify(|n| *n += 1);
-        }
     }
 }
 
@@ -247,7 +242,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     Err(_) => break Some(format!("no event nor bookmark for {} s", WATCH_IDLE.as_secs())),
                 };
                 match &next {
-                    Ok(_) => signals.contact.answered(),
+                    Ok(_) => signals.contact.streamed(),
                     Err(e) => signals.contact.failed(&format!("pod watch stream: {e}")),
                 }
                 match next {

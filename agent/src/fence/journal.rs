@@ -203,6 +203,26 @@ impl Journal {
         self.append(&line)
     }
 
+    /// The ids of every action in the journal, published or not (from both files).
+    pub fn ids(&self) -> Result<BTreeSet<String>, JournalError> {
+        let mut ids = BTreeSet::new();
+        for file in [self.older(), self.path.clone()] {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(self.error(format!("{}: {e}", file.display()))),
+            };
+            for line in text.lines() {
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
+                    if let Some(id) = value.get("id").and_then(|v| v.as_str()) {
+                        ids.insert(id.to_string());
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
+
     /// The actions not published yet, oldest first (from both files). Lines that do not parse
     /// are skipped and counted.
     pub fn unpublished(&self) -> Result<(Vec<Entry>, usize), JournalError> {

@@ -13,10 +13,12 @@
 //! plane's clock starts earlier, at the last lease renewal, and then adds about 40 s.
 //!
 //! This module holds the judgement (which pod is a candidate, when it is due) and the pieces
-//! that act ([`stop`]: the pod's processes through its cgroup; [`journal`]: the local record).
+//! that act ([`stop`]: the pod's processes through its cgroup; [`journal`]: the local record;
+//! [`state`]: the outage and the candidates, kept for a restart during the outage).
 //! The daemon's fencing task (`daemon::fence`) runs them: the heartbeat, the clock, the Events.
 
 pub mod journal;
+pub mod state;
 pub mod stop;
 
 use std::collections::HashMap;

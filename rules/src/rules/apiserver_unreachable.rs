@@ -1,12 +1,16 @@
 //! `apiserver-unreachable`: this node has not reached the API server for a while.
 //!
-//! No probe of any kind (`get`, `list`, `create_dry_run`) succeeded for at least
-//! `apiserver_unreachable_seconds`, counted from the last success, or from when probing started
-//! if none ever did. The evidence gives the last error of each probe and where it stopped (DNS,
-//! connect, TLS, waiting for the answer, or an HTTP error status), and the Spark drivers on this
-//! node: if the node is cut off, the control plane marks it NotReady, deletes its pods after
-//! their toleration, and whatever runs a driver as a Job recreates it elsewhere while the old one
-//! keeps running here (docs/rules/duplicate-driver.md, "Cause").
+//! Judged from the agent's one record of answered requests (the daemon's `ApiContact`): every
+//! request of the agent counts, the pod watch and its events, the Lease reads, the probes, the
+//! Events and patches. A request that got any HTTP answer (a 401 or a 503 too) reached the API
+//! server; one that got none (refused, reset, a TLS failure, a timeout) did not. The finding
+//! fires once no request has been answered for `apiserver_unreachable_seconds`, counted from
+//! the first request that failed after the last answer (`ApiObservation::unreachable_since`),
+//! and clears at the first answer. The evidence gives the last error, the last error of each
+//! probe since then and where it stopped (DNS, connect, TLS, waiting for the answer), and the
+//! Spark drivers on this node: if the node is cut off, the control plane marks it NotReady,
+//! deletes its pods after their toleration, and whatever runs a driver as a Job recreates it
+//! elsewhere while the old one keeps running here (docs/rules/duplicate-driver.md, "Cause").
 
 use std::collections::BTreeMap;
 
@@ -73,13 +77,16 @@ fn stage_advice(stage: &str, status: Option<u16>) -> String {
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
-    let since = api.last_success_at.unwrap_or(api.probing_since);
+    // Reachable: some request was answered after the last one that failed.
+    let Some(since) = api.unreachable_since else {
+        return vec![];
+    };
     let without = snap.taken_at.saturating_sub(since);
     if without < settings.apiserver_unreachable_seconds {
         return vec![];
     }
 
-    // The newest failure of each probe since the last success.
+    // The newest failure of each probe since the outage began.
     let failures: Vec<&ProbeSample> = api.samples.iter().filter(|s| !s.ok && s.at >= since).collect();
     let mut last: BTreeMap<&str, &ProbeSample> = BTreeMap::new();
     for s in &failures {
@@ -88,7 +95,14 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             last.insert(s.probe.as_str(), s);
         }
     }
-    let newest = last.values().copied().max_by_key(|s| s.at);
+    // The newest failed probe, else the last failed request of any kind.
+    let last_request = api.last_error.as_ref().map(|e| ProbeSample {
+        probe: "request".into(),
+        at: snap.taken_at,
+        error: Some(e.clone()),
+        ..Default::default()
+    });
+    let newest = last.values().copied().max_by_key(|s| s.at).or(last_request.as_ref());
     let last_errors: Vec<Value> = last
         .values()
         .map(|s| {
@@ -109,13 +123,20 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let drivers_known = snap.pod_source.is_pod_list();
 
     let last_success = match api.last_success_at {
-        Some(_) => format!("last success {without} s ago"),
-        None => format!("no success since probing started {without} s ago"),
+        Some(t) => format!(
+            "no request answered since the first that failed; last answer {} s ago",
+            snap.taken_at.saturating_sub(t)
+        ),
+        None => "no request answered since the agent started".to_string(),
     };
     let error = newest.map_or(String::new(), |s| {
         format!(
             ": {} failed at {} ({})",
-            s.probe,
+            if s.probe == "request" {
+                "the last request"
+            } else {
+                s.probe.as_str()
+            },
             failure_stage(s),
             s.error.as_deref().unwrap_or("no error text")
         )
@@ -159,6 +180,8 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     .with("seconds_without_success", without)
     .with("threshold_seconds", settings.apiserver_unreachable_seconds)
     .with("last_success_at", api.last_success_at)
+    .with("unreachable_since", since)
+    .with("last_error", api.last_error.clone())
     .with("probing_since", api.probing_since)
     .with("failed_probes", failures.len())
     .with("failed_at", newest.map(failure_stage))
@@ -180,29 +203,42 @@ mod tests {
     }
 
     #[test]
-    fn fires_after_the_threshold_since_the_last_success() {
+    fn fires_after_the_threshold_counted_from_the_first_failure_after_the_last_answer() {
         let s = Settings::default();
-        let node = |samples| {
+        let node = |samples, since: Option<i64>| {
             SnapshotBuilder::spark_node(&[
                 spark_driver("d1", "spark-a", "etl", "Running"),
                 spark_driver("d2", "spark-b", "old", "Failed"),
                 spark_executor("e1", "spark-a", "etl", 1, "Running"),
             ])
             .with_api(samples)
+            .api(|a| {
+                // The last answer of any request (the watch, say) 400 s ago; then silence
+                // until the first failure.
+                a.last_success_at = Some(NOW - 400);
+                a.unreachable_since = since;
+                a.last_error = since.map(|_| "pod watch stream: connection reset".to_string());
+            })
             .build()
         };
-        assert!(check(&node(vec![probe_ok("get", 100, 0.01), refused("get", 30)]), &s).is_empty());
-        let snap = node(vec![
-            probe_ok("get", 300, 0.01),
-            refused("get", 200),
-            refused("get", 20),
-            probe_failed("list", 25, None, "operation timed out", 10.0),
-        ]);
+        // 119 s since the first failure: not yet, however long the silence before it.
+        assert!(check(&node(vec![probe_ok("get", 500, 0.01)], Some(NOW - 119)), &s).is_empty());
+        let snap = node(
+            vec![
+                probe_ok("get", 500, 0.01),
+                refused("get", 200),
+                refused("get", 20),
+                probe_failed("list", 25, None, "operation timed out", 10.0),
+            ],
+            Some(NOW - 300),
+        );
         let f = check(&snap, &s);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["seconds_without_success"], 300);
-        assert_eq!(f[0].evidence["last_success_at"], NOW - 300);
+        assert_eq!(f[0].evidence["unreachable_since"], NOW - 300);
+        assert_eq!(f[0].evidence["last_success_at"], NOW - 400);
+        assert_eq!(f[0].evidence["last_error"], "pod watch stream: connection reset");
         assert_eq!(f[0].evidence["failed_probes"], 3);
         assert_eq!(f[0].evidence["failed_at"], "connect");
         assert_eq!(
@@ -216,29 +252,61 @@ mod tests {
             f[0].evidence["drivers_at_risk"],
             json!([{"pod": "spark-jobs/etl-driver", "uid": "d1", "app_id": "spark-a"}])
         );
-        assert!(f[0].summary.starts_with("node-a has not reached the API server for 300 s (last success 300 s ago): get failed at connect (connect: connection refused); 1 Spark driver(s) here may be running twice"), "{}", f[0].summary);
+        assert!(f[0].summary.starts_with("node-a has not reached the API server for 300 s (no request answered since the first that failed; last answer 400 s ago): get failed at connect (connect: connection refused); 1 Spark driver(s) here may be running twice"), "{}", f[0].summary);
         assert!(f[0].remedy.contains("self-fencing"), "{}", f[0].remedy);
         assert!(f[0].remedy.contains("%{time_starttransfer}"), "{}", f[0].remedy);
     }
 
     #[test]
-    fn never_succeeded_counts_from_probing_start() {
+    fn the_duration_is_the_outage_and_the_first_answer_clears_it() {
+        // The case of the issue: the prober's last successful round was 124 s before the
+        // snapshot, but the watch was answered until 60 s ago: the outage is 60 s, under the
+        // threshold, so nothing fires (the old judgement said 124 s).
         let s = Settings::default();
-        let snap = SnapshotBuilder::spark_node(&[])
-            .with_api(vec![refused("get", 10)])
-            .api(|a| a.probing_since = NOW - 119)
-            .build();
-        assert!(check(&snap, &s).is_empty());
-        let snap = SnapshotBuilder::spark_node(&[])
-            .with_api(vec![refused("get", 10)])
-            .api(|a| a.probing_since = NOW - 120)
-            .build();
+        let snap = |since: Option<i64>, last: i64| {
+            SnapshotBuilder::spark_node(&[spark_driver("d1", "spark-a", "etl", "Running")])
+                .with_api(vec![probe_ok("get", 124, 0.01), refused("get", 30)])
+                .api(|a| {
+                    a.last_success_at = Some(NOW - last);
+                    a.unreachable_since = since;
+                    a.last_error = since.map(|_| "connection refused".to_string());
+                })
+                .build()
+        };
+        assert!(check(&snap(Some(NOW - 60), 61), &s).is_empty());
+        // 130 s of outage: 130 s, not the time since the last probe round.
+        let f = check(&snap(Some(NOW - 130), 131), &s);
+        assert_eq!(f[0].evidence["seconds_without_success"], 130);
+        assert!(f[0].summary.contains("for 130 s"), "{}", f[0].summary);
+        // The first answer, of any request, ends it at once: no finding, whatever the probes
+        // last said.
+        assert!(check(&snap(None, 1), &s).is_empty());
+    }
+
+    #[test]
+    fn never_answered_counts_from_the_first_failure() {
+        let s = Settings::default();
+        let node = |since: i64| {
+            SnapshotBuilder::spark_node(&[])
+                .with_api(vec![])
+                .api(|a| {
+                    a.probing_since = NOW - 3000;
+                    a.last_success_at = None;
+                    a.unreachable_since = Some(since);
+                    a.last_error = Some("dns error: failed to lookup address information".into());
+                })
+                .build()
+        };
+        assert!(check(&node(NOW - 119), &s).is_empty());
+        let snap = node(NOW - 120);
         let f = check(&snap, &s);
         assert!(
-            f[0].summary.contains("no success since probing started 120 s ago"),
+            f[0].summary
+                .contains("for 120 s (no request answered since the agent started): the last request failed at dns"),
             "{}",
             f[0].summary
         );
+        assert_eq!(f[0].evidence["failed_at"], "dns");
         assert!(f[0].evidence.get("last_success_at").is_none());
         assert_eq!(f[0].evidence["drivers_at_risk"], json!([]));
         assert!(!f[0].remedy.contains("self-fencing"));
