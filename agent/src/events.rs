@@ -4,9 +4,18 @@
 //! the pod object exists) or on the Node. While it persists, repeats are counted locally and
 //! sent as the Event's `series` (count, last observed time) at most once per
 //! `series_interval`, so a finding that lasts a day is one Event object and a few dozen
-//! patches, never an Event per scan. When the finding clears, its series ends; if it comes
-//! back later it starts a new one. The same idea as kube-runtime's `Recorder`, with the
+//! patches, never an Event per scan. The same idea as kube-runtime's `Recorder`, with the
 //! series kept for as long as the finding lasts instead of a fixed cache lifetime.
+//!
+//! A series' Event has a name made from what it is about and a hash of the finding's identity
+//! ([`series_name`]), the same in every process. So a create answered 409 `AlreadyExists`
+//! (what kube-apiserver answers for a name that is taken: its generic registry turns the
+//! storage's "key exists" into `NewAlreadyExists`, `apiserver/pkg/storage/errors/storage.go`)
+//! means the series is already there:
+//! written by this agent before it was restarted, by a create whose answer was lost to a
+//! client timeout, or by an earlier occurrence of a finding that cleared and came back while
+//! its Event lives (`--event-ttl`, one hour by default). The recorder then reads that Event and
+//! continues its series (count and last observed time) instead of making a second object.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -22,18 +31,71 @@ use nodemedic_rules::rules;
 /// The `reportingController` of nodemedic's Events.
 pub const REPORTING_CONTROLLER: &str = "nodemedic.io/agent";
 
-/// What identifies one finding across scans: rule, subject, container.
-pub fn finding_key(f: &Finding) -> String {
+/// What identifies one finding across scans and restarts: rule, subject kind, subject (UID, else
+/// name), container, and the problem code (node-level findings of one rule can differ by what
+/// they are about). Nothing process-local: the same finding gives the same parts in any agent.
+fn finding_parts(f: &Finding) -> [&str; 5] {
     let s = &f.subject;
-    format!(
-        "{}|{}|{}|{}|{}",
-        f.rule,
-        s.kind,
+    [
+        f.rule.as_str(),
+        s.kind.as_str(),
         s.uid.as_deref().or(s.name.as_deref()).unwrap_or(""),
         s.container.as_deref().unwrap_or(""),
-        // Node-level findings of one rule can differ by what they are about (a problem code).
-        f.evidence.get("problem").and_then(|v| v.as_str()).unwrap_or("")
-    )
+        f.evidence.get("problem").and_then(|v| v.as_str()).unwrap_or(""),
+    ]
+}
+
+/// What identifies one finding across scans: [`finding_parts`] joined by `|`.
+pub fn finding_key(f: &Finding) -> String {
+    finding_parts(f).join("|")
+}
+
+/// The longest Kubernetes object name (a DNS subdomain, RFC 1123).
+const MAX_NAME: usize = 253;
+
+/// FNV-1a, 64 bits, over `parts`, each followed by a NUL byte (no Kubernetes name or rule id
+/// holds one, so two different lists never hash the same bytes). Fixed by its definition, so
+/// the same in every build and process, unlike `std`'s `DefaultHasher`.
+fn identity_hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Whether `name` is a DNS subdomain as Kubernetes checks object names
+/// (`IsDNS1123Subdomain`): at most 253 characters, dot-separated labels of lowercase letters,
+/// digits and `-`, each starting and ending with a letter or digit.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    name.len() <= MAX_NAME && name.split('.').all(label)
+}
+
+/// The name of an Event series: `<object>.<16 hex digits>`, the object it is about (as the
+/// kubelet names its Events `<object>.<hex>`) and [`identity_hash`] of `identity`. The object's
+/// name is cut so the whole stays within 253 characters, and replaced by `nodemedic` when it
+/// is not a DNS subdomain; the result always is one.
+pub fn series_name(object: &str, identity: &[&str]) -> String {
+    let hash = format!("{:016x}", identity_hash(identity));
+    let room = MAX_NAME - hash.len() - 1;
+    let mut base = object.get(..object.len().min(room)).unwrap_or("");
+    // A cut can end a label with `-` or leave an empty one after a `.`.
+    base = base.trim_end_matches(['-', '.']);
+    if !is_dns_subdomain(base) {
+        base = "nodemedic";
+    }
+    format!("{base}.{hash}")
 }
 
 #[derive(Debug)]
@@ -51,7 +113,11 @@ struct Series {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RecordStats {
     pub created: usize,
+    /// Series updated, those continued after a 409 included.
     pub patched: usize,
+    /// Of the new series, those whose Event was already there (409 `AlreadyExists`) and
+    /// whose series was continued instead.
+    pub continued: usize,
     pub failed: usize,
     /// Event reasons of what was sent, for `nodemedic_events_emitted_total{reason}`.
     pub reasons: Vec<String>,
@@ -246,6 +312,18 @@ impl EventRecorder {
         self.series.len()
     }
 
+    /// Holds the series of `findings` of rules that could not judge this scan: nothing is
+    /// sent for them, and they do not expire while their rule cannot judge (a later
+    /// [`record`](Self::record) of the same finding continues the series).
+    pub fn hold(&mut self, findings: &[Finding]) {
+        let now = Instant::now();
+        for f in findings {
+            if let Some(s) = self.series.get_mut(&finding_key(f)) {
+                s.last_seen = now;
+            }
+        }
+    }
+
     /// Creates Events for new findings, updates the series of lasting ones when due, and ends
     /// the series of findings that cleared.
     ///
@@ -330,9 +408,10 @@ impl EventRecorder {
                 label: ("nodemedic.io/rule", f.rule.clone()),
                 instance: self.instance.clone(),
             };
-            match self.create(spec).await {
-                Ok((namespace, name)) => {
-                    stats.created += 1;
+            let name = series_name(spec.regarding.name.as_deref().unwrap_or_default(), &self.identity(f));
+            match self.open(spec, name.clone()).await {
+                Ok((namespace, opened)) => {
+                    let count = opened.count_in(&mut stats);
                     self.created_in_window += 1;
                     stats.reasons.push(reason.clone());
                     self.series.insert(
@@ -342,7 +421,7 @@ impl EventRecorder {
                             namespace,
                             name,
                             reason,
-                            count: 1,
+                            count,
                             last_sent: now,
                         },
                     );
@@ -385,6 +464,7 @@ impl EventRecorder {
                     stats.reasons.push(SUMMARY_REASON.into());
                 }
                 Err(e) => {
+                    tracing::warn!(event = %name, error = %crate::kube_api::Error::request("PATCH", format!("events {namespace}/{name}"), &e), "could not update the summary event's series");
                     stats.failed += 1;
                     stats.unavailable |= unavailable(&e);
                 }
@@ -413,16 +493,17 @@ impl EventRecorder {
             label: ("nodemedic.io/rule", "summary".into()),
             instance: self.instance.clone(),
         };
-        match self.create(spec).await {
-            Ok((namespace, name)) => {
-                stats.created += 1;
+        let name = series_name(&self.node, &[&self.node, SUMMARY_REASON]);
+        match self.open(spec, name.clone()).await {
+            Ok((namespace, opened)) => {
+                let count = opened.count_in(stats);
                 stats.reasons.push(SUMMARY_REASON.into());
                 self.summary = Some(Series {
                     last_seen: now,
                     namespace,
                     name,
                     reason: SUMMARY_REASON.into(),
-                    count: 1,
+                    count,
                     last_sent: now,
                 });
             }
@@ -444,15 +525,89 @@ impl EventRecorder {
             .map(|_| ())
     }
 
-    /// Creates one Event; returns its namespace and name.
-    async fn create(&self, spec: EventSpec) -> Result<(String, String), crate::kube_api::Error> {
-        let (namespace, event) = spec.build();
-        let name = event.metadata.name.clone().unwrap_or_default();
+    /// What a finding's series is named after ([`series_name`]): this node and the finding's
+    /// identity; for a cluster-level finding recorded on the prober's Lease, the Lease, the
+    /// rule and the problem code, so whichever agent probes continues the one series.
+    fn identity<'a>(&'a self, f: &'a Finding) -> Vec<&'a str> {
+        match &self.cluster_object {
+            Some(o) if CLUSTER_RULES.contains(&f.rule.as_str()) => {
+                let [rule, _, _, _, problem] = finding_parts(f);
+                vec![
+                    o.namespace.as_deref().unwrap_or_default(),
+                    o.name.as_deref().unwrap_or_default(),
+                    rule,
+                    problem,
+                ]
+            }
+            _ => {
+                let mut parts = vec![self.node.as_str()];
+                parts.extend(finding_parts(f));
+                parts
+            }
+        }
+    }
+
+    /// Starts a series under `name`: creates its Event, or, when the name is taken (409
+    /// `AlreadyExists`: this series' Event, from before a restart or from a create whose answer
+    /// was lost), reads that Event and continues its series at one more than it counted.
+    /// Returns the namespace and which it was.
+    async fn open(&self, spec: EventSpec, name: String) -> Result<(String, Opened), crate::kube_api::Error> {
+        use crate::kube_api::Error;
+        let (namespace, mut event) = spec.build();
+        event.metadata.name = Some(name.clone());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &event)
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => return Ok((namespace, Opened::Created)),
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {}
+            Err(e) => return Err(Error::request("POST", format!("events in {namespace}"), &e)),
+        }
+        let what = format!("events {namespace}/{name}");
+        let existing = api
+            .get(&name)
             .await
-            .map_err(|e| crate::kube_api::Error::request("POST", format!("events in {namespace}"), &e))?;
-        Ok((namespace, name))
+            .map_err(|e| Error::request("GET", what.clone(), &e))?;
+        if existing.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER) {
+            return Err(Error::Request {
+                verb: "POST",
+                resource: what,
+                message: format!(
+                    "the name is taken by an Event that {} reported, not {REPORTING_CONTROLLER}",
+                    existing.reporting_controller.as_deref().unwrap_or("nobody")
+                ),
+                status: Some(409),
+            });
+        }
+        let count = existing.series.as_ref().map_or(1, |s| s.count).saturating_add(1);
+        self.patch_series(&namespace, &name, count)
+            .await
+            .map_err(|e| Error::request("PATCH", what, &e))?;
+        Ok((namespace, Opened::Continued(count)))
+    }
+}
+
+/// How [`EventRecorder::open`] started a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// Its Event was created.
+    Created,
+    /// Its Event was there; its series was continued at this count.
+    Continued(i32),
+}
+
+impl Opened {
+    /// Counts it in `stats`; returns the series' count now.
+    fn count_in(self, stats: &mut RecordStats) -> i32 {
+        match self {
+            Opened::Created => {
+                stats.created += 1;
+                1
+            }
+            Opened::Continued(count) => {
+                stats.patched += 1;
+                stats.continued += 1;
+                count
+            }
+        }
     }
 }
 
@@ -500,6 +655,114 @@ mod tests {
         assert!(note_text(gone.summary.clone()).len() <= 1024);
         let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
         assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");
+    }
+
+    /// A recorder whose client is never used (a kube client needs a runtime to be built).
+    fn recorder(node: &str) -> EventRecorder {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        EventRecorder::new(client, node, "nodemedic-x", Duration::from_secs(600))
+            .with_cluster_object(lease_reference("nodemedic", "nodemedic-prober"))
+    }
+
+    fn name_of(recorder: &EventRecorder, f: &Finding) -> String {
+        let r = recorder.reference(f);
+        series_name(r.name.as_deref().unwrap_or_default(), &recorder.identity(f))
+    }
+
+    #[tokio::test]
+    async fn series_names_are_fixed_valid_and_one_per_finding() {
+        let rec = recorder("worker-3");
+        let stale = finding("stale-cpu-assignment", Subject::pod_uid("39b3c1d2")).with("cpus", "2-3");
+        let name = name_of(&rec, &stale);
+        // The same in every process and build (a restarted agent finds its Event by it): the
+        // value is FNV-1a 64 of "worker-3\0stale-cpu-assignment\0Pod\039b3c1d2\0\0\0".
+        assert_eq!(name, "worker-3.c69cabe58d47e321");
+        assert_eq!(name_of(&recorder("worker-3"), &stale), name);
+        // The evidence beyond the identity (CPUs, summary) does not move it.
+        let again = finding("stale-cpu-assignment", Subject::pod_uid("39b3c1d2")).with("cpus", "2-5");
+        assert_eq!(name_of(&rec, &again), name);
+        // Anything of the identity does: node, rule, subject, container, problem.
+        let pod = Subject {
+            kind: "Pod".into(),
+            namespace: Some("spark".into()),
+            name: Some("exec-1".into()),
+            uid: Some("u1".into()),
+            container: Some("c".into()),
+        };
+        let variants = [
+            name_of(&recorder("worker-4"), &stale),
+            name_of(&rec, &finding("cross-pod-cpu-overlap", Subject::pod_uid("39b3c1d2"))),
+            name_of(&rec, &finding("stale-cpu-assignment", Subject::pod_uid("39b3c1d3"))),
+            name_of(&rec, &finding("orphaned-executor", pod.clone())),
+            name_of(
+                &rec,
+                &finding(
+                    "orphaned-executor",
+                    Subject {
+                        container: Some("d".into()),
+                        ..pod.clone()
+                    },
+                ),
+            ),
+            name_of(
+                &rec,
+                &finding("checkpoint-invalid-state", Subject::node("worker-3")).with("problem", "a"),
+            ),
+            name_of(
+                &rec,
+                &finding("checkpoint-invalid-state", Subject::node("worker-3")).with("problem", "b"),
+            ),
+            series_name("worker-3", &["worker-3", SUMMARY_REASON]),
+        ];
+        let mut all: Vec<&String> = variants.iter().chain([&name]).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), variants.len() + 1, "{variants:#?}");
+        for n in &variants {
+            assert!(is_dns_subdomain(n), "{n}");
+        }
+        // A pod finding is named after its pod; a join of parts that run together does not collide.
+        assert!(variants[3].starts_with("exec-1."), "{}", variants[3]);
+        assert_ne!(series_name("n", &["ab", "c"]), series_name("n", &["a", "bc"]));
+    }
+
+    #[test]
+    fn series_names_stay_within_kubernetes_name_rules() {
+        let long_label = "a".repeat(63);
+        let longest = [long_label.as_str(); 4].join(".") + ".b"; // 255 > 253: cut
+        let cut_at_dash = format!("{}-{}", "x".repeat(235), "y".repeat(17));
+        let cut_at_dot = format!("{}.{}", "x".repeat(235), "y".repeat(17));
+        for object in [
+            "worker-3",
+            "ip-10-0-3-17.eu-west-1.compute.internal",
+            &longest[..253],
+            &cut_at_dash,
+            &cut_at_dot,
+            "",
+            "Not_A_Name",
+            "ünïcode",
+        ] {
+            let name = series_name(object, &["n", "r"]);
+            assert!(is_dns_subdomain(&name), "{object:?} gave {name:?}");
+            assert!(name.len() <= 253, "{}", name.len());
+            assert_eq!(name.rsplit_once('.').map(|(_, h)| h.len()), Some(16), "{name}");
+        }
+        assert!(series_name("", &[]).starts_with("nodemedic."));
+        assert!(series_name("Not_A_Name", &[]).starts_with("nodemedic."));
+        assert!(series_name(&cut_at_dash, &[]).starts_with(&"x".repeat(235)));
+        for bad in ["", "-a", "a-", "a..b", "A", "a_b", ".a", &"a".repeat(254)] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn cluster_findings_are_one_series_whichever_agent_probes() {
+        let f = |node: &str| finding(CLUSTER_RULES[0], Subject::node(node)).with("problem", "slow");
+        let a = name_of(&recorder("worker-3"), &f("worker-3"));
+        let b = name_of(&recorder("worker-7"), &f("worker-7"));
+        assert_eq!(a, b);
+        assert!(a.starts_with("nodemedic-prober."), "{a}");
     }
 
     #[tokio::test]

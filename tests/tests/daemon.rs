@@ -535,3 +535,66 @@ async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
     assert_eq!(reads("full"), 1, "still no full scan: {}", agent.log());
     nodemedic_tests::cluster::assert_no_panic(&agent);
 }
+
+/// A refused connection is logged once, at WARN, by the code that made the request (kube's
+/// client logs it at ERROR too unless told not to); SIGTERM ends the supervised tasks without a
+/// "restarting" line or a restart counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_failures_are_logged_once_at_warn_and_sigterm_restarts_nothing() {
+    let api = ApiServer::start().await.unwrap();
+    api.faults().set_refusing(true);
+    let mut agent = Agent::start(&api, None, &[]);
+    let refused = |agent: &Agent| {
+        agent
+            .log()
+            .lines()
+            .filter(|l| l.contains("Connection refused"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    wait_for("two refused pod lists", Duration::from_secs(30), &agent, || {
+        agent.log().matches("pod list failed").count() >= 2
+    })
+    .await;
+    let lines = refused(&agent);
+    assert!(!lines.is_empty(), "{}", agent.log());
+    for line in &lines {
+        assert!(
+            line.contains(" WARN "),
+            "a connect failure logged other than at WARN: {line}"
+        );
+    }
+    // Each failed request is one line: the pod lists' WARN lines, nothing from kube's client.
+    assert!(
+        !agent.log().contains("kube_client") && !agent.log().contains(" ERROR "),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("pod list failed")).count(),
+        agent.log().matches("LIST pods").count(),
+        "one line per failed LIST:\n{}",
+        agent.log()
+    );
+
+    // The API answers again, so every task runs; then SIGTERM.
+    api.faults().set_refusing(false);
+    wait_for("the watch up", Duration::from_secs(30), &agent, || {
+        agent.metric("nodemedic_pod_watch_up") == Some(1.0)
+    })
+    .await;
+    agent.signal(nix::sys::signal::Signal::SIGTERM);
+    let sent = Instant::now();
+    while agent.alive() {
+        assert!(sent.elapsed() < Duration::from_secs(5), "SIGTERM did not end the agent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The stderr reader drains what the agent wrote last.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = agent.log();
+    assert!(log.contains("nodemedic daemon stopping"), "{log}");
+    assert!(
+        !log.contains("restarting it"),
+        "a task that ends because the agent stops is not restarted:\n{log}"
+    );
+}

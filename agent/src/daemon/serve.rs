@@ -39,6 +39,9 @@ pub struct Health {
     pub last_scan_ms: AtomicU64,
     /// The scan interval in force, milliseconds.
     pub scan_interval_ms: AtomicU64,
+    /// The agent is stopping (SIGTERM or SIGINT): a supervised task that ends now is neither
+    /// restarted nor counted (see `supervise`).
+    pub stopping: AtomicBool,
 }
 
 /// `/healthz` fails when the scan loop has not completed a scan for this many intervals.
@@ -53,6 +56,16 @@ pub fn unix_ms() -> u64 {
 }
 
 impl Health {
+    /// The agent has begun to stop.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the agent has begun to stop.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
     /// The scan loop made progress (a scan completed, or the loop started).
     pub fn progressed(&self) {
         self.last_scan_ms.store(unix_ms(), Ordering::Relaxed);
