@@ -148,6 +148,7 @@ pub fn nodemedic(args: &[&str]) -> Run {
         "NODEMEDIC_PODS",
         "NODEMEDIC_FORMAT",
         "NODEMEDIC_DISABLE_RULES",
+        "NODEMEDIC_CONFIG",
     ] {
         cmd.env_remove(var);
     }

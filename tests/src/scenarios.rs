@@ -31,7 +31,25 @@ pub fn example_node() -> Node {
         .kubelet_yaml
         .replace("reservedSystemCPUs: \"0,4\"", "reservedSystemCPUs: \"0,8\"");
     node.kubelet_config_path = "/etc/kubernetes/kubelet-config.yaml".into();
-    node.pod(Pod::driver("nightly-etl", 2).exclusive("1,9"))
+    // How systemd starts the kubelet (kubeadm's package unit and drop-in, the drop-in naming
+    // the configuration above): what the configuration is found by while the kubelet is
+    // stopped.
+    node.file(
+        "/lib/systemd/system/kubelet.service",
+        b"[Unit]\nDescription=kubelet: The Kubernetes Node Agent\n\n[Service]\nExecStart=/usr/bin/kubelet\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n".to_vec(),
+    )
+    .file(
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+        b"[Service]\n\
+          Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"\n\
+          Environment=\"KUBELET_CONFIG_ARGS=--config=/etc/kubernetes/kubelet-config.yaml\"\n\
+          EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
+          EnvironmentFile=-/etc/default/kubelet\n\
+          ExecStart=\n\
+          ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n"
+            .to_vec(),
+    )
+    .pod(Pod::driver("nightly-etl", 2).exclusive("1,9"))
         .pod(Pod::executor("nightly-etl", 1).exclusive("2-3,10-11"))
         .pod(
             Pod::executor("nightly-etl", 2)

@@ -1,7 +1,8 @@
 //! The deployment side (`daemonset/`): the kustomize base, the repair overlay and the
 //! apiserver-metrics component render and validate against the Kubernetes 1.33 schemas; the
 //! base is least-privilege (pod creates only in the agent's namespace, and only as dry runs);
-//! the repair overlay adds exactly what repairs need; the alert rules are generated from their
+//! the repair overlay adds exactly what repairs need; components/kubelet-units is what lets the
+//! agent's pod read a stopped kubelet's systemd unit; the alert rules are generated from their
 //! source, pass promtool's checks and unit tests, and cover every rule. The kubectl plugin's
 //! tests are in plugin.rs.
 //!
@@ -233,6 +234,7 @@ fn base_grants() -> BTreeSet<(String, String, String)> {
         grant("", "pods", "list"),
         grant("", "pods", "watch"),
         grant("events.k8s.io", "events", "create"),
+        grant("events.k8s.io", "events", "get"),
         grant("events.k8s.io", "events", "patch"),
         // driver-blocked-by-partition: a waiting driver's Warning Events (Multi-Attach, mount timeouts).
         grant("", "events", "list"),
@@ -1031,10 +1033,23 @@ fn each_variants_privileges_are_pinned() {
         "pod-repairs",
         "fencing",
         "node-resource-topology",
+        "kubelet-units",
     ] {
         let rendered = render_with_components(&[c]);
         validate(&rendered, c);
         all.insert(format!("base + components/{c}"), variant_privileges(&rendered));
+    }
+    // The kubelet-units components that go with components/kubelet-units, as they are taken.
+    for combination in [
+        &["kubelet-units", "kubelet-units/sysconfig"][..],
+        &["etc-kubernetes", "kubelet-units", "kubelet-units/eks"][..],
+    ] {
+        let rendered = render_with_components(combination);
+        validate(&rendered, &combination.join("+").replace('/', "-"));
+        all.insert(
+            format!("base + components/{}", combination.join(" + components/")),
+            variant_privileges(&rendered),
+        );
     }
     all.insert(
         "overlays/repair".into(),
@@ -1160,4 +1175,269 @@ fn the_base_mounts_exactly_what_a_scan_reads() {
     );
     let with_etc = daemonset_host_paths(&render_with_components(&["etc-kubernetes"]));
     assert!(reads.iter().all(|p| under(p, &with_etc)), "{reads:?}");
+}
+
+/// The unit directories and environment-file directories components/kubelet-units and its two
+/// companions mount: each read-only (recursively where the node allows it), at `/host` plus
+/// its path, `type: Directory` (never a type that would create it on the host); nothing else
+/// of the base changes. And every directory the agent looks for `kubelet.service` in is
+/// mounted, but the two the component leaves out on purpose (see its comment).
+#[test]
+fn kubelet_units_components_mount_the_unit_directories_read_only() {
+    let base = yaml_docs(&kustomize(&daemonset_dir().join("base")));
+    let all = yaml_docs(&render_with_components(&[
+        "kubelet-units",
+        "kubelet-units/sysconfig",
+        "kubelet-units/eks",
+    ]));
+    assert_eq!(base.len(), all.len());
+    for (b, a) in base.iter().zip(&all) {
+        if b["kind"] != "DaemonSet" {
+            assert_eq!(b, a, "the components changed {} {}", b["kind"], b["metadata"]["name"]);
+        }
+    }
+    let base_ds = by_kind(&base, "DaemonSet", "nodemedic");
+    let ds = by_kind(&all, "DaemonSet", "nodemedic");
+    let mut without = ds.clone();
+    let spec = &mut without["spec"]["template"]["spec"];
+    let base_volumes = pod_spec(base_ds)["volumes"].as_array().unwrap().len();
+    let base_mounts = pod_spec(base_ds)["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .len();
+    let added_volumes = spec["volumes"].as_array_mut().unwrap().split_off(base_volumes);
+    let added_mounts = spec["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .split_off(base_mounts);
+    assert_eq!(&without, base_ds, "the components change more than mounts");
+
+    let expected = [
+        "/etc/systemd/system",
+        "/run/systemd/system",
+        "/lib/systemd/system",
+        "/etc/default",
+        "/etc/sysconfig",
+        "/etc/eks/kubelet",
+    ];
+    let paths: Vec<&str> = added_volumes
+        .iter()
+        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, expected);
+    for (volume, mount) in added_volumes.iter().zip(&added_mounts) {
+        let path = volume["hostPath"]["path"].as_str().unwrap();
+        assert_eq!(volume["hostPath"]["type"], "Directory", "{path}");
+        assert_eq!(
+            mount,
+            &json!({
+                "name": volume["name"],
+                "mountPath": format!("/host{path}"),
+                "readOnly": true,
+                "recursiveReadOnly": "IfPossible",
+            })
+        );
+    }
+
+    // The agent's unit search path: each directory is mounted, or left out on purpose
+    // (/usr/lib/systemd/system is /lib/systemd/system on a merged /usr and may be missing
+    // elsewhere; no common image has /usr/local/lib/systemd/system).
+    let left_out = ["/usr/local/lib/systemd/system", "/usr/lib/systemd/system"];
+    for dir in nodemedic::collect::kubelet_units::UNIT_DIRS {
+        assert!(
+            paths.contains(&dir) || left_out.contains(&dir),
+            "the agent looks for kubelet.service in {dir}, which components/kubelet-units does not mount"
+        );
+    }
+}
+
+/// What the agent's container sees of `host` with the hostPath volumes of `rendered`'s
+/// DaemonSet: each volume's directory copied to the same path under a new root, the way the
+/// runtime bind-mounts it (a link in the volume's path resolved, as containerd resolves it;
+/// links inside kept as links). A volume whose directory is missing would keep the pod from
+/// starting (`type: Directory`): that panics.
+fn pod_view(host: &Path, rendered: &str) -> tempfile::TempDir {
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
+            } else if kind.is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    let host = host.canonicalize().unwrap();
+    let view = tempfile::tempdir().unwrap();
+    for path in daemonset_host_paths(rendered) {
+        let rel = path.trim_start_matches('/');
+        let source = host.join(rel).canonicalize().unwrap_or_else(|e| {
+            panic!("hostPath {path} (type: Directory) is not on the node: the pod would not start: {e}")
+        });
+        assert!(
+            source.starts_with(&host) && source.is_dir(),
+            "hostPath {path}: {}",
+            source.display()
+        );
+        copy_tree(&source, &view.path().join(rel));
+    }
+    view
+}
+
+/// The unit of a stopped kubelet is read in the agent's pod only with components/kubelet-units
+/// (and, where its environment file is in /etc/sysconfig, kubelet-units/sysconfig). Two nodes
+/// with a merged /usr (`/lib` a link to `usr/lib`), the kubelet stopped, the checkpoint giving
+/// reserved CPU 0 to the container of a pod that is gone, and `--reserved-cpus=0,4` only on
+/// the unit's command line:
+/// - kubeadm's deb packages: kubelet.service and 10-kubeadm.conf in /usr/lib/systemd/system,
+///   the flag in `KUBELET_EXTRA_ARGS` of /etc/default/kubelet. In the base's view the unit is
+///   not there and /var/lib/kubelet/config.yaml (no reserved CPUs) is all the agent finds:
+///   the refusal the kubelet will make is not predicted. With the component it is, and the
+///   report names the drop-in through /lib/systemd/system.
+/// - kOps: kubelet.service in /lib/systemd/system reading `EnvironmentFile=/etc/sysconfig/kubelet`
+///   (`DAEMON_ARGS`). With kubelet-units alone the agent says it cannot see that file (an
+///   error, not a guess); with kubelet-units/sysconfig it predicts the refusal.
+#[test]
+fn a_stopped_kubelets_unit_is_read_in_the_pod_only_with_kubelet_units() {
+    use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime, write_file};
+    const NODE: &str = "worker-1";
+    let host = |unit: &[(&str, &str)]| {
+        let mut node = Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
+            .cpus(1, 4, 2)
+            .pod(Pod::driver("etl", 2).exclusive("2,6"))
+            .pod(Pod::executor("etl", 1).exclusive("0-1").gone());
+        node.kubelet_yaml = node.kubelet_yaml.replace("reservedSystemCPUs: \"0,4\"\n", "");
+        assert!(!node.kubelet_yaml.contains("reserved"));
+        let dir = tempfile::tempdir().unwrap();
+        node.write(dir.path()).unwrap();
+        // No kubelet runs.
+        std::fs::remove_dir_all(dir.path().join("proc/1000")).unwrap();
+        for d in [
+            "etc/systemd/system",
+            "run/systemd/system",
+            "usr/lib/systemd/system",
+            "etc/default",
+        ] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("usr/lib", dir.path().join("lib")).unwrap();
+        for (path, text) in unit {
+            write_file(&dir.path().join(path.trim_start_matches('/')), text).unwrap();
+        }
+        dir
+    };
+    // scan in the view of `components` on `host`: (sources.kubelet_config, the reserved CPUs of
+    // its checkpoint-invalid-state finding if any, the text report's kubelet_config line, both
+    // reports whole).
+    let scan = |host: &Path, components: &[&str]| {
+        let view = pod_view(host, &render_with_components(components));
+        let root = view.path().to_str().unwrap();
+        let pods = host.join("pods.json");
+        let args = [
+            "scan",
+            "--host-root",
+            root,
+            "--node",
+            NODE,
+            "--pods",
+            pods.to_str().unwrap(),
+        ];
+        let json_run = nodemedic_tests::nodemedic(&[&args[..], &["--format", "json"]].concat());
+        assert_ne!(json_run.code, 2, "{}", json_run.stderr);
+        let report: Value = serde_json::from_str(&json_run.stdout).unwrap();
+        let reserved: Vec<String> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["rule"] == "checkpoint-invalid-state")
+            .map(|f| f["evidence"]["reserved_cpus"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let text = nodemedic_tests::nodemedic(&args).stdout;
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("kubelet_config"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        (
+            report["sources"]["kubelet_config"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            reserved,
+            line,
+            format!("{}\n{text}", json_run.stdout),
+        )
+    };
+
+    let kubeadm = host(&[
+        (
+            "/usr/lib/systemd/system/kubelet.service",
+            "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\n\n[Service]\nExecStart=/usr/bin/kubelet\nRestart=always\n",
+        ),
+        (
+            "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf",
+            "[Service]\n\
+             Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"\n\
+             Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n\
+             EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
+             EnvironmentFile=-/etc/default/kubelet\n\
+             ExecStart=\n\
+             ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
+        ),
+        // Secrets beside the kubelet's flags: read, never reported.
+        (
+            "/etc/systemd/system/kubelet.service.d/20-proxy.conf",
+            "[Service]\nEnvironment=\"HTTPS_PROXY=http://agent:s3cret@proxy.example:3128\"\n",
+        ),
+        (
+            "/etc/default/kubelet",
+            "REGISTRY_TOKEN=s3cret-token\nKUBELET_EXTRA_ARGS=--reserved-cpus=0,4\n",
+        ),
+    ]);
+    let (source, reserved, line, _) = scan(kubeadm.path(), &[]);
+    assert_eq!(source, "ok", "{line}");
+    assert!(reserved.is_empty(), "{reserved:?}");
+    assert!(!line.contains("systemd"), "{line}");
+    let (source, reserved, line, reports) = scan(kubeadm.path(), &["kubelet-units"]);
+    assert_eq!(source, "ok", "{line}");
+    assert_eq!(reserved, ["0,4"]);
+    assert_eq!(
+        line,
+        "kubelet_config  ok (/var/lib/kubelet/config.yaml from the systemd drop-in \
+         /lib/systemd/system/kubelet.service.d/10-kubeadm.conf, policy static)"
+    );
+    assert!(!reports.contains("s3cret"), "{reports}");
+
+    let kops = host(&[
+        (
+            "/lib/systemd/system/kubelet.service",
+            "[Unit]\nDescription=Kubernetes Kubelet Server\n\n[Service]\nEnvironmentFile=/etc/sysconfig/kubelet\n\
+             ExecStart=/usr/local/bin/kubelet \"$DAEMON_ARGS\"\nRestart=always\n",
+        ),
+        (
+            "/etc/sysconfig/kubelet",
+            "DAEMON_ARGS=\"--config=/var/lib/kubelet/config.yaml --reserved-cpus=0,4 --v=2\"\n",
+        ),
+    ]);
+    let (source, reserved, _, _) = scan(kops.path(), &["kubelet-units"]);
+    assert_eq!(
+        source,
+        "error: no kubelet runs, and its systemd unit /lib/systemd/system/kubelet.service reads \
+         /etc/sysconfig/kubelet (EnvironmentFile=), which the agent does not see: its flags are unknown"
+    );
+    assert!(reserved.is_empty(), "{reserved:?}");
+    let (source, reserved, line, _) = scan(kops.path(), &["kubelet-units", "kubelet-units/sysconfig"]);
+    assert_eq!(source, "ok", "{line}");
+    assert_eq!(reserved, ["0,4"]);
+    assert_eq!(
+        line,
+        "kubelet_config  ok (/var/lib/kubelet/config.yaml from /etc/sysconfig/kubelet, read by the kubelet's \
+         systemd unit, policy static)"
+    );
 }

@@ -173,3 +173,60 @@ async fn an_applied_cpu_state_repair_is_an_event_on_the_node() {
         events[0]["note"]
     );
 }
+
+/// A `--kubeconfig` the user named that is missing, garbage, or whose API server refuses the
+/// pod list stops `repair cpu-state` and the pod repairs as it stops `scan`: exit 2, one line
+/// on stderr naming the file and the reason, nothing planned. (Before, `repair cpu-state` fell
+/// back to the cgroups and planned from them, and the pod repairs named only the request.)
+#[test]
+fn an_explicit_kubeconfig_that_cannot_be_used_stops_the_repairs() {
+    use nodemedic_tests::hosttree::{Layout, Runtime};
+    use nodemedic_tests::scenarios::spark_node;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd)
+        .write(&root)
+        .unwrap();
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, "garbage\n").unwrap();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let refused = dir.path().join("refused");
+    std::fs::write(
+        &refused,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
+         contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
+    )
+    .unwrap();
+    let checkpoint = root.join("var/lib/kubelet/cpu_manager_state");
+    let before = std::fs::read(&checkpoint).unwrap();
+    let root = root.to_str().unwrap();
+    for (file, reason) in [
+        ("/nonexistent/kubeconfig", "failed to read kubeconfig"),
+        (garbage.to_str().unwrap(), "failed to parse kubeconfig YAML"),
+        (refused.to_str().unwrap(), "LIST pods spec.nodeName=worker-3"),
+    ] {
+        let common = ["--node", "worker-3", "--kubeconfig", file];
+        for command in [
+            [&["repair", "cpu-state", "--host-root", root][..], &common[..]].concat(),
+            [
+                &["repair", "cpu-state", "--host-root", root, "--apply", "--yes"][..],
+                &common[..],
+            ]
+            .concat(),
+            [&["repair", "orphans"][..], &common[..]].concat(),
+            [&["repair", "failed-pods"][..], &common[..]].concat(),
+        ] {
+            let run = nodemedic(&command);
+            assert_eq!(run.code, 2, "{command:?}: {}{}", run.stdout, run.stderr);
+            assert!(
+                run.stderr.starts_with(&format!("nodemedic: {file}: ")) && run.stderr.contains(reason),
+                "{command:?}: {}",
+                run.stderr
+            );
+            assert_eq!(run.stderr.lines().count(), 1, "{command:?}: {}", run.stderr);
+            assert_eq!(run.stdout, "", "{command:?}");
+        }
+    }
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), before, "nothing written");
+}

@@ -111,7 +111,7 @@ impl Host {
             .map(|s| s.to_string())
             .collect();
         a.extend(extra.iter().map(|s| s.to_string()));
-        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap())
+        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap()).unwrap()
     }
 }
 
@@ -1037,7 +1037,7 @@ impl CgroupHost {
     fn args(&self, extra: &[&str]) -> Options {
         let mut a = vec!["--host-root", self.root.path().to_str().unwrap(), "--node", "cg-node"];
         a.extend_from_slice(extra);
-        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap())
+        nodemedic::cli::cpu_state_options(&parse_alone::<CpuStateArgs>("cpu-state", a).unwrap()).unwrap()
     }
 
     fn checkpoint(&self) -> PathBuf {
@@ -1362,7 +1362,7 @@ fn a_file_invalid_today_because_of_stale_entries_is_said_plainly_and_fixed() {
             .find("The file is INVALID today")
             .unwrap_or_else(|| panic!("{what}: {out}"));
         assert!(
-            out.contains(&format!("could not restore state from checkpoint: {message}")),
+            out.contains(&format!("start cpu manager error: {message}")),
             "{what}: {out}"
         );
         assert!(out.contains("this repair fixes it"), "{what}: {out}");

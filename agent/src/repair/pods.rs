@@ -600,10 +600,14 @@ pub fn run(
         }
     }
     let (api, snapshot) = runtime.block_on(async {
-        let api = kube_api::Connection::load(opts.kubeconfig.as_deref(), REQUEST_TIMEOUT).await?;
+        // A kubeconfig the user named that cannot be used is an error naming it, as in `scan`.
+        let named = |e: scan::ScanError| scan::blame_kubeconfig(opts.kubeconfig.as_deref(), e).to_string();
+        let api = kube_api::Connection::load(opts.kubeconfig.as_deref(), REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| named(e.into()))?;
         let snapshot = api_snapshot(&api, &node, opts.host.as_ref(), &[])
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(named)?;
         Ok::<_, String>((api, snapshot))
     })?;
     let plan = opts.judge(&snapshot);

@@ -3,14 +3,28 @@
 //! another policy than the file's.
 //! Either way the kubelet refuses to start after its next restart.
 
+use crate::CpuSet;
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
-use crate::validate::validate_static_state;
+use crate::validate::{StateProblem, validate_static_state};
 
 pub const ID: &str = "checkpoint-invalid-state";
+
+/// Whether `problem`, found with no reserved CPUs, breaks the kubelet's checks whatever its
+/// reserved CPUs are: an empty default set or an assignment inside it always does; CPUs that
+/// do not add up to the online ones do when `strict-cpu-reservation` is known to be off, or
+/// when the state holds CPUs that are not online (with it on, the reserved CPUs are rightly
+/// missing from the state).
+fn holds_whatever_is_reserved(problem: &StateProblem, online: &CpuSet, strict: Option<bool>) -> bool {
+    match problem {
+        StateProblem::EmptyDefault | StateProblem::OverlapsDefault { .. } => true,
+        StateProblem::CpusMismatch { in_state, .. } => strict == Some(false) || !in_state.is_subset(online),
+        StateProblem::ReservedNotInDefault { .. } | StateProblem::ReservedInDefault { .. } => false,
+    }
+}
 
 pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
@@ -46,6 +60,33 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
             return findings;
         }
     }
+    if snap.kubelet.ok().is_none() && !crate::validate::CPU_MANAGER_POLICIES.contains(&state.policy_name.as_str()) {
+        // Whatever the kubelet's configuration, its policy is one of these: a file written by
+        // no policy of theirs (`{}`, a pods list) is refused at every start.
+        let message = format!(
+            "configured policy \"<{}>\" differs from state checkpoint policy \"{}\"",
+            crate::validate::CPU_MANAGER_POLICIES.join("|"),
+            state.policy_name
+        );
+        findings.push(
+            Finding::new(
+                ID,
+                Severity::Critical,
+                Subject::node(&snap.node),
+                format!(
+                    "{path} names CPU manager policy \"{}\", which no kubelet runs (it runs {}): the kubelet will refuse to restart",
+                    state.policy_name,
+                    crate::validate::CPU_MANAGER_POLICIES.join(" or ")
+                ),
+                remedy.clone(),
+            )
+            .with("problem", "unknown-policy")
+            .with("kubelet_error", message)
+            .with("checkpoint_policy", state.policy_name.as_str())
+            .with("path", path.as_str()),
+        );
+        return findings;
+    }
     if state.policy_name != "static" {
         return findings;
     }
@@ -53,13 +94,42 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
         return findings;
     };
     let online = topology.all();
-    let config = snap.cpu_manager();
-    // Without a readable reserved setting, judge the other rules with no reserved CPUs.
-    let (reserved, reserved_note) = match config.reserved_cpus(topology) {
-        Ok(r) => (r, None),
-        Err(e) => (crate::CpuSet::new(), Some(e)),
+    // The reserved CPUs and `strict-cpu-reservation` are the kubelet's configuration's. When
+    // they are unknown, the checks that depend on them are not judged (never against "no
+    // reserved CPUs"), and the evidence says why.
+    let (reserved, strict, unknown) = match &snap.kubelet {
+        Observed::Ok(k) => {
+            let strict = k.cpu_manager.strict_cpu_reservation();
+            match k.cpu_manager.reserved_cpus(topology) {
+                Ok(r) => (Some(r), Some(strict), None),
+                Err(e) => (
+                    None,
+                    Some(strict),
+                    Some(format!("the reserved CPUs cannot be computed ({e})")),
+                ),
+            }
+        }
+        other => {
+            let why = match other {
+                Observed::Missing { path } => format!("was not found (nor at {path})"),
+                Observed::Error { reason } => format!("could not be read ({reason})"),
+                _ => format!("was not read ({})", other.status()),
+            };
+            let note = format!("the kubelet's configuration {why}: its reserved CPUs and policy options are unknown");
+            (None, None, Some(note))
+        }
     };
-    for problem in validate_static_state(state, &online, &reserved, config.strict_cpu_reservation()) {
+    let none = CpuSet::new();
+    let problems = validate_static_state(
+        state,
+        &online,
+        reserved.as_ref().unwrap_or(&none),
+        strict.unwrap_or(false),
+    );
+    for problem in problems
+        .into_iter()
+        .filter(|p| reserved.is_some() || holds_whatever_is_reserved(p, &online, strict))
+    {
         findings.push(
             Finding::new(
                 ID,
@@ -73,11 +143,14 @@ pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
             )
             .with("problem", problem.code())
             .with("kubelet_error", problem.kubelet_message())
-            .with("default_cpus", state.default_cpus.to_string())
-            .with("online_cpus", online.to_string())
-            .with("reserved_cpus", reserved.to_string())
-            .with("reserved_cpus_note", reserved_note.clone())
-            .with("strict_cpu_reservation", config.strict_cpu_reservation())
+            .with("default_cpus", state.default_cpus.human())
+            .with("online_cpus", online.human())
+            .with(
+                "reserved_cpus",
+                reserved.as_ref().map_or_else(|| "unknown".to_string(), CpuSet::human),
+            )
+            .with("reserved_cpus_note", unknown.clone())
+            .with("strict_cpu_reservation", strict)
             .with("path", path.as_str()),
         );
     }
@@ -139,14 +212,68 @@ mod tests {
         assert!(check(&snap, &Settings::default()).is_empty());
     }
 
+    /// Without the kubelet's configuration the checks that need its reserved CPUs are not
+    /// judged against "no reserved CPUs": a reserved CPU held by a container is neither
+    /// reported nor cleared, and CPUs missing from the state may be the reserved ones of
+    /// `strict-cpu-reservation`. What breaks the checks whatever is reserved is still said.
     #[test]
-    fn unknown_kubelet_config_still_checks_cpus() {
-        let mut snap = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-5")])
-            .with_online("0-7")
-            .build();
-        snap.kubelet = Observed::Missing {
-            path: "/var/lib/kubelet/config.yaml".into(),
+    fn unknown_kubelet_config_judges_only_what_holds_whatever_is_reserved() {
+        let missing = |mut snap: NodeSnapshot| {
+            snap.kubelet = Observed::Missing {
+                path: "/var/lib/kubelet/config.yaml".into(),
+            };
+            snap
         };
-        assert_eq!(problems(&snap), ["cpus-mismatch"]);
+        // CPUs 6-7 are online but not in the state: a hot-add, or strict reservation.
+        let fewer = missing(
+            SnapshotBuilder::static_node("0-3", &[("p", "c", "4-5")])
+                .with_online("0-7")
+                .build(),
+        );
+        assert!(problems(&fewer).is_empty());
+        // CPUs 6-7 are in the state but not online: broken whatever the configuration.
+        let offline = missing(
+            SnapshotBuilder::static_node("0-3", &[("p", "c", "4-7")])
+                .with_online("0-5")
+                .build(),
+        );
+        let f = check(&offline, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["problem"], "cpus-mismatch");
+        assert_eq!(f[0].evidence["reserved_cpus"], "unknown");
+        assert_eq!(
+            f[0].evidence["reserved_cpus_note"],
+            "the kubelet's configuration was not found (nor at /var/lib/kubelet/config.yaml): its reserved CPUs and \
+             policy options are unknown"
+        );
+        assert!(!f[0].evidence.contains_key("strict_cpu_reservation"));
+        // An assignment inside the default set: broken whatever is reserved.
+        let overlap = missing(SnapshotBuilder::static_node("0-5", &[("p", "c", "4-7")]).build());
+        assert_eq!(problems(&overlap), ["assignment-overlaps-default"]);
+        // The case of the issue: CPU 0 reserved and held by a container. Known: reported;
+        // unknown: not judged (before, it was judged against no reserved CPUs and passed).
+        let reserved_held = || {
+            SnapshotBuilder::static_node("1-3", &[("p", "c", "0,4-7")])
+                .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+                .build()
+        };
+        assert_eq!(problems(&reserved_held()), ["reserved-not-in-default"]);
+        assert!(problems(&missing(reserved_held())).is_empty());
+    }
+
+    /// A configuration whose reserved CPUs cannot be computed (more than the node has): the
+    /// checks that need them are not judged; with `strict-cpu-reservation` known to be off, the
+    /// count of CPUs still is.
+    #[test]
+    fn uncomputable_reserved_cpus_are_unknown() {
+        let snap = SnapshotBuilder::static_node("0-3", &[("p", "c", "4-5")])
+            .with_online("0-7")
+            .with_cpu_manager(|c| c.kube_reserved_cpu = Some("64".into()))
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].evidence["problem"], "cpus-mismatch");
+        assert_eq!(f[0].evidence["reserved_cpus"], "unknown");
+        assert_eq!(f[0].evidence["strict_cpu_reservation"], false);
     }
 }

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nodemedic_rules::Settings;
 use nodemedic_rules::checkpoint::Checkpoint;
 use nodemedic_rules::checkpoint::rewrite::Target;
 use nodemedic_rules::facts::stale_entries_of;
@@ -564,7 +563,7 @@ fn recheck(plan: &Plan) -> Result<(), String> {
     let snap = scan::snapshot_blocking(host, pods, &opts)
         .map_err(|e| format!("reading the host again: {e}"))?
         .snapshot;
-    let stale = stale_entries_of(&snap, &Settings::default(), state);
+    let stale = stale_entries_of(&snap, &plan.settings, state);
     let tree = snap.cgroups.ok();
     for r in &plan.removals {
         let Some(e) = stale

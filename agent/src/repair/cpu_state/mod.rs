@@ -59,6 +59,9 @@ pub struct Options {
     pub source: scan::Source,
     /// Rewrite a checkpoint whose checksum matches no known kubelet layout.
     pub force_unknown_layout: bool,
+    /// The rule settings stale entries are judged with: the same as `scan` and the daemon
+    /// (`--config`, `--rule-setting`), so the plan frees what they report.
+    pub settings: nodemedic_rules::Settings,
     /// How to act.
     pub apply: ApplyOptions,
     pub flow: Flow,
@@ -86,6 +89,7 @@ impl Options {
             host,
             source,
             force_unknown_layout: false,
+            settings: nodemedic_rules::Settings::default(),
             flow: Flow::default(),
         }
     }

@@ -142,6 +142,9 @@ pub struct Plan {
     pub(super) rescan: Option<Pods>,
     #[serde(skip)]
     pub(super) state: Option<CpuState>,
+    /// The rule settings it judged with (the re-check judges with the same).
+    #[serde(skip)]
+    pub(super) settings: Settings,
 }
 
 fn octal<S: serde::Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
@@ -222,9 +225,11 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
     // the bytes the plan is for, read on both sides of the snapshot: a file that changes
     // meanwhile is being written by a running kubelet, and is read again.
     let read = crate::block_on(async {
-        let (pods, note) = opts.source.pods(&host).await;
+        // A kubeconfig the user named that cannot be used is an error naming it, as in `scan`.
+        let resolved = opts.source.resolve(&host).await.map_err(|e| e.to_string())?;
+        let (pods, kubeconfig) = (resolved.pods, resolved.kubeconfig);
         let mut scan_opts = scan_opts.clone();
-        scan_opts.notes.extend(note);
+        scan_opts.notes.extend(resolved.note);
         let mut attempt = 0;
         loop {
             let before = read_file(&path, &shown)?.ok_or_else(|| {
@@ -232,7 +237,7 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
             })?;
             let scanned = scan::snapshot::<ListDirectory>(&host, pods.clone(), None, &scan_opts)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| scan::blame_kubeconfig(kubeconfig.as_deref(), e).to_string())?;
             let after = read_file(&path, &shown)?.map(|(b, _, _)| b);
             if after.as_deref() == Some(before.0.as_slice()) {
                 return Ok::<_, String>((scanned.snapshot, before));
@@ -293,6 +298,7 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
         host: Some(host),
         rescan: Some(rescan),
         state: None,
+        settings: opts.settings.clone(),
     };
     compute(&mut plan, &snapshot, opts.force_unknown_layout);
     Ok(plan)
@@ -346,8 +352,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
             ),
         );
     }
-    let settings = Settings::default();
-    let stale = stale_entries_of(snap, &settings, &state);
+    let stale = stale_entries_of(snap, &plan.settings, &state);
     let mut reasons = Vec::new();
     if let Verification::Mismatch { stored, .. } = &verification {
         if !force_unknown_layout {
@@ -476,12 +481,26 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
 }
 
 /// What the kubelet checks a state against at start: the online CPUs, the reserved CPUs and
-/// whether `strict-cpu-reservation` is on; `Err` says why they are unknown.
+/// whether `strict-cpu-reservation` is on; `Err` says why they are unknown. Without the
+/// kubelet's configuration they are unknown: never "no reserved CPUs".
 fn kubelet_view(snap: &NodeSnapshot) -> Result<(CpuSet, CpuSet, bool), String> {
     let Observed::Ok(topology) = &snap.cpus else {
         return Err(format!("the online CPUs are unknown ({})", snap.cpus.status()));
     };
-    let config = snap.cpu_manager();
+    let kubelet = match &snap.kubelet {
+        Observed::Ok(k) => k,
+        other => {
+            let why = match other {
+                Observed::Missing { path } => format!("was not found (nor at {path})"),
+                Observed::Error { reason } => format!("could not be read ({reason})"),
+                _ => format!("was not read ({})", other.status()),
+            };
+            return Err(format!(
+                "the kubelet's configuration {why}, so its reserved CPUs and strict-cpu-reservation are unknown"
+            ));
+        }
+    };
+    let config = &kubelet.cpu_manager;
     let reserved = config
         .reserved_cpus(topology)
         .map_err(|e| format!("the reserved CPUs cannot be computed ({e})"))?;
@@ -512,12 +531,6 @@ fn check_state(plan: &mut Plan, snap: &NodeSnapshot, new_state: &CpuState, reaso
             return;
         }
     };
-    if snap.kubelet.ok().is_none() {
-        plan.notes.push(format!(
-            "kubelet configuration {}: the checks assume no reserved CPUs and no policy options",
-            snap.kubelet.status()
-        ));
-    }
     plan.checks.online_cpus = Some(online.to_string());
     plan.checks.strict_cpu_reservation = strict;
     plan.checks.reserved_cpus = Some(reserved.to_string());

@@ -140,7 +140,10 @@ pub fn render_plan(plan: &Plan, dry_run: bool) -> String {
             "\nThe file is INVALID today: a kubelet that starts now refuses it, in its own words:".to_string(),
         );
         for p in &plan.current_file_problems {
-            line(w, format!("  could not restore state from checkpoint: {p}"));
+            // validateState's failures: the kubelet logs "Policy start error" with the reason,
+            // then "Failed to start ContainerManager" with this error (cpu_manager.go Start,
+            // container_manager_linux.go).
+            line(w, format!("  start cpu manager error: {p}"));
         }
         if plan.fixes_current_file {
             line(
