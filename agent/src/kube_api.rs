@@ -193,8 +193,8 @@ pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Cli
     Client::try_from(config).map_err(client_error)
 }
 
-/// Reports how each request of a client ended to an [`ApiContact`]: answered (any HTTP
-/// status) or failed (no answer: refused, TLS, timeout). A watch counts as answered when its
+/// Reports how each request of a client ended to an [`ApiContact`]: answered, with its HTTP
+/// status, or failed (no answer: refused, TLS, timeout). A watch counts as answered when its
 /// response starts; what happens to the stream later is the watcher's to report.
 #[derive(Debug, Clone)]
 pub struct ContactLayer(pub Arc<ApiContact>);
@@ -217,9 +217,9 @@ pub struct ContactService<S> {
     contact: Arc<ApiContact>,
 }
 
-impl<S, Req> tower::Service<Req> for ContactService<S>
+impl<S, Req, B> tower::Service<Req> for ContactService<S>
 where
-    S: tower::Service<Req>,
+    S: tower::Service<Req, Response = http::Response<B>>,
     S::Future: Send + 'static,
     S::Error: std::fmt::Display,
 {
@@ -237,7 +237,7 @@ where
         Box::pin(async move {
             let result = sent.await;
             match &result {
-                Ok(_) => contact.answered(),
+                Ok(answer) => contact.answered_with(answer.status().as_u16()),
                 Err(e) => contact.failed(&e.to_string()),
             }
             result
@@ -321,6 +321,78 @@ pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, Erro
         .await
         .map(|l| infos(l.items))
         .map_err(|e| Error::request("LIST", format!("pods spec.nodeName={node}"), &e))
+}
+
+/// The version of `node`'s kubelet, from its Node object (one GET, served from the API
+/// server's cache): `Missing` when there is no such Node, `Error` when the GET fails or the
+/// Node reports no version nodemedic can read.
+pub async fn node_kubelet_version(
+    client: &Client,
+    node: &str,
+) -> nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading> {
+    read_kubelet_version(client, node)
+        .await
+        .unwrap_or_else(|reason| nodemedic_rules::snapshot::Observed::Error { reason })
+}
+
+/// [`node_kubelet_version`], with a GET that got no usable answer as `Err`: what is worth
+/// asking again soon, unlike a Node that is absent or reports no version yet.
+async fn read_kubelet_version(
+    client: &Client,
+    node: &str,
+) -> Result<nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading>, String> {
+    use crate::collect::node_object::{NodeObject, kubelet_version};
+    use nodemedic_rules::snapshot::Observed;
+    let uri = format!("/api/v1/nodes/{}?resourceVersion=0", percent_encode(node));
+    let request = http::Request::get(&uri)
+        .body(Vec::new())
+        .map_err(|e| format!("GET nodes/{node}: {e}"))?;
+    let read_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    match client.request::<NodeObject>(request).await {
+        Ok(object) => Ok(kubelet_version(&object, read_at)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Observed::Missing {
+            path: format!("nodes/{node}"),
+        }),
+        Err(e) => Err(Error::request("GET", format!("nodes/{node}"), &e).to_string()),
+    }
+}
+
+/// How often the daemon reads its kubelet's version again: a kubelet upgrade restarts the
+/// kubelet, and a version read before a restart is not trusted anyway
+/// ([`nodemedic_rules::kubelet_version::in_force`]).
+pub const KUBELET_VERSION_REFRESH: Duration = Duration::from_secs(300);
+/// How soon a failed read is tried again.
+pub const KUBELET_VERSION_RETRY: Duration = Duration::from_secs(30);
+
+/// What the daemon knows of its kubelet's version, shared with its scans.
+pub type KubeletVersionSlot =
+    Arc<std::sync::Mutex<nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading>>>;
+
+/// Keeps `slot` up to date with `node`'s kubelet version: a GET at once, then every
+/// [`KUBELET_VERSION_REFRESH`], or [`KUBELET_VERSION_RETRY`] after a failed read (no answer,
+/// or a Node without a readable version yet; a Node that does not exist is asked for again at
+/// the slow pace). A failed read leaves a version read before in place (it is the last one
+/// known; a kubelet restarted since makes it untrusted by itself). Never ends.
+pub async fn track_kubelet_version(client: Client, node: String, slot: KubeletVersionSlot) {
+    use nodemedic_rules::snapshot::Observed;
+    loop {
+        let read = read_kubelet_version(&client, &node).await;
+        let failed = read.is_err();
+        let read = read.unwrap_or_else(|reason| Observed::Error { reason });
+        if let Ok(mut known) = slot.lock() {
+            if read.ok().is_some() || known.ok().is_none() {
+                *known = read;
+            }
+        }
+        let pause = if failed {
+            KUBELET_VERSION_RETRY
+        } else {
+            KUBELET_VERSION_REFRESH
+        };
+        tokio::time::sleep(pause).await;
+    }
 }
 
 /// Driver lookups against the API server.

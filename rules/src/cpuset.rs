@@ -116,6 +116,17 @@ impl CpuSet {
         self.words.iter().all(|w| *w == 0)
     }
 
+    /// The set as people read it: the list format, or `none` for the empty set (whose list
+    /// format, the empty string, reads as a missing word: `CPUs ,`, `()`). For summaries,
+    /// evidence and notes only; files and hashes keep [`Display`](fmt::Display)'s `""`.
+    pub fn human(&self) -> String {
+        if self.is_empty() {
+            "none".to_string()
+        } else {
+            self.to_string()
+        }
+    }
+
     /// The ids in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.words.iter().enumerate().flat_map(|(i, &word)| {

@@ -4,7 +4,9 @@
 //! when that changes; at a restart the file wins. Its PodResources API (`v1.PodResourcesLister`
 //! on `/var/lib/kubelet/pod-resources/kubelet.sock`) shows the memory: `List` gives the pods it
 //! considers active with each container's exclusively pinned CPUs (`cpu_ids`, empty on the
-//! shared pool), `GetAllocatableResources` all CPUs minus the reserved ones. The agent reads it
+//! shared pool from 1.23; before, a shared-pool container is listed with the whole shared
+//! pool), `GetAllocatableResources` all CPUs minus the reserved ones (from 1.26; before, the
+//! CPUs unassigned when the kubelet started: [`crate::kubelet_version`]). The agent reads it
 //! into a [`KubeletView`]; this module only holds the types and the pure questions asked of
 //! them.
 //!
@@ -95,7 +97,9 @@ pub struct KubeletView {
     pub socket: String,
     /// `List`: the pods the kubelet considers active.
     pub pods: Vec<KubeletPod>,
-    /// `GetAllocatableResources`' CPUs (`NotApplicable` on a kubelet without the call).
+    /// `GetAllocatableResources`' CPUs (`NotApplicable` on a kubelet without the call). Every
+    /// CPU the kubelet may hand out only from 1.26: ask
+    /// [`crate::kubelet_version::allocatable_is_all_cpus`] before comparing it with anything.
     pub allocatable_cpus: Observed<CpuSet>,
     /// The checkpoint file was rewritten between the agent's reading of it and the kubelet's
     /// answer: comparing the two would compare two moments.

@@ -1,13 +1,16 @@
 //! The kubelet's own view: the real `nodemedic scan` against a fixture host whose kubelet
 //! socket is served by the fake PodResources server (`nodemedic_tests::podresources`), in each
 //! of the ways a kubelet answers: in agreement with its file, with other CPUs in memory, with
-//! other allocatable CPUs, not at all (no socket), `Unimplemented`, never, and too much.
+//! other allocatable CPUs, not at all (no socket), `Unimplemented`, never, and too much. The
+//! kubelet's version comes from its Node object in the API server double: the allocatable CPUs
+//! of a kubelet before 1.26 (or of one whose version is unknown) are not compared.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::hosttree::{Layout, Node, Pod, Runtime};
-use nodemedic_tests::podresources::{Behaviour, FakeKubelet, FakePod, GET_ALLOCATABLE, LIST, Scenario};
+use nodemedic_tests::podresources::{Behaviour, FakeKubelet, FakePod, GET, GET_ALLOCATABLE, LIST, Scenario};
 use nodemedic_tests::{Run, findings_of as findings, nodemedic};
 use serde_json::Value;
 
@@ -38,8 +41,12 @@ struct Host {
 
 impl Host {
     fn new() -> Self {
+        Host::of(node())
+    }
+
+    fn of(node: Node) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        node().write(dir.path()).unwrap();
+        node.write(dir.path()).unwrap();
         Host { dir }
     }
 
@@ -142,11 +149,36 @@ async fn a_container_pinned_elsewhere_in_memory_is_a_divergence() {
     );
 }
 
+/// The API server double with `host_node`'s Node object, its kubelet reporting
+/// `kubelet_version`, and the pods `host_node` lists; and a kubeconfig for it in `dir`.
+async fn api_with_kubelet(host_node: &Node, kubelet_version: &str, dir: &Path) -> (ApiServer, PathBuf) {
+    let api = ApiServer::start().await.unwrap();
+    let store = api.store();
+    store.create(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": host_node.name, "uid": "node-uid-1"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": "2026-11-21T08:00:00Z", "lastTransitionTime": "2026-11-21T08:00:00Z"}],
+            "nodeInfo": {"architecture": "amd64", "containerRuntimeVersion": "containerd://1.6.20",
+                         "kernelVersion": "6.1.0-26-amd64", "kubeProxyVersion": kubelet_version,
+                         "kubeletVersion": kubelet_version, "operatingSystem": "linux",
+                         "osImage": "Debian GNU/Linux 12 (bookworm)"}}
+    }));
+    for pod in host_node.pods_json()["items"].as_array().unwrap() {
+        store.create(pod.clone());
+    }
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).unwrap();
+    (api, kubeconfig)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allocatable_other_than_online_minus_reserved_is_a_divergence() {
+async fn allocatable_other_than_online_minus_reserved_is_a_divergence_from_1_26() {
     let host = Host::new();
     let _fake = kubelet(&host, agreeing().allocatable(&[2, 3, 5, 6, 7])).await;
-    let report = host.scan_with_pods().await;
+    let (_api, kubeconfig) = api_with_kubelet(&node(), "v1.26.3", host.dir.path()).await;
+    let (_, report, _) = host.scan(&["--kubeconfig", kubeconfig.to_str().unwrap()]).await;
+    assert_eq!(report["sources"]["kubelet_version"], "ok", "{report:#}");
     let f = findings(&report, "kubelet-state-divergence");
     assert_eq!(f.len(), 1, "{report:#}");
     let e = &f[0]["evidence"];
@@ -154,6 +186,127 @@ async fn allocatable_other_than_online_minus_reserved_is_a_divergence() {
     assert_eq!(e["expected_cpus"], "1-3,5-7");
     assert_eq!(e["reserved_cpus"], "0,4");
     assert_eq!(e["online_cpus"], "0-7");
+    assert_eq!(e["kubelet_version"], "v1.26.3");
+    // From a pods file the version is unknown: not compared, and the notes say why.
+    let report = host.scan_with_pods().await;
+    assert_eq!(report["sources"]["kubelet_version"], "unknown", "{report:#}");
+    assert!(report.get("kubelet_version").is_none(), "{report:#}");
+    assert!(findings(&report, "kubelet-state-divergence").is_empty(), "{report:#}");
+    assert!(
+        notes_of(&report).iter().any(|n| n.starts_with(
+            "kubelet-state-divergence: the kubelet's allocatable CPUs (2-3,5-7) were not compared with the online \
+             CPUs minus the reserved ones: the kubelet's version is unknown"
+        )),
+        "{report:#}"
+    );
+}
+
+fn notes_of(report: &Value) -> Vec<&str> {
+    report["notes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// [`node`] without its stale entry: exec-1 (1-2) and exec-2 (5) run, both Guaranteed.
+fn healthy_node() -> Node {
+    healthy_node_named("worker-1")
+}
+
+fn healthy_node_named(name: &str) -> Node {
+    let mut exec2 = Pod::new("exec-2", 1).exclusive("5");
+    exec2.has_cgroup = false;
+    Node::new(name, Layout::V1Cgroupfs, Runtime::Containerd)
+        .cpus(2, 4, 1)
+        .pod(Pod::new("exec-1", 2).exclusive("1-2"))
+        .pod(exec2)
+}
+
+/// A healthy node whose kubelet was restarted while its Guaranteed pods held their CPUs: a
+/// kubelet before 1.26 then answers `GetAllocatableResources` with the CPUs unassigned at its
+/// start (here none; kubernetes#112913), and, like every kubelet before 1.27, `Get` with
+/// `Unimplemented`. At `kubelet_version`: the JSON report and the text report.
+async fn restarted_kubelet_scan(kubelet_version: &str) -> (Value, String, usize) {
+    let host = Host::of(healthy_node());
+    let scenario = agreeing().allocatable(&[]).behaviour(GET, Behaviour::Unimplemented);
+    let fake = kubelet(&host, scenario).await;
+    let (_api, kubeconfig) = api_with_kubelet(&healthy_node(), kubelet_version, host.dir.path()).await;
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    let (_, report, _) = host.scan(&["--kubeconfig", &kubeconfig]).await;
+    let root = host.dir.path().to_str().unwrap().to_string();
+    let text = tokio::task::spawn_blocking(move || {
+        nodemedic(&[
+            "scan",
+            "--host-root",
+            &root,
+            "--kubeconfig",
+            &kubeconfig,
+            "--node",
+            "worker-1",
+        ])
+        .stdout
+    })
+    .await
+    .unwrap();
+    (report, text, fake.calls(GET))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_23_kubelet_restarted_under_guaranteed_pods_is_no_divergence() {
+    let (report, text, get_calls) = restarted_kubelet_scan("v1.23.8").await;
+    assert_eq!(report["sources"]["kubelet_version"], "ok", "{report:#}");
+    assert_eq!(report["sources"]["podresources"], "ok", "{report:#}");
+    assert_eq!(report["kubelet_version"]["raw"], "v1.23.8");
+    assert_eq!(
+        (
+            &report["kubelet_version"]["minor"],
+            &report["kubelet_version"]["source"]
+        ),
+        (&Value::from(23), &Value::from("Node status"))
+    );
+    assert!(findings(&report, "kubelet-state-divergence").is_empty(), "{report:#}");
+    let critical: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "critical")
+        .collect();
+    assert!(critical.is_empty(), "{critical:#?}");
+    assert!(
+        notes_of(&report).contains(
+            &"kubelet-state-divergence: the kubelet's allocatable CPUs (none) were not compared with the online CPUs \
+              minus the reserved ones: the kubelet is v1.23.8: before 1.26 GetAllocatableResources gives the CPUs that \
+              were unassigned when the kubelet started, not every CPU it may hand out (kubernetes#112913)"
+        ),
+        "{report:#}"
+    );
+    assert!(
+        text.contains("\n  kubelet_version ok (v1.23.8, Node status)\n"),
+        "{text}"
+    );
+    // nodemedic never asks for Get, which a 1.23 kubelet does not serve.
+    assert_eq!(get_calls, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_27_kubelet_with_the_same_answer_is_a_critical_divergence() {
+    let (report, text, _) = restarted_kubelet_scan("v1.27.16").await;
+    let f = findings(&report, "kubelet-state-divergence");
+    assert_eq!(f.len(), 1, "{report:#}");
+    assert_eq!(f[0]["severity"], "critical");
+    let e = &f[0]["evidence"];
+    assert_eq!(
+        (e["kubelet_allocatable_cpus"].as_str(), e["expected_cpus"].as_str()),
+        (Some("none"), Some("1-3,5-7"))
+    );
+    let summary = f[0]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(
+            "The kubelet's allocatable CPUs (none) differ from the online CPUs minus the reserved ones (1-3,5-7)"
+        ),
+        "{summary}"
+    );
+    assert!(!text.contains("()") && !text.contains("CPUs ,"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,8 +389,29 @@ async fn with_the_api_server_down_the_kubelets_list_decides_liveness() {
     let host = Host::new();
     let _fake = kubelet(&host, agreeing()).await;
     let kubeconfig = dead_api(host.dir.path());
-    let (_, report, _) = host.scan(&["--kubeconfig", kubeconfig.to_str().unwrap()]).await;
+    // The default configuration ($KUBECONFIG) names the dead API server: the scan falls back
+    // (a --kubeconfig named on the command line would stop it, exit 2).
+    let root = host.dir.path().to_str().unwrap().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(nodemedic_tests::nodemedic_bin())
+            .args(["scan", "--host-root", &root, "--format", "json", "--node", "worker-1"])
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("NODEMEDIC_KUBECONFIG")
+            .env_remove("NODE_NAME")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(report["sources"]["pods"], "podresources", "{report:#}");
+    // The pod list was wanted and failed: the rules that need one could not judge.
+    assert_eq!(
+        report["coverage"]["orphaned-executor"]["status"], "unknown",
+        "{report:#}"
+    );
     let note = report["notes"]
         .as_array()
         .unwrap()
@@ -357,4 +531,47 @@ async fn the_socket_answers_through_a_read_only_bind_mount() {
 /// EROFS: "Read-only file system".
 fn libc_erofs() -> i32 {
     nix::errno::Errno::EROFS as i32
+}
+
+/// The daemon reads its kubelet's version from its Node and judges with it: the same restarted
+/// kubelet (allocatable `{}` while Guaranteed pods hold their CPUs) is no divergence at 1.23.8
+/// and a critical one at 1.27.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_judges_allocatable_by_the_version_its_node_reports() {
+    use nodemedic_tests::agent::{Agent, NODE, wait_for};
+    const FIRING: &str = "nodemedic_rule_firing{rule=\"kubelet-state-divergence\"}";
+    let run = |version: &'static str| async move {
+        let host = healthy_node_named(NODE);
+        let dir = tempfile::tempdir().unwrap();
+        let (api, _) = api_with_kubelet(&host, version, dir.path()).await;
+        let agent = Agent::start(&api, Some(&host), &[]);
+        let socket = agent.host_root().join("var/lib/kubelet/pod-resources/kubelet.sock");
+        let fake = FakeKubelet::start(&socket, agreeing().allocatable(&[])).await.unwrap();
+        // Scans that asked the kubelet, after the version was read at start.
+        wait_for(
+            "scans with the kubelet's answer",
+            Duration::from_secs(30),
+            &agent,
+            || fake.calls(GET_ALLOCATABLE) >= 5,
+        )
+        .await;
+        (api, agent, fake)
+    };
+    let (_api, agent, _fake) = run("v1.27.16").await;
+    wait_for("the divergence at 1.27", Duration::from_secs(30), &agent, || {
+        agent.metric(FIRING) == Some(1.0)
+    })
+    .await;
+    let (_api, agent, fake) = run("v1.23.8").await;
+    let asked = fake.calls(GET_ALLOCATABLE);
+    wait_for("five more scans", Duration::from_secs(30), &agent, || {
+        fake.calls(GET_ALLOCATABLE) >= asked + 5
+    })
+    .await;
+    assert_eq!(agent.metric(FIRING), Some(0.0), "{}", agent.log());
+    assert!(
+        !agent.log().contains("rule=kubelet-state-divergence"),
+        "{}",
+        agent.log()
+    );
 }

@@ -12,6 +12,12 @@
 //! the socket is `missing`, a kubelet without the call `not applicable` (the report's source
 //! says `unsupported`); neither is an error.
 //!
+//! The third method, `Get` (one pod), is never called: it exists only from 1.27, behind the
+//! `KubeletPodResourcesGet` feature gate (off by default until 1.34), so most kubelets answer it
+//! `Unimplemented`, and `List` already gives every pod. What the answers mean depends on the
+//! kubelet's version (`GetAllocatableResources` before 1.26, shared-pool `cpu_ids` before 1.23:
+//! docs/kubelet.md, "Behaviour by kubelet version"); the rules judge that, not this reader.
+//!
 //! `List` names pods, not UIDs: the UIDs come from the pod list when the caller has one (or the
 //! daemon's last known one), else from the kubelet's log directories
 //! `/var/log/pods/<namespace>_<name>_<uid>` when they are visible (`nodemedic scan --host-root

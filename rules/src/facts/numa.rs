@@ -74,13 +74,18 @@ pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, settings: &Settings) -> Optio
 }
 
 /// The CPUs the static policy never hands out: the online ones minus the kubelet's
-/// `GetAllocatableResources` when its PodResources API answered, else those of its
+/// `GetAllocatableResources` when its PodResources API answered and the kubelet is known to
+/// be 1.26 or later ([`crate::kubelet_version::allocatable_is_all_cpus`]), else those of its
 /// configuration (`reservedSystemCPUs`, else kube+system reserved chosen by topology; the
 /// configured list as written when the CPUs are unknown).
 pub fn reserved_cpus(snap: &NodeSnapshot) -> (CpuSet, ReservedFrom) {
     let config = snap.cpu_manager();
     match (snap.cpus.ok(), snap.kubelet_view.ok().map(|v| &v.allocatable_cpus)) {
-        (Some(topo), Some(Observed::Ok(allocatable))) if !allocatable.is_empty() => {
+        // Before 1.26 the kubelet's answer leaves out the CPUs assigned when it started
+        // (kubernetes#112913): taken as reserved, they would be wrong.
+        (Some(topo), Some(Observed::Ok(allocatable)))
+            if !allocatable.is_empty() && crate::kubelet_version::allocatable_is_all_cpus(snap).is_ok() =>
+        {
             (topo.all().difference(allocatable), ReservedFrom::Kubelet)
         }
         (Some(topo), _) => (config.reserved_cpus(topo).unwrap_or_default(), ReservedFrom::Config),
@@ -160,6 +165,14 @@ mod tests {
     fn the_kubelets_allocatable_decides_what_is_reserved() {
         let mut snap = two_numa();
         snap.kubelet_view = Observed::Ok(kubelet_view(vec![], Some("2-7")));
+        // A kubelet not known to be 1.26 or later may leave assigned CPUs out of its answer.
+        let (_, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
+        assert_eq!(from, ReservedFrom::Config);
+        snap.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
+            version: crate::kubelet_version::KubeletVersion::parse("v1.26.0").unwrap(),
+            source: crate::kubelet_version::NODE_STATUS.into(),
+            read_at: snap.taken_at,
+        });
         let (nodes, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
         assert_eq!(from, ReservedFrom::Kubelet);
         assert_eq!(nodes[0].reserved.to_string(), "0-1");

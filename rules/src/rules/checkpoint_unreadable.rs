@@ -151,6 +151,35 @@ fn cpu(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
     if let Verification::Mismatch { stored, computed } = cp.verify() {
         let computed: serde_json::Map<String, serde_json::Value> =
             computed.into_iter().map(|(name, sum)| (name, json!(sum))).collect();
+        // A kubelet newer than every layout nodemedic knows may sign its file another way:
+        // the mismatch can be a version difference, so no drain-and-delete on it.
+        if let Some(v) = crate::kubelet_version::newer_than_known_layouts(snap) {
+            let (major, minor) = crate::kubelet_version::NEWEST_KNOWN_LAYOUTS;
+            return vec![
+                Finding::new(
+                    ID,
+                    Severity::Warning,
+                    Subject::node(&snap.node),
+                    format!(
+                        "The checksum of {path} ({stored}) matches no kubelet layout nodemedic knows, but the kubelet \
+                         is {v}, newer than those (to {major}.{minor}): it may write a layout nodemedic cannot check"
+                    ),
+                    format!(
+                        "do not drain the node or delete the file on this finding alone: the running kubelet wrote \
+                         it, and a newer layout would explain the difference. Upgrade nodemedic to one that knows \
+                         {v}'s layout; the kubelet's own verdict comes at its next start (journalctl -u kubelet: \
+                         \"checkpoint is corrupted\" means it refuses the file, and only then: {})",
+                        reset_checkpoint_remedy(&snap.node, &path)
+                    ),
+                )
+                .with("path", path.clone())
+                .with("error", "checkpoint is corrupted")
+                .with("kubelet_version", v.to_string())
+                .with("layout", cp.layout())
+                .with("stored_checksum", stored)
+                .with("computed_checksums", computed),
+            ];
+        }
         return vec![
             finding(
                 format!(
@@ -185,6 +214,40 @@ mod tests {
                 .build(),
             &Settings::default(),
         )
+    }
+
+    #[test]
+    fn a_mismatch_under_a_kubelet_newer_than_every_known_layout_is_no_reason_to_drain() {
+        let bytes = br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":1337}"#;
+        let at = |version: &str| {
+            let mut snap = SnapshotBuilder::static_node("0-3", &[])
+                .with_raw_checkpoint(bytes)
+                .build();
+            snap.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
+                version: crate::kubelet_version::KubeletVersion::parse(version).unwrap(),
+                source: crate::kubelet_version::NODE_STATUS.into(),
+                read_at: snap.taken_at,
+            });
+            check(&snap, &Settings::default())
+        };
+        for known in ["v1.23.8", "v1.37.0-alpha.1"] {
+            let f = at(known);
+            assert_eq!(f.len(), 1, "{known}: {f:#?}");
+            assert_eq!(f[0].severity, Severity::Critical, "{known}");
+            assert!(f[0].remedy.starts_with("kubectl drain"), "{known}: {}", f[0].remedy);
+        }
+        let f = at("v1.38.2");
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].evidence["kubelet_version"], "v1.38.2");
+        assert!(
+            f[0].remedy
+                .starts_with("do not drain the node or delete the file on this finding alone"),
+            "{}",
+            f[0].remedy
+        );
+        // Unknown version: as before.
+        assert_eq!(run(bytes)[0].severity, Severity::Critical);
     }
 
     #[test]

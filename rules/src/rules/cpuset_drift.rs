@@ -151,21 +151,21 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 format!(
                     "Container {who} of {} runs on CPUs {have}, but the checkpoint gives it {} ({kind}){kubelet_says}",
                     subject.display(),
-                    want.cpus
+                    want.cpus.human()
                 ),
                 if kubelet_cpus.as_ref() == Some(have) && want.exclusive {
                     format!(
                         "the kubelet's memory agrees with the cgroup ({have}): the checkpoint file is what changed, and \
                          restarting the kubelet would move the container to the file's {}; see kubelet-state-divergence \
                          for how to make the file and the kubelet agree",
-                        want.cpus
+                        want.cpus.human()
                     )
                 } else {
                     format!(
                         "find and stop whatever rewrote {path}/cpuset.cpus (another agent, a manual edit, a runtime \
                          hook); the kubelet re-applies a cpuset only when the one it wants changes, so restart it to \
                          restore {}: systemctl restart kubelet on {}",
-                        want.cpus,
+                        want.cpus.human(),
                         snap.node,
                         path = leaf.path
                     )
@@ -176,9 +176,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .with("container_id", leaf.id.clone())
             .with("cgroup", leaf.path.clone())
             .with("kind", kind)
-            .with("checkpoint_cpus", want.cpus.to_string())
+            .with("checkpoint_cpus", want.cpus.human())
             .with("cgroup_cpus", have.to_string())
-            .with("kubelet_cpus", kubelet_cpus.as_ref().map(|k| k.to_string()))
+            .with("kubelet_cpus", kubelet_cpus.as_ref().map(CpuSet::human))
             .with("effective_cpus", leaf.effective_cpus.as_ref().map(|c| c.to_string()))
             .with(
                 "process_cpus",

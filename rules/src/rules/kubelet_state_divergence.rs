@@ -8,9 +8,15 @@
 //! memory ([`crate::kubelet_view`]); two comparisons:
 //!
 //! - per container the kubelet lists: its exclusive CPUs (`cpu_ids`) against the file's entry
-//!   for the same pod and container (none on either side counts as empty);
+//!   for the same pod and container (none on either side counts as empty). Before 1.23 a
+//!   container of the shared pool is listed with the whole shared pool (kubernetes#97415), so a
+//!   container listed on exactly the file's `defaultCpuSet` without an entry is not compared
+//!   unless the kubelet is known to be 1.23 or later;
 //! - `GetAllocatableResources` against the online CPUs minus the reserved ones as the kubelet's
-//!   configuration now computes them.
+//!   configuration now computes them: only with a kubelet known to be 1.26 or later. Before
+//!   kubernetes#112913 the call answers the CPUs that were unassigned when the kubelet started
+//!   (a healthy 1.23 kubelet restarted while a Guaranteed pod runs answers none of that pod's
+//!   CPUs); with an older or unknown kubelet nothing is compared and [`notes`] says so.
 //!
 //! Judged only with the static policy in the file, and only when the file did not change
 //! between its reading and the kubelet's answer (else the two are different moments).
@@ -27,6 +33,7 @@ use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
+use crate::kubelet_version;
 use crate::kubelet_view::{KubeletPod, KubeletView};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
@@ -357,6 +364,9 @@ fn containers(
     modified_at: Option<f64>,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
+    // Before 1.23 `cpu_ids` of a shared-pool container is the whole shared pool
+    // (kubernetes#97415): such a listing is no divergence unless the kubelet is known to be newer.
+    let lists_only_exclusive = kubelet_version::in_force(snap).is_ok_and(|v| v.at_least(1, 23));
     for pod in &view.pods {
         let uid = uid_in_file(pod, state).or_else(|| uid_by_cpus(pod, state));
         // A pod with pod-level resources (V3 files) holds its CPUs as a pod; how the kubelet
@@ -372,6 +382,9 @@ fn containers(
                 None => CpuSet::new(),
             };
             if in_file == c.cpus {
+                continue;
+            }
+            if in_file.is_empty() && c.cpus == state.default_cpus && !lists_only_exclusive {
                 continue;
             }
             let subject = Subject {
@@ -435,8 +448,8 @@ fn containers(
                 )
                 .with("pod_uid", uid.map(str::to_string))
                 .with("container", c.name.clone())
-                .with("kubelet_cpus", c.cpus.to_string())
-                .with("checkpoint_cpus", in_file.to_string())
+                .with("kubelet_cpus", c.cpus.human())
+                .with("checkpoint_cpus", in_file.human())
                 .with(
                     "checkpoint_modified",
                     modified_at.and_then(|t| unix_to_rfc3339(t as i64)),
@@ -450,10 +463,31 @@ fn containers(
     findings
 }
 
+/// What the report says about the comparisons this rule could not make: the allocatable CPUs
+/// of a kubelet not known to be 1.26 or later. Empty when there was nothing to compare.
+pub fn notes(snap: &NodeSnapshot) -> Vec<String> {
+    let Observed::Ok(view) = &snap.kubelet_view else {
+        return vec![];
+    };
+    let Observed::Ok(kubelet_has) = &view.allocatable_cpus else {
+        return vec![];
+    };
+    match kubelet_version::allocatable_is_all_cpus(snap) {
+        Ok(()) => vec![],
+        Err(why) => vec![format!(
+            "{ID}: the kubelet's allocatable CPUs ({}) were not compared with the online CPUs minus the reserved \
+             ones: {why}",
+            kubelet_has.human()
+        )],
+    }
+}
+
 fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Finding> {
     let Observed::Ok(kubelet_has) = &view.allocatable_cpus else {
         return None;
     };
+    // Before 1.26 the answer is the CPUs unassigned at the kubelet's start: no comparison.
+    kubelet_version::allocatable_is_all_cpus(snap).ok()?;
     let topo = snap.cpus.ok()?;
     let config = snap.kubelet.ok()?;
     let reserved = config.cpu_manager.reserved_cpus(topo).ok()?;
@@ -462,14 +496,18 @@ fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Fi
         return None;
     }
     let online = topo.all();
+    let version = kubelet_version::in_force(snap).map(ToString::to_string).ok();
+    let (kubelet_has, expected, reserved, online) =
+        (kubelet_has.human(), expected.human(), reserved.human(), online.human());
     let restart = format!(
         "The kubelet hands out CPUs {kubelet_has}, but the online CPUs ({online}) minus the reserved ones its \
          configuration names now ({reserved}) are {expected}: CPUs were taken offline or brought online since it \
-         started, or its reserved CPUs were changed in its configuration without a restart. At the next restart it \
-         computes {expected}. If the online CPUs changed, a checkpoint written for the old set fails its state check \
+         started, or its reserved CPUs were changed in its configuration without a restart (its version, {}, \
+         answers every CPU it may hand out, whatever it has assigned). At the next restart it computes {expected}. If the online CPUs changed, a checkpoint written for the old set fails its state check \
          (\"current set of available CPUs doesn't match with CPUs in state\") and the kubelet refuses to start until \
          the file is removed; if only the reserved CPUs changed, it refuses to start when an entry holds a newly \
-         reserved CPU (checkpoint-invalid-state reports that before the restart)."
+         reserved CPU (checkpoint-invalid-state reports that before the restart).",
+        version.as_deref().unwrap_or_default()
     );
     Some(
         Finding::new(
@@ -487,10 +525,11 @@ fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Fi
                  changed CPU set)"
             ),
         )
-        .with("kubelet_allocatable_cpus", kubelet_has.to_string())
-        .with("online_cpus", online.to_string())
-        .with("reserved_cpus", reserved.to_string())
-        .with("expected_cpus", expected.to_string())
+        .with("kubelet_allocatable_cpus", kubelet_has)
+        .with("online_cpus", online)
+        .with("reserved_cpus", reserved)
+        .with("expected_cpus", expected)
+        .with("kubelet_version", version)
         .with("kubelet_started", started(snap))
         .with("path", path)
         .with("socket", view.socket.clone()),
@@ -504,6 +543,16 @@ mod tests {
 
     fn with_view(mut snap: NodeSnapshot, pods: Vec<KubeletPod>, allocatable: Option<&str>) -> NodeSnapshot {
         snap.kubelet_view = Observed::Ok(kubelet_view(pods, allocatable));
+        snap
+    }
+
+    /// `snap` with the kubelet's version read from its Node, long after the kubelet started.
+    fn at_version(mut snap: NodeSnapshot, version: &str) -> NodeSnapshot {
+        snap.kubelet_version = Observed::Ok(kubelet_version::VersionReading {
+            version: kubelet_version::KubeletVersion::parse(version).unwrap(),
+            source: kubelet_version::NODE_STATUS.into(),
+            read_at: snap.taken_at,
+        });
         snap
     }
 
@@ -627,7 +676,7 @@ mod tests {
         );
         let f = check(&snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
-        assert_eq!(f[0].evidence["checkpoint_cpus"], "");
+        assert_eq!(f[0].evidence["checkpoint_cpus"], "none");
         assert_eq!(f[0].evidence.get("pod_uid"), None);
         assert!(
             f[0].remedy.contains("no entry of a container app holds CPUs 6-7"),
@@ -646,12 +695,15 @@ mod tests {
     #[test]
     fn allocatable_against_online_minus_reserved() {
         let build = |alloc: &str| {
-            with_view(
-                base()
-                    .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
-                    .build(),
-                vec![],
-                Some(alloc),
+            at_version(
+                with_view(
+                    base()
+                        .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+                        .build(),
+                    vec![],
+                    Some(alloc),
+                ),
+                "v1.26.0",
             )
         };
         assert_eq!(check(&build("1-7"), &Settings::default()), vec![]);
@@ -660,15 +712,114 @@ mod tests {
         assert_eq!(f[0].evidence["expected_cpus"], "1-7");
         assert_eq!(f[0].evidence["kubelet_allocatable_cpus"], "2-7");
         assert_eq!(f[0].evidence["reserved_cpus"], "0");
+        assert_eq!(f[0].evidence["kubelet_version"], "v1.26.0");
         assert!(f[0].remedy.contains("refuses to start"), "{}", f[0].remedy);
+        assert_eq!(notes(&build("2-7")), Vec::<String>::new());
+    }
+
+    /// A 1.23 kubelet restarted while a Guaranteed pod holds CPUs 2-3 and 4-5 answers only the
+    /// CPUs unassigned at its start (kubernetes#112913): none here, all of them held.
+    fn restarted_with_every_cpu_held(version: Option<&str>) -> NodeSnapshot {
+        let snap = with_view(
+            SnapshotBuilder::static_node("0-1", &[("u1", "app", "2-3"), ("u2", "app", "4-5")])
+                .with_online("0-5")
+                .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0-1").unwrap()))
+                .build(),
+            vec![
+                listed("spark", "exec-1", &["u1"], &[("app", "2-3")]),
+                listed("spark", "exec-2", &["u2"], &[("app", "4-5")]),
+            ],
+            Some(""),
+        );
+        match version {
+            Some(v) => at_version(snap, v),
+            None => snap,
+        }
+    }
+
+    #[test]
+    fn allocatable_is_compared_only_with_a_kubelet_known_to_be_1_26_or_later() {
+        // 1.23: no finding, and a note that says why.
+        let old = restarted_with_every_cpu_held(Some("v1.23.8"));
+        assert_eq!(check(&old, &Settings::default()), vec![]);
+        let note = notes(&old);
+        assert_eq!(note.len(), 1, "{note:?}");
+        assert!(
+            note[0].starts_with(
+                "kubelet-state-divergence: the kubelet's allocatable CPUs (none) were not compared with the online \
+                 CPUs minus the reserved ones: the kubelet is v1.23.8: before 1.26"
+            ),
+            "{}",
+            note[0]
+        );
+        // Unknown (offline): no finding either, and the note names the unknown version.
+        let unknown = restarted_with_every_cpu_held(None);
+        assert_eq!(check(&unknown, &Settings::default()), vec![]);
+        assert!(notes(&unknown)[0].contains("the kubelet's version is unknown (no Node object read)"));
+        // A 1.25 kubelet as well (the fix reached 1.26.0; the backports are not relied on).
+        assert_eq!(
+            check(&restarted_with_every_cpu_held(Some("v1.25.3")), &Settings::default()),
+            vec![]
+        );
+        // 1.26 and later: the same answer means what it says, and is critical as before.
+        for v in ["v1.26.0", "v1.27.1", "v1.30.1+k3s1"] {
+            let f = check(&restarted_with_every_cpu_held(Some(v)), &Settings::default());
+            assert_eq!(f.len(), 1, "{v}: {f:#?}");
+            assert_eq!(f[0].severity, Severity::Critical);
+            assert_eq!(f[0].evidence["kubelet_allocatable_cpus"], "none");
+            assert_eq!(f[0].evidence["expected_cpus"], "2-5");
+            assert!(
+                f[0].summary.starts_with(
+                    "The kubelet's allocatable CPUs (none) differ from the online CPUs minus the reserved ones (2-5)"
+                ),
+                "{}",
+                f[0].summary
+            );
+            assert!(
+                f[0].remedy.starts_with("The kubelet hands out CPUs none, but"),
+                "{}",
+                f[0].remedy
+            );
+            assert!(!f[0].summary.contains("()") && !f[0].remedy.contains("CPUs ,"));
+        }
+    }
+
+    #[test]
+    fn a_shared_container_listed_on_the_shared_pool_is_a_divergence_only_from_1_23() {
+        // Before 1.23 the kubelet lists a shared-pool container with the whole shared pool.
+        let build = |version: Option<&str>| {
+            let snap = with_view(
+                base().build(),
+                vec![listed(
+                    "spark",
+                    "exec-1",
+                    &["u1"],
+                    &[("app", "2-3"), ("sidecar", "0-1,6-7")],
+                )],
+                None,
+            );
+            match version {
+                Some(v) => at_version(snap, v),
+                None => snap,
+            }
+        };
+        assert_eq!(check(&build(Some("v1.22.17")), &Settings::default()), vec![]);
+        assert_eq!(check(&build(None), &Settings::default()), vec![]);
+        let f = check(&build(Some("v1.23.0")), &Settings::default());
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].evidence["container"], "sidecar");
+        assert_eq!(f[0].evidence["checkpoint_cpus"], "none");
     }
 
     #[test]
     fn a_file_rewritten_during_the_comparison_or_not_static_is_not_judged() {
-        let mut snap = with_view(
-            base().build(),
-            vec![listed("spark", "exec-1", &["u1"], &[("app", "6")])],
-            Some("0"),
+        let mut snap = at_version(
+            with_view(
+                base().build(),
+                vec![listed("spark", "exec-1", &["u1"], &[("app", "6")])],
+                Some("0"),
+            ),
+            "v1.28.3-eks-7f8a1f2",
         );
         assert_eq!(check(&snap, &Settings::default()).len(), 2);
         if let Observed::Ok(v) = &mut snap.kubelet_view {
