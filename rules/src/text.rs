@@ -90,19 +90,6 @@ pub(crate) fn repair_cpu_state_remedy(node: &str) -> String {
     )
 }
 
-/// The remedy for a stale entry whose pod object is gone (or finished) while its containers
-/// still run: stop them first, since freeing CPUs a running process is pinned to would let the
-/// kubelet give them to another pod; then the repair.
-pub(crate) fn stop_containers_then_repair_remedy(node: &str, pod_uid: &str) -> String {
-    format!(
-        "the pod's containers still run although its pod object is gone or finished: on node {node}, list them \
-         with `crictl ps --label io.kubernetes.pod.uid={pod_uid}` and stop them with `crictl stop <id>` (or \
-         `crictl stopp` on `crictl pods --label io.kubernetes.pod.uid={pod_uid} -q`); once its cgroups are empty, \
-         {}",
-        repair_cpu_state_remedy(node)
-    )
-}
-
 /// The subject of a stale checkpoint entry: the pod when the list still has it, else its UID,
 /// narrowed to the container.
 pub(crate) fn stale_subject(pod: Option<&PodInfo>, uid: &str, container: Option<&str>) -> crate::finding::Subject {

@@ -18,9 +18,10 @@ use crate::facts::{
     NumaCpus, checkpoint_path, exclusive_cpus_by_numa, rejected_for_cpus, reserved_cpus, stale_cpus, stale_entries_of,
 };
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::stale_cpu_assignment::remedy_for_all;
 use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
-use crate::text::{LISTED, repair_cpu_state_remedy};
+use crate::text::LISTED;
 
 pub const ID: &str = "exclusive-cpu-shortage";
 
@@ -84,7 +85,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
         Some(p) => format!(
             "stale entries hold CPUs {}; free them: {}",
             p.stale,
-            repair_cpu_state_remedy(&snap.node)
+            remedy_for_all(snap, settings)
         ),
     };
     let mut findings = Vec::new();
@@ -164,9 +165,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 remedy(Some(&pool)),
             )
             .with("requested_cpus", need)
-            .with("free_exclusive_cpus", pool.free.to_string())
+            .with("free_exclusive_cpus", pool.free.human())
             .with("free_exclusive_cpu_count", pool.free.len())
-            .with("stale_cpus", pool.stale.to_string()),
+            .with("stale_cpus", pool.stale.human()),
         );
     }
     findings
@@ -250,7 +251,7 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
         format!(
             "stale entries hold {stale_total} CPUs ({}); freeing them may make room within one NUMA node: {}",
             per_node.join("; "),
-            repair_cpu_state_remedy(&snap.node)
+            remedy_for_all(snap, settings)
         )
     } else {
         format!(
@@ -342,7 +343,35 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["stale_cpus"], "2-5");
         assert_eq!(f[0].evidence["pods"], serde_json::json!(["default/exec-9"]));
-        assert!(f[0].remedy.starts_with("stale entries hold CPUs 2-5"));
+        assert!(
+            f[0].remedy.starts_with(
+                "stale entries hold CPUs 2-5; free them: restart the kubelet (systemctl restart kubelet on node-a)"
+            ),
+            "{}",
+            f[0].remedy
+        );
+        // The same snapshot with a CPU gone offline: the kubelet would refuse the file at its
+        // next start, so the repair is offered, not a restart.
+        let mut rejected = pod("r1", "exec-9", "Failed", &[]);
+        rejected.reason = Some("UnexpectedAdmissionError".into());
+        rejected.message =
+            Some("Allocate failed due to not enough cpus available to satisfy request, which is unexpected".into());
+        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "2-5")])
+            .with_pod_list(&[rejected])
+            .with_online("0-4")
+            .build();
+        let f = check(&snap, &Settings::default());
+        assert!(
+            f[0].remedy
+                .starts_with("stale entries hold CPUs 2-5; free them: do not restart the kubelet to clear this"),
+            "{}",
+            f[0].remedy
+        );
+        assert!(
+            f[0].remedy.contains("repair node-a cpu-state --apply"),
+            "{}",
+            f[0].remedy
+        );
     }
 
     #[test]
@@ -454,6 +483,11 @@ mod tests {
         assert!(f[0].summary.contains("TopologyAffinityError"));
         assert_eq!(f[0].evidence["free_by_numa_node"][1], "node 1: 2 free (6-7), 2 stale");
         assert!(f[0].remedy.contains("stale entries hold 2 CPUs"), "{}", f[0].remedy);
+        assert!(
+            f[0].remedy.contains("within one NUMA node: restart the kubelet"),
+            "{}",
+            f[0].remedy
+        );
         // restricted: 3 CPUs fit in one NUMA node's 4, so one node it must be: refused too.
         assert_eq!(
             check(&two_numa("restricted", "container", pending()), &Settings::default()).len(),

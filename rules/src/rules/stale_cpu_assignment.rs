@@ -18,18 +18,33 @@
 //!
 //! The judgement is [`crate::facts::stale_entries`], which `exclusive-cpu-shortage`, the
 //! `nodemedic_cpu_manager_stale_cpus` gauge and `repair cpu-state` share.
+//!
+//! The remedy is the least invasive one that works ([`Fix`], shared with
+//! `exclusive-cpu-shortage`): a plain kubelet restart, since from 1.18 the kubelet's first
+//! reconcile after a start removes every entry of a container that is not among its active
+//! pods (`removeStaleState` in `pkg/kubelet/cm/cpumanager/cpu_manager.go`; docs/kubelet.md,
+//! "What a kubelet restart clears"). `repair cpu-state` stays for what a restart does not
+//! clear or where the kubelet would refuse to start: V1 entries, keyed by container ID, which
+//! a kubelet from 1.18 cannot migrate once their container is gone, and a node where any
+//! checkpoint would fail the kubelet's start-up checks. Containers that still run are stopped
+//! first either way.
 
-use crate::facts::{checkpoint_path, stale_entries};
+use crate::facts::{StaleEntry, checkpoint_path, stale_entries};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
-use crate::text::{repair_cpu_state_remedy, stop_containers_then_repair_remedy};
+use crate::text::{repair_cpu_state_remedy, stop_containers};
 
 pub const ID: &str = "stale-cpu-assignment";
 
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);
-    stale_entries(snap, settings)
+    let entries = stale_entries(snap, settings);
+    if entries.is_empty() {
+        return vec![];
+    }
+    let refusal = refusal_at_start(snap, settings);
+    entries
         .into_iter()
         .map(|e| {
             let subject = match (&e.pod, &e.pod_uid) {
@@ -46,45 +61,24 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 (None, Some(id)) => format!("container {id}"),
                 (None, None) => subject.display(),
             };
-            // Stale by the pod list, yet something runs in the pod's cgroups: the pod object is
-            // gone (force-deleted?) or finished while its containers are not. A different case:
-            // the checkpoint must not be edited before they are stopped.
-            let by_list = snap.pod_source != PodSource::Cgroups;
             let list = if snap.pod_source == PodSource::PodResources {
                 "the kubelet's list"
             } else {
                 "the pod list"
             };
-            let gone = if snap.pod_source == PodSource::PodResources {
-                "the kubelet no longer lists the pod as active but its containers are not gone"
-            } else {
-                "the pod object is gone but its containers are not (force-deleted?)"
-            };
-            let still_running = match (&e.still_running, &e.pod) {
-                (Some(why), None) if by_list => Some(format!("{why}: {gone}")),
-                (Some(why), Some(p)) if by_list && p.is_terminal() => {
-                    Some(format!("{why}: the pod has finished but its containers are not gone"))
-                }
-                // A running pod's cgroups hold its other containers: no news.
-                _ => None,
-            };
-            let (summary, remedy) = match (&still_running, &e.pod_uid) {
-                (Some(why), Some(uid)) => (
-                    format!(
-                        "CPUs {} are held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
-                         containers before freeing the CPUs",
-                        e.cpus, e.reason
-                    ),
-                    stop_containers_then_repair_remedy(&snap.node, uid),
+            let still_running = running_despite_the_list(snap, &e);
+            let summary = match &still_running {
+                Some(why) if e.pod_uid.is_some() => format!(
+                    "CPUs {} are held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
+                     containers before freeing the CPUs",
+                    e.cpus, e.reason
                 ),
-                _ => (
-                    format!(
-                        "CPUs {} are held for {whose}, which no longer runs on this node: {}",
-                        e.cpus, e.reason
-                    ),
-                    repair_cpu_state_remedy(&snap.node),
+                _ => format!(
+                    "CPUs {} are held for {whose}, which no longer runs on this node: {}",
+                    e.cpus, e.reason
                 ),
             };
+            let remedy = Remedy::choose(snap, refusal.as_ref(), std::slice::from_ref(&e)).text(snap);
             Finding::new(ID, Severity::Critical, subject, summary, remedy)
                 .with("pod_uid", e.pod_uid.clone())
                 .with("container", e.container.clone())
@@ -97,6 +91,154 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 .with("path", path.as_str())
         })
         .collect()
+}
+
+/// Stale by the pod list, yet something runs in the pod's cgroups: the pod object is gone
+/// (force-deleted?) or finished while its containers are not. The checkpoint must not lose
+/// the entry before they are stopped. `None` when liveness came from the cgroups themselves,
+/// or the pod runs (its cgroups hold its other containers: no news).
+fn running_despite_the_list(snap: &NodeSnapshot, e: &StaleEntry) -> Option<String> {
+    let by_list = snap.pod_source != PodSource::Cgroups;
+    let gone = if snap.pod_source == PodSource::PodResources {
+        "the kubelet no longer lists the pod as active but its containers are not gone"
+    } else {
+        "the pod object is gone but its containers are not (force-deleted?)"
+    };
+    match (&e.still_running, &e.pod) {
+        (Some(why), None) if by_list => Some(format!("{why}: {gone}")),
+        (Some(why), Some(p)) if by_list && p.is_terminal() => {
+            Some(format!("{why}: the pod has finished but its containers are not gone"))
+        }
+        _ => None,
+    }
+}
+
+/// A checkpoint the kubelet would refuse at its next start: the first finding of
+/// `checkpoint-unreadable` or `checkpoint-invalid-state` on this snapshot, any manager's file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The rule that found it.
+    pub rule: String,
+    /// The refused file, as the host sees it.
+    pub path: String,
+    /// What the kubelet would say, or the finding's summary.
+    pub error: String,
+    /// Whether the refused file is the CPU manager checkpoint, which `repair cpu-state` rewrites.
+    pub cpu_file: bool,
+}
+
+/// What a kubelet start would refuse now, if anything (see [`Refusal`]).
+pub(crate) fn refusal_at_start(snap: &NodeSnapshot, settings: &Settings) -> Option<Refusal> {
+    let cpu_path = checkpoint_path(snap);
+    let found = crate::rules::checkpoint_unreadable::check(snap, settings)
+        .into_iter()
+        .chain(crate::rules::checkpoint_invalid_state::check(snap, settings))
+        .next()?;
+    let text = |key: &str| found.evidence.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let path = text("path").unwrap_or_else(|| cpu_path.clone());
+    Some(Refusal {
+        rule: found.rule.clone(),
+        cpu_file: path == cpu_path,
+        error: text("kubelet_error")
+            .or_else(|| text("error"))
+            .unwrap_or_else(|| found.summary.clone()),
+        path,
+    })
+}
+
+/// The remedy for every stale entry of the snapshot at once (`exclusive-cpu-shortage`'s
+/// "free them").
+pub(crate) fn remedy_for_all(snap: &NodeSnapshot, settings: &Settings) -> String {
+    let entries = stale_entries(snap, settings);
+    Remedy::choose(snap, refusal_at_start(snap, settings).as_ref(), &entries).text(snap)
+}
+
+/// The least invasive fix for stale CPU entries, chosen from what the snapshot says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fix {
+    /// Restart the kubelet: its first reconcile after the start removes the entries.
+    Restart,
+    /// The kubelet would refuse to start: a restart makes things worse. When the CPU manager
+    /// checkpoint is the refused file, freeing the stale entries with the kubelet stopped may
+    /// make it acceptable (the repair's plan says); another file is fixed first.
+    RefusedAtStart(Refusal),
+    /// V1 entries (keyed by container ID, written before 1.18): a kubelet from 1.18 migrates
+    /// the file at start and refuses it when an entry's container is no longer known to its
+    /// runtime, so only the repair clears them.
+    ContainerIdEntries,
+}
+
+/// A [`Fix`] and the pods whose containers must be stopped before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Remedy {
+    pub fix: Fix,
+    /// UIDs of the pods whose containers still run although their pod is gone or finished.
+    pub stop_first: Vec<String>,
+}
+
+impl Remedy {
+    /// The remedy for `entries` (one finding's, or all of them for `exclusive-cpu-shortage`).
+    pub(crate) fn choose(snap: &NodeSnapshot, refusal: Option<&Refusal>, entries: &[StaleEntry]) -> Remedy {
+        let mut stop_first: Vec<String> = entries
+            .iter()
+            .filter(|e| running_despite_the_list(snap, e).is_some())
+            .filter_map(|e| e.pod_uid.clone())
+            .collect();
+        stop_first.dedup();
+        let fix = match refusal {
+            Some(r) => Fix::RefusedAtStart(r.clone()),
+            None if entries.iter().any(|e| e.container_id.is_some()) => Fix::ContainerIdEntries,
+            None => Fix::Restart,
+        };
+        Remedy { fix, stop_first }
+    }
+
+    /// The remedy as the finding says it.
+    pub(crate) fn text(&self, snap: &NodeSnapshot) -> String {
+        let node = &snap.node;
+        let path = checkpoint_path(snap);
+        let repair = repair_cpu_state_remedy(node);
+        let restart = format!(
+            "restart the kubelet (systemctl restart kubelet on {node}): from 1.18 its first reconcile, about \
+             cpuManagerReconcilePeriod (10 s) after it starts, removes the entries of containers that are not among \
+             its active pods (it logs RemoveStaleState) and keeps the live pods' CPUs; if they are still in {path} \
+             a minute later, free them with the kubelet stopped: {repair}"
+        );
+        let fix = match &self.fix {
+            Fix::Restart => restart,
+            Fix::RefusedAtStart(r) if r.cpu_file => format!(
+                "do not restart the kubelet to clear this: at its next start it would refuse {} ({}; see {}). Free \
+                 the stale entries with the kubelet stopped instead (the plan says whether the file it writes passes \
+                 the kubelet's start-up checks): {repair}; if it does not, follow the {} remedy",
+                r.path, r.error, r.rule, r.rule
+            ),
+            Fix::RefusedAtStart(r) => format!(
+                "do not restart the kubelet yet: at its next start it would refuse {} ({}; see {}); fix that first, \
+                 then {restart}",
+                r.path, r.error, r.rule
+            ),
+            Fix::ContainerIdEntries => format!(
+                "a kubelet restart does not clear V1 entries: they are keyed by container ID (a file written before \
+                 1.18), and a kubelet from 1.18 migrates such a file at start and refuses to start when an entry's \
+                 container is no longer known to its runtime (containerID ... not found in initial containers list). \
+                 Free them with the kubelet stopped: {repair}"
+            ),
+        };
+        if self.stop_first.is_empty() {
+            return fix;
+        }
+        let stops: Vec<String> = self.stop_first.iter().map(|uid| stop_containers(node, uid)).collect();
+        format!(
+            "the containers of {} still run although the pod object is gone or finished; first {}; once the pod \
+             cgroups are empty, {fix}",
+            if self.stop_first.len() == 1 {
+                "the pod"
+            } else {
+                "these pods"
+            },
+            stops.join("; ")
+        )
+    }
 }
 
 #[cfg(test)]
@@ -393,5 +535,130 @@ mod tests {
             v.checkpoint_changed = true;
         }
         assert!(stale(&snap).is_empty());
+    }
+
+    fn remedy_of(snap: &NodeSnapshot) -> (Remedy, String) {
+        let settings = Settings::default();
+        let entries = stale_entries(snap, &settings);
+        let chosen = Remedy::choose(snap, refusal_at_start(snap, &settings).as_ref(), &entries);
+        let f = check(snap, &settings);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        (chosen, f[0].remedy.clone())
+    }
+
+    /// The 1.23 kubelet started after the pod's containers were removed behind its back
+    /// removed the entry at its first reconcile: a restart is the whole fix, the repair only
+    /// the fallback.
+    #[test]
+    fn a_gone_pod_and_a_container_that_left_its_pod_are_cleared_by_a_restart() {
+        let gone = SnapshotBuilder::static_node("0-1", &[("gone", "app", "4-5")])
+            .with_pod_list(&[])
+            .build();
+        let left = SnapshotBuilder::static_node("0-1", &[("live", "old-sidecar", "7")])
+            .with_pod_list(&[pod("live", "exec", "Running", &[("app", "c1")])])
+            .build();
+        for snap in [gone, left] {
+            let (chosen, remedy) = remedy_of(&snap);
+            assert_eq!(
+                chosen,
+                Remedy {
+                    fix: Fix::Restart,
+                    stop_first: vec![]
+                }
+            );
+            assert!(
+                remedy.starts_with("restart the kubelet (systemctl restart kubelet on node-a): from 1.18"),
+                "{remedy}"
+            );
+            let (fallback, repair) = (remedy.find("a minute later"), remedy.find("repair node-a cpu-state"));
+            assert!(fallback.is_some() && fallback < repair, "{remedy}");
+            assert!(!remedy.contains("crictl"), "{remedy}");
+        }
+    }
+
+    #[test]
+    fn a_file_the_kubelet_would_refuse_gets_the_repair_not_a_restart() {
+        // CPU 7 went offline: the kubelet's check 4 fails at its next start.
+        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "6-7")])
+            .with_pod_list(&[])
+            .with_online("0-6")
+            .build();
+        let (chosen, remedy) = remedy_of(&snap);
+        match &chosen.fix {
+            Fix::RefusedAtStart(r) => {
+                assert_eq!(
+                    (r.rule.as_str(), r.path.as_str(), r.cpu_file),
+                    ("checkpoint-invalid-state", "/var/lib/kubelet/cpu_manager_state", true)
+                );
+                assert!(r.error.starts_with("current set of available CPUs"), "{}", r.error);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            remedy.starts_with("do not restart the kubelet to clear this"),
+            "{remedy}"
+        );
+        assert!(remedy.contains("repair node-a cpu-state --apply"), "{remedy}");
+        assert!(!remedy.contains("systemctl restart kubelet"), "{remedy}");
+    }
+
+    #[test]
+    fn another_refused_file_is_fixed_before_the_restart() {
+        use crate::managers::memory::MemoryCheckpoint;
+        use crate::snapshot::ManagerFile;
+        let mut snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "4-5")])
+            .with_pod_list(&[])
+            .build();
+        snap.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
+            "/var/lib/kubelet/memory_manager_state".into(),
+            Some(60.0),
+            MemoryCheckpoint::parse(b"{\"policyName\":"),
+        ));
+        let (chosen, remedy) = remedy_of(&snap);
+        assert!(
+            matches!(&chosen.fix, Fix::RefusedAtStart(r) if !r.cpu_file && r.path == "/var/lib/kubelet/memory_manager_state"),
+            "{chosen:?}"
+        );
+        let (first, then) = (remedy.find("fix that first"), remedy.find("then restart the kubelet"));
+        assert!(
+            remedy.starts_with("do not restart the kubelet yet") && first.is_some() && first < then,
+            "{remedy}"
+        );
+    }
+
+    #[test]
+    fn v1_entries_get_the_repair() {
+        let v1 = crate::Checkpoint::parse(
+            br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"aaa111":"2-3"},"checksum":0}"#,
+        )
+        .unwrap();
+        let snap = SnapshotBuilder::from_state(v1.state().unwrap())
+            .with_pod_cgroups(vec![])
+            .build();
+        let (chosen, remedy) = remedy_of(&snap);
+        assert_eq!(chosen.fix, Fix::ContainerIdEntries);
+        assert!(
+            remedy.starts_with("a kubelet restart does not clear V1 entries: they are keyed by container ID"),
+            "{remedy}"
+        );
+        assert!(remedy.contains("repair node-a cpu-state --apply"), "{remedy}");
+    }
+
+    #[test]
+    fn running_containers_are_stopped_before_the_restart() {
+        let snap = SnapshotBuilder::static_node("0-1", &[("ghost", "app", "2-3")])
+            .with_pod_list(&[])
+            .with_pod_cgroups(vec![pod_cgroup("ghost", vec![leaf("c9", "2-3", 3)])])
+            .build();
+        let (chosen, remedy) = remedy_of(&snap);
+        assert_eq!(
+            chosen,
+            Remedy {
+                fix: Fix::Restart,
+                stop_first: vec!["ghost".into()]
+            }
+        );
+        let (stop, restart) = (remedy.find("crictl stop"), remedy.find("restart the kubelet"));
+        assert!(stop.is_some() && stop < restart, "{remedy}");
     }
 }

@@ -8,6 +8,12 @@
 //! unavailable`, #137317, #130172), and a reboot restores them (#109595). A maintainer's answer
 //! on #137010 is that the PodResources API is the supported view of the real allocation: when
 //! the kubelet answers, the finding says whether it still holds the devices too.
+//!
+//! The remedy follows that answer. When only the file holds them, nothing needs freeing: the
+//! file catches up at the next device allocation, and a kubelet restart would only reload the
+//! entries into its memory until the next admission drops them again. Otherwise the next
+//! admission drops them from the kubelet's memory (docs/kubelet.md, "What a kubelet restart
+//! clears").
 
 use serde_json::json;
 
@@ -67,7 +73,11 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 Some(n) => summary.push_str(&format!("; the kubelet's PodResources list still holds {n} of them")),
                 None => {}
             }
-            let mut remedy = device_state_remedy(&snap.node, &file.path, &e.resource);
+            let mut remedy = if in_memory == Some(0) {
+                only_the_file_remedy(&file.path)
+            } else {
+                device_state_remedy(&snap.node, &file.path, &e.resource)
+            };
             if let Some(why) = &note {
                 summary.push_str(&format!("; yet {why}"));
                 remedy = format!("{}; then {remedy}", stop_containers(&snap.node, &e.pod_uid));
@@ -92,6 +102,17 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 .with("path", file.path.as_str())
         })
         .collect()
+}
+
+/// The remedy when the kubelet's memory no longer holds the devices and only the file does.
+fn only_the_file_remedy(path: &str) -> String {
+    format!(
+        "nothing to free: the kubelet's PodResources List gives these devices to no container, only {path} still \
+         lists them, and the device manager rewrites the file at its next device allocation. Do not restart the \
+         kubelet for this: a restart does not clear the file, it reloads these entries into the kubelet's memory \
+         until the next admission drops them again. Do not delete the file: with no device checkpoint the kubelet \
+         takes the node for a new one and resets its extended resources. nodemedic does not edit this file"
+    )
 }
 
 #[cfg(test)]
@@ -152,6 +173,8 @@ mod tests {
             f[0].remedy
         );
         assert!(f[0].remedy.contains("\"nodeName\":\"node-a\""), "{}", f[0].remedy);
+        // Without the kubelet's answer the devices may still be held: the admission first.
+        assert!(f[0].remedy.starts_with("the device manager forgets"), "{}", f[0].remedy);
     }
 
     #[test]
@@ -164,6 +187,13 @@ mod tests {
         assert_eq!(f[0].evidence["held_by_kubelet"], 0);
         assert_eq!(f[0].severity, Severity::Info, "leftovers in the file only");
         assert!(f[0].summary.contains("only the file does"));
+        assert!(f[0].remedy.starts_with("nothing to free:"), "{}", f[0].remedy);
+        assert!(
+            f[0].remedy.contains("Do not restart the kubelet for this"),
+            "{}",
+            f[0].remedy
+        );
+        assert!(!f[0].remedy.contains("kubectl run"), "{}", f[0].remedy);
 
         // A listed pod of unknown UID holding one of the devices: cannot tell, not judged.
         exec.containers[0].devices = gpus(&["GPU-aaa", "GPU-bbb"]);

@@ -8,6 +8,10 @@
 //! checkpoint keeps while the kubelet's file no longer holds it will never be unprepared: the
 //! kubelet only asks drivers to unprepare the claims it knows. Liveness of the claim's pods is
 //! the CPU rules' ([`crate::facts::judge_pod`]).
+//!
+//! The remedy is the least invasive that releases the claim: delete the ResourceClaim when
+//! nothing needs it, then the driver (its plugin restarted, or its errors fixed). A kubelet
+//! restart releases nothing (docs/kubelet.md, "What a kubelet restart clears").
 
 use serde_json::json;
 
@@ -65,29 +69,31 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 Some(ClaimObject::Exists { .. }) if !c.object_exists() => None,
                 _ => c.claim.as_deref(),
             };
-            Finding::new(
-                ID,
-                Severity::Warning,
-                subject,
-                summary,
-                dra_claim_remedy(&snap.node, &path, c.source.driver(), deletable),
-            )
-            .with("resource_claim", c.object.as_ref().map(|o| json!(o)))
-            .with("claim_uid", c.claim_uid.as_str())
-            .with("claim", c.claim.clone())
-            .with(
-                "source",
-                match c.source {
-                    ClaimSource::Kubelet => "kubelet".to_string(),
-                    ClaimSource::Driver(format, _) => format.name().to_string(),
-                },
-            )
-            .with("state", c.state.clone())
-            .with("pod_uids", json!(c.pod_uids))
-            .with("devices", json!(c.devices))
-            .with("reason", c.reason.clone())
-            .with("liveness_source", snap.pod_source.as_str())
-            .with("path", path)
+            let mut remedy = dra_claim_remedy(&snap.node, &path, c.source.driver(), deletable);
+            remedy.push_str(&match c.source {
+                ClaimSource::Kubelet => format!(
+                    ". A kubelet restart does not release it: the kubelet restores the claim from {path} and \
+                     removes it only once the driver's NodeUnprepareResources succeeds"
+                ),
+                ClaimSource::Driver(..) => ". Restarting the kubelet does not release it either".to_string(),
+            });
+            Finding::new(ID, Severity::Warning, subject, summary, remedy)
+                .with("resource_claim", c.object.as_ref().map(|o| json!(o)))
+                .with("claim_uid", c.claim_uid.as_str())
+                .with("claim", c.claim.clone())
+                .with(
+                    "source",
+                    match c.source {
+                        ClaimSource::Kubelet => "kubelet".to_string(),
+                        ClaimSource::Driver(format, _) => format.name().to_string(),
+                    },
+                )
+                .with("state", c.state.clone())
+                .with("pod_uids", json!(c.pod_uids))
+                .with("devices", json!(c.devices))
+                .with("reason", c.reason.clone())
+                .with("liveness_source", snap.pod_source.as_str())
+                .with("path", path)
         })
         .collect()
 }
@@ -143,10 +149,20 @@ mod tests {
                 .contains("is still prepared by the kubelet in /var/lib/kubelet/dra_manager_state")
         );
         assert!(f[0].summary.contains("phase Failed"), "{}", f[0].summary);
+        // The least invasive first: the claim object, then the driver; a kubelet restart is
+        // said not to help.
+        let remedy = &f[0].remedy;
         assert!(
-            f[0].remedy.contains("kubectl delete resourceclaim -n spark exec-2-gpu"),
-            "{}",
-            f[0].remedy
+            remedy.starts_with("if the ResourceClaim still exists and nothing needs it, delete it (kubectl delete resourceclaim -n spark exec-2-gpu)"),
+            "{remedy}"
+        );
+        assert!(
+            remedy.ends_with(
+                "A kubelet restart does not release it: the kubelet restores the claim from \
+                 /var/lib/kubelet/dra_manager_state and removes it only once the driver's NodeUnprepareResources \
+                 succeeds"
+            ),
+            "{remedy}"
         );
     }
 
@@ -190,7 +206,15 @@ mod tests {
             f[1].summary
         );
         assert!(
-            f[1].remedy.contains("restart the driver's kubelet plugin pod"),
+            f[1].remedy.contains("kubectl delete resourceclaim")
+                && f[1].remedy.find("kubectl delete resourceclaim")
+                    < f[1].remedy.find("restart the driver's kubelet plugin pod")
+                && f[1]
+                    .remedy
+                    .contains("the kubelet asks gpu.nvidia.com to unprepare only the claims it holds itself")
+                && f[1]
+                    .remedy
+                    .ends_with("Restarting the kubelet does not release it either"),
             "{}",
             f[1].remedy
         );

@@ -6,6 +6,10 @@
 //! and a Guaranteed pod that needs it on one NUMA node is refused with `TopologyAffinityError`
 //! while the node shows free memory. Liveness is the CPU rules' (see [`crate::facts::judge_pod`]);
 //! a file whose checksum no kubelet accepts is `checkpoint-unreadable`'s, not judged here.
+//!
+//! Unlike a stale CPU entry, a kubelet restart does not clear these (docs/kubelet.md, "What a
+//! kubelet restart clears"): the memory manager has no reconcile loop, so the remedy is the
+//! next admission, and the drained reset only when that does not help.
 
 use serde_json::json;
 
@@ -13,7 +17,7 @@ use crate::facts::stale_memory;
 use crate::finding::{Finding, Severity};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
-use crate::text::{human_bytes, memory_state_remedy, stale_subject, still_running_note, stop_containers};
+use crate::text::{admit_one_pod, human_bytes, stale_subject, still_running_note, stop_containers};
 
 pub const ID: &str = "stale-memory-assignment";
 
@@ -46,7 +50,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 "{what} on NUMA node {numa_text} are held for {whose}, which no longer runs on this node: {}",
                 s.reason
             );
-            let mut remedy = memory_state_remedy(&snap.node, &file.path);
+            let mut remedy = remedy(&snap.node, &file.path);
             if let Some(why) = &note {
                 summary.push_str(&format!("; yet {why}"));
                 remedy = format!("{}; then {remedy}", stop_containers(&snap.node, &e.pod_uid));
@@ -69,6 +73,23 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                 .with("path", file.path.as_str())
         })
         .collect()
+}
+
+/// The remedy: the next admission drops the entries; a restart does not, and the reset of a
+/// drained node is the last resort.
+fn remedy(node: &str, path: &str) -> String {
+    format!(
+        "let the kubelet admit one pod, and do not restart it for this: the memory manager has no reconcile loop and \
+         drops the entries of pods that are not active only when it admits a pod once its pod sources are ready \
+         (removeStaleState, before it computes that pod's NUMA hints, so that pod already sees this memory free); \
+         a kubelet restart reloads {path} as written, stale entries included, and re-admits the running pods, usually \
+         before its pod sources are ready, when the clean-up does nothing. To have them dropped now: {}. If they stay (the \
+         kubelet's pod sources are not ready, or the file keeps coming back), reset the memory manager on a drained \
+         node: kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: systemctl stop \
+         kubelet && mv {path} {path}.bak && systemctl start kubelet; then kubectl uncordon {node}. nodemedic does \
+         not edit this file",
+        admit_one_pod(node)
+    )
 }
 
 #[cfg(test)]
@@ -116,11 +137,18 @@ mod tests {
             "{}",
             gone.summary
         );
+        // The next admission, not a restart, and the drained reset last.
+        let remedy = &gone.remedy;
         assert!(
-            gone.remedy.contains("mv /var/lib/kubelet/memory_manager_state"),
-            "{}",
-            gone.remedy
+            remedy.starts_with("let the kubelet admit one pod, and do not restart it for this"),
+            "{remedy}"
         );
+        let (admit, reset) = (
+            remedy.find("kubectl run nodemedic-admit"),
+            remedy.find("mv /var/lib/kubelet/memory_manager_state"),
+        );
+        assert!(admit.is_some() && admit < reset, "{remedy}");
+        assert!(!remedy.contains("systemctl restart kubelet"), "{remedy}");
         let done = &f[1];
         assert_eq!(done.subject.name.as_deref(), Some("job"));
         assert_eq!(done.evidence["numa_nodes"], json!([0, 1]));
@@ -146,7 +174,7 @@ mod tests {
         let remedy = &f[0].remedy;
         assert!(
             remedy.find("crictl ps --label io.kubernetes.pod.uid=gone").unwrap()
-                < remedy.find("kubectl drain").unwrap()
+                < remedy.find("let the kubelet admit one pod").unwrap()
         );
     }
 
