@@ -1,12 +1,15 @@
 //! Node conditions, in the way node-problem-detector sets them: one condition per problem
-//! family, `True` while a finding of its rules exists, patched on `nodes/<node>/status` only
-//! when a status changes or a heartbeat is due.
+//! family, `True` while a finding of its rules exists, `Unknown` (reason `CannotJudge`) while
+//! none does and one of its rules could not judge (a source it needs failed: "could not look"
+//! is never "finds no problem"), else `False`; patched on `nodes/<node>/status` only when a
+//! status changes or a heartbeat is due.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
+use nodemedic_rules::coverage::Coverage;
 use nodemedic_rules::finding::Finding;
 use serde_json::json;
 
@@ -44,37 +47,85 @@ pub const CONDITIONS: &[ConditionSpec] = &[
     },
 ];
 
+/// A condition's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    /// None of its rules found anything, and one of them could not judge.
+    Unknown,
+}
+
+impl Status {
+    /// `True`, `False`, `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// `reason` of a condition whose rules could not judge.
+pub const REASON_CANNOT_JUDGE: &str = "CannotJudge";
+
 /// One condition's wanted state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
     pub type_: &'static str,
-    pub status: bool,
+    pub status: Status,
     pub reason: &'static str,
     pub message: String,
 }
 
-/// The conditions `findings` call for.
-pub fn wanted(findings: &[Finding]) -> Vec<Wanted> {
+/// The conditions `findings` and the rules' `coverage` call for. A finding of a rule that could
+/// not judge this time (one the caller kept from its last judgement) does not make a condition
+/// `True`: with no other finding, the condition is `Unknown`. A rule missing from `coverage`
+/// counts as judged.
+pub fn wanted(findings: &[Finding], coverage: &BTreeMap<&'static str, Coverage>) -> Vec<Wanted> {
+    let judged = |rule: &str| {
+        coverage
+            .get(rule)
+            .is_none_or(|c| !matches!(c, Coverage::Unknown { .. }))
+    };
     CONDITIONS
         .iter()
         .map(|spec| {
             let hits: Vec<&Finding> = findings
                 .iter()
-                .filter(|f| spec.rules.contains(&f.rule.as_str()))
+                .filter(|f| spec.rules.contains(&f.rule.as_str()) && judged(&f.rule))
                 .collect();
-            let message = match hits.len() {
-                0 => "nodemedic finds no problem of this kind".to_string(),
-                1 => hits[0].summary.clone(),
-                n => format!("{n} findings; first: {}", hits[0].summary),
+            let unknown: Vec<String> = spec
+                .rules
+                .iter()
+                .filter_map(|r| match coverage.get(r) {
+                    Some(Coverage::Unknown { reason, .. }) => Some(format!("{r} ({reason})")),
+                    _ => None,
+                })
+                .collect();
+            let (status, reason, message) = match (hits.len(), unknown.is_empty()) {
+                (0, true) => (
+                    Status::False,
+                    spec.reason_false,
+                    "nodemedic finds no problem of this kind".to_string(),
+                ),
+                (0, false) => (
+                    Status::Unknown,
+                    REASON_CANNOT_JUDGE,
+                    format!("nodemedic could not judge {}", unknown.join("; ")),
+                ),
+                (1, _) => (Status::True, spec.reason_true, hits[0].summary.clone()),
+                (n, _) => (
+                    Status::True,
+                    spec.reason_true,
+                    format!("{n} findings; first: {}", hits[0].summary),
+                ),
             };
             Wanted {
                 type_: spec.type_,
-                status: !hits.is_empty(),
-                reason: if hits.is_empty() {
-                    spec.reason_false
-                } else {
-                    spec.reason_true
-                },
+                status,
+                reason,
                 message: message.chars().take(1024).collect(),
             }
         })
@@ -114,8 +165,12 @@ impl NodeConditions {
 
     /// Patches the node's status when a condition changed or the heartbeat is due; returns
     /// whether it patched.
-    pub async fn sync(&mut self, findings: &[Finding]) -> Result<bool, crate::kube_api::Error> {
-        let wanted = wanted(findings);
+    pub async fn sync(
+        &mut self,
+        findings: &[Finding],
+        coverage: &BTreeMap<&'static str, Coverage>,
+    ) -> Result<bool, crate::kube_api::Error> {
+        let wanted = wanted(findings, coverage);
         // A new status or reason is patched at once; a new message waits for the heartbeat,
         // so a count in the message does not make a patch per scan.
         let changed = wanted.iter().any(|w| {
@@ -137,7 +192,7 @@ impl NodeConditions {
                 };
                 json!({
                     "type": w.type_,
-                    "status": if w.status { "True" } else { "False" },
+                    "status": w.status.as_str(),
                     "reason": w.reason,
                     "message": w.message,
                     "lastHeartbeatTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -168,26 +223,61 @@ mod tests {
     use super::*;
     use nodemedic_rules::finding::{Severity, Subject};
 
+    fn f(rule: &str) -> Finding {
+        Finding::new(
+            rule,
+            Severity::Critical,
+            Subject::node("n"),
+            format!("{rule} summary"),
+            String::new(),
+        )
+    }
+
     #[test]
     fn wanted_conditions_follow_rules() {
-        let f = |rule: &str| {
-            Finding::new(
-                rule,
-                Severity::Critical,
-                Subject::node("n"),
-                format!("{rule} summary"),
-                String::new(),
-            )
-        };
-        let w = wanted(&[f("stale-cpu-assignment"), f("cpuset-drift"), f("checkpoint-unreadable")]);
+        let none = BTreeMap::new();
+        let w = wanted(
+            &[f("stale-cpu-assignment"), f("cpuset-drift"), f("checkpoint-unreadable")],
+            &none,
+        );
         assert_eq!(w[0].type_, "CPUManagerStateStale");
-        assert!(w[0].status);
+        assert_eq!(w[0].status, Status::True);
         assert_eq!(w[0].message, "2 findings; first: stale-cpu-assignment summary");
         assert_eq!(
             (w[1].type_, w[1].status, w[1].reason),
-            ("SparkExecutorOrphans", false, "NoSparkExecutorOrphans")
+            ("SparkExecutorOrphans", Status::False, "NoSparkExecutorOrphans")
         );
-        let none = wanted(&[]);
-        assert!(none.iter().all(|w| !w.status));
+        assert!(wanted(&[], &none).iter().all(|w| w.status == Status::False));
+    }
+
+    /// A rule that could not judge makes its condition Unknown, never False "finds no problem";
+    /// a finding kept from its last judgement does not make it True; a judged finding of
+    /// another rule of the family does.
+    #[test]
+    fn a_rule_that_could_not_judge_makes_its_condition_unknown() {
+        let mut coverage = BTreeMap::new();
+        coverage.insert(
+            "kubelet-state-divergence",
+            Coverage::Unknown {
+                missing: vec![nodemedic_rules::coverage::Source::Podresources],
+                reason: "podresources: List did not answer within 2 s".into(),
+            },
+        );
+        coverage.insert("stale-cpu-assignment", Coverage::Judged);
+        let kept = [f("kubelet-state-divergence")];
+        for findings in [&[][..], &kept[..]] {
+            let w = wanted(findings, &coverage);
+            assert_eq!(
+                (w[0].status, w[0].reason, w[0].message.as_str()),
+                (
+                    Status::Unknown,
+                    "CannotJudge",
+                    "nodemedic could not judge kubelet-state-divergence (podresources: List did not answer within 2 s)"
+                )
+            );
+            assert_eq!(w[1].status, Status::False, "the other family judged");
+        }
+        let w = wanted(&[f("stale-cpu-assignment")], &coverage);
+        assert_eq!((w[0].status, w[0].reason), (Status::True, "CPUManagerStateStale"));
     }
 }

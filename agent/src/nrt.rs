@@ -269,7 +269,7 @@ mod tests {
         snap.cpus = Observed::Ok(CpuTopology::uniform(2, 4, 1));
         snap.kubelet = Observed::Ok(KubeletConfig {
             path: None,
-            found_by: "default".into(),
+            found_by: nodemedic_rules::snapshot::FoundBy::DefaultPath,
             cpu_manager: CpuManagerConfig {
                 policy: "static".into(),
                 reserved_system_cpus: Some(CpuSet::parse("0").unwrap()),

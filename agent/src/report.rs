@@ -2,6 +2,9 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
+use nodemedic_rules::coverage::{Coverage, Judgement};
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed};
@@ -21,8 +24,16 @@ pub struct Report {
     /// API server (`ok` when probed, else why not).
     pub sources: Map<String, Value>,
     pub findings: Vec<Finding>,
+    /// Per rule of the catalogue: whether it judged (`judged`), could not because a source it
+    /// needs failed (`unknown`), was not asked to look (`not_applicable`) or is `disabled`;
+    /// with the sources it lacked and why.
+    pub coverage: BTreeMap<&'static str, Coverage>,
     /// What the collectors skipped (vanished cgroups, unparsable files).
     pub notes: Vec<String>,
+    /// The kubelet's version (`major`, `minor`, `patch`, `raw`, `source`, `read_at`), when the
+    /// Node object was read; absent when unknown (`sources.kubelet_version` says `unknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<nodemedic_rules::kubelet_version::VersionReading>,
 }
 
 impl Report {
@@ -42,7 +53,60 @@ impl Report {
             version: env!("CARGO_PKG_VERSION"),
             sources,
             findings,
+            coverage: BTreeMap::new(),
             notes: snapshot.notes.clone(),
+            kubelet_version: snapshot.kubelet_version.ok().cloned(),
+        }
+    }
+
+    /// The report of a judgement: its findings and its coverage.
+    pub fn judged(snapshot: &NodeSnapshot, judgement: Judgement, records: &Records) -> Self {
+        let mut report = Report::new(snapshot, judgement.findings, records);
+        report.coverage = judgement.coverage;
+        report
+    }
+
+    /// The rules that could not judge because a source they need failed.
+    pub fn unknown(&self) -> impl Iterator<Item = (&'static str, &Coverage)> {
+        self.coverage
+            .iter()
+            .filter(|(_, c)| matches!(c, Coverage::Unknown { .. }))
+            .map(|(id, c)| (*id, c))
+    }
+
+    /// The `coverage:` section of the text report: how many rules judged, then one line per
+    /// rule that could not (unknown), and one line per reason for those not applicable or
+    /// disabled. Rules in catalogue order.
+    fn coverage_text(&self, out: &mut String) {
+        if self.coverage.is_empty() {
+            return;
+        }
+        let judged = self.coverage.values().filter(|c| c.judged()).count();
+        let _ = writeln!(out, "coverage: {judged} of {} rules judged", self.coverage.len());
+        let in_order = || {
+            rules::ALL
+                .iter()
+                .filter_map(|r| self.coverage.get(r.id).map(|c| (r.id, c)))
+        };
+        for (id, c) in in_order() {
+            if let Coverage::Unknown { reason, .. } = c {
+                let _ = writeln!(out, "  unknown         {id}: {reason}");
+            }
+        }
+        let mut grouped: Vec<(&str, String, Vec<&str>)> = vec![];
+        for (id, c) in in_order() {
+            let (word, why) = match c {
+                Coverage::NotApplicable { reason, .. } => ("not applicable", reason.clone()),
+                Coverage::Disabled => ("disabled", "configuration".to_string()),
+                _ => continue,
+            };
+            match grouped.iter_mut().find(|(w, y, _)| *w == word && *y == why) {
+                Some((_, _, ids)) => ids.push(id),
+                None => grouped.push((word, why, vec![id])),
+            }
+        }
+        for (word, why, ids) in grouped {
+            let _ = writeln!(out, "  {word:<15} {} ({why})", ids.join(", "));
         }
     }
 
@@ -105,8 +169,9 @@ impl Report {
                 }
                 "kubelet_config" => snapshot.kubelet.ok().map(|k| {
                     format!(
-                        " ({}, policy {})",
+                        " ({}{}, policy {})",
                         k.path.as_deref().unwrap_or("flags only"),
+                        k.found_by.describe().map(|d| format!(" {d}")).unwrap_or_default(),
                         k.cpu_manager.policy
                     )
                 }),
@@ -124,6 +189,11 @@ impl Report {
                     Observed::Missing { path } => Some(format!(" ({path})")),
                     _ => None,
                 },
+                "kubelet_version" => Some(match &snapshot.kubelet_version {
+                    Observed::Ok(v) => format!(" ({})", v.describe()),
+                    Observed::Missing { path } => format!(" ({path} not found)"),
+                    Observed::NotApplicable { reason } | Observed::Error { reason } => format!(" ({reason})"),
+                }),
                 "api" => snapshot.api.ok().map(|a| {
                     let n = a.samples.len();
                     format!(" ({n} probe sample{})", if n == 1 { "" } else { "s" })
@@ -137,6 +207,7 @@ impl Report {
                 detail.unwrap_or_default()
             );
         }
+        self.coverage_text(&mut out);
         for severity in [Severity::Critical, Severity::Warning, Severity::Info] {
             let group: Vec<&Finding> = self.findings.iter().filter(|f| f.severity == severity).collect();
             if group.is_empty() {
@@ -232,6 +303,8 @@ mod tests {
                 samples: vec![],
                 probing_since: 0,
                 last_success_at: None,
+                unreachable_since: None,
+                last_error: None,
                 webhooks: Observed::Ok(vec![]),
             }),
             ..offline

@@ -91,9 +91,19 @@ pub struct Options {
     /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
     /// that a hung mount never stalls its watch or `/metrics`.
     pub host_reads_inline: bool,
+    /// Why there is no pod list, when the caller knows (`--offline`, no API configured, the
+    /// daemon's watch not synced): the snapshot's `pod_list` when its pods do not come from a
+    /// list. A pod list from the API that fails is an error whatever this says.
+    pub pod_list: Option<Observed<()>>,
     /// The pods of this node last known (the daemon's store while its watch is down):
     /// (namespace, name) to UIDs, to name the pods the kubelet's PodResources API lists.
     pub last_known_pods: std::collections::BTreeMap<(String, String), Vec<String>>,
+    /// The kubelet's version as the caller knows it (the daemon's, read every few minutes);
+    /// `None`: read from this node's Node object with `Pods::Api`, else unknown.
+    pub kubelet_version: Option<Observed<nodemedic_rules::kubelet_version::VersionReading>>,
+    /// The rule settings the caller judges with: which stale DRA claims' ResourceClaims are
+    /// asked for follows them (`claims_to_ask`), so the snapshot holds what the judgement needs.
+    pub settings: nodemedic_rules::Settings,
 }
 
 /// The end of a note that says liveness falls back to the cgroups; rewritten when the
@@ -116,18 +126,90 @@ pub struct Source {
 pub const COMMAND_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Source {
-    /// The pods this source names, and a note when the API was not used: the file when one is
-    /// given, no pods offline, else the API when a configuration loads (this node's name:
-    /// `node`, else the kubelet's `--hostname-override` or `/etc/hostname`).
-    pub async fn pods(&self, host: &HostPaths) -> (Pods, Option<String>) {
+    /// The pods this source names, for `scan` and `repair cpu-state`: the file when one is
+    /// given, no pods offline, else the API (this node's name: `node`, else the kubelet's
+    /// `--hostname-override` or `/etc/hostname`). A kubeconfig the user named (`--kubeconfig`)
+    /// that cannot be loaded is an error, and its pod list does not fall back to the cgroups
+    /// (a failed list is the file's error: [`blame_kubeconfig`]); only the default configuration
+    /// (in-cluster, `$KUBECONFIG`, `~/.kube/config`) may fall back, with a note. Also says why
+    /// there is no pod list when there is none by choice.
+    pub async fn resolve(&self, host: &HostPaths) -> Result<Resolved, ScanError> {
         if let Some(path) = &self.pods_file {
-            return (Pods::File(path.clone()), None);
+            return Ok(Resolved::new(Pods::File(path.clone()), None, None));
         }
         if self.offline {
-            return (Pods::Cgroups, None);
+            let why = "--offline: the Kubernetes API is not used and no --pods file was given";
+            return Ok(Resolved::new(Pods::Cgroups, None, Some(why.to_string())));
         }
         let node = self.node.clone().unwrap_or_else(|| collect::host_node_name(host));
-        api_or_cgroups(self.kubeconfig.as_deref(), &node, COMMAND_REQUEST_TIMEOUT).await
+        let Some(path) = &self.kubeconfig else {
+            let (pods, note) = api_or_cgroups(None, &node, COMMAND_REQUEST_TIMEOUT).await;
+            let why = note
+                .as_deref()
+                .map(|n| n.strip_suffix(CGROUPS_FALLBACK).unwrap_or(n).to_string());
+            return Ok(Resolved::new(pods, note, why));
+        };
+        let api = kube_api::Connection::load(Some(path), COMMAND_REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| blame_kubeconfig(Some(path), e.into()))?;
+        let pods = Pods::Api {
+            api: Box::new(api),
+            node,
+            fallback: false,
+        };
+        Ok(Resolved {
+            pods,
+            note: None,
+            pod_list: None,
+            kubeconfig: Some(path.clone()),
+        })
+    }
+}
+
+/// An error of a command that uses the API through the kubeconfig the user named
+/// (`--kubeconfig`): a configuration that does not load, or a request its API server refuses or
+/// does not answer, is that file's error ([`ScanError::Kubeconfig`]: the file, then the first
+/// line of the reason). Every other error, and every error without a named file, is returned
+/// as it is.
+pub fn blame_kubeconfig(kubeconfig: Option<&std::path::Path>, e: ScanError) -> ScanError {
+    match (kubeconfig, e) {
+        (Some(path), ScanError::Api(e)) => ScanError::Kubeconfig {
+            path: path.display().to_string(),
+            reason: one_line(&match e {
+                kube_api::Error::Config { message, .. } => message,
+                other => other.to_string(),
+            }),
+        },
+        (_, e) => e,
+    }
+}
+
+/// The first line of an error's text (a YAML parser's error goes on with the offending lines):
+/// errors end as one line on stderr.
+pub fn one_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().trim_end().to_string()
+}
+
+/// Where a one-shot scan's pods come from, resolved.
+#[derive(Debug)]
+pub struct Resolved {
+    pub pods: Pods,
+    /// Why the API was not used, for the report's notes.
+    pub note: Option<String>,
+    /// Why there is no pod list, when there is none by choice (see [`Options::pod_list`]).
+    pub pod_list: Option<Observed<()>>,
+    /// The kubeconfig the user named: a failed pod list names it.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Resolved {
+    fn new(pods: Pods, note: Option<String>, not_applicable: Option<String>) -> Self {
+        Resolved {
+            pods,
+            note,
+            pod_list: not_applicable.map(|reason| Observed::NotApplicable { reason }),
+            kubeconfig: None,
+        }
     }
 }
 
@@ -143,6 +225,13 @@ pub enum ScanError {
     /// The host scan's thread or the command's runtime failed.
     #[error("host scan task: {0}")]
     Task(String),
+    /// The kubeconfig the user named cannot be used: it cannot be read or parsed, or the API
+    /// server it names refused the pod list.
+    #[error("{path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
+    /// The host root holds none of what a node's root holds.
+    #[error("{0}")]
+    NotANode(String),
 }
 
 /// A snapshot and how its collectors went.
@@ -179,6 +268,7 @@ pub async fn snapshot<D: PodDirectory>(
         driver_checkpoints: opts.driver_checkpoints.clone(),
     };
     let mut api = None;
+    let mut pod_list_error = None;
     match &pods {
         Pods::Api {
             api: conn,
@@ -190,7 +280,10 @@ pub async fn snapshot<D: PodDirectory>(
                 scan_opts.pods = Some((list, PodSource::Api));
                 api = Some(conn);
             }
-            Err(e) if *fallback => notes.push(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}")),
+            Err(e) if *fallback => {
+                notes.push(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}"));
+                pod_list_error = Some(e.to_string());
+            }
             Err(e) => return Err(ScanError::Api(e)),
         },
         Pods::Given { node, pods, source } => {
@@ -219,15 +312,24 @@ pub async fn snapshot<D: PodDirectory>(
     let mut snapshot = collected.snapshot;
     let mut records = collected.records;
     snapshot.notes.splice(0..0, notes);
+    if let Some(reason) = pod_list_error {
+        snapshot.pod_list = Observed::Error { reason };
+    } else if let Some(why) = &opts.pod_list {
+        snapshot.pod_list = why.clone();
+    }
+    read_kubelet_version(api.map(|c| &c.client), opts, &mut snapshot, &mut records).await;
     if let Some(kubelet_dir) = &collected.kubelet_dir {
         read_kubelet_view(host, kubelet_dir, opts, &mut snapshot, &mut records).await;
     }
+    snapshot
+        .notes
+        .extend(nodemedic_rules::rules::kubelet_state_divergence::notes(&snapshot));
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     // ResourceClaims are asked for only where there is an API server to ask.
     let claims = (
         snapshot.managers.holds_prepared_claims(),
         match &pods {
-            Pods::Api { .. } => nodemedic_rules::facts::claims_to_ask(&snapshot, &nodemedic_rules::Settings::default()),
+            Pods::Api { .. } => nodemedic_rules::facts::claims_to_ask(&snapshot, &opts.settings),
             _ => vec![],
         },
     );
@@ -286,6 +388,40 @@ pub async fn snapshot<D: PodDirectory>(
         }
     }
     Ok(Scanned { snapshot, records })
+}
+
+/// The kubelet's version into the snapshot: the caller's, else one GET of this node's Node
+/// when the API is in use, else unknown. Its record says `ok` or `unknown`; a version that
+/// could not be read or parsed is also a note.
+async fn read_kubelet_version(
+    client: Option<&kube::Client>,
+    opts: &Options,
+    snapshot: &mut NodeSnapshot,
+    records: &mut Records,
+) {
+    let started = std::time::Instant::now();
+    let version = match (&opts.kubelet_version, client) {
+        (Some(known), _) => known.clone(),
+        (None, Some(client)) => kube_api::node_kubelet_version(client, &snapshot.node).await,
+        (None, None) => Observed::NotApplicable {
+            reason: "no Kubernetes API used, so no Node object read".into(),
+        },
+    };
+    let status = if version.ok().is_some() { "ok" } else { "unknown" };
+    records.set(collect::Record {
+        name: "kubelet_version",
+        duration: started.elapsed(),
+        status: status.to_string(),
+        failed: false,
+    });
+    match &version {
+        Observed::Error { reason } => snapshot.notes.push(format!("kubelet version unknown: {reason}")),
+        Observed::Missing { path } => snapshot
+            .notes
+            .push(format!("kubelet version unknown: {path} not found")),
+        _ => {}
+    }
+    snapshot.kubelet_version = version;
 }
 
 /// Asks the kubelet's PodResources API into the snapshot; without a pod list, its pods decide
@@ -396,4 +532,64 @@ pub async fn api_or_cgroups(
             Some(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}")),
         ),
     }
+}
+
+/// What a node's root holds under it, by what its absence means: the kubelet's directory, the
+/// cgroup hierarchy, procfs.
+fn node_parts(host: &HostPaths) -> [(String, bool); 3] {
+    let kubelet = host.kubelet_dir(None);
+    let cgroup = host.host("/sys/fs/cgroup");
+    let proc = host.proc();
+    [
+        (host.display(&kubelet), kubelet.is_dir()),
+        (host.display(&cgroup), cgroup.is_dir()),
+        (host.display(&proc), proc.is_dir()),
+    ]
+}
+
+/// Checks that `host` looks like a node's root: a directory with the kubelet's directory, a
+/// cgroup hierarchy or `/proc` under it. A root with none of them (a parent directory of a
+/// node tree, `/tmp`) would scan as a node where every source is missing and nothing is
+/// found; it is an error instead that names what is missing and, when a directory below the
+/// root looks like a node, suggests it.
+pub fn check_host_root(host: &HostPaths) -> Result<(), ScanError> {
+    let root = host.root();
+    if !root.is_dir() {
+        return Err(ScanError::NotANode(format!(
+            "{}: host root does not exist or is not a directory",
+            root.display()
+        )));
+    }
+    let parts = node_parts(host);
+    if parts.iter().any(|(_, there)| *there) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = parts.iter().map(|(p, _)| p.as_str()).collect();
+    let mut message = format!(
+        "{}: does not look like a node's root: no {} under it (pass the directory that holds them as --host-root)",
+        root.display(),
+        missing.join(", no ")
+    );
+    // Sorted, bounded: a large directory does not stall the error.
+    let mut below: Vec<PathBuf> = std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .take(1000)
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    below.sort();
+    let nodes: Vec<String> = below
+        .into_iter()
+        .filter(|dir| node_parts(&HostPaths::new(dir, None)).iter().any(|(_, there)| *there))
+        .take(3)
+        .map(|dir| dir.display().to_string())
+        .collect();
+    if !nodes.is_empty() {
+        message.push_str(&format!("; did you mean --host-root {}?", nodes.join(" or ")));
+    }
+    Err(ScanError::NotANode(message))
 }

@@ -135,6 +135,13 @@ fn rules_catalogue() {
         ]
     );
     assert_eq!(v[2]["docs"], "docs/rules/stale-cpu-assignment.md");
+    assert_eq!(
+        v[2]["needs"],
+        serde_json::json!(["checkpoint", "one of pods, podresources, cgroups"])
+    );
+    // From which kubelet version each comparison holds; an API-only rule says why none matters.
+    assert_eq!(v[2]["kubelet_versions"]["comparisons"][0]["from"], "1.18 (V2 entries)");
+    assert!(v[20]["kubelet_versions"]["do_not_matter"].is_string(), "{}", v[20]);
     let (_, text, _) = run(&["rules"]);
     assert!(text.starts_with("checkpoint-unreadable      critical"), "{text}");
 }
@@ -153,6 +160,8 @@ fn bad_flags_and_missing_inputs_exit_2_with_one_line() {
         )
     );
     let dir = tempfile::tempdir().unwrap();
+    // A node's root holds at least one of its parts (here /proc).
+    std::fs::create_dir(dir.path().join("proc")).unwrap();
     let root = dir.path().to_str().unwrap();
     let (code, _, err) = run(&["scan", "--host-root", root, "--pods", "/nonexistent/pods.json"]);
     assert_eq!(
@@ -172,8 +181,20 @@ fn bad_flags_and_missing_inputs_exit_2_with_one_line() {
 }
 
 #[test]
-fn an_empty_host_scans_clean() {
+fn an_empty_host_is_no_node_and_a_bare_one_scans_clean() {
     let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let (code, out, err) = run(&["scan", "--host-root", root, "--node", "n1"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        format!(
+            "nodemedic: {root}: does not look like a node's root: no /var/lib/kubelet, no /sys/fs/cgroup, no /proc \
+             under it (pass the directory that holds them as --host-root)\n"
+        )
+    );
+    // With /proc alone: every other source missing, nothing to judge in the absent files.
+    std::fs::create_dir(dir.path().join("proc")).unwrap();
     let (code, out, err) = run(&[
         "scan",
         "--host-root",

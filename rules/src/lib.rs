@@ -13,6 +13,7 @@
 //!   start").
 //! - [`snapshot`]: what the agent saw on the node.
 //! - [`finding`]: what a rule reports.
+//! - [`coverage`]: which sources each rule needs, and whether it could judge.
 //! - [`rules`]: the rule catalogue, one module per rule id.
 //! - [`facts`]: the judgements several rules, the agent's metrics and its repairs share (stale
 //!   checkpoint entries, rejected pods, orphaned executors and scratch dirs).
@@ -25,16 +26,20 @@
 //! - [`promtext`]: the API server's admission webhook latencies from its `/metrics` text.
 //! - [`kubelet_view`]: the kubelet's own view of its CPU, memory and device assignments
 //!   (PodResources API).
+//! - [`kubelet_version`]: the kubelet's version, and which of its answers a comparison may
+//!   rely on.
 //! - [`managers`]: the other resource managers' checkpoints (memory, devices, DRA) and the DRA
 //!   drivers' own, read and verified like the CPU one.
 
 pub mod admission;
 pub mod checkpoint;
+pub mod coverage;
 pub mod cpuset;
 pub mod eviction;
 pub mod facts;
 pub mod finding;
 pub mod hostpath;
+pub mod kubelet_version;
 pub mod kubelet_view;
 pub mod managers;
 pub mod probes;

@@ -194,10 +194,11 @@ impl ManagerFiles {
 /// The kubelet's configuration as far as nodemedic uses it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KubeletConfig {
-    /// Host path of the file it came from (`None`: defaults and flags only).
+    /// Host path of the file it came from: the `--config` file, else the `--config-dir`
+    /// directory when only drop-ins were read (`None`: defaults and flags only).
     pub path: Option<String>,
-    /// Where the path came from: `cmdline` (the kubelet's `--config`) or `default`.
-    pub found_by: String,
+    /// Where the command line and the path came from.
+    pub found_by: FoundBy,
     pub cpu_manager: CpuManagerConfig,
     /// `cgroupDriver`: `cgroupfs` or `systemd`.
     pub cgroup_driver: String,
@@ -210,6 +211,53 @@ pub struct KubeletConfig {
     /// When the kubelet process started, unix seconds (from procfs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,
+}
+
+/// Where nodemedic found the kubelet's command line, and with it the configuration file
+/// (docs/kubelet.md, "The kubelet's configuration").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundBy {
+    /// The running kubelet's command line (`/proc/<pid>/cmdline`): its `--config` and flags.
+    Cmdline,
+    /// No kubelet runs: the command line its systemd unit starts it with. `file` is the host
+    /// path of the unit, drop-in or environment file whose line named `--config` (the unit's
+    /// own file when nothing did).
+    SystemdUnit { file: String },
+    /// No kubelet runs and no unit says how it starts: a distribution's usual place.
+    DefaultPath,
+}
+
+impl FoundBy {
+    /// How the report says it, after the path: `from the systemd drop-in <file>`; `None` for
+    /// the running kubelet's command line and a default path, which need no words.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            FoundBy::SystemdUnit { file } if file.contains(".service.d/") => {
+                Some(format!("from the systemd drop-in {file}"))
+            }
+            FoundBy::SystemdUnit { file } if file.ends_with(".service") => {
+                Some(format!("from the systemd unit {file}"))
+            }
+            FoundBy::SystemdUnit { file } => Some(format!("from {file}, read by the kubelet's systemd unit")),
+            FoundBy::Cmdline | FoundBy::DefaultPath => None,
+        }
+    }
+}
+
+impl std::fmt::Display for FoundBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FoundBy::Cmdline => write!(f, "cmdline"),
+            FoundBy::SystemdUnit { file } => write!(f, "systemd unit {file}"),
+            FoundBy::DefaultPath => write!(f, "default path"),
+        }
+    }
+}
+
+impl serde::Serialize for FoundBy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// cgroup v1 or v2.
@@ -665,8 +713,14 @@ pub struct ApiObservation {
     pub samples: Vec<ProbeSample>,
     /// When probing started, unix seconds.
     pub probing_since: i64,
-    /// The last successful probe of any kind, unix seconds.
+    /// The last request of the agent that the API server answered (any HTTP status), unix
+    /// seconds; in a one-shot scan, the last successful probe.
     pub last_success_at: Option<i64>,
+    /// The first request that got no answer after the last answered one, unix seconds: when
+    /// the API server became unreachable (`None` while requests are answered).
+    pub unreachable_since: Option<i64>,
+    /// The error of the last request that got no answer, while unreachable.
+    pub last_error: Option<String>,
     /// The webhooks that apply to pod creation (`Missing` when they could not be listed).
     pub webhooks: Observed<Vec<WebhookInfo>>,
 }
@@ -702,11 +756,19 @@ pub struct NodeSnapshot {
     /// procfs status (its data lives in the cgroup tree's processes).
     pub procfs: Observed<()>,
     pub pod_source: PodSource,
+    /// Why there is no pod list when `pod_source` is neither `Api` nor `File`:
+    /// `NotApplicable` when none was asked for (`--offline`, no API configured), `Error` when
+    /// it could not be read (the API failed, the daemon's watch has not synced). Not read with
+    /// a pod list. Decides the coverage of the rules that need one ([`crate::coverage`]).
+    pub pod_list: Observed<()>,
     /// Pods bound to this node (empty with [`PodSource::Cgroups`] and
     /// [`PodSource::PodResources`]).
     pub pods: Vec<PodInfo>,
     /// The kubelet's own view (its PodResources API).
     pub kubelet_view: Observed<crate::kubelet_view::KubeletView>,
+    /// The kubelet's version (the Node's `status.nodeInfo.kubeletVersion`; unknown offline):
+    /// which of its answers a comparison may rely on ([`crate::kubelet_version`]).
+    pub kubelet_version: Observed<crate::kubelet_version::VersionReading>,
     /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
     /// unparsable file): shown in the report, never fatal.
     pub notes: Vec<String>,
@@ -797,8 +859,14 @@ impl NodeSnapshot {
             cgroups: missing("/sys/fs/cgroup"),
             procfs: missing("/proc"),
             pod_source: PodSource::Cgroups,
+            pod_list: Observed::NotApplicable {
+                reason: "no pod list given".into(),
+            },
             pods: Vec::new(),
             kubelet_view: missing("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            kubelet_version: Observed::NotApplicable {
+                reason: "no Node object read".into(),
+            },
             notes: Vec::new(),
             drivers: BTreeMap::new(),
             app_drivers: BTreeMap::new(),

@@ -9,6 +9,12 @@ use crate::checkpoint::{CpuState, EntryKey};
 use crate::quantity::parse_cpu_millis;
 use crate::topology::CpuTopology;
 
+/// The CPU manager policies a kubelet runs (`cpuManagerPolicy`; upstream
+/// `pkg/kubelet/cm/cpumanager/cpu_manager.go` `NewManager` refuses any other name). Its
+/// checkpoint's `policyName` must equal the configured one (`state_checkpoint.go`
+/// `restoreState`), so a file naming none of these is refused whatever the configuration.
+pub const CPU_MANAGER_POLICIES: &[&str] = &["none", "static"];
+
 /// The CPU manager part of a kubelet's configuration (file plus flags), in our own terms.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CpuManagerConfig {
@@ -126,6 +132,29 @@ fn owner(key: &EntryKey) -> String {
         EntryKey::Container { pod_uid, container } => format!("pod: {pod_uid}, container: {container}"),
         EntryKey::ContainerId { container_id } => format!("container id: {container_id}"),
     }
+}
+
+/// What a kubelet does with a CPU manager checkpoint file at its next start: the findings of
+/// the checks a scan runs on it (`checkpoint-unreadable`, then `checkpoint-invalid-state`),
+/// with the kubelet's configuration and the online CPUs where known (a check that needs what
+/// is not known is skipped). `checkpoint verify` calls this, so it never calls valid a file a
+/// scan reports; no finding means no kubelet would refuse the file for what could be checked.
+pub fn file_refusals(
+    file: crate::snapshot::CheckpointFile,
+    kubelet: crate::snapshot::Observed<crate::snapshot::KubeletConfig>,
+    cpus: crate::snapshot::Observed<CpuTopology>,
+    node: &str,
+) -> Vec<crate::finding::Finding> {
+    let mut snap = crate::snapshot::NodeSnapshot::empty(node, 0);
+    snap.checkpoint = crate::snapshot::Observed::Ok(file);
+    snap.kubelet = kubelet;
+    snap.cpus = cpus;
+    let settings = crate::Settings::default();
+    let mut findings = crate::rules::checkpoint_unreadable::check(&snap, &settings);
+    if findings.is_empty() {
+        findings = crate::rules::checkpoint_invalid_state::check(&snap, &settings);
+    }
+    findings
 }
 
 /// Checks a static-policy state against the online and reserved CPUs.
@@ -327,5 +356,53 @@ mod tests {
         };
         assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("\"lots\""));
         assert_eq!(CpuManagerConfig::default().reserved_cpus(&topo).unwrap(), CpuSet::new());
+    }
+
+    /// `checkpoint verify`'s judgement: files no kubelet restores (no policy name, a pods
+    /// list, a checksum no layout makes) have findings, a file a kubelet wrote has none.
+    #[test]
+    fn file_refusals_name_what_every_kubelet_refuses() {
+        use crate::snapshot::{CheckpointFile, Observed};
+        let refusals = |bytes: &[u8]| {
+            let file = CheckpointFile::new("/x/cpu_manager_state".into(), None, crate::Checkpoint::parse(bytes));
+            let (kubelet, cpus) = (
+                Observed::Missing { path: "/x".into() },
+                Observed::Missing { path: "/y".into() },
+            );
+            file_refusals(file, kubelet, cpus, "n")
+                .into_iter()
+                .map(|f| {
+                    (
+                        f.rule,
+                        f.evidence
+                            .get("problem")
+                            .and_then(|p| p.as_str())
+                            .unwrap_or("")
+                            .to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let unknown_policy = vec![("checkpoint-invalid-state".to_string(), "unknown-policy".to_string())];
+        assert_eq!(refusals(b"{}"), unknown_policy);
+        assert_eq!(refusals(br#"{"foo":1}"#), unknown_policy);
+        assert_eq!(
+            refusals(br#"{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"p"}}]}"#),
+            unknown_policy
+        );
+        assert_eq!(
+            refusals(
+                br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":1337}"#
+            ),
+            vec![("checkpoint-unreadable".to_string(), String::new())]
+        );
+        assert_eq!(
+            refusals(br#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"uid1":{"c1":"2-3"}},"checksum":3094260139}"#),
+            vec![]
+        );
+        assert_eq!(
+            refusals(br#"{"policyName":"none","defaultCpuSet":"","checksum":0}"#),
+            vec![]
+        );
     }
 }

@@ -129,7 +129,9 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     assert!(t.contains("[stale-cpu-assignment] pod "), "{t}");
     assert!(t.contains("      cpus: 3,7"), "{t}");
     assert!(
-        t.contains("    remedy: kubectl nodemedic repair worker-3 cpu-state (shows the plan)"),
+        t.contains(
+            "    remedy: restart the kubelet (systemctl restart kubelet on worker-3): from 1.18 its first reconcile"
+        ),
         "{t}"
     );
     assert!(t.contains("    docs:   docs/rules/cpuset-drift.md"), "{t}");
@@ -192,4 +194,68 @@ fn a_guessed_node_name_that_matches_no_pod_falls_back_to_cgroups() {
         report["notes"][0],
         "the pods file has 4 pods but none is bound to node worker-3"
     );
+}
+
+/// The text report's `coverage:` section: the count of rules judged, one line per rule that
+/// could not judge with the source and why, and the rules not looked at grouped by reason; and
+/// README's sample of command 1 shows exactly these lines.
+#[test]
+fn text_report_says_which_rules_could_not_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, layout, runtime) = FIXTURES[0];
+    spark_node("worker-3", layout, runtime).write(dir.path()).unwrap();
+    // An unreadable cgroup hierarchy: the liveness rules fall back, cpuset-drift cannot judge.
+    let cgroup = dir.path().join("sys/fs/cgroup");
+    std::fs::remove_dir_all(&cgroup).unwrap();
+    std::fs::write(&cgroup, b"not a directory").unwrap();
+    let pods = dir.path().join("pods.json");
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+    ]);
+    let t = &run.stdout;
+    let section: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("coverage:"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(section[0], "coverage: 18 of 23 rules judged", "{t}");
+    assert!(
+        section[1].starts_with("  unknown         cpuset-drift: cgroups: "),
+        "{t}"
+    );
+    assert_eq!(
+        section[2],
+        "  not applicable  slow-api, slow-pod-admission, apiserver-unreachable, webhook-blocks-dry-run (api: not probed)"
+    );
+    assert_eq!(section.len(), 3, "{t}");
+
+    // README's first command: the lines it shows are the command's.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let example = repo.join("examples/worker-stale");
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        example.to_str().unwrap(),
+        "--pods",
+        example.join("pods.json").to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let sample: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("coverage:"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(sample.len(), 2, "README's sample has its coverage section");
+    for line in sample {
+        assert!(
+            run.stdout.lines().any(|l| l == line),
+            "README shows {line:?}; the scan prints:\n{}",
+            run.stdout
+        );
+    }
 }

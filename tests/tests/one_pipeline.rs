@@ -255,7 +255,9 @@ async fn client_mode_orphans_are_found_by_scan_and_planned_by_repair() {
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, true).unwrap();
     let root = dir.path().join("host");
-    std::fs::create_dir_all(&root).unwrap();
+    // A node with nothing on its host but /proc (a scan refuses a root with none of a node's
+    // parts): its pods all come from the API.
+    std::fs::create_dir_all(root.join("proc")).unwrap();
     let (report, plan) = tokio::task::spawn_blocking(move || {
         let (r, kc) = (root.to_str().unwrap(), kubeconfig.to_str().unwrap());
         let report = run_json(&["scan"], r, NODE, &["--kubeconfig", kc], "client mode");

@@ -343,6 +343,10 @@ fn kubectls_own_failures_exit_2_with_the_reason() {
         assert_eq!(r.code, code, "{}", r.stderr);
         assert!(!r.stderr.contains("kubectl failed"), "{}", r.stderr);
     }
+    // A scan that could not judge every rule (4, incomplete) passes through as well.
+    let r = fake.run(&["scan", "worker-3"], &[("FAKE_PODS", ONE_AGENT), ("FAKE_EXIT", "4")]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(!r.stderr.contains("kubectl failed"), "{}", r.stderr);
 }
 
 #[test]

@@ -221,7 +221,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "probe" => ["get", "list", "create_dry_run"].contains(&v.as_str()),
                 "version" => v == env!("CARGO_PKG_VERSION"),
-                "task" => ["pod_watch", "api_probes", "fencing", "topology"].contains(&v.as_str()),
+                "task" => ["pod_watch", "api_probes", "fencing", "topology", "kubelet_version"].contains(&v.as_str()),
                 "collector" => [
                     "checkpoint",
                     "kubelet_config",
@@ -232,6 +232,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "pods",
                     "local_dirs",
                     "manager_files",
+                    "kubelet_version",
                 ]
                 .contains(&v.as_str()),
                 "mode" => ["dry-run", "on"].contains(&v.as_str()),

@@ -27,7 +27,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Inspect the node and report findings (exit 0: none at warning or above, 1: some, 2: could not run).
+    /// Inspect the node and report findings (exit 0: none at warning or above, 1: some, 2: could not run, 4: incomplete: none at warning or above, but a rule could not judge because a source it needs could not be read).
     Scan(ScanArgs),
     /// Read a kubelet checkpoint file: the CPU manager's, the memory, device or DRA manager's, or
     /// a DRA driver's.
@@ -272,7 +272,7 @@ pub struct PodSourceArgs {
     /// Never contact the Kubernetes API: without --pods, liveness comes from the cgroup tree (repair local-dirs requires --pods).
     #[arg(long, default_value_t = false)]
     pub offline: bool,
-    /// A kubeconfig file for reading this node's pods from the API; default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config.
+    /// A kubeconfig file for reading this node's pods from the API (scan: one that cannot be read, or whose API server refuses, stops the scan, exit 2); default: in-cluster configuration, else $KUBECONFIG or ~/.kube/config, and without a usable one liveness comes from the kubelet or the cgroups.
     #[arg(long, env = "NODEMEDIC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 }
@@ -295,6 +295,10 @@ pub struct ScanArgs {
         env = "NODEMEDIC_DRA_DRIVER_CHECKPOINTS"
     )]
     pub dra_driver_checkpoint: Vec<String>,
+    /// The daemon's configuration file: its `rules` settings are judged with, `--rule-setting`
+    /// over them, as the daemon does (in the agent: /etc/nodemedic/config.yaml).
+    #[arg(long, env = "NODEMEDIC_CONFIG")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub rules: RuleArgs,
     #[command(flatten)]
@@ -341,7 +345,7 @@ impl CheckpointKind {
 
 #[derive(Debug, Subcommand)]
 pub enum CheckpointAction {
-    /// Check the file's checksum against every kubelet layout (exit 0 valid, 1 invalid, 2 unreadable).
+    /// Check the file as a scan judges it: its checksum against every kubelet layout, and what any kubelet refuses (exit 0 valid, 1 invalid, 2 unreadable).
     Verify {
         file: PathBuf,
         /// Which checkpoint the file is [default: by its name: memory_manager_state,
@@ -394,6 +398,12 @@ pub struct CpuStateArgs {
     /// The systemd-run program that arms the guard: a transient timer on the host that starts the kubelet if nodemedic dies after stopping it.
     #[arg(long, env = "NODEMEDIC_SYSTEMD_RUN", default_value = "systemd-run")]
     pub systemd_run: PathBuf,
+    /// The daemon's configuration file: its `rules` settings (reconcile_grace_seconds, ...) judge which entries are stale, as for `nodemedic scan` and the daemon (in the agent: /etc/nodemedic/config.yaml).
+    #[arg(long, env = "NODEMEDIC_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// A rule setting, KEY=VALUE (repeat), as for `nodemedic scan`.
+    #[arg(long = "rule-setting", value_name = "KEY=VALUE")]
+    pub rule_setting: Vec<String>,
     /// With --restart-kubelet: seconds after the stop at which the guard starts the kubelet if nodemedic has not (it is disarmed once nodemedic has started it).
     #[arg(long, default_value_t = crate::repair::cpu_state::DEFAULT_GUARD_SECONDS)]
     pub guard_seconds: u64,

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nodemedic_rules::checkpoint::Verification;
 use nodemedic_rules::finding::Severity;
-use nodemedic_rules::{Settings, rules};
+use nodemedic_rules::rules;
 use serde_json::json;
 
 use crate::collect::{self, checkpoint::read_checkpoint_file};
@@ -29,6 +29,9 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
 /// Exit code: could not run.
 pub const EXIT_ERROR: u8 = 2;
+/// Exit code of `scan`: nothing at warning or above, but a rule could not judge because a
+/// source it needs could not be read ("incomplete"; 3 is a repair's "some actions failed").
+pub const EXIT_INCOMPLETE: u8 = 4;
 
 /// Why a command could not run (exit 2), or how a repair ended short of its plan.
 #[derive(Debug, thiserror::Error)]
@@ -294,15 +297,9 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     }
     let host = HostPaths::new(args.host.host_root.clone(), args.host.kubelet_dir.clone());
     trace::stat(host.root());
-    if !host.root().is_dir() {
-        return Err(format!(
-            "{}: host root does not exist or is not a directory",
-            host.root().display()
-        )
-        .into());
-    }
+    scan::check_host_root(&host)?;
     let settings = config::settings_from(
-        Settings::default(),
+        config::load(args.config.as_ref())?.rules.unwrap_or_default(),
         &args.rules.rule_setting,
         args.rules.disable_rule.clone(),
     )?;
@@ -313,24 +310,30 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
         trace::file(file);
     }
     let scanned = crate::block_on(async {
-        let (pods, note) = source.pods(&host).await;
+        let resolved = source.resolve(&host).await?;
         let opts = scan::Options {
             node: source.node.clone(),
             local_dir_roots: args.local_dir_root.clone(),
             driver_checkpoints,
             probe_api: true,
-            notes: note.into_iter().collect(),
+            notes: resolved.note.into_iter().collect(),
+            pod_list: resolved.pod_list,
             // A one-shot scan waits at most this long for Spark drivers, then reports without.
             lookups_timeout: Some(std::time::Duration::from_secs(20)),
             host_reads_inline: true,
+            settings: settings.clone(),
             ..Default::default()
         };
-        scan::snapshot::<crate::spark::ListDirectory>(&host, pods, None, &opts).await
+        // A kubeconfig the user named whose API server refuses the pod list: the file is
+        // what to look at.
+        let kubeconfig = resolved.kubeconfig;
+        scan::snapshot::<crate::spark::ListDirectory>(&host, resolved.pods, None, &opts)
+            .await
+            .map_err(|e| scan::blame_kubeconfig(kubeconfig.as_deref(), e))
     })
     .map_err(|e| format!("tokio runtime: {e}"))??;
     let snapshot = scanned.snapshot;
-    let findings = rules::evaluate(&snapshot, &settings);
-    let report = Report::new(&snapshot, findings, &scanned.records);
+    let report = Report::judged(&snapshot, rules::judge(&snapshot, &settings), &scanned.records);
     match args.format.get() {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),
@@ -341,11 +344,20 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
             .and_then(|f| trace::write(&mut std::io::BufWriter::new(f), &ops))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(if report.worst() >= Some(Severity::Warning) {
+    Ok(scan_exit_code(&report))
+}
+
+/// `scan`'s exit code: 1 with a finding at warning or above (it already says "look", whatever
+/// could not be judged), else 4 when a rule could not judge because a source it needs failed
+/// (a scan that could not look is never 0), else 0.
+fn scan_exit_code(report: &Report) -> u8 {
+    if report.worst() >= Some(Severity::Warning) {
         EXIT_FINDINGS
+    } else if report.unknown().next().is_some() {
+        EXIT_INCOMPLETE
     } else {
         EXIT_OK
-    })
+    }
 }
 
 /// Asks on stdin: a line `y`/`yes` says yes; no terminal and nothing piped says no.
@@ -372,10 +384,12 @@ fn flow(apply: bool, yes: bool, expect_plan: Option<&String>, format: &args::For
     }
 }
 
-/// The options of `repair cpu-state`.
-pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
+/// The options of `repair cpu-state`; its rule settings are the configuration file's and
+/// `--rule-setting`'s, as `scan` and the daemon judge with.
+pub fn cpu_state_options(a: &args::CpuStateArgs) -> Result<cpu_state::Options, CliError> {
     let host = HostPaths::new(a.host.host_root.clone(), a.host.kubelet_dir.clone());
     let mut opts = cpu_state::Options::new(host, source(&a.source));
+    opts.settings = config::repair_settings(a.config.as_ref(), &a.rule_setting)?;
     opts.force_unknown_layout = a.force_unknown_layout;
     opts.apply.restart_kubelet = a.restart_kubelet;
     opts.apply.backup_dir = a.backup_dir.clone();
@@ -386,7 +400,7 @@ pub fn cpu_state_options(a: &args::CpuStateArgs) -> cpu_state::Options {
     opts.apply.control.timeout = std::time::Duration::from_secs_f64(a.kubelet_timeout_seconds.clamp(0.1, 3600.0));
     opts.apply.settle = std::time::Duration::from_secs_f64(a.settle_seconds.clamp(0.0, 3600.0));
     opts.flow = flow(a.apply, a.yes, a.expect_plan.as_ref(), &a.format);
-    opts
+    Ok(opts)
 }
 
 /// The options of `repair orphans`, `repair failed-pods` and `repair half-submitted`.
@@ -479,7 +493,7 @@ fn repair(action: args::RepairAction) -> Result<u8, CliError> {
     let mut out = std::io::stdout();
     let end = match action {
         args::RepairAction::CpuState(a) => {
-            let opts = cpu_state_options(&a);
+            let opts = cpu_state_options(&a)?;
             crate::telemetry::init(opts.flow.format);
             cpu_state::run_with(&opts, &mut out, &mut stdin_answer)?.end
         }
@@ -519,12 +533,24 @@ fn checkpoint(action: CheckpointAction) -> Result<u8, CliError> {
             }
         }
     };
-    let valid = error.is_none() && verification.as_ref().is_some_and(Verification::accepted);
+    // The same judgement as `scan`'s: the findings of its checkpoint rules on this file alone
+    // (without the node's configuration and CPUs, the checks that need them are skipped).
+    let refusals = nodemedic_rules::validate::file_refusals(
+        nodemedic_rules::snapshot::CheckpointFile::new(shown.clone(), None, parsed.clone()),
+        nodemedic_rules::snapshot::Observed::NotApplicable {
+            reason: "checkpoint verify reads the file alone".into(),
+        },
+        nodemedic_rules::snapshot::Observed::NotApplicable {
+            reason: "checkpoint verify reads the file alone".into(),
+        },
+        "<node>",
+    );
+    let valid = refusals.is_empty();
     match format {
         Format::Json => {
             let mut out = json!({
                 "file": shown, "valid": valid, "layout": layout,
-                "verification": verification, "error": error,
+                "verification": verification, "error": error, "findings": refusals,
             });
             if show {
                 out["state"] = serde_json::to_value(&state).unwrap_or_default();
@@ -533,7 +559,15 @@ fn checkpoint(action: CheckpointAction) -> Result<u8, CliError> {
         }
         Format::Text => {
             let mut text = String::new();
-            let verdict = verdict(error.as_deref(), verification.as_ref());
+            let mut verdict = verdict(error.as_deref(), verification.as_ref());
+            if let (false, Some(f)) = (verdict.starts_with("invalid"), refusals.first()) {
+                let why = f
+                    .evidence
+                    .get("kubelet_error")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or(&f.summary);
+                verdict = format!("invalid: the kubelet refuses it ({why}) [{}]", f.rule);
+            }
             text.push_str(&format!("{shown}: {verdict}\n"));
             if let (true, Some(s)) = (show, &state) {
                 text.push_str(&format!(
@@ -690,6 +724,8 @@ fn list_rules(format: Format) -> u8 {
                     json!({
                         "id": r.id, "title": r.title, "severity": r.severity, "looks_at": r.looks_at,
                         "fires_when": r.fires_when, "event_reason": r.event_reason, "docs": r.docs_path(),
+                        "needs": r.needs.all.iter().map(|n| n.describe()).collect::<Vec<_>>(),
+                        "kubelet_versions": r.kubelet_versions,
                     })
                 })
                 .collect();

@@ -9,6 +9,7 @@ pub mod cgroups;
 pub mod checkpoint;
 pub mod event_object;
 pub mod kubelet;
+pub mod kubelet_units;
 pub mod localdirs;
 pub mod managers;
 pub mod node_object;
@@ -200,6 +201,7 @@ pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, C
         |k: &kubelet::KubeletDiscovery| (k.config.status(), matches!(k.config, Observed::Error { .. })),
         || kubelet::read_kubelet(host),
     );
+    notes.extend(kubelet.notes.iter().cloned());
     let kubelet_dir = host.kubelet_dir(kubelet.root_dir.as_deref());
     let checkpoint = records.observe("checkpoint", || checkpoint::read_checkpoint(host, &kubelet_dir, now));
     notes.extend(checkpoint::leftover_notes(host, &kubelet_dir));
@@ -442,9 +444,15 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
             cgroups,
             procfs,
             pod_source,
+            pod_list: Observed::NotApplicable {
+                reason: "no pod list given".into(),
+            },
             pods,
             kubelet_view: Observed::NotApplicable {
                 reason: "not read".into(),
+            },
+            kubelet_version: Observed::NotApplicable {
+                reason: "no Node object read".into(),
             },
             notes,
             drivers: Default::default(),

@@ -48,7 +48,12 @@ use super::watch::SharedStore;
 #[derive(Debug, Clone)]
 pub struct ScanOutcome {
     pub snapshot: NodeSnapshot,
+    /// The findings of the rules that judged, and the last judged findings of those that
+    /// could not (see `coverage`).
     pub findings: Vec<Finding>,
+    /// Whether each rule judged this scan: the findings of one that could not are held, with
+    /// no Event sent for them, and its node condition is `Unknown`.
+    pub coverage: BTreeMap<&'static str, nodemedic_rules::coverage::Coverage>,
     /// The configuration the scan ran with (a reload reaches the API work this way).
     pub effective: Effective,
     /// Whether the node holds prepared DRA claims, and the ResourceClaims to look up
@@ -117,8 +122,8 @@ fn unix_now() -> i64 {
 }
 
 impl ApiWork {
-    /// Takes outcomes until the scan loop goes away. `api_back` changes when the pod watch is
-    /// back after failing: the API server answers again, and the pause is cut short.
+    /// Takes outcomes until the scan loop goes away. `api_back` changes when the API server
+    /// serves again after trouble (`ApiContact::back_signal`), and the pause is cut short.
     pub async fn run(
         mut self,
         mut outcomes: watch::Receiver<Option<Arc<ScanOutcome>>>,
@@ -192,7 +197,13 @@ impl ApiWork {
                 .with_label_values(&[kind])
                 .inc_by(n as u64);
         };
-        let stats = self.events.record(&outcome.findings).await;
+        let (judged, held): (Vec<Finding>, Vec<Finding>) = outcome
+            .findings
+            .iter()
+            .cloned()
+            .partition(|f| outcome.coverage.get(f.rule.as_str()).is_none_or(|c| c.judged()));
+        self.events.hold(&held);
+        let stats = self.events.record(&judged).await;
         for reason in &stats.reasons {
             self.metrics.events_emitted_total.with_label_values(&[reason]).inc();
         }
@@ -200,7 +211,7 @@ impl ApiWork {
         if stats.unavailable {
             return false;
         }
-        match self.conditions.sync(&outcome.findings).await {
+        match self.conditions.sync(&outcome.findings, &outcome.coverage).await {
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "could not update node conditions");

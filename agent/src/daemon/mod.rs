@@ -5,7 +5,8 @@
 //!  timer (scan interval) ───────────────────────────────┤
 //!                                                       ▼
 //!  scan loop: host (blocking thread) + pods from the store + drivers last resolved
-//!             -> rules::evaluate -> metrics, /healthz, the log
+//!             -> rules::judge (a rule that cannot judge keeps its last findings)
+//!             -> metrics, /healthz, the log
 //!                                                       │ newest outcome (watch channel)
 //!                                                       ▼
 //!  API work: driver lookups (cached, budgeted) -> Events, node conditions, auto repair
@@ -127,13 +128,14 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let watch_client = kube_api::observed_client(config.clone(), cfg.effective.request_timeout, false, &contact)?;
     let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
     let wake = Arc::new(Notify::new());
-    let api_back = Arc::new(tokio::sync::watch::channel(0u64).0);
+    let api_back = contact.back_signal();
+    contact.wake_on_back(wake.clone());
+    contact.export_up(metrics.api_up.clone());
     {
         let signals = WatchSignals {
             health: health.clone(),
             metrics: metrics.clone(),
             wake: wake.clone(),
-            api_back: api_back.clone(),
             contact: contact.clone(),
         };
         let (store, node, deadline) = (store.clone(), cfg.node.clone(), cfg.effective.request_timeout);
@@ -163,6 +165,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
                 stop: stop_rx,
                 released: released.clone(),
                 api_back: api_back.subscribe(),
+                prober: metrics.prober.clone(),
             };
             let election_cfg = ElectionConfig {
                 namespace: lease_namespace.clone(),
@@ -286,11 +289,24 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     } else {
         Default::default()
     };
+    // This node's kubelet version, read at once and every few minutes: which of the kubelet's
+    // answers kubelet-state-divergence may compare.
+    let kubelet_version: kube_api::KubeletVersionSlot = Arc::new(std::sync::Mutex::new(Observed::NotApplicable {
+        reason: "the Node object has not been read yet".into(),
+    }));
+    {
+        let (client, node, slot) = (client.clone(), cfg.node.clone(), kubelet_version.clone());
+        supervise::spawn("kubelet_version", metrics.clone(), health.clone(), move || {
+            kube_api::track_kubelet_version(client.clone(), node.clone(), slot.clone())
+        });
+    }
     let mut daemon = Daemon {
+        kubelet_version,
         topology,
         numa_memory,
-        election,
+        contact: contact.clone(),
         logged: Default::default(),
+        last_judged: Default::default(),
         api_observation,
         host,
         view,
@@ -314,7 +330,10 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
+    let stop_health = daemon.health.clone();
     let stop = |released: Arc<Notify>| async move {
+        // Tasks that end from here on are not restarted.
+        stop_health.stop();
         // The prober gives its Lease up (bounded); everything else is dropped.
         let _ = stop_probes.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(1), released.notified()).await;
@@ -433,10 +452,13 @@ struct Daemon {
     topology: Option<tokio::sync::watch::Sender<Option<serde_json::Value>>>,
     /// Each NUMA node's memory (read once: it is the hardware), for the NodeResourceTopology.
     numa_memory: std::collections::BTreeMap<u32, u64>,
-    /// The prober election as the probe task last saw it.
-    election: Arc<std::sync::Mutex<crate::apimon::ElectionView>>,
+    /// Every request's outcome: the reachability `apiserver-unreachable` judges.
+    contact: Arc<ApiContact>,
     /// Findings already logged (by key), so a lasting one is logged once.
     logged: std::collections::HashSet<String>,
+    /// Each rule's findings at its last judgement: a rule that cannot judge a scan keeps them
+    /// (its metrics and Event series hold; nothing clears on "could not look").
+    last_judged: std::collections::BTreeMap<&'static str, Vec<nodemedic_rules::Finding>>,
     api_observation: Arc<std::sync::Mutex<Option<nodemedic_rules::snapshot::ApiObservation>>>,
     cfg: DaemonConfig,
     host: HostPaths,
@@ -458,6 +480,8 @@ struct Daemon {
     layout: Arc<std::sync::Mutex<Option<crate::collect::cgroups::Layout>>>,
     /// The fencing policy in force, for the fencing task.
     fence_policy: tokio::sync::watch::Sender<crate::fence::FencePolicy>,
+    /// This node's kubelet version as last read from its Node object.
+    kubelet_version: kube_api::KubeletVersionSlot,
 }
 
 impl Daemon {
@@ -626,9 +650,18 @@ impl Daemon {
             node: Some(self.cfg.node.clone()),
             local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
             driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
-            api: self.api_observation.lock().ok().and_then(|o| o.clone()),
+            api: self
+                .api_observation
+                .lock()
+                .ok()
+                .and_then(|o| o.clone())
+                .map(|o| self.contact.stamp(o)),
             readings: Some(readings),
+            pod_list: (!synced).then(|| Observed::Error {
+                reason: "the watch of this node's pods has not synced".into(),
+            }),
             last_known_pods,
+            kubelet_version: self.kubelet_version.lock().ok().map(|v| v.clone()),
             ..Default::default()
         };
         let mut scanned = match scan::snapshot::<ApiDirectory>(&self.host, pods, None, &opts).await {
@@ -678,7 +711,9 @@ impl Daemon {
             }
         }
         let snapshot = scanned.snapshot;
-        let mut findings = rules::evaluate(&snapshot, &self.cfg.effective.settings);
+        let judgement = rules::judge(&snapshot, &self.cfg.effective.settings);
+        let coverage = judgement.coverage.clone();
+        let mut findings = hold_unjudged(judgement, &mut self.last_judged);
         if let Some(tx) = &self.topology {
             if let Some(object) = crate::nrt::build(&snapshot, &self.cfg.effective.settings, &self.numa_memory) {
                 tx.send_if_modified(|current| {
@@ -694,10 +729,14 @@ impl Daemon {
         apiwork::mark_stale(&mut findings, &stale);
         self.metrics
             .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
+        self.metrics.observe_coverage(&coverage);
+        for (rule, c) in &coverage {
+            if let nodemedic_rules::coverage::Coverage::Unknown { reason, .. } = c {
+                tracing::warn!(rule, reason = %reason, "rule could not judge; its last findings are kept");
+            }
+        }
         self.health.scanned.store(true, Ordering::Relaxed);
         self.health.progressed();
-        let leading = self.election.lock().map(|e| e.leading).unwrap_or(false);
-        self.metrics.prober.set(i64::from(leading));
         tracing::info!(
             pods = snapshot.pods.len(),
             pod_source = snapshot.pod_source.as_str(),
@@ -746,8 +785,110 @@ impl Daemon {
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
             snapshot,
             findings,
+            coverage,
             effective: self.cfg.effective.clone(),
             claims,
         })));
+    }
+}
+
+/// The findings of `judgement`, with, for each rule that could not judge (a source it needs
+/// failed), its findings at its last judgement instead; `last` is updated with the rules that
+/// judged. A rule not applicable or disabled holds nothing.
+fn hold_unjudged(
+    judgement: nodemedic_rules::coverage::Judgement,
+    last: &mut std::collections::BTreeMap<&'static str, Vec<nodemedic_rules::Finding>>,
+) -> Vec<nodemedic_rules::Finding> {
+    use nodemedic_rules::coverage::Coverage;
+    let mut findings = judgement.findings;
+    for (rule, c) in &judgement.coverage {
+        match c {
+            Coverage::Judged => {
+                last.insert(rule, findings.iter().filter(|f| f.rule == *rule).cloned().collect());
+            }
+            Coverage::Unknown { .. } => {
+                // A rule that runs in part reports now what does not depend on the source it
+                // lacks; its other findings are the last judged ones.
+                let now: std::collections::HashSet<String> = findings
+                    .iter()
+                    .filter(|f| f.rule == *rule)
+                    .map(crate::events::finding_key)
+                    .collect();
+                let kept = last.get(rule).into_iter().flatten();
+                let kept: Vec<_> = kept
+                    .filter(|f| !now.contains(&crate::events::finding_key(f)))
+                    .cloned()
+                    .collect();
+                findings.extend(kept);
+            }
+            Coverage::NotApplicable { .. } | Coverage::Disabled => {
+                last.remove(rule);
+            }
+        }
+    }
+    findings.sort_by_key(nodemedic_rules::Finding::sort_key);
+    findings
+}
+
+#[cfg(test)]
+mod coverage_tests {
+    use nodemedic_rules::coverage::{Coverage, Judgement, Source};
+    use nodemedic_rules::finding::{Finding, Severity, Subject};
+
+    use super::hold_unjudged;
+
+    fn finding(rule: &str, summary: &str) -> Finding {
+        Finding::new(
+            rule,
+            Severity::Critical,
+            Subject::node("n"),
+            summary.into(),
+            String::new(),
+        )
+    }
+
+    /// A rule that cannot judge keeps its last judged findings, whatever scans pass, until it
+    /// judges again; a rule that judged clears as usual.
+    #[test]
+    fn a_rule_that_cannot_judge_keeps_its_last_findings() {
+        let mut last = Default::default();
+        let judged = |findings: Vec<Finding>| Judgement {
+            findings,
+            coverage: [
+                ("kubelet-state-divergence", Coverage::Judged),
+                ("stale-cpu-assignment", Coverage::Judged),
+            ]
+            .into(),
+        };
+        let unknown = |findings: Vec<Finding>| Judgement {
+            findings,
+            coverage: [
+                (
+                    "kubelet-state-divergence",
+                    Coverage::Unknown {
+                        missing: vec![Source::Podresources],
+                        reason: "hung".into(),
+                    },
+                ),
+                ("stale-cpu-assignment", Coverage::Judged),
+            ]
+            .into(),
+        };
+        let summaries = |f: &[Finding]| f.iter().map(|f| f.summary.clone()).collect::<Vec<_>>();
+        let first = hold_unjudged(
+            judged(vec![
+                finding("kubelet-state-divergence", "d"),
+                finding("stale-cpu-assignment", "s"),
+            ]),
+            &mut last,
+        );
+        assert_eq!(summaries(&first), ["d", "s"]);
+        for _ in 0..3 {
+            // The PodResources API hangs: divergence keeps "d"; stale-cpu-assignment cleared.
+            assert_eq!(summaries(&hold_unjudged(unknown(vec![]), &mut last)), ["d"]);
+        }
+        // It judges again and finds nothing: cleared, and nothing is kept after.
+        assert!(hold_unjudged(judged(vec![]), &mut last).is_empty());
+        assert!(hold_unjudged(unknown(vec![]), &mut last).is_empty());
     }
 }

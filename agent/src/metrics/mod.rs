@@ -28,6 +28,9 @@ pub struct Metrics {
     pub last_scan_timestamp_seconds: Gauge,
     pub findings: IntGaugeVec,
     pub rule_firing: IntGaugeVec,
+    /// `nodemedic_rule_judged{rule}`: 1 when the rule judged in the last scan, 0 when it could
+    /// not (a source it needs failed, or was not looked at); no series for a disabled rule.
+    pub rule_judged: IntGaugeVec,
     pub cpu_manager_exclusive_cpus: IntGauge,
     pub cpu_manager_default_cpus: IntGauge,
     pub cpu_manager_stale_cpus: IntGauge,
@@ -111,6 +114,13 @@ impl Metrics {
                 opts(
                     "rule_firing",
                     "1 when the rule has at least one finding in the last scan.",
+                ),
+                &["rule"],
+            )?,
+            rule_judged: IntGaugeVec::new(
+                opts(
+                    "rule_judged",
+                    "1 when the rule judged in the last scan, 0 when it could not (a source it needs could not be read).",
                 ),
                 &["rule"],
             )?,
@@ -233,7 +243,7 @@ impl Metrics {
                 .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0]),
                 &["probe"],
             )?,
-            api_up: IntGauge::with_opts(opts("api_up", "1 when a probe of the last round reached the API server and got a successful answer."))?,
+            api_up: IntGauge::with_opts(opts("api_up", "1 when the agent's last request got an answer from the API server (any HTTP status), 0 when it got none (refused, reset, timed out) or before the first answer."))?,
             repair_actions_total: IntCounterVec::new(
                 opts("repair_actions_total", "Automatic repair actions of the daemon, by action (orphans, failed-pods, local-dirs) and result (applied, skipped, failed)."),
                 &["action", "result"],
@@ -241,7 +251,7 @@ impl Metrics {
             task_restarts_total: IntCounterVec::new(
                 opts(
                     "task_restarts_total",
-                    "Times one of the daemon's tasks (pod_watch, api_probes, fencing) ended or panicked and was restarted, by task.",
+                    "Times one of the daemon's tasks (pod_watch, api_probes, fencing, kubelet_version) ended or panicked and was restarted, by task.",
                 ),
                 &["task"],
             )?,
@@ -276,6 +286,7 @@ impl Metrics {
         m.registry.register(Box::new(m.last_scan_timestamp_seconds.clone()))?;
         m.registry.register(Box::new(m.findings.clone()))?;
         m.registry.register(Box::new(m.rule_firing.clone()))?;
+        m.registry.register(Box::new(m.rule_judged.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_exclusive_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_default_cpus.clone()))?;
         m.registry.register(Box::new(m.cpu_manager_stale_cpus.clone()))?;
@@ -317,7 +328,7 @@ impl Metrics {
         for outcome in ["created", "updated", "unchanged", "conflict", "failed"] {
             m.node_resource_topology_writes_total.with_label_values(&[outcome]);
         }
-        for task in ["pod_watch", "api_probes", "fencing"] {
+        for task in ["pod_watch", "api_probes", "fencing", "kubelet_version"] {
             m.task_restarts_total.with_label_values(&[task]);
         }
         for action in ["orphans", "failed-pods", "local-dirs"] {
@@ -355,6 +366,20 @@ impl Metrics {
             }
         }
         Ok(m)
+    }
+
+    /// Sets `nodemedic_rule_judged` from a scan's coverage.
+    pub fn observe_coverage(
+        &self,
+        coverage: &std::collections::BTreeMap<&'static str, nodemedic_rules::coverage::Coverage>,
+    ) {
+        for (rule, c) in coverage {
+            if matches!(c, nodemedic_rules::coverage::Coverage::Disabled) {
+                let _ = self.rule_judged.remove_label_values(&[rule]);
+            } else {
+                self.rule_judged.with_label_values(&[rule]).set(i64::from(c.judged()));
+            }
+        }
     }
 
     /// Sets the gauges from a scan.
@@ -525,14 +550,14 @@ impl Metrics {
         set_to_now(&self.config_last_reload_success_timestamp_seconds);
     }
 
-    /// Records one round of API probes: each probe's duration, and whether any succeeded.
+    /// Records one round of API probes: each probe's duration. (`api_up` is the record of
+    /// every request's, `ApiContact::export_up`.)
     pub fn observe_probes(&self, round: &[nodemedic_rules::snapshot::ProbeSample]) {
         for s in round {
             self.api_request_duration_seconds
                 .with_label_values(&[s.probe.as_str()])
                 .observe(s.total_seconds);
         }
-        self.api_up.set(i64::from(round.iter().any(|s| s.ok)));
     }
 
     /// The exposition text of every metric.

@@ -125,7 +125,7 @@ impl SnapshotBuilder {
         snap.cpus = Observed::Ok(topo);
         snap.kubelet = Observed::Ok(KubeletConfig {
             path: Some("/var/lib/kubelet/config.yaml".into()),
-            found_by: "default".into(),
+            found_by: FoundBy::DefaultPath,
             cpu_manager: CpuManagerConfig {
                 policy: "static".into(),
                 ..Default::default()
@@ -444,6 +444,8 @@ impl SnapshotBuilder {
             samples,
             probing_since: NOW - 3600,
             last_success_at,
+            unreachable_since: None,
+            last_error: None,
             webhooks: Observed::Ok(vec![]),
         });
         self

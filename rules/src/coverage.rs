@@ -1,0 +1,916 @@
+//! Whether each rule could judge: "no finding" must mean "looked and found nothing", never
+//! "could not look".
+//!
+//! Every rule declares the [`Source`]s of the snapshot it needs ([`crate::rules::RuleInfo`]'s
+//! `needs`, as [`Need`]s: one source, or one of several). Before a rule runs, its needs are
+//! read against the snapshot ([`source_status`]) and give its [`Coverage`]:
+//!
+//! - `judged`: every need was read, or is absent in the normal way (a node without the static
+//!   policy has no `cpu_manager_state`: there is nothing to find);
+//! - `unknown`: a source it needs failed (unreadable, timed out) or is absent where it should
+//!   be there (the kubelet's configuration; the PodResources socket of a running kubelet). The
+//!   rule does not run: it raises nothing, and callers that remember findings keep its last
+//!   judged ones. (Except where its needs say it can do without a source in part
+//!   ([`Needs::partial`]): then it runs and reports only what does not depend on that
+//!   source, and is still `unknown`.);
+//! - `not_applicable`: the user chose not to look (`--offline`, no pod list given, the API not
+//!   configured), or the source does not apply here (a kubelet without the PodResources call);
+//! - `disabled`: switched off by configuration.
+//!
+//! How each source's `Missing` counts is decided once, in [`source_status`], and written down
+//! in docs/architecture.md ("Coverage").
+//!
+//! Beside its needs, every rule says from which kubelet version each of its comparisons holds
+//! and what it does with an older kubelet or an unknown version ([`KubeletVersions`]); the
+//! rule's page carries both, made from the catalogue and checked by the tests below.
+
+use std::collections::BTreeMap;
+
+use crate::snapshot::{NodeSnapshot, Observed};
+
+/// An input of the snapshot a rule may need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The CPU manager's `cpu_manager_state`.
+    Checkpoint,
+    /// The memory manager's `memory_manager_state`.
+    MemoryState,
+    /// The device manager's `device-plugins/kubelet_internal_checkpoint`.
+    DeviceState,
+    /// The DRA manager's `dra_manager_state`.
+    DraState,
+    /// The configured DRA drivers' own checkpoints.
+    DraDrivers,
+    /// The kubelet's configuration (policy, reserved CPUs).
+    KubeletConfig,
+    /// The online CPUs and their topology (sysfs).
+    Cpus,
+    /// The pod cgroups under `kubepods`.
+    Cgroups,
+    /// `/proc` (the allowed CPUs of the processes in the cgroups: evidence only, no rule needs
+    /// it to judge).
+    Procfs,
+    /// A list of the pods bound to the node (the API, or `--pods`).
+    Pods,
+    /// The kubelet's PodResources API.
+    Podresources,
+    /// The Spark local dirs on the node.
+    LocalDirs,
+    /// The API server's probes.
+    Api,
+}
+
+impl Source {
+    /// Every source, in report order.
+    pub const ALL: &'static [Source] = &[
+        Source::Checkpoint,
+        Source::MemoryState,
+        Source::DeviceState,
+        Source::DraState,
+        Source::DraDrivers,
+        Source::KubeletConfig,
+        Source::Cpus,
+        Source::Cgroups,
+        Source::Procfs,
+        Source::Pods,
+        Source::Podresources,
+        Source::LocalDirs,
+        Source::Api,
+    ];
+
+    /// The report's name (`checkpoint`, `kubelet_config`, `podresources`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Checkpoint => "checkpoint",
+            Source::MemoryState => "memory_state",
+            Source::DeviceState => "device_state",
+            Source::DraState => "dra_state",
+            Source::DraDrivers => "dra_drivers",
+            Source::KubeletConfig => "kubelet_config",
+            Source::Cpus => "cpus",
+            Source::Cgroups => "cgroups",
+            Source::Procfs => "procfs",
+            Source::Pods => "pods",
+            Source::Podresources => "podresources",
+            Source::LocalDirs => "local_dirs",
+            Source::Api => "api",
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a rule needs: one source, or any one of several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// This source.
+    One(Source),
+    /// At least one of these (liveness: a pod list, else the kubelet's PodResources list, else
+    /// the cgroups).
+    AnyOf(&'static [Source]),
+}
+
+impl Need {
+    /// Pod liveness: a pod list, the kubelet's PodResources list, or the cgroup tree.
+    pub const LIVENESS: Need = Need::AnyOf(&[Source::Pods, Source::Podresources, Source::Cgroups]);
+
+    /// The sources it names.
+    pub fn sources(&self) -> &[Source] {
+        match self {
+            Need::One(s) => std::slice::from_ref(s),
+            Need::AnyOf(s) => s,
+        }
+    }
+
+    /// How the docs write it: `checkpoint`, `one of pods, podresources, cgroups`.
+    pub fn describe(&self) -> String {
+        match self {
+            Need::One(s) => s.as_str().to_string(),
+            Need::AnyOf(s) => format!("one of {}", s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
+        }
+    }
+}
+
+/// A rule's needs: what it reads, and what it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// Every need must be met for the rule to judge.
+    pub all: &'static [Need],
+    /// The files the rule judges: when every one of them is absent (the normal state of a
+    /// manager that is not enabled), there is nothing to judge, whatever else is unknown.
+    /// Empty: the rule is about no one file.
+    pub about: &'static [Source],
+    /// Needs the rule can do without in part: when only these are unknown, the rule still
+    /// runs and reports what does not depend on them (its code skips the checks that do), and
+    /// its coverage is `unknown` naming them. Empty for most rules: a rule that lacks a need
+    /// does not run.
+    pub partial: &'static [Source],
+}
+
+impl Needs {
+    /// The "Needs" line of the rule's page under docs/rules/ (a test keeps each page's line
+    /// equal to this).
+    pub fn doc_line(&self) -> String {
+        let code = |s: &Source| format!("`{s}`");
+        let list = |sources: &[Source], last: &str| {
+            let names: Vec<String> = sources.iter().map(code).collect();
+            match names.split_last() {
+                Some((one, [])) => one.clone(),
+                Some((tail, head)) => format!("{} {last} {tail}", head.join(", ")),
+                None => String::new(),
+            }
+        };
+        let mut line = format!(
+            "**Needs:** {}",
+            self.all
+                .iter()
+                .map(|n| match n {
+                    Need::One(s) => code(s),
+                    Need::AnyOf(s) => format!("one of {}", list(s, "or")),
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if !self.about.is_empty() {
+            let verb = if self.about.len() == 1 { "is" } else { "are" };
+            line.push_str(&format!(
+                ". With {} absent there is nothing to judge (judged)",
+                list(self.about, if verb == "is" { "" } else { "and" })
+            ));
+        }
+        if !self.partial.is_empty() {
+            line.push_str(&format!(
+                ". Without {} it still judges what does not depend on it, and is unknown",
+                list(self.partial, "or")
+            ));
+        }
+        line.push_str(
+            ". Lacking any other need, it does not run: [coverage](../architecture.md#coverage-unknown-is-a-verdict).",
+        );
+        line
+    }
+}
+
+/// From which kubelet version a rule's judgement holds ([`crate::rules::RuleInfo`]'s
+/// `kubelet_versions`): the "Kubelet versions" block of its page under docs/rules/ is made from
+/// it ([`KubeletVersions::doc_block`]), and a test keeps the two equal. The facts are
+/// upstream's, gathered in docs/kubelet.md ("Behaviour by kubelet version" and the layouts of
+/// each checkpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeletVersions {
+    /// The rule reads nothing the kubelet writes or answers whose meaning changed across
+    /// versions: why, in one clause.
+    DoNotMatter(&'static str),
+    /// Each comparison of something the kubelet writes or answers, with the version it holds
+    /// from and what the rule does with an older kubelet or an unknown version.
+    Comparisons(&'static [Comparison]),
+}
+
+/// One comparison of a rule and the kubelet versions it holds for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Comparison {
+    /// What is compared with what.
+    pub what: &'static str,
+    /// The first kubelet version for which it holds, with the upstream reference.
+    pub from: &'static str,
+    /// What the rule does with a kubelet older than that.
+    pub older: &'static str,
+    /// What the rule does when the kubelet's version is unknown (offline, a pods file, a Node
+    /// read too soon after the kubelet started: [`crate::kubelet_version::in_force`]).
+    pub unknown: &'static str,
+}
+
+impl Comparison {
+    /// Liveness from the kubelet's PodResources `List` when there is no pod list (the rules
+    /// that take [`Need::LIVENESS`]).
+    pub const PODRESOURCES_LIVENESS: Comparison = Comparison {
+        what: "without a pod list, the pods the kubelet's PodResources `List` gives as the live ones",
+        from: "1.20 (the `v1` service)",
+        older: "the kubelet answers `Unimplemented`, and liveness comes from the cgroups",
+        unknown: "`List` is used whenever it answers; the version is not needed",
+    };
+}
+
+impl KubeletVersions {
+    /// The first line of the block, also how the test finds it.
+    pub const DOC_PREFIX: &'static str = "**Kubelet versions:**";
+
+    /// The "Kubelet versions" block of the rule's page: one line, or a line and one item per
+    /// comparison.
+    pub fn doc_block(&self) -> String {
+        match self {
+            KubeletVersions::DoNotMatter(why) => {
+                format!("{} the kubelet's version does not matter: {why}.", Self::DOC_PREFIX)
+            }
+            KubeletVersions::Comparisons(list) => {
+                let mut block = format!(
+                    "{} from which version each comparison holds ([by version](../kubelet.md#behaviour-by-kubelet-version)):",
+                    Self::DOC_PREFIX
+                );
+                for c in *list {
+                    block.push_str(&format!("\n- {}: holds from {}. ", c.what, c.from));
+                    if c.older == c.unknown {
+                        block.push_str(&format!("Older or unknown version: {}.", c.older));
+                    } else {
+                        block.push_str(&format!("Older: {}. Unknown version: {}.", c.older, c.unknown));
+                    }
+                }
+                block
+            }
+        }
+    }
+}
+
+/// How one source stands for coverage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// Read.
+    Read,
+    /// Not there, and that is a normal outcome here: nothing to judge in it.
+    Absent,
+    /// Not looked at by choice, or does not apply here (why).
+    NotLooked(String),
+    /// Could not be read, or absent where it should be there (why).
+    Unknown(String),
+}
+
+/// How `source` stands in `snap`. The decisions for `Missing`:
+/// `checkpoint`, the other managers' files, DRA drivers' files and local dirs: absent (a
+/// manager that is not enabled writes no file); `kubelet_config`, `cpus`, `cgroups`, `procfs`:
+/// unknown (every node has them: the host root or the kubelet's configuration was not found);
+/// `podresources`: unknown while a kubelet process runs (its socket should be there), absent
+/// otherwise (no kubelet, no memory to compare).
+pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
+    fn of<T>(o: &Observed<T>, missing_is_unknown: bool, what: &str) -> SourceStatus {
+        match o {
+            Observed::Ok(_) => SourceStatus::Read,
+            Observed::Missing { path } if missing_is_unknown => {
+                SourceStatus::Unknown(format!("{what} {path} not found"))
+            }
+            Observed::Missing { .. } => SourceStatus::Absent,
+            Observed::NotApplicable { reason } => SourceStatus::NotLooked(reason.clone()),
+            Observed::Error { reason } => SourceStatus::Unknown(reason.clone()),
+        }
+    }
+    match source {
+        Source::Checkpoint => of(&snap.checkpoint, false, "cpu_manager_state"),
+        Source::MemoryState => of(&snap.managers.memory, false, "memory_manager_state"),
+        Source::DeviceState => of(&snap.managers.devices, false, "kubelet_internal_checkpoint"),
+        Source::DraState => of(&snap.managers.dra, false, "dra_manager_state"),
+        Source::DraDrivers => snap
+            .managers
+            .drivers
+            .iter()
+            .find_map(|d| match &d.claims {
+                Observed::Error { reason } => Some(SourceStatus::Unknown(format!("{}: {reason}", d.path))),
+                _ => None,
+            })
+            .unwrap_or(if snap.managers.drivers.iter().any(|d| d.claims.ok().is_some()) {
+                SourceStatus::Read
+            } else {
+                SourceStatus::Absent
+            }),
+        Source::KubeletConfig => match &snap.kubelet {
+            Observed::Missing { path } => SourceStatus::Unknown(format!(
+                "the kubelet's configuration was not found ({path}): its policy and reserved CPUs are unknown"
+            )),
+            other => of(other, true, "kubelet configuration"),
+        },
+        Source::Cpus => of(&snap.cpus, true, "online CPUs"),
+        Source::Cgroups => of(&snap.cgroups, true, "cgroup hierarchy"),
+        Source::Procfs => of(&snap.procfs, true, "procfs"),
+        Source::Pods if snap.pod_source.is_pod_list() => SourceStatus::Read,
+        Source::Pods => match &snap.pod_list {
+            Observed::Error { reason } => SourceStatus::Unknown(reason.clone()),
+            Observed::NotApplicable { reason } => SourceStatus::NotLooked(reason.clone()),
+            Observed::Missing { path } => SourceStatus::Unknown(format!("pod list {path} not found")),
+            Observed::Ok(()) => SourceStatus::NotLooked("no pod list".into()),
+        },
+        Source::Podresources => {
+            let kubelet_runs = snap.kubelet.ok().is_some_and(|k| k.started_at.is_some());
+            match &snap.kubelet_view {
+                Observed::Missing { path } if kubelet_runs => SourceStatus::Unknown(format!(
+                    "the kubelet runs but its PodResources socket {path} is missing"
+                )),
+                other => of(other, false, "PodResources socket"),
+            }
+        }
+        Source::LocalDirs => of(&snap.local_dirs, false, "local dirs"),
+        Source::Api => of(&snap.api, false, "API"),
+    }
+}
+
+/// Whether a rule judged, and if not, what it lacked.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Coverage {
+    /// It ran on everything it needs.
+    Judged,
+    /// A source it needs failed: it did not run.
+    Unknown { missing: Vec<Source>, reason: String },
+    /// It was not asked to look (or the source does not apply here): it did not run.
+    NotApplicable { missing: Vec<Source>, reason: String },
+    /// Switched off by configuration.
+    Disabled,
+}
+
+impl Coverage {
+    /// `judged`, `unknown`, `not_applicable`, `disabled`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Coverage::Judged => "judged",
+            Coverage::Unknown { .. } => "unknown",
+            Coverage::NotApplicable { .. } => "not_applicable",
+            Coverage::Disabled => "disabled",
+        }
+    }
+
+    /// Whether the rule judged everything it looks at.
+    pub fn judged(&self) -> bool {
+        matches!(self, Coverage::Judged)
+    }
+
+    /// Whether a rule with `needs` runs under this coverage: when it judged, or when it lacks
+    /// only what it can do without in part.
+    pub fn runs(&self, needs: &Needs) -> bool {
+        match self {
+            Coverage::Judged => true,
+            Coverage::Unknown { missing, .. } => {
+                !needs.partial.is_empty() && missing.iter().all(|s| needs.partial.contains(s))
+            }
+            _ => false,
+        }
+    }
+
+    /// The sources it lacked and why (`None` when it judged or was disabled).
+    pub fn lacking(&self) -> Option<(&[Source], &str)> {
+        match self {
+            Coverage::Unknown { missing, reason } | Coverage::NotApplicable { missing, reason } => {
+                Some((missing, reason))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The coverage of a rule with `needs` on `snap`.
+pub fn coverage(snap: &NodeSnapshot, needs: &Needs) -> Coverage {
+    let status = |s: Source| source_status(snap, s);
+    if !needs.about.is_empty() && needs.about.iter().all(|s| status(*s) == SourceStatus::Absent) {
+        return Coverage::Judged;
+    }
+    let mut unknown: Vec<(Source, String)> = vec![];
+    let mut not_looked: Vec<(Source, String)> = vec![];
+    for need in needs.all {
+        let statuses: Vec<(Source, SourceStatus)> = need.sources().iter().map(|s| (*s, status(*s))).collect();
+        let met = match need {
+            Need::One(_) => statuses
+                .iter()
+                .all(|(_, st)| matches!(st, SourceStatus::Read | SourceStatus::Absent)),
+            Need::AnyOf(_) => statuses.iter().any(|(_, st)| *st == SourceStatus::Read),
+        };
+        if met {
+            continue;
+        }
+        let before = unknown.len();
+        for (s, st) in &statuses {
+            if let SourceStatus::Unknown(why) = st {
+                unknown.push((*s, why.clone()));
+            }
+        }
+        if unknown.len() == before {
+            for (s, st) in statuses {
+                if let SourceStatus::NotLooked(why) = st {
+                    not_looked.push((s, why));
+                }
+            }
+        }
+    }
+    let join = |list: Vec<(Source, String)>| {
+        let mut missing: Vec<Source> = list.iter().map(|(s, _)| *s).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        let reason = list
+            .iter()
+            .map(|(s, why)| format!("{s}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        (missing, reason)
+    };
+    if !unknown.is_empty() {
+        let (missing, reason) = join(unknown);
+        Coverage::Unknown { missing, reason }
+    } else if !not_looked.is_empty() {
+        let (missing, reason) = join(not_looked);
+        Coverage::NotApplicable { missing, reason }
+    } else {
+        Coverage::Judged
+    }
+}
+
+/// The findings of one judgement and, for every rule of the catalogue, whether it judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// Worst first (see [`crate::finding::Finding::sort_key`]); none from rules that did not
+    /// judge.
+    pub findings: Vec<crate::finding::Finding>,
+    /// By rule id, every rule of the catalogue.
+    pub coverage: BTreeMap<&'static str, Coverage>,
+}
+
+impl Judgement {
+    /// The rules that needed a source that could not be read.
+    pub fn unknown(&self) -> impl Iterator<Item = (&'static str, &Coverage)> {
+        self.coverage
+            .iter()
+            .filter(|(_, c)| matches!(c, Coverage::Unknown { .. }))
+            .map(|(id, c)| (*id, c))
+    }
+
+    /// Whether rule `id` judged (a rule not in the catalogue did not).
+    pub fn judged(&self, id: &str) -> bool {
+        self.coverage.get(id).is_some_and(Coverage::judged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testkit::{SnapshotBuilder, pod};
+    use crate::rules::{self, judge};
+    use crate::settings::Settings;
+    use crate::snapshot::PodSource;
+
+    /// A static node whose pod list (a file) names no pod: the entry's pod is gone.
+    fn node() -> NodeSnapshot {
+        SnapshotBuilder::static_node("0-1", &[("dead-pod", "app", "2-3")])
+            .with_pod_list(&[pod("live", "exec-1", "Running", &[("app", "c1")])])
+            .build()
+    }
+
+    fn error<T>(reason: &str) -> Observed<T> {
+        Observed::Error { reason: reason.into() }
+    }
+
+    /// (status, missing) of every rule whose status is not `judged`.
+    fn not_judged(snap: &NodeSnapshot) -> BTreeMap<&'static str, (&'static str, Vec<Source>)> {
+        judge(snap, &Settings::default())
+            .coverage
+            .into_iter()
+            .filter(|(_, c)| !c.judged())
+            .map(|(id, c)| {
+                (
+                    id,
+                    (c.status(), c.lacking().map(|(m, _)| m.to_vec()).unwrap_or_default()),
+                )
+            })
+            .collect()
+    }
+
+    fn unknown_ids(snap: &NodeSnapshot) -> Vec<&'static str> {
+        not_judged(snap)
+            .into_iter()
+            .filter(|(_, (status, _))| *status == "unknown")
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    #[test]
+    fn every_rule_declares_needs_and_every_source_is_needed_by_one() {
+        for r in rules::ALL {
+            assert!(!r.needs.all.is_empty(), "{} needs nothing", r.id);
+            for s in r.needs.about {
+                assert!(
+                    r.needs.all.iter().any(|n| n.sources().contains(s)),
+                    "{}: about {s} that it does not need",
+                    r.id
+                );
+            }
+        }
+        // procfs gives evidence only (the processes' allowed CPUs); the process lists that
+        // decide liveness are the cgroups' own.
+        for s in Source::ALL.iter().filter(|s| **s != Source::Procfs) {
+            assert!(
+                rules::ALL
+                    .iter()
+                    .any(|r| r.needs.all.iter().any(|n| n.sources().contains(s))),
+                "no rule needs {s}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_with_everything_read_judges_every_rule_but_the_offline_ones() {
+        let snap = node();
+        let j = judge(&snap, &Settings::default());
+        assert!(j.findings.iter().any(|f| f.rule == "stale-cpu-assignment"));
+        // The testkit's node has no API observation: not probed, which is not a failure.
+        let not = not_judged(&snap);
+        assert!(
+            not.values()
+                .all(|(status, missing)| *status == "not_applicable" && missing == &[Source::Api]),
+            "{not:?}"
+        );
+        assert_eq!(not.len(), 4, "{not:?}");
+        assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
+    }
+
+    /// Each source that fails makes exactly the rules that need it unknown, and they raise
+    /// nothing.
+    #[test]
+    fn each_failed_source_makes_the_rules_that_need_it_unknown() {
+        type Break = Box<dyn Fn(&mut NodeSnapshot)>;
+        let cases: Vec<(&str, Break, Vec<&str>)> = vec![
+            (
+                "checkpoint",
+                Box::new(|s| s.checkpoint = error("cpu_manager_state: permission denied")),
+                vec![
+                    "checkpoint-invalid-state",
+                    "checkpoint-unreadable",
+                    "cpuset-drift",
+                    "cross-pod-cpu-overlap",
+                    "exclusive-cpu-shortage",
+                    "kubelet-state-divergence",
+                    "stale-cpu-assignment",
+                ],
+            ),
+            (
+                "kubelet config missing",
+                Box::new(|s| {
+                    s.kubelet = Observed::Missing {
+                        path: "/var/lib/kubelet/config.yaml".into(),
+                    }
+                }),
+                vec!["checkpoint-invalid-state"],
+            ),
+            (
+                "cpus",
+                Box::new(|s| s.cpus = error("online: EIO")),
+                vec!["checkpoint-invalid-state", "exclusive-cpu-shortage"],
+            ),
+            (
+                "cgroups",
+                Box::new(|s| s.cgroups = error("kubepods: EACCES")),
+                vec!["cpuset-drift"],
+            ),
+            (
+                "memory state",
+                Box::new(|s| s.managers.memory = error("memory_manager_state: EACCES")),
+                vec![
+                    "checkpoint-unreadable",
+                    "device-admission-failure",
+                    "kubelet-state-divergence",
+                    "stale-memory-assignment",
+                ],
+            ),
+            (
+                "podresources hangs",
+                Box::new(|s| s.kubelet_view = error("kubelet.sock: List did not answer within 2 s")),
+                vec!["kubelet-state-divergence"],
+            ),
+            (
+                "local dirs",
+                Box::new(|s| s.local_dirs = error("pods dir: EIO")),
+                vec!["orphaned-local-dir"],
+            ),
+            (
+                "pod list failed",
+                Box::new(|s| {
+                    s.pod_source = PodSource::Cgroups;
+                    s.pod_list = error("LIST pods: connection refused");
+                }),
+                vec![
+                    "admission-rejection",
+                    "device-admission-failure",
+                    "driver-blocked-by-partition",
+                    "duplicate-driver",
+                    "exclusive-cpu-shortage",
+                    "executor-without-owner",
+                    "half-submitted-driver",
+                    "orphaned-executor",
+                    "scheduler-conflict",
+                ],
+            ),
+        ];
+        for (name, break_it, want) in cases {
+            let mut snap = node();
+            break_it(&mut snap);
+            assert_eq!(unknown_ids(&snap), want, "{name}");
+            let j = judge(&snap, &Settings::default());
+            for id in &want {
+                assert!(
+                    j.findings.iter().all(|f| f.rule != *id),
+                    "{name}: {id} raised a finding"
+                );
+                let Some(Coverage::Unknown { reason, .. }) = j.coverage.get(id) else {
+                    panic!("{name}: {id}")
+                };
+                assert!(!reason.is_empty(), "{name}: {id}");
+            }
+        }
+    }
+
+    #[test]
+    fn liveness_needs_one_of_its_sources() {
+        // No pod list (offline) and cgroups failed: stale-cpu-assignment cannot judge.
+        let mut snap = node();
+        snap.pod_source = PodSource::Cgroups;
+        snap.pod_list = Observed::NotApplicable {
+            reason: "--offline".into(),
+        };
+        snap.cgroups = error("kubepods: EACCES");
+        let j = judge(&snap, &Settings::default());
+        assert_eq!(
+            j.coverage["stale-cpu-assignment"],
+            Coverage::Unknown {
+                missing: vec![Source::Cgroups],
+                reason: "cgroups: kubepods: EACCES".into()
+            }
+        );
+        assert!(j.findings.iter().all(|f| f.rule != "stale-cpu-assignment"));
+        // Offline, the rules that need a pod list are not applicable, not unknown.
+        assert_eq!(
+            j.coverage["orphaned-executor"],
+            Coverage::NotApplicable {
+                missing: vec![Source::Pods],
+                reason: "pods: --offline".into()
+            }
+        );
+        // The kubelet's PodResources list is enough.
+        snap.kubelet_view = Observed::Ok(crate::rules::testkit::kubelet_view(vec![], Some("0-7")));
+        snap.pod_source = PodSource::PodResources;
+        assert!(judge(&snap, &Settings::default()).coverage["stale-cpu-assignment"].judged());
+    }
+
+    #[test]
+    fn missing_counts_per_source() {
+        // No checkpoint: a node without the static policy; the checkpoint rules judged it,
+        // even with the kubelet's configuration not found.
+        let mut snap = node();
+        snap.checkpoint = Observed::Missing {
+            path: "/var/lib/kubelet/cpu_manager_state".into(),
+        };
+        snap.kubelet = Observed::Missing {
+            path: "/var/lib/kubelet/config.yaml".into(),
+        };
+        assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
+        // A missing PodResources socket: absent without a running kubelet, unknown with one.
+        let mut snap = node();
+        snap.kubelet_view = Observed::Missing {
+            path: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+        };
+        assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
+        if let Observed::Ok(k) = &mut snap.kubelet {
+            k.started_at = Some(1_700_000_000);
+        }
+        assert_eq!(unknown_ids(&snap), ["kubelet-state-divergence"]);
+        // A kubelet without the call: not applicable.
+        snap.kubelet_view = Observed::NotApplicable {
+            reason: "Unimplemented".into(),
+        };
+        assert_eq!(not_judged(&snap)["kubelet-state-divergence"].0, "not_applicable");
+    }
+
+    /// `checkpoint-invalid-state` without the kubelet's configuration: unknown, and it still
+    /// reports what every configuration refuses (a file no policy wrote).
+    #[test]
+    fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
+        let mut snap = SnapshotBuilder::static_node("0-1", &[])
+            .with_raw_checkpoint(b"{}")
+            .build();
+        snap.kubelet = Observed::Missing {
+            path: "/var/lib/kubelet/config.yaml".into(),
+        };
+        let j = judge(&snap, &Settings::default());
+        assert_eq!(
+            j.coverage["checkpoint-invalid-state"]
+                .lacking()
+                .map(|(m, _)| m.to_vec()),
+            Some(vec![Source::KubeletConfig])
+        );
+        assert_eq!(j.coverage["checkpoint-invalid-state"].status(), "unknown");
+        let found: Vec<_> = j
+            .findings
+            .iter()
+            .filter(|f| f.rule == "checkpoint-invalid-state")
+            .map(|f| f.evidence["problem"].clone())
+            .collect();
+        assert_eq!(found, [serde_json::json!("unknown-policy")]);
+        // A rule without partial needs does not run at all (cpuset-drift, cgroups failed).
+        snap.cgroups = error("EACCES");
+        let drift = &judge(&snap, &Settings::default()).coverage["cpuset-drift"];
+        assert_eq!(drift.status(), "unknown");
+        assert!(!drift.runs(&rules::by_id("cpuset-drift").unwrap().needs));
+    }
+
+    #[test]
+    fn disabled_rules_are_disabled_not_unknown() {
+        let mut settings = Settings::default();
+        settings.disabled_rules.insert("stale-cpu-assignment".into());
+        let j = judge(&node(), &settings);
+        assert_eq!(j.coverage["stale-cpu-assignment"], Coverage::Disabled);
+        assert_eq!(j.coverage.len(), rules::ALL.len());
+    }
+
+    /// Each rule page's "Needs" line is the catalogue's. `NODEMEDIC_BLESS_DOCS=1` writes it
+    /// (after the page's header table, or over the old line).
+    #[test]
+    fn every_rule_page_says_what_the_rule_needs() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/rules");
+        let bless = std::env::var_os("NODEMEDIC_BLESS_DOCS").is_some();
+        let mut wrong = vec![];
+        for r in rules::ALL {
+            let path = docs.join(format!("{}.md", r.id));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let want = r.needs.doc_line();
+            let lines: Vec<&str> = text.lines().collect();
+            let have: Vec<&&str> = lines.iter().filter(|l| l.starts_with("**Needs:**")).collect();
+            if have.len() == 1 && *have[0] == want {
+                continue;
+            }
+            if !bless {
+                wrong.push(format!("{}: want the one line\n{want}", path.display()));
+                continue;
+            }
+            let mut out: Vec<String> = lines
+                .iter()
+                .filter(|l| !l.starts_with("**Needs:**"))
+                .map(|l| l.to_string())
+                .collect();
+            // After the header table: the first blank line after a line starting with `|`.
+            let table_end = out
+                .iter()
+                .position(|l| l.starts_with('|'))
+                .and_then(|start| out[start..].iter().position(|l| !l.starts_with('|')).map(|n| start + n))
+                .unwrap_or(1);
+            out.insert(table_end, String::new());
+            out.insert(table_end + 1, want);
+            // No doubled blank line where an old line was removed.
+            out.dedup_by(|a, b| a.is_empty() && b.is_empty());
+            std::fs::write(&path, out.join("\n") + "\n").unwrap();
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// Each rule page's "Kubelet versions" block is the catalogue's, right under its "Needs"
+    /// line. `NODEMEDIC_BLESS_DOCS=1` writes it (run it with `--test-threads=1`: the "Needs"
+    /// test writes the same pages).
+    #[test]
+    fn every_rule_page_says_from_which_kubelet_version_it_holds() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/rules");
+        let bless = std::env::var_os("NODEMEDIC_BLESS_DOCS").is_some();
+        let prefix = KubeletVersions::DOC_PREFIX;
+        let mut wrong = vec![];
+        for r in rules::ALL {
+            let path = docs.join(format!("{}.md", r.id));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let want = r.kubelet_versions.doc_block();
+            let lines: Vec<&str> = text.lines().collect();
+            let starts: Vec<usize> = (0..lines.len()).filter(|i| lines[*i].starts_with(prefix)).collect();
+            let needs = lines.iter().position(|l| l.starts_with("**Needs:**"));
+            let block_at = |start: usize| {
+                let end = (start + 1..lines.len())
+                    .find(|i| !lines[*i].starts_with("- "))
+                    .unwrap_or(lines.len());
+                (start, end)
+            };
+            if let ([start], Some(needs)) = (starts.as_slice(), needs) {
+                let (start, end) = block_at(*start);
+                if start == needs + 2 && lines[needs + 1].is_empty() && lines[start..end].join("\n") == want {
+                    continue;
+                }
+            }
+            if !bless || needs.is_none() {
+                wrong.push(format!("{}: want, under its Needs line,\n{want}", path.display()));
+                continue;
+            }
+            let mut out: Vec<String> = vec![];
+            let mut skip_until = 0;
+            for (i, line) in lines.iter().enumerate() {
+                if i < skip_until {
+                    continue;
+                }
+                if line.starts_with(prefix) {
+                    skip_until = block_at(i).1;
+                    continue;
+                }
+                out.push(line.to_string());
+                if line.starts_with("**Needs:**") {
+                    out.push(String::new());
+                    out.push(want.clone());
+                }
+            }
+            // No doubled blank line where an old block was removed.
+            out.dedup_by(|a, b| a.is_empty() && b.is_empty());
+            std::fs::write(&path, out.join("\n") + "\n").unwrap();
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// A rule that reads a file or an answer of the kubelet says from which version each of its
+    /// comparisons holds; only a rule that reads none may say the version does not matter.
+    #[test]
+    fn rules_that_read_the_kubelet_say_from_which_version() {
+        let kubelet_sources = [
+            Source::Checkpoint,
+            Source::MemoryState,
+            Source::DeviceState,
+            Source::DraState,
+            Source::Podresources,
+        ];
+        for r in rules::ALL {
+            let reads_kubelet = r
+                .needs
+                .all
+                .iter()
+                .any(|n| n.sources().iter().any(|s| kubelet_sources.contains(s)));
+            match r.kubelet_versions {
+                KubeletVersions::DoNotMatter(why) => {
+                    assert!(!reads_kubelet, "{} reads the kubelet's files or answers", r.id);
+                    assert!(!why.is_empty() && !why.ends_with('.'), "{}", r.id);
+                }
+                KubeletVersions::Comparisons(list) => {
+                    assert!(!list.is_empty(), "{}", r.id);
+                    for c in list {
+                        for part in [c.what, c.from, c.older, c.unknown] {
+                            assert!(!part.is_empty() && !part.ends_with('.'), "{}: {part:?}", r.id);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            KubeletVersions::Comparisons(&[Comparison {
+                what: "a",
+                from: "1.20",
+                older: "b",
+                unknown: "c",
+            }])
+            .doc_block(),
+            "**Kubelet versions:** from which version each comparison holds \
+             ([by version](../kubelet.md#behaviour-by-kubelet-version)):\n- a: holds from 1.20. Older: b. Unknown version: c."
+        );
+    }
+
+    #[test]
+    fn coverage_serializes_as_the_report_contract() {
+        let c = Coverage::Unknown {
+            missing: vec![Source::Podresources],
+            reason: "podresources: hung".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::json!({"status": "unknown", "missing": ["podresources"], "reason": "podresources: hung"})
+        );
+        assert_eq!(
+            serde_json::to_value(Coverage::Judged).unwrap(),
+            serde_json::json!({"status": "judged"})
+        );
+    }
+}
