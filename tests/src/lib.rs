@@ -137,6 +137,27 @@ pub fn scan_report(root: &Path, kubeconfig: &Path, node: &str, extra: &[&str]) -
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr))
 }
 
+/// Three `--kubeconfig` files a user may name that cannot be used, written under `dir`, each
+/// with the words its error names: a missing file, a garbage file, and a configuration whose
+/// API server refuses (port 1 on loopback: nothing listens, the connection is refused at once;
+/// the error names the pod list of node `node`).
+pub fn unusable_kubeconfigs(dir: &Path, node: &str) -> Vec<(String, String)> {
+    let garbage = dir.join("garbage");
+    std::fs::write(&garbage, "garbage\n").unwrap();
+    let refused = dir.join("refused");
+    std::fs::write(
+        &refused,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
+         contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
+    )
+    .unwrap();
+    vec![
+        ("/nonexistent/kubeconfig".into(), "failed to read kubeconfig".into()),
+        (garbage.display().to_string(), "failed to parse kubeconfig YAML".into()),
+        (refused.display().to_string(), format!("LIST pods spec.nodeName={node}")),
+    ]
+}
+
 /// Runs `nodemedic <args>` with a clean environment for the variables it reads.
 pub fn nodemedic(args: &[&str]) -> Run {
     let mut cmd = Command::new(nodemedic_bin());

@@ -219,22 +219,9 @@ fn an_explicit_kubeconfig_that_cannot_be_used_is_an_error() {
     spark_node("worker-3", Layout::V1Cgroupfs, Runtime::Containerd)
         .write(&root)
         .unwrap();
-    let garbage = dir.path().join("garbage");
-    std::fs::write(&garbage, "garbage\n").unwrap();
-    // Port 1 on loopback: nothing listens, the connection is refused at once.
-    let refused = dir.path().join("refused");
-    std::fs::write(
-        &refused,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\n\
-         contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
-    )
-    .unwrap();
     let root = root.to_str().unwrap();
-    for (file, reason) in [
-        ("/nonexistent/kubeconfig", "failed to read kubeconfig"),
-        (garbage.to_str().unwrap(), "failed to parse kubeconfig YAML"),
-        (refused.to_str().unwrap(), "LIST pods spec.nodeName=worker-3"),
-    ] {
+    for (file, reason) in nodemedic_tests::unusable_kubeconfigs(dir.path(), "worker-3") {
+        let (file, reason) = (file.as_str(), reason.as_str());
         let run = nodemedic(&["scan", "--host-root", root, "--node", "worker-3", "--kubeconfig", file]);
         assert_eq!(run.code, 2, "{file}: {}", run.stderr);
         assert!(
