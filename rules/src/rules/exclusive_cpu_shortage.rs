@@ -74,6 +74,11 @@ fn pool<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Pool<'a>> {
 pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
     let pool = pool(snap, settings);
     let path = checkpoint_path(snap);
+    // How to free the stale entries: the same for every finding here, and not cheap (it asks
+    // whether a kubelet would refuse the checkpoint at its next start), so made once, when a
+    // finding first needs it.
+    let freeing = std::cell::OnceCell::new();
+    let free_stale = || freeing.get_or_init(|| remedy_for_all(snap, settings)).clone();
     let remedy = |pool: Option<&Pool>| match pool {
         None => format!(
             "the CPU manager checkpoint could not be read to count free CPUs: see the checkpoint findings and `nodemedic checkpoint show {path}`"
@@ -82,11 +87,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             "the node has no exclusive CPUs to spare: run the pod elsewhere or lower its integer CPU request"
                 .to_string()
         }
-        Some(p) => format!(
-            "stale entries hold CPUs {}; free them: {}",
-            p.stale,
-            remedy_for_all(snap, settings)
-        ),
+        Some(p) => format!("stale entries hold CPUs {}; free them: {}", p.stale, free_stale()),
     };
     let mut findings = Vec::new();
 
@@ -144,7 +145,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             continue;
         }
         if need <= pool.free.len() {
-            findings.extend(numa_refusal(snap, settings, pod, need));
+            findings.extend(numa_refusal(snap, settings, pod, need, &free_stale));
             continue;
         }
         findings.push(
@@ -208,8 +209,15 @@ fn narrowest(nodes: &[NumaCpus], need: usize) -> Option<usize> {
 /// alignment the kubelet's topology manager insists on: `single-numa-node` admits only a
 /// request that one NUMA node's free CPUs hold, `restricted` only one that the narrowest
 /// possible set of NUMA nodes holds (the CPU manager calls only those hints preferred, and both
-/// policies refuse a pod without a preferred hint: `TopologyAffinityError`).
-fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: usize) -> Option<Finding> {
+/// policies refuse a pod without a preferred hint: `TopologyAffinityError`). `free_stale` says
+/// how to free the stale entries (made once per judgement by [`check`]).
+fn numa_refusal(
+    snap: &NodeSnapshot,
+    settings: &Settings,
+    pod: &PodInfo,
+    need: usize,
+    free_stale: &dyn Fn() -> String,
+) -> Option<Finding> {
     let config = snap.kubelet.ok()?;
     let policy = config.topology_manager_policy.as_str();
     if !matches!(policy, "single-numa-node" | "restricted") {
@@ -251,7 +259,7 @@ fn numa_refusal(snap: &NodeSnapshot, settings: &Settings, pod: &PodInfo, need: u
         format!(
             "stale entries hold {stale_total} CPUs ({}); freeing them may make room within one NUMA node: {}",
             per_node.join("; "),
-            remedy_for_all(snap, settings)
+            free_stale()
         )
     } else {
         format!(
