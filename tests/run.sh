@@ -4,8 +4,9 @@
 # Runs as root on a fresh machine of the project's kind (Debian, Rust toolchain and python3
 # preinstalled): it installs packages, and the real cgroup v1 tests build cpuset hierarchies
 # under /sys/fs/cgroup/cpuset. Every install is skipped when its tool is already there, so a
-# second run only lints and tests. On a machine that has every tool, `cargo test --workspace`
-# alone runs the same tests.
+# second run only lints and tests. On a machine that has every tool, `cargo nextest run
+# --workspace` and `cargo test --workspace --doc` run the same tests (`cargo test --workspace`
+# too, one test at a time per core: about three times as long).
 #
 # What the tests need beyond Rust (tests/tests/manifests.rs fails, never skips, without it),
 # the tool, where it comes from, and what uses it:
@@ -21,6 +22,8 @@
 #   - pyspark 3.5.9: PyPI (a 318 MB sdist that pip builds into a wheel: 26 s here, download
 #     included); its spark-submit, Spark's real Kubernetes client, in tests/tests/spark_client.rs
 #   - rustfmt and clippy: rustup components; the lint step
+#   - cargo-nextest: the machine's, else crates.io; runs the tests, a process each, in parallel
+#     (.config/nextest.toml)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -35,6 +38,7 @@ fi
 echo "== test tools"
 have rustfmt || rustup component add rustfmt
 have cargo-clippy || rustup component add clippy
+have cargo-nextest || cargo install --locked cargo-nextest
 
 debs=()
 have promtool || debs+=(prometheus)
@@ -76,7 +80,7 @@ if ! have kubectl; then
 fi
 
 missing=()
-for tool in rustfmt cargo-clippy promtool shellcheck faketime kubectl kubernetes-validate hadolint; do
+for tool in rustfmt cargo-clippy cargo-nextest promtool shellcheck faketime kubectl kubernetes-validate hadolint; do
     have "$tool" || missing+=("$tool")
 done
 python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")
@@ -95,4 +99,7 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== the test suite"
-cargo test --workspace
+# Every unit and end-to-end test, a process each, several at a time (.config/nextest.toml);
+# then the examples in the documentation comments, which nextest does not run.
+cargo nextest run --workspace
+cargo test --workspace --doc

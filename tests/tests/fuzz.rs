@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 /// The case count of a block, times `NODEMEDIC_FUZZ_SCALE` (default 1) for long runs by hand:
-/// `NODEMEDIC_FUZZ_SCALE=100 cargo test --release -p nodemedic-tests --test fuzz`.
+/// `NODEMEDIC_FUZZ_SCALE=100 cargo test --release -p nodemedic-tests --test e2e fuzz::`.
 fn scaled(cases: u32) -> u32 {
     let scale = std::env::var("NODEMEDIC_FUZZ_SCALE")
         .ok()

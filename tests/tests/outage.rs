@@ -189,7 +189,7 @@ fn lease_renew_time(api: &ApiServer) -> Option<jiff::Timestamp> {
 }
 
 /// This test's name, to run it again inside a network namespace of its own.
-const TEST: &str = "three_minutes_refused_then_three_of_401_cost_a_few_requests_a_minute_and_the_agent_recovers_alone";
+const TEST: &str = "outage::three_minutes_refused_then_three_of_401_cost_a_few_requests_a_minute_and_the_agent_recovers_alone";
 /// Set in the copy of this test that runs in its own network namespace.
 const INSIDE: &str = "NODEMEDIC_OUTAGE_OWN_NETNS";
 

@@ -23,7 +23,7 @@
 //!    deletes it with its UID as a precondition.
 //!
 //! It needs java and pyspark 3.5.9 (`tests/run.sh` installs them) and fails, never skips,
-//! without them. Run alone: `cargo test -p nodemedic-tests --test spark_client`.
+//! without them. Run alone: `cargo test -p nodemedic-tests --test e2e spark_client::`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

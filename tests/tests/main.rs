@@ -1,0 +1,40 @@
+//! The end-to-end tests: the real `nodemedic` binary against fixture host trees, the in-repo
+//! API server double, the fake kubelet and real cgroup v1 hierarchies. One file per area, each
+//! a module of this one test binary (tests/README.md says what each covers).
+
+mod apiserver;
+mod bad_input;
+mod budget;
+mod cgroup_v1;
+mod daemon;
+mod dashboard;
+mod detection;
+mod events_restart;
+mod example;
+mod faults;
+mod fencing;
+mod fleet;
+mod fuzz;
+mod golden;
+mod half_submitted;
+mod kubelet_config;
+mod manifests;
+mod node_resource_topology;
+mod one_pipeline;
+mod outage;
+mod partition_rule;
+mod plugin;
+mod podresources;
+mod privacy;
+mod probes;
+mod repair_cli;
+mod repair_cpu_state;
+mod repair_local_dirs;
+mod repair_pods;
+mod repair_safety;
+mod resource_managers;
+mod ship;
+mod slow_api;
+mod spark_client;
+mod unknown_verdict;
+mod watch_health;
