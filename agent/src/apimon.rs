@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1 as adm;
 use k8s_openapi::api::core::v1::Namespace;
@@ -21,6 +21,8 @@ use nodemedic_rules::admission::{
 };
 use nodemedic_rules::promtext;
 use nodemedic_rules::snapshot::{ApiObservation, Observed, ProbeSample, WebhookInfo};
+// tokio's clock: the system's monotonic clock, except under a test's paused clock.
+use tokio::time::Instant;
 
 use crate::kube_api;
 use crate::leader::{Elector, PUBLISHED_SAMPLES, Published, PublishedWebhook, Role};
@@ -508,7 +510,7 @@ pub async fn run(
             _ = async {
                 let wake_at = if leading { next_step.min(next_round) } else { next_step };
                 tokio::select! {
-                    _ = tokio::time::sleep_until(wake_at.into()) => {}
+                    _ = tokio::time::sleep_until(wake_at) => {}
                     Ok(()) = outputs.api_back.changed() => {
                         // Only what waits out a pause because of a failure goes now: a round
                         // that worked is not repeated, a Lease read on time is not added.

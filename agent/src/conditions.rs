@@ -5,47 +5,27 @@
 //! status changes or a heartbeat is due.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the system's monotonic clock, except under a test's paused clock.
+use tokio::time::Instant;
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use nodemedic_rules::coverage::Coverage;
 use nodemedic_rules::finding::Finding;
+use nodemedic_rules::rules::{self, NodeCondition};
 use serde_json::json;
 
-/// A condition nodemedic owns.
-#[derive(Debug, Clone, Copy)]
-pub struct ConditionSpec {
-    pub type_: &'static str,
-    /// The rules whose findings make it `True`.
-    pub rules: &'static [&'static str],
-    /// `reason` while `True`.
-    pub reason_true: &'static str,
-    /// `reason` while `False`.
-    pub reason_false: &'static str,
+/// The rules whose findings decide `condition`: those that declare it in the catalogue
+/// ([`nodemedic_rules::rules::RuleInfo::condition`]).
+fn rules_of(condition: NodeCondition) -> Vec<&'static str> {
+    rules::ALL
+        .iter()
+        .filter(|r| r.condition == Some(condition))
+        .map(|r| r.id)
+        .collect()
 }
-
-/// The conditions of the rules nodemedic runs today.
-pub const CONDITIONS: &[ConditionSpec] = &[
-    ConditionSpec {
-        type_: "CPUManagerStateStale",
-        rules: &[
-            "stale-cpu-assignment",
-            "checkpoint-unreadable",
-            "checkpoint-invalid-state",
-            "cross-pod-cpu-overlap",
-            "kubelet-state-divergence",
-        ],
-        reason_true: "CPUManagerStateStale",
-        reason_false: "CPUManagerStateConsistent",
-    },
-    ConditionSpec {
-        type_: "SparkExecutorOrphans",
-        rules: &["orphaned-executor"],
-        reason_true: "SparkExecutorOrphans",
-        reason_false: "NoSparkExecutorOrphans",
-    },
-];
 
 /// A condition's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,15 +69,15 @@ pub fn wanted(findings: &[Finding], coverage: &BTreeMap<&'static str, Coverage>)
             .get(rule)
             .is_none_or(|c| !matches!(c, Coverage::Unknown { .. }))
     };
-    CONDITIONS
-        .iter()
+    rules::conditions()
+        .into_iter()
         .map(|spec| {
+            let its_rules = rules_of(spec);
             let hits: Vec<&Finding> = findings
                 .iter()
-                .filter(|f| spec.rules.contains(&f.rule.as_str()) && judged(&f.rule))
+                .filter(|f| its_rules.contains(&f.rule.as_str()) && judged(&f.rule))
                 .collect();
-            let unknown: Vec<String> = spec
-                .rules
+            let unknown: Vec<String> = its_rules
                 .iter()
                 .filter_map(|r| match coverage.get(r) {
                     Some(Coverage::Unknown { reason, .. }) => Some(format!("{r} ({reason})")),
@@ -220,6 +200,32 @@ impl NodeConditions {
 
 #[cfg(test)]
 mod tests {
+    /// The catalogue declares the two conditions and which rules decide each; the conditions
+    /// page and the alerts name the same.
+    #[test]
+    fn the_catalogue_declares_each_condition_and_its_rules() {
+        let declared: Vec<(&str, Vec<&str>)> = rules::conditions()
+            .into_iter()
+            .map(|c| (c.type_, super::rules_of(c)))
+            .collect();
+        assert_eq!(
+            declared,
+            [
+                (
+                    "CPUManagerStateStale",
+                    vec![
+                        "checkpoint-unreadable",
+                        "checkpoint-invalid-state",
+                        "stale-cpu-assignment",
+                        "cross-pod-cpu-overlap",
+                        "kubelet-state-divergence",
+                    ]
+                ),
+                ("SparkExecutorOrphans", vec!["orphaned-executor"]),
+            ]
+        );
+    }
+
     use super::*;
     use nodemedic_rules::finding::{Severity, Subject};
 

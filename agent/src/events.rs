@@ -45,6 +45,11 @@ fn finding_parts(f: &Finding) -> [&str; 5] {
     ]
 }
 
+/// The Event reason of a finding: its rule's, from the catalogue.
+pub fn reason_of(f: &Finding) -> &'static str {
+    rules::by_id(&f.rule).map_or("NodemedicFinding", |r| r.event_reason)
+}
+
 /// What identifies one finding across scans: [`finding_parts`] joined by `|`.
 pub fn finding_key(f: &Finding) -> String {
     finding_parts(f).join("|")
@@ -360,9 +365,7 @@ impl EventRecorder {
                 overflow.push(f);
                 continue;
             }
-            let reason = rules::by_id(&f.rule)
-                .map_or("NodemedicFinding", |r| r.event_reason)
-                .to_string();
+            let reason = reason_of(f).to_string();
             if let Some(s) = self.series.get_mut(key) {
                 s.count += 1;
                 s.last_seen = now;

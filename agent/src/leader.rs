@@ -19,13 +19,15 @@
 //!
 //! Reads and updates that fail back off (jittered, doubling up to five minutes).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
 use nodemedic_rules::snapshot::ProbeSample;
+// tokio's clock: the system's monotonic clock, except under a test's paused clock.
+use tokio::time::Instant;
 
 use crate::kube_api;
 use crate::probe::Target;

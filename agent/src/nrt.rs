@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use nodemedic_rules::facts::{ReservedFrom, exclusive_cpus_by_numa};
-use nodemedic_rules::{NodeSnapshot, Settings};
+use nodemedic_rules::facts::{Facts, ReservedFrom};
+use nodemedic_rules::NodeSnapshot;
 use serde_json::{Value, json};
 
 pub const GROUP: &str = "topology.node.k8s.io";
@@ -35,8 +35,9 @@ pub const STALE_ATTRIBUTE: &str = "nodemedic.io/stale-cpus";
 /// refuses a node whose zones do not list it, so an object with CPUs alone would keep every
 /// Guaranteed pod (they all request memory) off the node. nodemedic does not judge memory:
 /// the zone's whole memory is given as capacity, allocatable and available.
-pub fn build(snap: &NodeSnapshot, settings: &Settings, numa_memory: &BTreeMap<u32, u64>) -> Option<Value> {
-    let (nodes, reserved_from) = exclusive_cpus_by_numa(snap, settings)?;
+pub fn build(snap: &NodeSnapshot, facts: &Facts, numa_memory: &BTreeMap<u32, u64>) -> Option<Value> {
+    let (nodes, reserved_from) = facts.numa.as_ref()?;
+    let reserved_from = *reserved_from;
     if nodes.iter().any(|n| !numa_memory.contains_key(&n.node)) {
         return None;
     }
@@ -251,6 +252,7 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodemedic_rules::Settings;
     use nodemedic_rules::CpuSet;
     use nodemedic_rules::checkpoint::Checkpoint;
     use nodemedic_rules::snapshot::{CheckpointFile, KubeletConfig, Observed, PodSource};
@@ -295,8 +297,8 @@ mod tests {
         }];
         let memory: BTreeMap<u32, u64> = [(0, 1 << 34), (1, 1 << 34)].into();
         // Without each NUMA node's memory, nothing: the object would keep pods off the node.
-        assert_eq!(build(&snap, &Settings::default(), &[(0, 1 << 34)].into()), None);
-        let obj = build(&snap, &Settings::default(), &memory).unwrap();
+        assert_eq!(build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &[(0, 1 << 34)].into()), None);
+        let obj = build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &memory).unwrap();
         assert_eq!(obj["zones"][1]["resources"][1]["name"], "memory");
         assert_eq!(obj["zones"][1]["resources"][1]["available"], "17179869184");
         assert_eq!(obj["metadata"]["name"], "worker-1");
@@ -316,6 +318,6 @@ mod tests {
         assert!(attrs.contains(&json!({"name": "topologyManagerPolicy", "value": "single-numa-node"})));
         // Not the static policy: nothing to publish.
         snap.checkpoint = Observed::Missing { path: "x".into() };
-        assert_eq!(build(&snap, &Settings::default(), &memory), None);
+        assert_eq!(build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &memory), None);
     }
 }

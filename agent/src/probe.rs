@@ -87,6 +87,10 @@ pub struct Target {
     pub namespace: String,
     /// This node, for the pod list.
     pub node: String,
+    /// Tests: the requests go through this client (a fake API server under a paused clock)
+    /// instead of connections of their own.
+    #[cfg(test)]
+    through: Option<kube::Client>,
 }
 
 impl std::fmt::Debug for Target {
@@ -175,7 +179,25 @@ impl Target {
             token,
             namespace: namespace.to_string(),
             node: node.to_string(),
+            #[cfg(test)]
+            through: None,
         })
+    }
+
+    /// A target whose requests go through `client` (tests: a fake API server, under a paused
+    /// clock where connections of its own could not be timed).
+    #[cfg(test)]
+    pub(crate) fn through(client: kube::Client, namespace: &str, node: &str) -> Target {
+        Target {
+            host: "fake".into(),
+            port: 80,
+            tls: None,
+            base: String::new(),
+            token: Token::None,
+            namespace: namespace.to_string(),
+            node: node.to_string(),
+            through: Some(client),
+        }
     }
 
     fn request(&self, probe: Probe) -> (http::Method, String, Option<Vec<u8>>) {
@@ -262,6 +284,29 @@ impl Target {
         answer: &mut Option<(u16, Bytes)>,
     ) -> Result<(), ProbeError> {
         let fail = ProbeError::Request;
+        #[cfg(test)]
+        if let Some(client) = &self.through {
+            let (method, path, body) = request;
+            let req = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(kube::client::Body::from(body.unwrap_or_default()))
+                .map_err(|e| fail(format!("request: {e}")))?;
+            let resp = client.send(req).await.map_err(|e| fail(format!("HTTP: {e}")))?;
+            let status = resp.status().as_u16();
+            s.status = Some(status);
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| fail(format!("reading the answer: {e}")))?
+                .to_bytes();
+            *answer = Some((status, bytes));
+            if !(200..300).contains(&status) {
+                return Err(fail(format!("HTTP {status}")));
+            }
+            return Ok(());
+        }
         let addrs: Vec<std::net::SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![std::net::SocketAddr::new(ip, self.port)],
             Err(_) => tokio::net::lookup_host((self.host.as_str(), self.port))

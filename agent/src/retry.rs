@@ -5,8 +5,13 @@
 //! to a cap, and each pause is drawn from its upper half (`[d/2, d]`, "equal jitter"), so the
 //! agents spread out while every pause stays within a factor of two of the schedule. A success
 //! starts the schedule over.
+//!
+//! A [`Gate`] reads tokio's clock (the system's monotonic clock except under a test's paused
+//! clock), so the schedules can be proved in tests that run minutes in milliseconds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// A small xorshift generator: the jitter needs spread, not cryptographic quality, and each
 /// agent seeds it from its pid and the clock.
@@ -176,6 +181,19 @@ mod tests {
         assert!(g.wait() > Duration::from_secs(4));
         g.succeed();
         assert!(g.open() && g.wait() == Duration::ZERO && g.failures() == 0);
+    }
+
+    /// The daemon's schedules are proved under tokio's paused clock
+    /// (`daemon::outage_tests`): a gate must follow that clock, not the system's.
+    #[tokio::test(start_paused = true)]
+    async fn a_gate_opens_when_its_pause_is_over_on_tokios_clock() {
+        let mut g = Gate::new(Duration::from_secs(2), Duration::from_secs(300), 5);
+        let pause = g.fail();
+        assert!(pause >= Duration::from_secs(1) && pause <= Duration::from_secs(2));
+        tokio::time::advance(pause - Duration::from_millis(1)).await;
+        assert!(!g.open() && g.wait() == Duration::from_millis(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(g.open() && g.wait() == Duration::ZERO);
     }
 
     #[test]

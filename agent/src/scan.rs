@@ -329,7 +329,12 @@ pub async fn snapshot<D: PodDirectory>(
     let claims = (
         snapshot.managers.holds_prepared_claims(),
         match &pods {
-            Pods::Api { .. } => nodemedic_rules::facts::claims_to_ask(&snapshot, &opts.settings),
+            // Asked before the judgement, of the snapshot without the claims' objects: the one
+            // shared judgement made twice in a scan (the judgement's own facts come later).
+            Pods::Api { .. } => {
+                let stale = nodemedic_rules::facts::stale_claims(&snapshot, &opts.settings);
+                nodemedic_rules::facts::claims_to_ask(&snapshot, &stale)
+            }
             _ => vec![],
         },
     );

@@ -150,9 +150,10 @@ pub fn file_refusals(
     snap.kubelet = kubelet;
     snap.cpus = cpus;
     let settings = crate::Settings::default();
-    let mut findings = crate::rules::checkpoint_unreadable::check(&snap, &settings);
+    let facts = crate::facts::derive(&snap, &settings);
+    let mut findings = crate::rules::checkpoint_unreadable::check(&snap, &facts, &settings);
     if findings.is_empty() {
-        findings = crate::rules::checkpoint_invalid_state::check(&snap, &settings);
+        findings = crate::rules::checkpoint_invalid_state::check(&snap, &facts, &settings);
     }
     findings
 }

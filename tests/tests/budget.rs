@@ -5,6 +5,9 @@
 //! (so that ten minutes of the product's time pass in one minute here): the prober on an empty
 //! node, and an agent on the 250-pod node of `daemon-bench` (750 containers, 25 Spark drivers on
 //! another node, no finding). Requests are told apart by each agent's bearer token.
+//!
+//! The same steady state, at the product's own periods, is proved request by request under
+//! tokio's paused clock by the agent's unit test `daemon::outage_tests::healthy`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

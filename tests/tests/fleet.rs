@@ -12,6 +12,10 @@
 //! read by the others every 4.8 s), a 3 s probe interval, a 2 s scan interval (30 debug
 //! processes on two cores). The request counts it prints are per minute at these periods; the
 //! `fleet-bench` program measures the default ones.
+//!
+//! The election's schedules (renewals, reads, failover after a kill, a release and an outage)
+//! are proved at the default 60 s lease under tokio's paused clock by the agent's unit tests
+//! `daemon::outage_tests::election`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

@@ -676,12 +676,10 @@ proptest! {
     ) {
         let snap = agreeing_node(&owners, &alive, &uid_known);
         let settings = nodemedic_rules::Settings::default();
-        let divergent = nodemedic_rules::rules::kubelet_state_divergence::check(&snap, &settings);
+        let facts = nodemedic_rules::facts::derive(&snap, &settings);
+        let divergent = nodemedic_rules::rules::kubelet_state_divergence::check(&snap, &facts, &settings);
         prop_assert!(divergent.is_empty(), "{divergent:#?}");
-        let mut stale: Vec<String> = nodemedic_rules::facts::stale_entries(&snap, &settings)
-            .into_iter()
-            .filter_map(|e| e.pod_uid)
-            .collect();
+        let mut stale: Vec<String> = facts.stale_cpu.iter().filter_map(|e| e.pod_uid.clone()).collect();
         stale.sort();
         stale.dedup();
         let mut want: Vec<String> = owners

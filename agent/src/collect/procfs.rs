@@ -39,23 +39,21 @@ pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The fields of a `/proc/<pid>/stat` line, numbered as proc_pid_stat(5) numbers them, from
-/// field 3 (the state) on. Field 2, the command, is in parentheses and may itself hold spaces
-/// and `)`, so the fields are counted from the last `)`.
-#[derive(Debug)]
-pub struct StatFields<'a>(Vec<&'a str>);
-
-impl<'a> StatFields<'a> {
-    /// `None` when the line has no `)`.
-    pub fn parse(stat: &'a str) -> Option<Self> {
-        Some(StatFields(stat[stat.rfind(')')? + 1..].split_whitespace().collect()))
-    }
-
-    /// Field `n` (3 or more) as a number; `None` when the line is cut short before it or it is
-    /// not a number.
-    pub fn number(&self, n: usize) -> Option<u64> {
-        self.0.get(n.checked_sub(3)?)?.parse().ok()
-    }
+/// A `/proc/<pid>/stat` line (proc_pid_stat(5)) parsed by `procfs-core`; `None` when it is not
+/// one (cut short, a field that is not a number). The command, field 2, is in parentheses and may
+/// itself hold spaces and `)`, so the fields are counted from the last `)`. procfs-core 0.18
+/// slices the line at its parentheses unchecked and panics on some malformed lines (`4242 (a)`,
+/// `(a) S 1`, `1 )a( S`), so the shape it relies on is checked first: a space before the first
+/// `(` and after the last `)`, which come in that order.
+pub fn parse_stat(stat: &str) -> Option<procfs_core::process::Stat> {
+    use procfs_core::FromRead as _;
+    let line = stat.trim();
+    let (open, close) = (line.find('(')?, line.rfind(')')?);
+    let bytes = line.as_bytes();
+    let shaped = open > 0 && close > open && bytes[open - 1] == b' ' && bytes.get(close + 1) == Some(&b' ');
+    shaped
+        .then(|| procfs_core::process::Stat::from_read(line.as_bytes()).ok())
+        .flatten()
 }
 
 /// When process `pid` started, unix seconds: its start time in clock ticks after boot
@@ -64,7 +62,7 @@ impl<'a> StatFields<'a> {
 pub fn started_at(host: &HostPaths, pid: u32) -> Option<i64> {
     let stat_path = host.proc().join(pid.to_string()).join("stat");
     let stat = read_text(&stat_path, &"", STATUS_LIMIT).ok()??;
-    let ticks = StatFields::parse(&stat)?.number(22)?;
+    let ticks = parse_stat(&stat)?.starttime;
     let boot = read_text(&host.proc().join("stat"), &"", STATUS_LIMIT).ok()??;
     let btime: i64 = boot
         .lines()
@@ -207,18 +205,74 @@ mod start_time_tests {
         std::fs::create_dir_all(proc.join("42")).unwrap();
         std::fs::write(proc.join("stat"), "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n").unwrap();
         let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap().unwrap() as u64;
-        // 22 fields; the command holds a space and a parenthesis, as a process may name itself.
+        // The 52 fields of Linux 3.5 and later, start time in field 22; the command holds a space
+        // and a parenthesis, as a process may name itself.
         let mut fields: Vec<String> = (3..=21).map(|n| n.to_string()).collect();
         fields.push((hz * 3600 + 7).to_string());
-        std::fs::write(
-            proc.join("42/stat"),
-            format!("42 (kube let) ) {} 0 0\n", fields.join(" ")),
-        )
-        .unwrap();
+        fields.extend((23..=52).map(|n| n.to_string()));
+        std::fs::write(proc.join("42/stat"), format!("42 (kube let) ) {}\n", fields.join(" "))).unwrap();
         let host = HostPaths::new(dir.path(), None);
         assert_eq!(started_at(&host, 42), Some(1_700_003_600));
         assert_eq!(started_at(&host, 43), None);
         std::fs::write(proc.join("stat"), "cpu 1\n").unwrap();
         assert_eq!(started_at(&host, 42), None);
+    }
+}
+
+#[cfg(test)]
+mod stat_tests {
+    use super::*;
+
+    /// A line as Linux 3.5 and later write it (52 fields), of a process whose command holds ") (".
+    const STAT: &str = "4242 (a) (b) S 1 4242 4242 0 -1 4194560 1190 0 0 0 150 7 0 0 20 0 5 0 123456 27774976 3390 \
+                        18446744073709551615 1 1 0 0 0 0 0 4096 17415 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn fields_are_counted_from_the_last_parenthesis() {
+        let s = parse_stat(STAT).unwrap();
+        assert_eq!((s.pid, s.comm.as_str(), s.state), (4242, "a) (b", 'S'));
+        assert_eq!((s.flags, s.utime, s.stime, s.num_threads), (4194560, 150, 7, 5));
+        assert_eq!((s.starttime, s.vsize, s.rss), (123456, 27774976, 3390));
+        // Linux before 3.5 writes fewer fields at the end: still a stat line.
+        let old: Vec<&str> = STAT.split(' ').take(44).collect();
+        assert_eq!(parse_stat(&old.join(" ")).map(|s| s.starttime), Some(123456));
+    }
+
+    #[test]
+    fn what_is_not_a_stat_line_is_none_never_a_panic() {
+        // procfs-core 0.18 alone panics on the first three (it slices at the parentheses).
+        for text in [
+            "4242 (a)",
+            "(a) S 1 2 3",
+            "4242 )a( S 1",
+            "\u{e9}(a) S 1",
+            "4242 (a)\u{e9}S 1",
+            "4242 (a) S 1 2 3",
+            "no parentheses here",
+            "",
+        ] {
+            assert!(parse_stat(text).is_none(), "{text:?}");
+        }
+        assert!(
+            parse_stat(&STAT.replace(" 150 ", " x ")).is_none(),
+            "a field that is not a number"
+        );
+    }
+
+    #[test]
+    fn this_process_s_own_line() {
+        let s = parse_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        assert_eq!(s.pid, std::process::id() as i32);
+        assert!(s.num_threads >= 1 && s.vsize > 0 && s.rss > 0, "{s:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_stat_parser_never_panics(head in "\\PC{0,20}", tail in "\\PC{0,200}") {
+            let _ = parse_stat(&format!("{head}({tail}"));
+            let _ = parse_stat(&format!("{head}){tail}"));
+            let _ = parse_stat(&format!("{head} (x) {tail}"));
+            let _ = parse_stat(&format!("1 ({head}) {tail}"));
+        }
     }
 }

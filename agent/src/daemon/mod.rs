@@ -32,7 +32,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use tokio::sync::Notify;
 
@@ -53,11 +52,13 @@ use crate::spark;
 pub mod apiwork;
 pub mod fence;
 pub mod hostwatch;
+mod judge;
 pub mod serve;
 pub mod supervise;
 pub mod topology;
 mod turn;
 pub mod watch;
+#[cfg(test)] mod outage_tests;
 
 use apiwork::{ApiWork, DriverView, ScanOutcome};
 use hostwatch::{Changes, HostWatch};
@@ -662,6 +663,8 @@ impl Daemon {
             }),
             last_known_pods,
             kubelet_version: self.kubelet_version.lock().ok().map(|v| v.clone()),
+            // The claims to ask are judged with the rules' settings, as every judgement is.
+            settings: self.cfg.effective.settings.clone(),
             ..Default::default()
         };
         let mut scanned = match scan::snapshot::<ApiDirectory>(&self.host, pods, None, &opts).await {
@@ -711,30 +714,26 @@ impl Daemon {
             }
         }
         let snapshot = scanned.snapshot;
-        let judgement = rules::judge(&snapshot, &self.cfg.effective.settings);
-        let coverage = judgement.coverage.clone();
-        let mut findings = hold_unjudged(judgement, &mut self.last_judged);
-        if let Some(tx) = &self.topology {
-            if let Some(object) = crate::nrt::build(&snapshot, &self.cfg.effective.settings, &self.numa_memory) {
-                tx.send_if_modified(|current| {
-                    let changed = current.as_ref() != Some(&object);
-                    if changed {
-                        *current = Some(object);
-                    }
-                    changed
-                });
-            }
+        let judged = judge::judge(
+            &snapshot,
+            &scanned.records,
+            &self.cfg.effective.settings,
+            &mut self.last_judged,
+            &stale,
+            &self.metrics,
+            self.topology.is_some().then_some(&self.numa_memory),
+        );
+        if let (Some(tx), Some(object)) = (&self.topology, judged.topology) {
+            tx.send_if_modified(|current| {
+                let changed = current.as_ref() != Some(&object);
+                if changed {
+                    *current = Some(object);
+                }
+                changed
+            });
         }
+        let (findings, coverage, claims) = (judged.findings, judged.coverage, judged.claims);
         self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
-        apiwork::mark_stale(&mut findings, &stale);
-        self.metrics
-            .observe_scan(&snapshot, &findings, &scanned.records, &self.cfg.effective.settings);
-        self.metrics.observe_coverage(&coverage);
-        for (rule, c) in &coverage {
-            if let nodemedic_rules::coverage::Coverage::Unknown { reason, .. } = c {
-                tracing::warn!(rule, reason = %reason, "rule could not judge; its last findings are kept");
-            }
-        }
         self.health.scanned.store(true, Ordering::Relaxed);
         self.health.progressed();
         tracing::info!(
@@ -769,10 +768,6 @@ impl Daemon {
         // The API work needs the pods (driver lookups) and the findings; only automatic repair
         // judges the whole snapshot again. The slim form keeps the host's cgroup tree and
         // processes from living on in the channel between scans.
-        let claims = (
-            snapshot.managers.holds_prepared_claims(),
-            nodemedic_rules::facts::claims_to_ask(&snapshot, &self.cfg.effective.settings),
-        );
         let snapshot = if self.cfg.effective.repair.any() {
             snapshot
         } else {
@@ -789,106 +784,5 @@ impl Daemon {
             effective: self.cfg.effective.clone(),
             claims,
         })));
-    }
-}
-
-/// The findings of `judgement`, with, for each rule that could not judge (a source it needs
-/// failed), its findings at its last judgement instead; `last` is updated with the rules that
-/// judged. A rule not applicable or disabled holds nothing.
-fn hold_unjudged(
-    judgement: nodemedic_rules::coverage::Judgement,
-    last: &mut std::collections::BTreeMap<&'static str, Vec<nodemedic_rules::Finding>>,
-) -> Vec<nodemedic_rules::Finding> {
-    use nodemedic_rules::coverage::Coverage;
-    let mut findings = judgement.findings;
-    for (rule, c) in &judgement.coverage {
-        match c {
-            Coverage::Judged => {
-                last.insert(rule, findings.iter().filter(|f| f.rule == *rule).cloned().collect());
-            }
-            Coverage::Unknown { .. } => {
-                // A rule that runs in part reports now what does not depend on the source it
-                // lacks; its other findings are the last judged ones.
-                let now: std::collections::HashSet<String> = findings
-                    .iter()
-                    .filter(|f| f.rule == *rule)
-                    .map(crate::events::finding_key)
-                    .collect();
-                let kept = last.get(rule).into_iter().flatten();
-                let kept: Vec<_> = kept
-                    .filter(|f| !now.contains(&crate::events::finding_key(f)))
-                    .cloned()
-                    .collect();
-                findings.extend(kept);
-            }
-            Coverage::NotApplicable { .. } | Coverage::Disabled => {
-                last.remove(rule);
-            }
-        }
-    }
-    findings.sort_by_key(nodemedic_rules::Finding::sort_key);
-    findings
-}
-
-#[cfg(test)]
-mod coverage_tests {
-    use nodemedic_rules::coverage::{Coverage, Judgement, Source};
-    use nodemedic_rules::finding::{Finding, Severity, Subject};
-
-    use super::hold_unjudged;
-
-    fn finding(rule: &str, summary: &str) -> Finding {
-        Finding::new(
-            rule,
-            Severity::Critical,
-            Subject::node("n"),
-            summary.into(),
-            String::new(),
-        )
-    }
-
-    /// A rule that cannot judge keeps its last judged findings, whatever scans pass, until it
-    /// judges again; a rule that judged clears as usual.
-    #[test]
-    fn a_rule_that_cannot_judge_keeps_its_last_findings() {
-        let mut last = Default::default();
-        let judged = |findings: Vec<Finding>| Judgement {
-            findings,
-            coverage: [
-                ("kubelet-state-divergence", Coverage::Judged),
-                ("stale-cpu-assignment", Coverage::Judged),
-            ]
-            .into(),
-        };
-        let unknown = |findings: Vec<Finding>| Judgement {
-            findings,
-            coverage: [
-                (
-                    "kubelet-state-divergence",
-                    Coverage::Unknown {
-                        missing: vec![Source::Podresources],
-                        reason: "hung".into(),
-                    },
-                ),
-                ("stale-cpu-assignment", Coverage::Judged),
-            ]
-            .into(),
-        };
-        let summaries = |f: &[Finding]| f.iter().map(|f| f.summary.clone()).collect::<Vec<_>>();
-        let first = hold_unjudged(
-            judged(vec![
-                finding("kubelet-state-divergence", "d"),
-                finding("stale-cpu-assignment", "s"),
-            ]),
-            &mut last,
-        );
-        assert_eq!(summaries(&first), ["d", "s"]);
-        for _ in 0..3 {
-            // The PodResources API hangs: divergence keeps "d"; stale-cpu-assignment cleared.
-            assert_eq!(summaries(&hold_unjudged(unknown(vec![]), &mut last)), ["d"]);
-        }
-        // It judges again and finds nothing: cleared, and nothing is kept after.
-        assert!(hold_unjudged(judged(vec![]), &mut last).is_empty());
-        assert!(hold_unjudged(unknown(vec![]), &mut last).is_empty());
     }
 }

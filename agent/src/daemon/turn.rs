@@ -3,47 +3,19 @@
 
 use std::time::{Duration, Instant};
 
-/// When a judgement of `snapshot` turns by the clock alone: the end of the grace the kubelet is
-/// given after the checkpoint was written or a pod finished (stale entries and shared cpusets
-/// are judged only after it), and the grace and critical time of a Spark driver that waits to
-/// start (`half-submitted-driver`). `None` when nothing waits on it.
+/// When a judgement of `snapshot` turns by the clock alone: the nearest of the enabled rules'
+/// own deadlines ([`nodemedic_rules::rules::RuleInfo::next_judgement`]: the grace the kubelet is
+/// given after the checkpoint was written or a pod finished, a Spark driver's wait to start, ...).
+/// `None` when nothing waits on it.
 pub(super) fn next_turn(
     snapshot: &nodemedic_rules::snapshot::NodeSnapshot,
     settings: &nodemedic_rules::Settings,
 ) -> Option<Instant> {
-    let grace = settings.reconcile_grace(snapshot);
-    let checkpoint = snapshot
-        .checkpoint
-        .ok()
-        .and_then(|f| f.age_seconds)
-        .map(|age| grace - age);
-    // Finish times are whole seconds: a second more makes sure the grace is over.
-    let pods = snapshot
-        .pods
+    nodemedic_rules::rules::ALL
         .iter()
-        .filter(|p| p.is_terminal())
-        .filter_map(|p| p.finished_at)
-        .map(|t| grace - (snapshot.taken_at - t) as f64 + 1.0);
-    // A driver waiting to start becomes `half-submitted-driver`'s (and then critical) once it
-    // has waited the grace (and the critical time); the host may not change meanwhile.
-    let waiting = snapshot
-        .pods
-        .iter()
-        .filter(|p| nodemedic_rules::spark::driver_waits_to_start(p, &snapshot.node))
-        .filter_map(|p| p.scheduled_at.or(p.created_at))
-        .flat_map(|since| {
-            let waited = snapshot.taken_at - since;
-            [
-                settings.half_submitted_grace_seconds,
-                settings.half_submitted_critical_seconds,
-            ]
-            .map(|at| (at - waited) as f64 + 1.0)
-        });
-    checkpoint
-        .into_iter()
-        .chain(pods)
-        .chain(waiting)
-        .filter(|left| *left > 0.0)
+        .filter(|r| settings.enabled(r.id))
+        .filter_map(|r| r.next_judgement)
+        .filter_map(|next| next(snapshot, settings))
         .min_by(f64::total_cmp)
         .map(|left| Instant::now() + Duration::from_secs_f64(left + 0.05))
 }

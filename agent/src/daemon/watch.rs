@@ -19,12 +19,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use tokio::sync::Notify;
+// tokio's clock: the system's monotonic clock, except under a test's paused clock.
+use tokio::time::Instant;
 
 use super::serve::Health;
 use nodemedic_rules::snapshot::PodInfo;

@@ -4,8 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use nodemedic_rules::Settings;
-use nodemedic_rules::facts;
+use nodemedic_rules::facts::{self, Facts};
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::NodeSnapshot;
@@ -40,9 +39,10 @@ pub struct Metrics {
     pub devices_checkpointed: IntGaugeVec,
     pub dra_prepared_claims: IntGaugeVec,
     pub node_resource_topology_writes_total: IntCounterVec,
-    pub orphaned_executors: IntGauge,
-    pub half_submitted_drivers: IntGauge,
-    pub orphaned_local_dir_bytes: IntGauge,
+    /// The gauges the rules declare ([`rules::RuleInfo::gauge`]: `nodemedic_orphaned_executors`,
+    /// `nodemedic_half_submitted_drivers`, `nodemedic_orphaned_local_dir_bytes`, ...), each with
+    /// its rule's id, set from that rule's findings.
+    rule_gauges: Vec<(&'static str, rules::RuleGauge, IntGauge)>,
     pub events_emitted_total: IntCounterVec,
     pub admission_rejections_total: IntCounterVec,
     pub pod_watch_up: IntGauge,
@@ -188,19 +188,11 @@ impl Metrics {
                 ),
                 &["outcome"],
             )?,
-            orphaned_executors: IntGauge::with_opts(opts(
-                "orphaned_executors",
-                "Spark executor pods on this node whose driver is gone, replaced or long finished.",
-            ))?,
-            half_submitted_drivers: IntGauge::with_opts(opts(
-                "half_submitted_drivers",
-                "Spark driver pods on this node that spark-submit gave up on and that wait to start without their \
-                 ConfigMap, or after a newer driver of their submission started (half-submitted-driver findings).",
-            ))?,
-            orphaned_local_dir_bytes: IntGauge::with_opts(opts(
-                "orphaned_local_dir_bytes",
-                "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
-            ))?,
+            rule_gauges: rules::ALL
+                .iter()
+                .filter_map(|r| Some((r.id, r.gauge?)))
+                .map(|(id, g)| Ok((id, g, IntGauge::with_opts(opts(g.name, g.help))?)))
+                .collect::<Result<_, prometheus::Error>>()?,
             events_emitted_total: IntCounterVec::new(
                 opts(
                     "events_emitted_total",
@@ -297,9 +289,9 @@ impl Metrics {
         m.registry.register(Box::new(m.dra_prepared_claims.clone()))?;
         m.registry
             .register(Box::new(m.node_resource_topology_writes_total.clone()))?;
-        m.registry.register(Box::new(m.orphaned_executors.clone()))?;
-        m.registry.register(Box::new(m.half_submitted_drivers.clone()))?;
-        m.registry.register(Box::new(m.orphaned_local_dir_bytes.clone()))?;
+        for (_, _, gauge) in &m.rule_gauges {
+            m.registry.register(Box::new(gauge.clone()))?;
+        }
         m.registry.register(Box::new(m.events_emitted_total.clone()))?;
         m.registry.register(Box::new(m.pod_watch_up.clone()))?;
         m.registry.register(Box::new(m.host_watches.clone()))?;
@@ -383,7 +375,7 @@ impl Metrics {
     }
 
     /// Sets the gauges from a scan.
-    pub fn observe_scan(&self, snap: &NodeSnapshot, findings: &[Finding], records: &Records, settings: &Settings) {
+    pub fn observe_scan(&self, snap: &NodeSnapshot, facts: &Facts, findings: &[Finding], records: &Records) {
         for r in records.iter() {
             self.collector_duration_seconds
                 .with_label_values(&[r.name])
@@ -413,8 +405,7 @@ impl Metrics {
                 .fold(nodemedic_rules::CpuSet::new(), |acc, a| acc.union(&a.cpus));
             self.cpu_manager_exclusive_cpus.set(exclusive.len() as i64);
             self.cpu_manager_default_cpus.set(state.default_cpus.len() as i64);
-            let stale = facts::stale_entries_of(snap, settings, state);
-            self.cpu_manager_stale_cpus.set(facts::stale_cpus(&stale).len() as i64);
+            self.cpu_manager_stale_cpus.set(facts.stale_cpus.len() as i64);
         } else {
             self.cpu_manager_exclusive_cpus.set(0);
             self.cpu_manager_default_cpus.set(0);
@@ -422,32 +413,21 @@ impl Metrics {
         }
         // Series only for what the static policy is known to hold now.
         self.exclusive_cpus.reset();
-        if let Some((nodes, _)) = facts::exclusive_cpus_by_numa(snap, settings) {
-            for ((node, state), n) in facts::exclusive_cpu_counts(&nodes) {
+        if let Some((nodes, _)) = &facts.numa {
+            for ((node, state), n) in nodemedic_rules::facts::exclusive_cpu_counts(nodes) {
                 self.exclusive_cpus
                     .with_label_values(&[node.to_string().as_str(), state])
                     .set(n as i64);
             }
         }
-        self.observe_managers(snap, settings);
-        self.orphaned_executors
-            .set(findings.iter().filter(|f| f.rule == "orphaned-executor").count() as i64);
-        self.half_submitted_drivers.set(
-            findings
-                .iter()
-                .filter(|f| f.rule == nodemedic_rules::rules::half_submitted_driver::ID)
-                .count() as i64,
-        );
-        let local_dir_bytes: u64 = findings
-            .iter()
-            .filter(|f| f.rule == "orphaned-local-dir")
-            .filter_map(|f| f.evidence.get("bytes").and_then(serde_json::Value::as_u64))
-            .sum();
-        self.orphaned_local_dir_bytes
-            .set(i64::try_from(local_dir_bytes).unwrap_or(i64::MAX));
+        self.observe_managers(snap, facts);
+        for (rule, gauge, metric) in &self.rule_gauges {
+            let its: Vec<&Finding> = findings.iter().filter(|f| f.rule == *rule).collect();
+            metric.set(i64::try_from((gauge.value)(&its)).unwrap_or(i64::MAX));
+        }
         if let Ok(mut seen) = self.counted_rejections.lock() {
             let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
-            for r in facts::rejections(snap) {
+            for r in &facts.rejections {
                 if seen.insert(r.pod.uid.clone()) {
                     let reason = facts::metric_reason(r.reason);
                     self.admission_rejections_total.with_label_values(&[reason]).inc();
@@ -460,7 +440,7 @@ impl Metrics {
     }
 
     /// The memory, device and DRA managers' gauges: series only for what the files hold now.
-    fn observe_managers(&self, snap: &NodeSnapshot, settings: &Settings) {
+    fn observe_managers(&self, snap: &NodeSnapshot, facts: &Facts) {
         let saturating = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.memory_manager_bytes.reset();
         self.memory_manager_stale_bytes.reset();
@@ -479,7 +459,7 @@ impl Metrics {
                     }
                 }
             }
-            for ((numa, resource), bytes) in facts::stale_memory_bytes(&facts::stale_memory(snap, settings)) {
+            for ((numa, resource), bytes) in nodemedic_rules::facts::stale_memory_bytes(&facts.stale_memory) {
                 let nodes = numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
                 self.memory_manager_stale_bytes
                     .with_label_values(&[nodes.as_str(), resource.as_str()])
@@ -500,8 +480,7 @@ impl Metrics {
                     .or_default()
                     .extend(e.devices.iter().map(|d| d.id.as_str()));
             }
-            let stale = facts::stale_devices(snap, settings);
-            for (resource, devices) in facts::stale_device_ids(&stale) {
+            for (resource, devices) in nodemedic_rules::facts::stale_device_ids(&facts.stale_devices) {
                 ids.entry((resource, "stale"))
                     .or_default()
                     .extend(devices.iter().map(|d| d.id.as_str()));
@@ -513,7 +492,7 @@ impl Metrics {
             }
         }
         self.dra_prepared_claims.reset();
-        let stale = facts::stale_claims(snap, settings);
+        let stale = &facts.stale_claims;
         let stale_in = |source: &str| {
             stale
                 .iter()
@@ -580,7 +559,12 @@ mod tests {
         let snap = NodeSnapshot::empty("n", 0);
         let mut records = Records::default();
         records.observe("checkpoint", || snap.checkpoint.clone());
-        m.observe_scan(&snap, &[], &records, &Settings::default());
+        m.observe_scan(
+            &snap,
+            &facts::derive(&snap, &nodemedic_rules::Settings::default()),
+            &[],
+            &records,
+        );
         let text = m.render();
         for name in [
             "nodemedic_build_info",

@@ -4,6 +4,10 @@
 //! so `process_cpu_seconds_total` of an agent that uses a few milliseconds a minute stays at 0
 //! and `rate()` of it reads 0. Here the ticks are divided as floats: 10 ms resolution at the
 //! usual 100 ticks a second.
+//!
+//! `/proc/self/stat` and `/proc/self/cgroup` are parsed by `procfs-core` (once per scrape, so
+//! its cost does not matter); the open descriptors are counted from `/proc/self/fd` and their
+//! limit is `getrlimit(2)`'s, which need no parsing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -12,7 +16,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Gauge, Opts};
 
-use crate::collect::procfs::StatFields;
+use crate::collect::procfs;
 
 /// The fields of `/proc/<pid>/stat` the metrics need (proc_pid_stat(5)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,16 +33,16 @@ pub struct Stat {
     pub rss_pages: u64,
 }
 
-/// Parses a `/proc/<pid>/stat` line; `None` when it is cut short or a field is not a number.
+/// Parses a `/proc/<pid>/stat` line ([`procfs::parse_stat`]); `None` when it is cut short or a
+/// field is not a number.
 pub fn parse_stat(text: &str) -> Option<Stat> {
-    let fields = StatFields::parse(text)?;
-    let field = |n| fields.number(n);
+    let stat = procfs::parse_stat(text)?;
     Some(Stat {
-        cpu_ticks: field(14)?.checked_add(field(15)?)?,
-        threads: field(20)?,
-        start_ticks: field(22)?,
-        vsize_bytes: field(23)?,
-        rss_pages: field(24)?,
+        cpu_ticks: stat.utime.checked_add(stat.stime)?,
+        threads: u64::try_from(stat.num_threads).ok()?,
+        start_ticks: stat.starttime,
+        vsize_bytes: stat.vsize,
+        rss_pages: stat.rss,
     })
 }
 
@@ -103,21 +107,21 @@ enum OwnCgroup {
     V2 { path: String },
 }
 
+/// `None` when the text is not a cgroup file (procfs-core's `ProcessCGroups`: a line that is
+/// not `hierarchy:controllers:path` with a numeric hierarchy) or has no line for `controller`.
 fn own_cgroup(cgroups: &str, controller: &str) -> Option<OwnCgroup> {
+    use procfs_core::FromRead as _;
+    let lines = procfs_core::ProcessCGroups::from_read(cgroups.as_bytes()).ok()?;
     let mut v2 = None;
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let path = path.trim_start_matches('/').to_string();
-        if controllers.split(',').any(|c| c == controller) {
+    for line in lines {
+        let path = line.pathname.trim_start_matches('/').to_string();
+        if line.controllers.iter().any(|c| c == controller) {
             return Some(OwnCgroup::V1 {
-                controllers: controllers.to_string(),
+                controllers: line.controllers.join(","),
                 path,
             });
         }
-        if controllers.is_empty() {
+        if line.controllers.is_empty() {
             v2 = Some(OwnCgroup::V2 { path });
         }
     }
@@ -498,6 +502,69 @@ mod tests {
             None
         );
         assert_eq!(limit(&[("proc-self-cgroup", "garbage")]), None);
+    }
+
+    #[test]
+    fn this_process_s_stat_as_procfs_core_reads_it_and_as_the_kernel_wrote_it() {
+        let text = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let s = parse_stat(&text).unwrap();
+        // The fields as the kernel wrote them (proc_pid_stat(5)), counted from the last `)`.
+        let fields: Vec<u64> = text[text.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let field = |n: usize| fields[n - 3];
+        assert_eq!(
+            s,
+            Stat {
+                cpu_ticks: field(14) + field(15),
+                threads: field(20),
+                start_ticks: field(22),
+                vsize_bytes: field(23),
+                rss_pages: field(24),
+            }
+        );
+        // And sane: a live process of at least a thread and a megabyte, started since boot, that
+        // has not used more CPU than every CPU since then.
+        let m = ProcessMetrics::new().unwrap();
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..10_000).contains(&s.threads), "{s:?}");
+        let resident = s.rss_pages * m.page_size;
+        assert!(resident > 1_000_000 && resident < s.vsize_bytes, "{s:?}");
+        assert!(
+            cpu_seconds(s.start_ticks, m.ticks_per_second) <= uptime,
+            "{s:?}, up {uptime} s"
+        );
+        let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+        assert!(cpu_seconds(s.cpu_ticks, m.ticks_per_second) <= uptime * cpus, "{s:?}");
+    }
+
+    #[test]
+    fn this_process_s_cgroup_file_names_its_memory_cgroup() {
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        // The memory controller's own v1 line, else the v2 line, as the kernel wrote it.
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.splitn(3, ':').collect()).collect();
+        let v1 = lines.iter().find(|l| l[1].split(',').any(|c| c == "memory"));
+        let want = v1.or_else(|| lines.iter().find(|l| l[1].is_empty())).unwrap();
+        match own_cgroup(&text, "memory").unwrap() {
+            OwnCgroup::V1 { controllers, path } => {
+                assert_eq!(
+                    (controllers.as_str(), path.as_str()),
+                    (want[1], want[2].trim_start_matches('/'))
+                );
+            }
+            OwnCgroup::V2 { path } => assert_eq!(("", path.as_str()), (want[1], want[2].trim_start_matches('/'))),
+        }
+        // A file the kernel would not write is no file: no limit rather than a guess from the
+        // lines around the bad one.
+        assert!(own_cgroup("4:memory:/a\nnot a cgroup line\n", "memory").is_none());
+        assert!(own_cgroup("4:memory:/a\n", "memory").is_some());
     }
 
     #[test]

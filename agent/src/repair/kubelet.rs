@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::collect::procfs::{StatFields, find_kubelet, parse_cmdline};
+use crate::collect::procfs::{find_kubelet, parse_cmdline, parse_stat};
 use crate::host::HostPaths;
 
 /// How often a wait polls `/proc`.
@@ -430,7 +430,7 @@ fn wait_bounded(mut child: std::process::Child, shown: &str, timeout: Duration) 
 
 /// The start time (clock ticks since boot, field 22) of a `/proc/<pid>/stat` text.
 pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
-    StatFields::parse(stat)?.number(22)
+    Some(parse_stat(stat)?.starttime)
 }
 
 /// SIGTERM to `pid` of the host root's `/proc`, only if it is the same process in ours.
@@ -466,10 +466,15 @@ mod tests {
 
     #[test]
     fn stat_start_time() {
-        let stat = "4242 (kube let) S 1 4242 4242 0 -1 4194560 1234 0 0 0 10 5 0 0 20 0 12 0 987654 1000000 500";
+        // Full lines as Linux 3.5 and later write them (52 fields).
+        let stat = "4242 (kube let) S 1 4242 4242 0 -1 4194560 1234 0 0 0 10 5 0 0 20 0 12 0 987654 1000000 500 \
+                    18446744073709551615 1 1 0 0 0 0 0 4096 17415 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0";
         assert_eq!(parse_stat_start_time(stat), Some(987654));
         assert_eq!(
-            parse_stat_start_time("1 (a)) b) S 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 77 1"),
+            parse_stat_start_time(
+                "1 (a)) b) S 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 77 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 \
+                 0 0 0 0 0 0 0 0 0 0 0 0 0 0"
+            ),
             Some(77)
         );
         assert_eq!(parse_stat_start_time("garbage"), None);

@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the system's monotonic clock, except under a test's paused clock.
+use tokio::time::Instant;
 
 use nodemedic_rules::snapshot::{NodeStatus, PodEvent, PodInfo};
 

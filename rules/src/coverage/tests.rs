@@ -2,7 +2,12 @@
 
 use super::*;
 use crate::rules::testkit::{SnapshotBuilder, pod};
-use crate::rules::{self, judge};
+use crate::rules;
+
+/// Every rule's judgement of `snap`, its facts derived as a judgement cycle derives them.
+fn judge(snap: &NodeSnapshot, settings: &Settings) -> crate::coverage::Judgement {
+    rules::judge(snap, &crate::facts::derive(snap, settings), settings)
+}
 use crate::settings::Settings;
 use crate::snapshot::PodSource;
 

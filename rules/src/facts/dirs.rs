@@ -78,6 +78,7 @@ pub(crate) fn overlaps(a: &str, b: &str) -> bool {
 
 /// The orphaned scratch dirs on this node, grouped by pod and by hostPath root.
 pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<OrphanedDirs<'a>> {
+    crate::facts::count("orphaned_dirs");
     let Observed::Ok(all) = &snap.local_dirs else {
         return vec![];
     };

@@ -114,6 +114,7 @@ fn exclusive_cpus(snap: &NodeSnapshot, uid: &str) -> CpuSet {
 
 /// The drivers on this node spark-submit left half made, oldest first.
 pub fn half_submitted_drivers<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<HalfSubmitted<'a>> {
+    crate::facts::count("half_submitted_drivers");
     let mut out: Vec<HalfSubmitted<'a>> = Vec::new();
     for pod in snap.pods.iter().filter(|p| driver_waits_to_start(p, &snap.node)) {
         let Some(since) = pod.scheduled_at.or(pod.created_at) else {

@@ -87,6 +87,7 @@ fn holds_memory(pod: &KubeletPod, entry: &MemoryAssignment) -> Holds {
 /// Memory manager entries (`memory_manager_state`) whose pod is not alive here. Empty when the
 /// file is absent, unreadable or refused by its checksum (then `checkpoint-unreadable` speaks).
 pub fn stale_memory(snap: &NodeSnapshot, settings: &Settings) -> Vec<Stale<MemoryAssignment>> {
+    crate::facts::count("stale_memory");
     let Observed::Ok(file) = &snap.managers.memory else {
         return vec![];
     };
@@ -148,6 +149,7 @@ fn holds_devices(pod: &KubeletPod, entry: &DeviceEntry) -> Holds {
 /// kubelet reads a file whose checksum does not match as empty and goes on, so only an accepted
 /// file's entries count.
 pub fn stale_devices(snap: &NodeSnapshot, settings: &Settings) -> Vec<Stale<DeviceEntry>> {
+    crate::facts::count("stale_devices");
     let Observed::Ok(file) = &snap.managers.devices else {
         return vec![];
     };
@@ -272,6 +274,7 @@ fn claim_verdict(
 /// no longer holds it, since the kubelet will never ask the driver to unprepare a claim it
 /// forgot, or when the API server says its ResourceClaim is gone (or another object now).
 pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<StaleClaim<'a>> {
+    crate::facts::count("stale_claims");
     let mut out = Vec::new();
     let kubelet_claims = match &snap.managers.dra {
         Observed::Ok(file) => file.accepted_state().map(|s| (s, file.age_seconds)),
@@ -362,12 +365,9 @@ pub const CLAIMS_ASKED: usize = 20;
 
 /// The ResourceClaims (`namespace/name`) whose objects `stale-dra-claim` reads: those of the
 /// stale claims, and of the drivers' claims with no pod recorded (gone objects make them
-/// stale); at most [`CLAIMS_ASKED`], sorted.
-pub fn claims_to_ask(snap: &NodeSnapshot, settings: &Settings) -> Vec<String> {
-    let mut names: Vec<String> = stale_claims(snap, settings)
-        .into_iter()
-        .filter_map(|c| c.claim)
-        .collect();
+/// stale); at most [`CLAIMS_ASKED`], sorted. `stale` is [`crate::facts::Facts::stale_claims`].
+pub fn claims_to_ask(snap: &NodeSnapshot, stale: &[StaleClaim]) -> Vec<String> {
+    let mut names: Vec<String> = stale.iter().filter_map(|c| c.claim.clone()).collect();
     for file in &snap.managers.drivers {
         let Observed::Ok(claims) = &file.claims else { continue };
         names.extend(

@@ -27,6 +27,12 @@
 //!   `orphaned-local-dir`; `repair local-dirs`).
 //!
 //! Each rule's module documentation says how its judgement is made and why.
+//!
+//! [`derive`] makes every one of these judgements once for a snapshot and its effective
+//! settings: the rules, the metrics, the published `NodeResourceTopology` and the repairs all
+//! read that one [`Facts`] value, so a judgement cycle computes each exactly once and every
+//! consumer sees the same answer. [`counts`] tells how often each was made on this thread (the
+//! tests count them).
 
 mod dirs;
 mod half_submitted;
@@ -44,7 +50,85 @@ pub use orphans::*;
 pub use rejections::*;
 pub use stale::*;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use crate::CpuSet;
+use crate::managers::devices::DeviceEntry;
+use crate::managers::memory::MemoryAssignment;
+use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
+
+/// Every shared judgement about one snapshot under one set of effective settings, made once by
+/// [`derive`]. Fields borrow the pods and files of the snapshot they were derived from.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    /// Stale entries of `cpu_manager_state` ([`stale_entries`]); empty when the file is
+    /// unreadable or liveness cannot be judged.
+    pub stale_cpu: Vec<StaleEntry>,
+    /// The CPUs those entries hold ([`stale_cpus`]).
+    pub stale_cpus: CpuSet,
+    /// The exclusive CPUs by NUMA node under the static policy ([`exclusive_cpus_by_numa`]).
+    pub numa: Option<(Vec<NumaCpus>, ReservedFrom)>,
+    /// Stale entries of `memory_manager_state` ([`stale_memory`]).
+    pub stale_memory: Vec<Stale<MemoryAssignment>>,
+    /// Stale entries of the device manager's checkpoint ([`stale_devices`]).
+    pub stale_devices: Vec<Stale<DeviceEntry>>,
+    /// Prepared DRA claims no live pod needs ([`stale_claims`]).
+    pub stale_claims: Vec<StaleClaim<'a>>,
+    /// Every pod the kubelet refused at admission ([`rejections`]).
+    pub rejections: Vec<Rejection<'a>>,
+    /// Spark executors whose driver no longer needs them ([`orphaned_executors`]).
+    pub orphans: Vec<Orphan<'a>>,
+    /// Spark drivers spark-submit left half made ([`half_submitted_drivers`]).
+    pub half_submitted: Vec<HalfSubmitted<'a>>,
+    /// Spark scratch dirs nothing will read again ([`orphaned_dirs`]).
+    pub orphaned_dirs: Vec<OrphanedDirs<'a>>,
+}
+
+/// Makes every shared judgement about `snap` once, under `settings` (the effective settings
+/// of the caller: the daemon's, a scan's or a repair's, which are the same for one
+/// configuration).
+pub fn derive<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Facts<'a> {
+    let stale_cpu = stale_entries(snap, settings);
+    let stale_cpus = stale_cpus(&stale_cpu);
+    let numa = exclusive_cpus_by_numa(snap, &stale_cpus);
+    Facts {
+        numa,
+        stale_cpus,
+        stale_cpu,
+        stale_memory: stale_memory(snap, settings),
+        stale_devices: stale_devices(snap, settings),
+        stale_claims: stale_claims(snap, settings),
+        rejections: rejections(snap),
+        orphans: orphaned_executors(snap, settings),
+        half_submitted: half_submitted_drivers(snap, settings),
+        orphaned_dirs: orphaned_dirs(snap, settings),
+    }
+}
+
+impl Facts<'_> {
+    /// The rejections that count now: from the live API only pods created within
+    /// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
+    pub fn recent_rejections(&self, snap: &NodeSnapshot, settings: &Settings) -> Vec<&Rejection<'_>> {
+        self.rejections.iter().filter(|r| is_recent(snap, settings, r)).collect()
+    }
+}
+
+thread_local! {
+    static COUNTS: RefCell<BTreeMap<&'static str, u64>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Notes that the judgement `what` was made once more on this thread.
+pub(crate) fn count(what: &'static str) {
+    COUNTS.with(|c| *c.borrow_mut().entry(what).or_default() += 1);
+}
+
+/// How many times each shared judgement (by its function's name) was made on this thread since
+/// it started: what a test reads to check that a judgement cycle makes each one once.
+pub fn counts() -> BTreeMap<&'static str, u64> {
+    COUNTS.with(|c| c.borrow().clone())
+}
 
 /// The checkpoint's host path, or the default.
 pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {

@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 
 use crate::CpuSet;
 use crate::checkpoint::CpuState;
-use crate::facts::{stale_cpus, stale_entries_of};
-use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 
 /// One NUMA node's CPUs, each online CPU in exactly one of the four sets but for a checkpoint
@@ -45,18 +43,19 @@ pub enum ReservedFrom {
     Config,
 }
 
-/// The node's exclusive CPUs by NUMA node, ordered by node id; `None` when the static policy is
-/// not in force or the CPUs or checkpoint could not be read.
-pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, settings: &Settings) -> Option<(Vec<NumaCpus>, ReservedFrom)> {
+/// The node's exclusive CPUs by NUMA node, ordered by node id, `stale` being the CPUs stale
+/// entries hold ([`crate::facts::Facts::stale_cpus`]); `None` when the static policy is not in
+/// force or the CPUs or checkpoint could not be read.
+pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, stale: &CpuSet) -> Option<(Vec<NumaCpus>, ReservedFrom)> {
+    crate::facts::count("exclusive_cpus_by_numa");
     let topo = snap.cpus.ok()?;
     let state = snap.checkpoint.ok()?.state.as_ref().ok()?;
     if state.policy_name != "static" {
         return None;
     }
     let (reserved, from) = reserved_cpus(snap);
-    let stale = stale_cpus(&stale_entries_of(snap, settings, state));
     let assigned = assigned_cpus(state);
-    let live = assigned.difference(&stale);
+    let live = assigned.difference(stale);
     let free = state.default_cpus.difference(&reserved);
     let nodes = topo
         .numa_nodes()
@@ -125,6 +124,7 @@ mod tests {
     use super::*;
     use crate::rules::testkit::{SnapshotBuilder, kubelet_view, pod};
     use crate::topology::CpuTopology;
+    use crate::settings::Settings;
 
     /// Two NUMA nodes of 4 CPUs (0-3, 4-7); CPU 0 reserved; a live entry on node 0, stale ones
     /// on node 1.
@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn every_online_cpu_is_counted_once_per_numa_node() {
         let snap = two_numa();
-        let (nodes, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
+        let (nodes, from) = crate::facts::derive(&snap, &Settings::default()).numa.unwrap();
         assert_eq!(from, ReservedFrom::Config);
         let show = |n: &NumaCpus| [&n.online, &n.reserved, &n.free, &n.live, &n.stale].map(|s| s.to_string());
         assert_eq!(show(&nodes[0]), ["0-3", "0", "1", "2-3", ""]);
@@ -166,14 +166,14 @@ mod tests {
         let mut snap = two_numa();
         snap.kubelet_view = Observed::Ok(kubelet_view(vec![], Some("2-7")));
         // A kubelet not known to be 1.26 or later may leave assigned CPUs out of its answer.
-        let (_, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
+        let (_, from) = crate::facts::derive(&snap, &Settings::default()).numa.unwrap();
         assert_eq!(from, ReservedFrom::Config);
         snap.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
             version: crate::kubelet_version::KubeletVersion::parse("v1.26.0").unwrap(),
             source: crate::kubelet_version::NODE_STATUS.into(),
             read_at: snap.taken_at,
         });
-        let (nodes, from) = exclusive_cpus_by_numa(&snap, &Settings::default()).unwrap();
+        let (nodes, from) = crate::facts::derive(&snap, &Settings::default()).numa.unwrap();
         assert_eq!(from, ReservedFrom::Kubelet);
         assert_eq!(nodes[0].reserved.to_string(), "0-1");
         assert_eq!(nodes[0].free.to_string(), "");

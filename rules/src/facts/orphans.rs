@@ -154,6 +154,7 @@ fn not_its_driver(executor: &PodInfo, found: &PodInfo) -> Option<String> {
 
 /// The orphaned executors on this node (the `nodemedic_orphaned_executors` gauge counts them).
 pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orphan<'a>> {
+    crate::facts::count("orphaned_executors");
     let mut out = Vec::new();
     for exec in snap.pods.iter().filter(|p| is_executor(p) && !p.deleting) {
         let local = local_data(snap, exec);

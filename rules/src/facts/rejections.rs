@@ -128,6 +128,7 @@ pub fn metric_reason(reason: &str) -> &str {
 
 /// Every rejected pod on this node, whatever its age, in pod list order.
 pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
+    crate::facts::count("rejections");
     snap.pods
         .iter()
         .filter_map(|pod| {
@@ -141,19 +142,13 @@ pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
         .collect()
 }
 
-/// The rejections that count now: from the live API only pods created within
+/// Whether a rejection counts now: from the live API only pods created within
 /// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
-pub(crate) fn recent_rejections<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Rejection<'a>> {
-    let live = snap.pod_source == PodSource::Api;
-    rejections(snap)
-        .into_iter()
-        .filter(|r| {
-            !live
-                || r.pod
-                    .created_at
-                    .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
-        })
-        .collect()
+pub(crate) fn is_recent(snap: &NodeSnapshot, settings: &Settings, r: &Rejection) -> bool {
+    snap.pod_source != PodSource::Api
+        || r.pod
+            .created_at
+            .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
 }
 
 /// Whether a pod failed because the CPU manager had no CPUs for it.

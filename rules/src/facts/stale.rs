@@ -180,6 +180,7 @@ pub fn stale_entries(snap: &NodeSnapshot, settings: &Settings) -> Vec<StaleEntry
 
 /// [`stale_entries`] for an already parsed state.
 pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuState) -> Vec<StaleEntry> {
+    crate::facts::count("stale_entries_of");
     let clock = Clock::of(snap, settings);
     let processes = |uid: Option<&str>| -> Option<usize> {
         let tree = snap.cgroups.ok()?;
@@ -239,6 +240,28 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
         }
     }
     out
+}
+
+/// When the liveness judgement of `snap` changes by the clock alone: seconds until the grace
+/// the kubelet is given after the checkpoint was written, or after a pod finished, runs out
+/// (stale entries and shared cpusets are judged only after it); the nearest that is still
+/// ahead, `None` when none is. The [`crate::rules::RuleInfo::next_judgement`] of every rule
+/// that judges liveness.
+pub fn grace_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    let grace = settings.reconcile_grace(snap);
+    let checkpoint = snap.checkpoint.ok().and_then(|f| f.age_seconds).map(|age| grace - age);
+    // Finish times are whole seconds: a second more makes sure the grace is over.
+    let pods = snap
+        .pods
+        .iter()
+        .filter(|p| p.is_terminal())
+        .filter_map(|p| p.finished_at)
+        .map(|t| grace - (snap.taken_at - t) as f64 + 1.0);
+    checkpoint
+        .into_iter()
+        .chain(pods)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
 }
 
 /// CPUs held by stale entries (the `nodemedic_cpu_manager_stale_cpus` gauge).

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::facts::{Rejection, recent_rejections, rejected_for_cpus};
+use crate::facts::{Rejection, rejected_for_cpus};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
@@ -64,12 +64,12 @@ fn cause(reason: &str, newest: &Rejection<'_>) -> String {
     }
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     // Pods the CPU manager refused are `exclusive-cpu-shortage`'s (critical, with the stale
     // CPUs that usually cause it): one problem, one finding, unless that rule is off.
     let cpu_rule = settings.enabled(CPU_SHORTAGE_RULE);
-    let mut by_reason: BTreeMap<&str, Vec<Rejection<'_>>> = BTreeMap::new();
-    for r in recent_rejections(snap, settings) {
+    let mut by_reason: BTreeMap<&str, Vec<&Rejection<'_>>> = BTreeMap::new();
+    for r in facts.recent_rejections(snap, settings) {
         if cpu_rule && rejected_for_cpus(r.pod) {
             continue;
         }
@@ -179,7 +179,7 @@ mod tests {
             spark_executor("ok", APP, "etl", 2, "Running"),
         ])
         .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 2, "{f:#?}");
         let cpu = &f[0];
         assert_eq!(cpu.subject.kind, "Node");
@@ -208,7 +208,7 @@ mod tests {
         let file = SnapshotBuilder::spark_node(&snap.pods)
             .pod_source(PodSource::File)
             .build();
-        let f = check(&file, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &file, &Settings::default());
         assert_eq!(f[0].evidence["rejected_pods"], 3);
         assert!(f[0].evidence.get("window_seconds").is_none());
         // The counter's list ignores the window.
@@ -225,11 +225,11 @@ mod tests {
             Some(60),
         );
         let snap = SnapshotBuilder::spark_node(&[p]).build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
         assert_eq!(rejections(&snap).len(), 1, "still counted for the metric");
         let mut settings = Settings::default();
         settings.disabled_rules.insert("exclusive-cpu-shortage".into());
-        let f = check(&snap, &settings);
+        let f = crate::rules::testkit::judged(check, &snap, &settings);
         assert_eq!(f.len(), 1);
         assert!(
             f[0].remedy.starts_with("the CPU manager had no exclusive CPUs left"),
@@ -244,11 +244,14 @@ mod tests {
         p.message = None;
         p.labels.clear();
         let snap = SnapshotBuilder::spark_node(&[p]).build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert!(f[0].evidence.get("requested").is_none());
         assert!(f[0].evidence.get("newest_age_seconds").is_none());
         assert!(f[0].remedy.starts_with("a kubelet resource manager"));
-        assert!(check(&SnapshotBuilder::spark_node(&[]).build(), &Settings::default()).is_empty());
+        assert!(
+            crate::rules::testkit::judged(check, &SnapshotBuilder::spark_node(&[]).build(), &Settings::default())
+                .is_empty()
+        );
     }
 }

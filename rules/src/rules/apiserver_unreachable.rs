@@ -75,7 +75,7 @@ fn stage_advice(stage: &str, status: Option<u16>) -> String {
     }
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
     // Reachable: some request was answered after the last one that failed.
     let Some(since) = api.unreachable_since else {
@@ -222,7 +222,10 @@ mod tests {
             .build()
         };
         // 119 s since the first failure: not yet, however long the silence before it.
-        assert!(check(&node(vec![probe_ok("get", 500, 0.01)], Some(NOW - 119)), &s).is_empty());
+        assert!(
+            crate::rules::testkit::judged(check, &node(vec![probe_ok("get", 500, 0.01)], Some(NOW - 119)), &s)
+                .is_empty()
+        );
         let snap = node(
             vec![
                 probe_ok("get", 500, 0.01),
@@ -232,7 +235,7 @@ mod tests {
             ],
             Some(NOW - 300),
         );
-        let f = check(&snap, &s);
+        let f = crate::rules::testkit::judged(check, &snap, &s);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["seconds_without_success"], 300);
@@ -273,14 +276,14 @@ mod tests {
                 })
                 .build()
         };
-        assert!(check(&snap(Some(NOW - 60), 61), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap(Some(NOW - 60), 61), &s).is_empty());
         // 130 s of outage: 130 s, not the time since the last probe round.
-        let f = check(&snap(Some(NOW - 130), 131), &s);
+        let f = crate::rules::testkit::judged(check, &snap(Some(NOW - 130), 131), &s);
         assert_eq!(f[0].evidence["seconds_without_success"], 130);
         assert!(f[0].summary.contains("for 130 s"), "{}", f[0].summary);
         // The first answer, of any request, ends it at once: no finding, whatever the probes
         // last said.
-        assert!(check(&snap(None, 1), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap(None, 1), &s).is_empty());
     }
 
     #[test]
@@ -297,9 +300,9 @@ mod tests {
                 })
                 .build()
         };
-        assert!(check(&node(NOW - 119), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &node(NOW - 119), &s).is_empty());
         let snap = node(NOW - 120);
-        let f = check(&snap, &s);
+        let f = crate::rules::testkit::judged(check, &snap, &s);
         assert!(
             f[0].summary
                 .contains("for 120 s (no request answered since the agent started): the last request failed at dns"),
@@ -313,14 +316,17 @@ mod tests {
         let mut cgroups_only = snap.clone();
         cgroups_only.pod_source = PodSource::Cgroups;
         assert!(
-            check(&cgroups_only, &s)[0].evidence.get("drivers_at_risk").is_none(),
+            crate::rules::testkit::judged(check, &cgroups_only, &s)[0]
+                .evidence
+                .get("drivers_at_risk")
+                .is_none(),
             "unknown, not none"
         );
         let mut offline = snap;
         offline.api = Observed::NotApplicable {
             reason: "offline".into(),
         };
-        assert!(check(&offline, &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &offline, &s).is_empty());
     }
 
     #[test]

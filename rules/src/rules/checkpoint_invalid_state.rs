@@ -26,7 +26,7 @@ fn holds_whatever_is_reserved(problem: &StateProblem, online: &CpuSet, strict: O
     }
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
@@ -164,7 +164,7 @@ mod tests {
     use crate::rules::testkit::SnapshotBuilder;
 
     fn problems(snap: &NodeSnapshot) -> Vec<String> {
-        check(snap, &Settings::default())
+        crate::rules::testkit::judged(check, snap, &Settings::default())
             .iter()
             .map(|f| f.evidence["problem"].as_str().unwrap().to_string())
             .collect()
@@ -188,13 +188,13 @@ mod tests {
         let from_kube_reserved = SnapshotBuilder::static_node("2-3", &[("p", "c", "0-1,4-7")])
             .with_cpu_manager(|c| c.kube_reserved_cpu = Some("500m".into()))
             .build();
-        let f = check(&from_kube_reserved, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &from_kube_reserved, &Settings::default());
         assert_eq!(f[0].evidence["reserved_cpus"], "0");
 
         let mismatch = SnapshotBuilder::static_node("0-3", &[])
             .with_cpu_manager(|c| c.policy = "none".into())
             .build();
-        let f = check(&mismatch, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &mismatch, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(
             f[0].evidence["kubelet_error"],
@@ -209,7 +209,7 @@ mod tests {
             .with_cpu_manager(|c| c.policy = "none".into())
             .with_online("0-63")
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     /// Without the kubelet's configuration the checks that need its reserved CPUs are not
@@ -237,7 +237,7 @@ mod tests {
                 .with_online("0-5")
                 .build(),
         );
-        let f = check(&offline, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &offline, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["problem"], "cpus-mismatch");
         assert_eq!(f[0].evidence["reserved_cpus"], "unknown");
@@ -270,7 +270,7 @@ mod tests {
             .with_online("0-7")
             .with_cpu_manager(|c| c.kube_reserved_cpu = Some("64".into()))
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["problem"], "cpus-mismatch");
         assert_eq!(f[0].evidence["reserved_cpus"], "unknown");

@@ -30,7 +30,7 @@ fn kubelet_error(reason: &str, path: &str) -> String {
     )
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let mut findings = cpu(snap, settings);
     findings.extend(manager(snap, &snap.managers.memory));
     findings.extend(manager(snap, &snap.managers.devices));
@@ -208,7 +208,8 @@ mod tests {
     use crate::rules::testkit::SnapshotBuilder;
 
     fn run(bytes: &[u8]) -> Vec<Finding> {
-        check(
+        crate::rules::testkit::judged(
+            check,
             &SnapshotBuilder::static_node("0-3", &[])
                 .with_raw_checkpoint(bytes)
                 .build(),
@@ -228,7 +229,7 @@ mod tests {
                 source: crate::kubelet_version::NODE_STATUS.into(),
                 read_at: snap.taken_at,
             });
-            check(&snap, &Settings::default())
+            crate::rules::testkit::judged(check, &snap, &Settings::default())
         };
         for known in ["v1.23.8", "v1.37.0-alpha.1"] {
             let f = at(known);
@@ -318,7 +319,7 @@ mod tests {
             Some(60.0),
             DraCheckpoint::parse(b""),
         ));
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         let got: Vec<(&str, Severity)> = f
             .iter()
             .map(|f| (f.evidence["manager"].as_str().unwrap(), f.severity))
@@ -350,6 +351,6 @@ mod tests {
     #[test]
     fn missing_checkpoint_is_not_a_finding() {
         let snap = NodeSnapshot::empty("n", 0);
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 }

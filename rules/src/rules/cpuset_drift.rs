@@ -63,7 +63,7 @@ fn actual(leaf: &ContainerCgroup) -> Option<&CpuSet> {
     leaf.cpus.as_ref().or(leaf.effective_cpus.as_ref())
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
@@ -226,7 +226,7 @@ mod tests {
     }
 
     fn drifted(snap: &NodeSnapshot) -> Vec<(String, String, String)> {
-        check(snap, &Settings::default())
+        crate::rules::testkit::judged(check, snap, &Settings::default())
             .iter()
             .map(|f| {
                 (
@@ -271,7 +271,7 @@ mod tests {
             reconcile_grace_seconds: Some(60.0),
             ..Default::default()
         };
-        assert!(check(&snap, &settings).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &settings).is_empty());
     }
 
     #[test]
@@ -296,7 +296,7 @@ mod tests {
         let snap = SnapshotBuilder::from_state(state)
             .with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("c1", "1-3", 1)])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].subject.uid.as_deref(), Some("p1"));
         assert_eq!(f[0].evidence["container_id"], "c1");
@@ -309,7 +309,7 @@ mod tests {
             .with_pod_list(&[pod("p2", "web", "Running", &[("web", "c2")])])
             .with_pod_cgroups(vec![pod_cgroup("p2", vec![leaf("c2", "0", 1)])])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -320,7 +320,7 @@ mod tests {
             vec![kubelet_pod("default", "exec-1", &[], &[("app", "2,5")])],
             None,
         ));
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].evidence["checkpoint_cpus"], "2-3");
         assert_eq!(f[0].evidence["cgroup_cpus"], "2,5");
@@ -337,6 +337,11 @@ mod tests {
         assert!(!f[0].remedy.contains("systemctl restart kubelet"), "{}", f[0].remedy);
         // Without the kubelet's view, no third column.
         snap.kubelet_view = Observed::Missing { path: "x".into() };
-        assert_eq!(check(&snap, &Settings::default())[0].evidence.get("kubelet_cpus"), None);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default())[0]
+                .evidence
+                .get("kubelet_cpus"),
+            None
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "cross-pod-cpu-overlap";
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return vec![];
     };
@@ -111,7 +111,8 @@ mod tests {
             ),
         ];
         for (name, entries, want) in cases {
-            let f = check(
+            let f = crate::rules::testkit::judged(
+                check,
                 &SnapshotBuilder::static_node("0-1", entries).build(),
                 &Settings::default(),
             );
@@ -125,7 +126,7 @@ mod tests {
         let snap = SnapshotBuilder::static_node("0-1", &[("a", "init", "2"), ("a", "app", "3"), ("b", "exec", "3")])
             .with_pod_list(&[pod("a", "driver", "Running", &[]), pod("b", "exec-1", "Running", &[])])
             .build();
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.evidence["pod_uids"], serde_json::json!(["a", "b"]));
         assert_eq!(f.evidence["containers"], serde_json::json!(["app", "exec"]));
         assert_eq!(
@@ -144,6 +145,6 @@ mod tests {
         let snap = SnapshotBuilder::from_state(state)
             .with_pod_cgroups(vec![pod_cgroup("p1", vec![leaf("id1", "2-3", 1), leaf("id2", "3", 1)])])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 }

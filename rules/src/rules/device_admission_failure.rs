@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::facts::{StaleClaim, recent_rejections, stale_claims, stale_devices, stale_memory, stale_memory_bytes};
+use crate::facts::{Facts, StaleClaim, stale_memory_bytes};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
@@ -88,10 +88,10 @@ fn node_refusal(snap: &NodeSnapshot, kind: &str, pods: &[&PodInfo], summary: Str
         .with("refused_pods", pods.iter().map(|p| p.display()).collect::<Vec<_>>())
 }
 
-fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
-    let stale = stale_devices(snap, settings);
+fn device_refusals(snap: &NodeSnapshot, facts: &Facts, settings: &Settings, out: &mut Vec<Finding>) {
+    let stale = &facts.stale_devices;
     let mut refused: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
-    let rejections = recent_rejections(snap, settings);
+    let rejections = facts.recent_rejections(snap, settings);
     for r in &rejections {
         if r.reason != "UnexpectedAdmissionError" {
             continue;
@@ -138,8 +138,8 @@ fn device_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Findi
     }
 }
 
-fn topology_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
-    let rejections = recent_rejections(snap, settings);
+fn topology_refusals(snap: &NodeSnapshot, facts: &Facts, settings: &Settings, out: &mut Vec<Finding>) {
+    let rejections = facts.recent_rejections(snap, settings);
     let pods: Vec<&PodInfo> = rejections
         .iter()
         .filter(|r| r.reason == "TopologyAffinityError")
@@ -148,18 +148,18 @@ fn topology_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Fin
     if pods.is_empty() {
         return;
     }
-    let memory = stale_memory(snap, settings);
-    let devices = stale_devices(snap, settings);
+    let memory = &facts.stale_memory;
+    let devices = &facts.stale_devices;
     if memory.is_empty() && devices.is_empty() {
         return;
     }
-    let by_numa = stale_memory_bytes(&memory);
+    let by_numa = stale_memory_bytes(memory);
     let mut held = Vec::new();
     for ((numa, resource), bytes) in &by_numa {
         let nodes = numa.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         held.push(format!("{} {resource} on NUMA node {nodes}", human_bytes(*bytes)));
     }
-    for s in &devices {
+    for s in devices {
         let numa: BTreeSet<i64> = s.entry.devices.iter().filter_map(|d| d.numa_node).collect();
         let on = if numa.is_empty() {
             String::new()
@@ -210,8 +210,8 @@ fn topology_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Fin
     );
 }
 
-fn dra_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>) {
-    let claims = stale_claims(snap, settings);
+fn dra_refusals(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings, out: &mut Vec<Finding>) {
+    let claims = &facts.stale_claims;
     if claims.is_empty() {
         return;
     }
@@ -268,11 +268,11 @@ fn dra_refusals(snap: &NodeSnapshot, settings: &Settings, out: &mut Vec<Finding>
     }
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
     let mut out = Vec::new();
-    device_refusals(snap, settings, &mut out);
-    topology_refusals(snap, settings, &mut out);
-    dra_refusals(snap, settings, &mut out);
+    device_refusals(snap, facts, settings, &mut out);
+    topology_refusals(snap, facts, settings, &mut out);
+    dra_refusals(snap, facts, settings, &mut out);
     out
 }
 
@@ -325,7 +325,7 @@ mod tests {
                 refused("r3", "UnexpectedAdmissionError", "Allocate failed due to requested number of devices unavailable for amd.com/gpu. Requested: 1, Available: 0, which is unexpected"),
             ])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         // amd.com/gpu has no stale entry: a full node, not this rule's.
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].evidence["resource"], "nvidia.com/gpu");
@@ -351,7 +351,7 @@ mod tests {
                 "Resources cannot be allocated with Topology locality",
             )])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["kind"], "topology");
         assert_eq!(f[0].evidence["stale_memory"][0]["bytes"], 32u64 << 30);
@@ -370,7 +370,7 @@ mod tests {
                 "Resources cannot be allocated with Topology locality",
             )])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -397,7 +397,7 @@ mod tests {
                 )],
             )
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].subject.uid.as_deref(), Some("w1"));
         assert_eq!(f[0].evidence["device"], "gpu-3");

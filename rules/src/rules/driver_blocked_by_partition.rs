@@ -176,7 +176,7 @@ fn remedy(old: &OldDriver) -> String {
     )
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     if snap.pod_events.is_empty() || snap.nodes.is_empty() {
         return vec![];
     }
@@ -452,7 +452,7 @@ mod tests {
         ];
         for (name, new, old, events, worker2, want) in cases {
             let snap = snapshot(&new, &old, events, worker2);
-            let found = check(&snap, &Settings::default());
+            let found = crate::rules::testkit::judged(check, &snap, &Settings::default());
             assert_eq!(
                 found.first().map(|f| f.evidence["block"].as_str().unwrap()),
                 want,
@@ -466,7 +466,7 @@ mod tests {
     fn evidence_names_the_old_driver_its_node_and_the_volume() {
         let (new, old) = pair();
         let snap = snapshot(&new, &old, vec![mount_timeout(), multi_attach()], unreachable());
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.rule, ID);
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.subject.uid.as_deref(), Some("new"));
@@ -510,7 +510,7 @@ mod tests {
         new.labels.remove(APP_SELECTOR);
         old.labels.remove(APP_SELECTOR);
         let snap = snapshot(&new, &old, vec![multi_attach()], unreachable());
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.evidence["matched_by"], "job");
         assert!(f.evidence.get("app_id").is_none());
         assert_eq!(f.evidence["volumes"], json!([PV]));
@@ -522,7 +522,7 @@ mod tests {
         let mut worker2 = unreachable();
         worker2.no_execute_taints.push(TAINT_OUT_OF_SERVICE.into());
         let snap = snapshot(&new, &old, vec![multi_attach()], worker2);
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert!(
             f.remedy
                 .starts_with("Node worker-2 already carries node.kubernetes.io/out-of-service")

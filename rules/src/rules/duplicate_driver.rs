@@ -82,7 +82,7 @@ fn groups<'a>(drivers: &[&'a PodInfo]) -> Vec<(Vec<&'a PodInfo>, Vec<&'static st
         .collect()
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let on_this_node = |d: &PodInfo| d.node_name.as_deref() == Some(snap.node.as_str()) || snap.pod(&d.uid).is_some();
     let drivers = alive_drivers(snap);
     let mut findings = Vec::new();
@@ -237,7 +237,11 @@ mod tests {
             let snap = SnapshotBuilder::spark_node(&local)
                 .with_app_drivers(APP, &app_drivers)
                 .build();
-            assert_eq!(check(&snap, &Settings::default()).len(), want, "{name}");
+            assert_eq!(
+                crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -259,7 +263,7 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(std::slice::from_ref(&here))
             .with_app_drivers(APP, &[here.clone(), lost])
             .build();
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.subject.uid.as_deref(), Some("new"));
         assert_eq!(f.evidence["app_id"], APP);
@@ -296,7 +300,7 @@ mod tests {
             .with_app_drivers("spark-bbb", &[b])
             .with_app_drivers("spark-ccc", &[earlier])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].evidence["driver_count"], 2);
         assert_eq!(f[0].evidence["matched_by"], serde_json::json!([OPERATOR_SUBMISSION_ID]));
@@ -315,6 +319,6 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(std::slice::from_ref(&a))
             .with_app_drivers("", &[a, b])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 }

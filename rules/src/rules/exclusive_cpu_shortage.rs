@@ -14,9 +14,7 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
-use crate::facts::{
-    NumaCpus, checkpoint_path, exclusive_cpus_by_numa, rejected_for_cpus, reserved_cpus, stale_cpus, stale_entries_of,
-};
+use crate::facts::{Facts, NumaCpus, checkpoint_path, rejected_for_cpus, reserved_cpus};
 use crate::finding::{Finding, Severity, Subject};
 use crate::rules::stale_cpu_assignment::remedy_for_all;
 use crate::settings::Settings;
@@ -54,7 +52,7 @@ struct Pool<'a> {
     state: &'a CpuState,
 }
 
-fn pool<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Pool<'a>> {
+fn pool<'a>(snap: &'a NodeSnapshot, facts: &Facts) -> Option<Pool<'a>> {
     let Observed::Ok(file) = &snap.checkpoint else {
         return None;
     };
@@ -63,22 +61,21 @@ fn pool<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Option<Pool<'a>> {
         return None;
     }
     let reserved = reserved_cpus(snap).0;
-    let stale = stale_cpus(&stale_entries_of(snap, settings, state));
     Some(Pool {
         free: state.default_cpus.difference(&reserved),
-        stale,
+        stale: facts.stale_cpus.clone(),
         state,
     })
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let pool = pool(snap, settings);
+pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
+    let pool = pool(snap, facts);
     let path = checkpoint_path(snap);
     // How to free the stale entries: the same for every finding here, and not cheap (it asks
     // whether a kubelet would refuse the checkpoint at its next start), so made once, when a
     // finding first needs it.
     let freeing = std::cell::OnceCell::new();
-    let free_stale = || freeing.get_or_init(|| remedy_for_all(snap, settings)).clone();
+    let free_stale = || freeing.get_or_init(|| remedy_for_all(snap, facts, settings)).clone();
     let remedy = |pool: Option<&Pool>| match pool {
         None => format!(
             "the CPU manager checkpoint could not be read to count free CPUs: see the checkpoint findings and `nodemedic checkpoint show {path}`"
@@ -145,7 +142,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             continue;
         }
         if need <= pool.free.len() {
-            findings.extend(numa_refusal(snap, settings, pod, need, &free_stale));
+            findings.extend(numa_refusal(snap, facts, pod, need, &free_stale));
             continue;
         }
         findings.push(
@@ -213,7 +210,7 @@ fn narrowest(nodes: &[NumaCpus], need: usize) -> Option<usize> {
 /// how to free the stale entries (made once per judgement by [`check`]).
 fn numa_refusal(
     snap: &NodeSnapshot,
-    settings: &Settings,
+    facts: &Facts,
     pod: &PodInfo,
     need: usize,
     free_stale: &dyn Fn() -> String,
@@ -223,7 +220,7 @@ fn numa_refusal(
     if !matches!(policy, "single-numa-node" | "restricted") {
         return None;
     }
-    let (nodes, _) = exclusive_cpus_by_numa(snap, settings)?;
+    let (nodes, _) = facts.numa.as_ref()?;
     if nodes.len() < 2 {
         return None;
     }
@@ -232,7 +229,7 @@ fn numa_refusal(
     let refused = aligned_units(pod, &config.topology_manager_scope)
         .into_iter()
         .find_map(|(unit, n)| {
-            let width = narrowest(&nodes, n)?;
+            let width = narrowest(nodes, n)?;
             if policy == "single-numa-node" && width > 1 {
                 return Some((unit, n, width, ", more than any one NUMA node has".to_string()));
             }
@@ -346,7 +343,7 @@ mod tests {
         let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "2-5")])
             .with_pod_list(&[rejected])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["stale_cpus"], "2-5");
@@ -368,7 +365,7 @@ mod tests {
             .with_pod_list(&[rejected])
             .with_online("0-4")
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert!(
             f[0].remedy
                 .starts_with("stale entries hold CPUs 2-5; free them: do not restart the kubelet to clear this"),
@@ -392,13 +389,13 @@ mod tests {
             .with_pod_list(&[rejected.clone()])
             .build();
         assert_eq!(
-            check(&snap, &Settings::default()).len(),
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
             1,
             "a pods file is judged as captured"
         );
         snap.pod_source = PodSource::Api;
         assert!(
-            check(&snap, &Settings::default()).is_empty(),
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty(),
             "live: two hours old is history"
         );
         rejected.created_at = Some(1_700_000_000 - 60);
@@ -406,7 +403,10 @@ mod tests {
             .with_pod_list(&[rejected])
             .build();
         snap.pod_source = PodSource::Api;
-        assert_eq!(check(&snap, &Settings::default()).len(), 1);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+            1
+        );
     }
 
     #[test]
@@ -414,11 +414,14 @@ mod tests {
         let mut p = pod("r2", "exec-2", "Pending", &[]);
         p.message = Some("PreStartContainer hook failed: not enough cpus available to satisfy request".into());
         let mut snap = SnapshotBuilder::static_node("0-3", &[]).with_pod_list(&[p]).build();
-        assert_eq!(check(&snap, &Settings::default()).len(), 1);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+            1
+        );
         snap.checkpoint = Observed::Missing {
             path: "/var/lib/kubelet/cpu_manager_state".into(),
         };
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert!(
             f[0].remedy.starts_with("the CPU manager checkpoint could not be read"),
             "{}",
@@ -436,7 +439,7 @@ mod tests {
                 guaranteed("too-big", "Pending", &[4000], &[]),
             ])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].subject.uid.as_deref(), Some("too-big"));
         assert_eq!(f[0].evidence["requested_cpus"], 4);
@@ -449,7 +452,7 @@ mod tests {
         let snap = SnapshotBuilder::static_node("0-7", &[])
             .with_pod_list(&[guaranteed("p", "Pending", &[2000], &[])])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     /// Two NUMA nodes of 4 CPUs (0-3, 4-7), CPU 0 reserved; a live pod on 2-3, stale entries
@@ -471,7 +474,8 @@ mod tests {
     fn free_cpus_split_across_numa_nodes_refuse_an_aligned_pod() {
         let pending = || guaranteed("p", "Pending", &[3000], &[]);
         // 3 free in all (1, 6, 7), at most 2 on one NUMA node.
-        let f = check(
+        let f = crate::rules::testkit::judged(
+            check,
             &two_numa("single-numa-node", "container", pending()),
             &Settings::default(),
         );
@@ -498,23 +502,39 @@ mod tests {
         );
         // restricted: 3 CPUs fit in one NUMA node's 4, so one node it must be: refused too.
         assert_eq!(
-            check(&two_numa("restricted", "container", pending()), &Settings::default()).len(),
+            crate::rules::testkit::judged(
+                check,
+                &two_numa("restricted", "container", pending()),
+                &Settings::default()
+            )
+            .len(),
             1
         );
         // Without alignment the kubelet spreads it: no finding.
-        assert!(check(&two_numa("best-effort", "container", pending()), &Settings::default()).is_empty());
-        assert!(check(&two_numa("none", "container", pending()), &Settings::default()).is_empty());
+        assert!(
+            crate::rules::testkit::judged(
+                check,
+                &two_numa("best-effort", "container", pending()),
+                &Settings::default()
+            )
+            .is_empty()
+        );
+        assert!(
+            crate::rules::testkit::judged(check, &two_numa("none", "container", pending()), &Settings::default())
+                .is_empty()
+        );
         // Per container, two containers of 2 and 1 each fit in a node of their own.
         let two = guaranteed("p", "Pending", &[2000, 1000], &[]);
         assert!(
-            check(
+            crate::rules::testkit::judged(
+                check,
                 &two_numa("single-numa-node", "container", two.clone()),
                 &Settings::default()
             )
             .is_empty()
         );
         // The pod scope aligns the pod's 3 as one.
-        let f = check(&two_numa("single-numa-node", "pod", two), &Settings::default());
+        let f = crate::rules::testkit::judged(check, &two_numa("single-numa-node", "pod", two), &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].evidence["aligned_unit"], "the pod");
     }
@@ -525,7 +545,11 @@ mod tests {
         // admits it on two nodes when their free CPUs hold it (here 3 free: the node-wide
         // check reports it instead).
         let big = guaranteed("p", "Pending", &[5000], &[]);
-        let f = check(&two_numa("restricted", "container", big.clone()), &Settings::default());
+        let f = crate::rules::testkit::judged(
+            check,
+            &two_numa("restricted", "container", big.clone()),
+            &Settings::default(),
+        );
         assert_eq!(f.len(), 1);
         assert!(f[0].summary.contains("only 3 are free"), "{}", f[0].summary);
         let mut snap = two_numa(
@@ -534,7 +558,7 @@ mod tests {
             guaranteed("p", "Pending", &[3000], &[]),
         );
         snap.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(4, 2, 1));
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert!(
             f[0].summary

@@ -56,7 +56,7 @@ fn exec_order(pod: &PodInfo) -> (u64, String) {
     (id, pod.name.clone())
 }
 
-pub fn check(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let mut apps: BTreeMap<(&str, &str), Vec<&PodInfo>> = BTreeMap::new();
     for p in snap
         .pods
@@ -200,7 +200,7 @@ mod tests {
                 },
             )
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 2, "{f:#?}");
         let nb = &f[0];
         assert_eq!(nb.evidence["app_id"], APP);
@@ -234,7 +234,7 @@ mod tests {
                 },
             )
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].severity, Severity::Info);
         assert_eq!(f[0].evidence["driver_location"], "external");
         assert!(
@@ -266,7 +266,7 @@ mod tests {
         bare.labels.retain(|k, _| k == "spark-role");
         bare.spark_driver_url = None;
         let snap = SnapshotBuilder::spark_node(&[e, other, bare]).build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 2, "{f:#?}");
         assert!(f[0].evidence.get("app_id").is_none());
         assert!(f[0].summary.contains("(no spark-app-selector)"));

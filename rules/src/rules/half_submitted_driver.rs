@@ -13,7 +13,7 @@
 
 use serde_json::{Value, json};
 
-use crate::facts::{self, HalfSubmitted};
+use crate::facts::HalfSubmitted;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
@@ -123,8 +123,30 @@ fn finding(snap: &NodeSnapshot, settings: &Settings, h: &HalfSubmitted<'_>, slow
         .with("critical_after_seconds", settings.half_submitted_critical_seconds)
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let found = facts::half_submitted_drivers(snap, settings);
+/// When this rule's judgement changes by the clock alone: a driver waiting to start becomes a
+/// finding once it has waited `half_submitted_grace_seconds`, and critical once it has waited
+/// `half_submitted_critical_seconds`, though nothing on the host changes meanwhile. Seconds
+/// until the nearest of those still ahead.
+pub fn next_judgement(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    snap.pods
+        .iter()
+        .filter(|p| crate::spark::driver_waits_to_start(p, &snap.node))
+        .filter_map(|p| p.scheduled_at.or(p.created_at))
+        .flat_map(|since| {
+            let waited = snap.taken_at - since;
+            // Times are whole seconds: a second more makes sure the time has passed.
+            [
+                settings.half_submitted_grace_seconds,
+                settings.half_submitted_critical_seconds,
+            ]
+            .map(|at| (at - waited) as f64 + 1.0)
+        })
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+}
+
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
+    let found = &facts.half_submitted;
     if found.is_empty() {
         return vec![];
     }
@@ -184,7 +206,7 @@ mod tests {
     fn a_driver_whose_config_map_never_came() {
         let s = Settings::default();
         let d = waiting_driver("d1", "spark-a", 600);
-        let f = check(&node(std::slice::from_ref(&d), missing()).build(), &s);
+        let f = crate::rules::testkit::judged(check, &node(std::slice::from_ref(&d), missing()).build(), &s);
         assert_eq!(f.len(), 1, "{f:#?}");
         let f = &f[0];
         assert_eq!(f.severity, Severity::Warning);
@@ -211,7 +233,7 @@ mod tests {
         }
         // Critical once it waited the critical time.
         let d = waiting_driver("d1", "spark-a", 1800);
-        let f = check(&node(&[d], missing()).build(), &s);
+        let f = crate::rules::testkit::judged(check, &node(&[d], missing()).build(), &s);
         assert_eq!(f[0].severity, Severity::Critical);
     }
 
@@ -220,7 +242,7 @@ mod tests {
         let s = Settings::default();
         // Too young.
         let young = waiting_driver("d1", "spark-a", 299);
-        assert!(check(&node(&[young], missing()).build(), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &node(&[young], missing()).build(), &s).is_empty());
         // Mounted, no pod directory, or unknown: the volume is not the evidence.
         for mount in [
             Some(ConfMount::Mounted {
@@ -235,12 +257,15 @@ mod tests {
             None,
         ] {
             let d = waiting_driver("d1", "spark-a", 3600);
-            assert!(check(&node(&[d], mount.clone()).build(), &s).is_empty(), "{mount:?}");
+            assert!(
+                crate::rules::testkit::judged(check, &node(&[d], mount.clone()).build(), &s).is_empty(),
+                "{mount:?}"
+            );
         }
         // A driver without a conf volume in its spec is not judged by the volume.
         let mut d = waiting_driver("d1", "spark-a", 3600);
         d.conf_volume = None;
-        assert!(check(&node(&[d], missing()).build(), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &node(&[d], missing()).build(), &s).is_empty());
         // Running, being deleted, or bound to another node: not waiting here.
         let mut running = waiting_driver("d1", "spark-a", 3600);
         running.phase = "Running".into();
@@ -250,17 +275,17 @@ mod tests {
         let mut elsewhere = waiting_driver("d1", "spark-a", 3600);
         elsewhere.node_name = Some("node-b".into());
         for p in [running, deleting, elsewhere] {
-            assert!(check(&node(&[p], missing()).build(), &s).is_empty());
+            assert!(crate::rules::testkit::judged(check, &node(&[p], missing()).build(), &s).is_empty());
         }
         // No time to measure from.
         let mut timeless = waiting_driver("d1", "spark-a", 3600);
         timeless.created_at = None;
         timeless.scheduled_at = None;
-        assert!(check(&node(&[timeless], missing()).build(), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &node(&[timeless], missing()).build(), &s).is_empty());
         // The grace counts from binding, not creation (a pod that waited for a scheduler).
         let mut late = waiting_driver("d1", "spark-a", 3600);
         late.scheduled_at = Some(NOW - 60);
-        assert!(check(&node(&[late], missing()).build(), &s).is_empty());
+        assert!(crate::rules::testkit::judged(check, &node(&[late], missing()).build(), &s).is_empty());
     }
 
     #[test]
@@ -274,7 +299,7 @@ mod tests {
         let snap = node(std::slice::from_ref(&old), None)
             .with_app_drivers("spark-a", &[old.clone(), newer.clone()])
             .build();
-        let f = check(&snap, &s);
+        let f = crate::rules::testkit::judged(check, &snap, &s);
         assert_eq!(f.len(), 1, "the sibling alone is evidence: {f:#?}");
         assert_eq!(f[0].evidence["newer_driver"]["pod"], "spark-jobs/etl-driver");
         assert_eq!(f[0].evidence["newer_driver"]["uid"], "d2");
@@ -292,7 +317,7 @@ mod tests {
             .with_app_drivers("spark-a", &[old.clone(), newer.clone()])
             .build();
         assert!(
-            check(&snap, &s)[0]
+            crate::rules::testkit::judged(check, &snap, &s)[0]
                 .summary
                 .contains("never came (volume spark-conf-volume-driver is not set up on this node) and a newer driver")
         );
@@ -320,7 +345,7 @@ mod tests {
             let snap = node(std::slice::from_ref(&old), None)
                 .with_app_drivers("spark-a", &[old.clone(), c.clone()])
                 .build();
-            assert!(check(&snap, &s).is_empty(), "{c:#?}");
+            assert!(crate::rules::testkit::judged(check, &snap, &s).is_empty(), "{c:#?}");
         }
         // The same app id ties at any distance; a finished sibling did start.
         let mut same_app = newer.clone();
@@ -332,7 +357,7 @@ mod tests {
             .with_app_drivers("spark-a", &[old.clone(), same_app])
             .build();
         assert_eq!(
-            check(&snap, &s)[0].evidence["newer_driver"]["tie"],
+            crate::rules::testkit::judged(check, &snap, &s)[0].evidence["newer_driver"]["tie"],
             "spark-app-selector"
         );
     }
@@ -357,7 +382,7 @@ mod tests {
             )
             .with_api(vec![probe_ok("create_dry_run", 30, 30.2), probe_ok("create_dry_run", 60, 29.8)])
             .build();
-        let f = check(&snap, &s).remove(0);
+        let f = crate::rules::testkit::judged(check, &snap, &s).remove(0);
         let events = f.evidence["mount_events"].as_array().unwrap();
         assert_eq!(events.len(), 1, "{events:#?}");
         assert_eq!(events[0]["count"], 12);
@@ -375,7 +400,12 @@ mod tests {
         let snap = node(std::slice::from_ref(&d), missing())
             .with_api(vec![probe_ok("create_dry_run", 30, 0.2)])
             .build();
-        assert!(check(&snap, &s)[0].evidence.get("slow_pod_admission").is_none());
+        assert!(
+            crate::rules::testkit::judged(check, &snap, &s)[0]
+                .evidence
+                .get("slow_pod_admission")
+                .is_none()
+        );
 
         // Exclusive CPUs held since admission.
         let snap = SnapshotBuilder::static_node("0-1", &[("d1", "spark-kubernetes-driver", "2-3")])
@@ -387,7 +417,7 @@ mod tests {
                 },
             )
             .build();
-        let f = check(&snap, &s).remove(0);
+        let f = crate::rules::testkit::judged(check, &snap, &s).remove(0);
         assert_eq!(f.evidence["exclusive_cpus"], "2-3");
         assert!(
             f.summary.contains("in ContainerCreating, holding exclusive CPUs 2-3:"),

@@ -100,7 +100,7 @@ fn restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> S
     )
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(view) = &snap.kubelet_view else {
         return vec![];
     };

@@ -1,6 +1,7 @@
 //! The rule catalogue. One module per rule id (`stale-cpu-assignment` lives in
-//! `stale_cpu_assignment.rs`); each exposes `check(&NodeSnapshot, &Settings) -> Vec<Finding>`.
-//! [`evaluate`] runs every enabled rule and returns the findings in a stable order.
+//! `stale_cpu_assignment.rs`); each exposes `check(&NodeSnapshot, &Facts, &Settings) -> Vec<Finding>`,
+//! reading the shared judgements of [`crate::facts::derive`], made once per judgement.
+//! [`judge`] runs every enabled rule and returns the findings in a stable order.
 //!
 //! A rule module holds its id, the evaluation that turns facts into findings, and its tests.
 //! Rule modules do not use each other: what several of them need is in the shared modules
@@ -33,12 +34,14 @@ pub mod webhook_blocks_dry_run;
 use crate::coverage::Need::{self, One};
 use crate::coverage::Source::*;
 use crate::coverage::{Comparison, Coverage, Judgement, KubeletVersions, Needs};
+use crate::facts::Facts;
 use crate::finding::{Finding, Severity};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 
-/// A rule's signature: a pure function of the snapshot and the settings.
-pub type CheckFn = fn(&NodeSnapshot, &Settings) -> Vec<Finding>;
+/// A rule's signature: a pure function of the snapshot, the facts derived from it once
+/// ([`crate::facts::derive`]) and the settings they were derived under.
+pub type CheckFn = fn(&NodeSnapshot, &Facts, &Settings) -> Vec<Finding>;
 
 /// A rule's identity and documentation.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +64,72 @@ pub struct RuleInfo {
     /// its page's "Kubelet versions" block says it.
     pub kubelet_versions: KubeletVersions,
     pub check: CheckFn,
+    /// The node condition its findings make `True`, if any (the agent patches one condition per
+    /// [`NodeCondition`], from every rule that declares it).
+    pub condition: Option<NodeCondition>,
+    /// The gauge its findings set, if any (the agent registers one per declaring rule).
+    pub gauge: Option<RuleGauge>,
+    /// When its judgement of a snapshot changes by the clock alone (a grace that runs out):
+    /// seconds after the snapshot was taken, `None` when nothing waits on the clock. The daemon
+    /// judges again then, even if nothing on the node or in the API changed.
+    pub next_judgement: Option<NextJudgementFn>,
+}
+
+/// A rule's [`RuleInfo::next_judgement`].
+pub type NextJudgementFn = fn(&NodeSnapshot, &Settings) -> Option<f64>;
+
+/// A node condition some rules' findings make `True` (`False` when none of them found
+/// anything, `Unknown` when none found anything and one could not judge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeCondition {
+    /// The condition's `type`.
+    pub type_: &'static str,
+    /// Its `reason` while `True`.
+    pub reason_true: &'static str,
+    /// Its `reason` while `False`.
+    pub reason_false: &'static str,
+}
+
+/// The CPU manager's checkpoint holds what the kubelet does not, or cannot be read by it.
+pub const CPU_MANAGER_STATE_STALE: NodeCondition = NodeCondition {
+    type_: "CPUManagerStateStale",
+    reason_true: "CPUManagerStateStale",
+    reason_false: "CPUManagerStateConsistent",
+};
+
+/// Spark executors outlive their driver on the node.
+pub const SPARK_EXECUTOR_ORPHANS: NodeCondition = NodeCondition {
+    type_: "SparkExecutorOrphans",
+    reason_true: "SparkExecutorOrphans",
+    reason_false: "NoSparkExecutorOrphans",
+};
+
+/// The node conditions of the catalogue, each once, in catalogue order.
+pub fn conditions() -> Vec<NodeCondition> {
+    let mut out: Vec<NodeCondition> = vec![];
+    for c in ALL.iter().filter_map(|r| r.condition) {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A gauge that one rule's findings set.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleGauge {
+    /// The metric's name without the `nodemedic_` prefix.
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Its value from the rule's findings of one judgement (those a rule that could not judge
+    /// keeps included).
+    pub value: fn(&[&Finding]) -> u64,
+}
+
+/// A [`RuleGauge::value`]: how many findings.
+pub fn count_findings(findings: &[&Finding]) -> u64 {
+    findings.len() as u64
 }
 
 impl RuleInfo {
@@ -111,6 +180,9 @@ pub const ALL: &[RuleInfo] = &[
             },
         ]),
         check: checkpoint_unreadable::check,
+        condition: Some(CPU_MANAGER_STATE_STALE),
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: checkpoint_invalid_state::ID,
@@ -131,6 +203,9 @@ pub const ALL: &[RuleInfo] = &[
             unknown: "judged the same; the version is not used",
         }]),
         check: checkpoint_invalid_state::check,
+        condition: Some(CPU_MANAGER_STATE_STALE),
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: stale_cpu_assignment::ID,
@@ -160,6 +235,9 @@ pub const ALL: &[RuleInfo] = &[
             Comparison::PODRESOURCES_LIVENESS,
         ]),
         check: stale_cpu_assignment::check,
+        condition: Some(CPU_MANAGER_STATE_STALE),
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: cross_pod_cpu_overlap::ID,
@@ -180,6 +258,9 @@ pub const ALL: &[RuleInfo] = &[
             unknown: "the file's layout decides; the version is not used",
         }]),
         check: cross_pod_cpu_overlap::check,
+        condition: Some(CPU_MANAGER_STATE_STALE),
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: cpuset_drift::ID,
@@ -200,6 +281,9 @@ pub const ALL: &[RuleInfo] = &[
             unknown: "the file's layout decides; the version is not used",
         }]),
         check: cpuset_drift::check,
+        condition: None,
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: kubelet_state_divergence::ID,
@@ -240,6 +324,9 @@ pub const ALL: &[RuleInfo] = &[
             },
         ]),
         check: kubelet_state_divergence::check,
+        condition: Some(CPU_MANAGER_STATE_STALE),
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: exclusive_cpu_shortage::ID,
@@ -274,6 +361,9 @@ pub const ALL: &[RuleInfo] = &[
             },
         ]),
         check: exclusive_cpu_shortage::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: stale_memory_assignment::ID,
@@ -297,6 +387,9 @@ pub const ALL: &[RuleInfo] = &[
             Comparison::PODRESOURCES_LIVENESS,
         ]),
         check: stale_memory_assignment::check,
+        condition: None,
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: stale_device_assignment::ID,
@@ -320,6 +413,9 @@ pub const ALL: &[RuleInfo] = &[
             Comparison::PODRESOURCES_LIVENESS,
         ]),
         check: stale_device_assignment::check,
+        condition: None,
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: stale_dra_claim::ID,
@@ -343,6 +439,9 @@ pub const ALL: &[RuleInfo] = &[
             Comparison::PODRESOURCES_LIVENESS,
         ]),
         check: stale_dra_claim::check,
+        condition: None,
+        gauge: None,
+        next_judgement: Some(crate::facts::grace_turn),
     },
     RuleInfo {
         id: device_admission_failure::ID,
@@ -363,6 +462,9 @@ pub const ALL: &[RuleInfo] = &[
             unknown: "the version is not used: the refusals are matched as current kubelets word them; whether older kubelets word them the same is not established",
         }]),
         check: device_admission_failure::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: orphaned_executor::ID,
@@ -380,6 +482,13 @@ pub const ALL: &[RuleInfo] = &[
             "it judges Spark pods and their drivers through the API (or a pod list), whose fields mean the same whichever kubelet runs; the exclusive CPUs that make a finding critical are read from `cpu_manager_state` in whichever layout it has",
         ),
         check: orphaned_executor::check,
+        condition: Some(SPARK_EXECUTOR_ORPHANS),
+        gauge: Some(RuleGauge {
+            name: "orphaned_executors",
+            help: "Spark executor pods on this node whose driver is gone, replaced or long finished.",
+            value: count_findings,
+        }),
+        next_judgement: None,
     },
     RuleInfo {
         id: executor_without_owner::ID,
@@ -397,6 +506,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads the executors' owner references and labels through the API (or a pod list), nothing of the kubelet",
         ),
         check: executor_without_owner::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: admission_rejection::ID,
@@ -414,6 +526,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads the pods' `status.reason` and `status.message`; the kubelet's `OutOf<resource>` reasons and `Node didn't have enough resource` messages are in every kubelet source read, from the oldest admission handler on, and `UnexpectedAdmissionError` in every source read that checks device plugin resources at admission",
         ),
         check: admission_rejection::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: scheduler_conflict::ID,
@@ -431,6 +546,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads rejection reasons (`OutOf<resource>`, in every kubelet source read; `NodePorts`, `PodFitsHostPorts` before 1.19, both matched) and `spec.schedulerName` through the API",
         ),
         check: scheduler_conflict::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: duplicate_driver::ID,
@@ -448,6 +566,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads driver pods through the API (or a pod list), nothing of the kubelet",
         ),
         check: duplicate_driver::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: driver_blocked_by_partition::ID,
@@ -465,6 +586,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads driver pods, their Events and their nodes' `Ready` condition through the API; the Events' reasons (`FailedMount`, `FailedAttachVolume` with Multi-Attach) are matched as current releases write them, which is not established for old ones",
         ),
         check: driver_blocked_by_partition::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: half_submitted_driver::ID,
@@ -482,6 +606,14 @@ pub const ALL: &[RuleInfo] = &[
             "it reads driver pods and their Events through the API, and the kubelet's pod volume directories (`pods/<uid>/volumes/<plugin>/<volume>`), laid out the same in old and current kubelet sources",
         ),
         check: half_submitted_driver::check,
+        condition: None,
+        gauge: Some(RuleGauge {
+            name: "half_submitted_drivers",
+            help: "Spark driver pods on this node that spark-submit gave up on and that wait to start without their \
+                   ConfigMap, or after a newer driver of their submission started (half-submitted-driver findings).",
+            value: count_findings,
+        }),
+        next_judgement: Some(half_submitted_driver::next_judgement),
     },
     RuleInfo {
         id: orphaned_local_dir::ID,
@@ -505,6 +637,13 @@ pub const ALL: &[RuleInfo] = &[
             Comparison::PODRESOURCES_LIVENESS,
         ]),
         check: orphaned_local_dir::check,
+        condition: None,
+        gauge: Some(RuleGauge {
+            name: "orphaned_local_dir_bytes",
+            help: "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
+            value: orphaned_local_dir::bytes,
+        }),
+        next_judgement: None,
     },
     RuleInfo {
         id: slow_api::ID,
@@ -522,6 +661,9 @@ pub const ALL: &[RuleInfo] = &[
             "it times the agent's own reads from the API server, in which the kubelet takes no part",
         ),
         check: slow_api::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: slow_pod_admission::ID,
@@ -539,6 +681,9 @@ pub const ALL: &[RuleInfo] = &[
             "it times dry-run pod creates and reads webhook configurations and API server metrics, in which the kubelet takes no part",
         ),
         check: slow_pod_admission::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: apiserver_unreachable::ID,
@@ -556,6 +701,9 @@ pub const ALL: &[RuleInfo] = &[
             "it counts the agent's own answered requests to the API server, in which the kubelet takes no part",
         ),
         check: apiserver_unreachable::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
     RuleInfo {
         id: webhook_blocks_dry_run::ID,
@@ -573,6 +721,9 @@ pub const ALL: &[RuleInfo] = &[
             "it reads dry-run pod creates and webhook configurations from the API server, in which the kubelet takes no part",
         ),
         check: webhook_blocks_dry_run::check,
+        condition: None,
+        gauge: None,
+        next_judgement: None,
     },
 ];
 
@@ -583,8 +734,9 @@ pub fn by_id(id: &str) -> Option<&'static RuleInfo> {
 
 /// Runs every enabled rule that can judge ([`crate::coverage`]): its findings worst first, then
 /// by rule and subject, and every rule's coverage. A rule that could not judge does not run
-/// (unless it lacks only what it can do without in part: see [`Needs::partial`]).
-pub fn judge(snapshot: &NodeSnapshot, settings: &Settings) -> Judgement {
+/// (unless it lacks only what it can do without in part: see [`Needs::partial`]). `facts` are
+/// those of `snapshot` under `settings` ([`crate::facts::derive`]).
+pub fn judge(snapshot: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Judgement {
     let mut coverage = std::collections::BTreeMap::new();
     let mut findings = Vec::new();
     for r in ALL {
@@ -594,7 +746,7 @@ pub fn judge(snapshot: &NodeSnapshot, settings: &Settings) -> Judgement {
             Coverage::Disabled
         };
         if covered.runs(&r.needs) {
-            let mut found = (r.check)(snapshot, settings);
+            let mut found = (r.check)(snapshot, facts, settings);
             if let Some(severity) = settings.severity_overrides.get(r.id) {
                 for f in &mut found {
                     f.severity = *severity;
@@ -608,11 +760,14 @@ pub fn judge(snapshot: &NodeSnapshot, settings: &Settings) -> Judgement {
     Judgement { findings, coverage }
 }
 
-/// The findings of [`judge`].
+/// The findings of [`judge`], the facts derived here: for callers that need nothing else of
+/// the snapshot's facts.
 pub fn evaluate(snapshot: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    judge(snapshot, settings).findings
+    judge(snapshot, &crate::facts::derive(snapshot, settings), settings).findings
 }
 
+#[cfg(test)]
+mod docs_map;
 #[cfg(test)]
 pub(crate) mod testkit;
 

@@ -28,7 +28,7 @@
 //! The judgement is [`crate::facts::orphaned_executors`], which `orphaned-local-dir`, the
 //! `nodemedic_orphaned_executors` gauge and `repair orphans` share.
 
-use crate::facts::{DriverState, Orphan, orphaned_executors};
+use crate::facts::{DriverState, Orphan};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
@@ -37,11 +37,8 @@ use crate::text::{LISTED, human_bytes, kubectl_delete};
 
 pub const ID: &str = "orphaned-executor";
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    orphaned_executors(snap, settings)
-        .iter()
-        .map(|o| finding(&snap.node, o))
-        .collect()
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
+    facts.orphans.iter().map(|o| finding(&snap.node, o)).collect()
 }
 
 fn finding(node: &str, o: &Orphan<'_>) -> Finding {
@@ -248,7 +245,7 @@ mod tests {
         for (name, phase, lookup, want) in cases {
             let exec = owned_by(spark_executor("e1", APP, "etl", 1, phase), &driver);
             let snap = SnapshotBuilder::spark_node(&[exec]).with_driver("e1", lookup).build();
-            let f = check(&snap, &Settings::default());
+            let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
             let got = f
                 .first()
                 .map(|f| f.evidence["driver_state"].as_str().unwrap_or("-").to_string());
@@ -269,7 +266,7 @@ mod tests {
                 },
             )
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         let f = &f[0];
         assert_eq!(f.severity, Severity::Warning);
@@ -313,7 +310,7 @@ mod tests {
             )
             .build();
         snap.pod_source = crate::snapshot::PodSource::Api;
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["exclusive_cpus"], "2-5");
     }
@@ -329,7 +326,7 @@ mod tests {
             .with_driver("e1", lookup.clone())
             .with_driver("e2", lookup);
         // Not measured: the emptyDir volume may hold data.
-        let f = check(&base.build(), &Settings::default());
+        let f = crate::rules::testkit::judged(check, &base.build(), &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["executor_uid"], "e1");
         assert_eq!(
@@ -344,7 +341,7 @@ mod tests {
             .with_driver("e1", lookup.clone())
             .with_local_dirs(vec![empty_dir_scratch("e1", 3 << 30, Some(NOW - 7000))])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].evidence["local_dir_bytes"], 3u64 << 30);
         assert_eq!(f[0].evidence["executor_exit_code"], 1);
         assert!(f[0].summary.contains("keeps 3.0 GiB of local data"), "{}", f[0].summary);
@@ -360,7 +357,7 @@ mod tests {
             .with_driver("e1", lookup)
             .with_local_dirs(vec![])
             .build();
-        assert!(check(&spark_stopped_cleanly, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &spark_stopped_cleanly, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -370,7 +367,7 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(&[exec])
             .with_driver("e1", found(LookupMethod::DriverUrl, &driver))
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].evidence["driver_state"], "replaced");
         assert_eq!(f[0].evidence["submission_id"], "sub-1");
         assert_eq!(f[0].evidence["operator_app_name"], "etl");
@@ -381,7 +378,7 @@ mod tests {
         bare.containers.clear();
         bare.created_at = None;
         let snap = SnapshotBuilder::spark_node(&[bare.clone()]).build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
         let snap = SnapshotBuilder::spark_node(&[bare])
             .with_driver(
                 "e9",
@@ -391,7 +388,7 @@ mod tests {
                 },
             )
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert!(f[0].evidence.get("app_id").is_none());
         assert!(!f[0].remedy.contains("spark-app-selector="));
@@ -410,7 +407,7 @@ mod tests {
             .with_driver("e1", gone.clone())
             .with_driver("d1", gone)
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -426,7 +423,7 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(&[exec])
             .with_driver("e1", found(LookupMethod::OwnerReference, &finished_driver(Some(2820))))
             .build();
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert!(
             f.summary.contains("although its Spark container has exited"),
             "{}",

@@ -26,7 +26,7 @@
 //!
 //! The judgement is [`crate::facts::orphaned_dirs`], which `repair local-dirs` shares.
 
-use crate::facts::{orphaned_dirs, orphaned_executors, rejected_reason};
+use crate::facts::rejected_reason;
 use crate::finding::{Finding, Severity, Subject};
 use crate::hostpath::normalize;
 use crate::settings::Settings;
@@ -67,19 +67,25 @@ fn rm_command(dirs: &[&LocalDir]) -> String {
     )
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let orphaned = orphaned_dirs(snap, settings);
+/// The bytes its findings say the orphaned directories hold (the `nodemedic_orphaned_local_dir_bytes`
+/// gauge): the `bytes` this rule writes into each finding's evidence.
+pub fn bytes(findings: &[&Finding]) -> u64 {
+    findings
+        .iter()
+        .filter_map(|f| f.evidence.get("bytes").and_then(serde_json::Value::as_u64))
+        .fold(0, u64::saturating_add)
+}
+
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
+    let orphaned = &facts.orphaned_dirs;
     // Executors `repair orphans` would delete (their emptyDir goes with the pod object).
     let orphan_uids: Vec<&str> = if orphaned.iter().any(|o| o.pod.is_some()) {
-        orphaned_executors(snap, settings)
-            .iter()
-            .map(|o| o.executor.uid.as_str())
-            .collect()
+        facts.orphans.iter().map(|o| o.executor.uid.as_str()).collect()
     } else {
         vec![]
     };
     orphaned
-        .into_iter()
+        .iter()
         .map(|o| {
             let bytes = o.bytes();
             let newest = o.dirs.iter().filter_map(|d| d.newest_mtime).max();
@@ -216,7 +222,7 @@ mod tests {
     }
 
     fn uids(snap: &NodeSnapshot) -> Vec<String> {
-        check(snap, &Settings::default())
+        crate::rules::testkit::judged(check, snap, &Settings::default())
             .iter()
             .map(|f| {
                 f.evidence
@@ -251,7 +257,7 @@ mod tests {
             .with_local_dirs(with_deleting)
             .build();
         assert_eq!(uids(&snap), ["\"failed\"", "\"gone\"", "\"unknown-age-gone\""]);
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].severity, Severity::Warning);
         assert_eq!(f[0].subject.name.as_deref(), Some("etl-exec-2"));
         assert_eq!(f[0].evidence["bytes"], 12 * GIB);
@@ -302,7 +308,7 @@ mod tests {
             ["\"empty-cgroup\"", "\"no-cgroup\""],
             "hostPath not judged"
         );
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "cgroups");
         assert!(f[0].remedy.starts_with("find the pod first"));
         assert!(
@@ -316,7 +322,7 @@ mod tests {
             .pod_source(PodSource::Cgroups)
             .with_local_dirs(dirs)
             .build();
-        assert!(check(&unreadable, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &unreadable, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -357,7 +363,7 @@ mod tests {
         ];
         for (name, pods, want) in cases {
             let snap = SnapshotBuilder::spark_node(&pods).with_local_dirs(dirs.clone()).build();
-            let f = check(&snap, &Settings::default());
+            let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
             let mut got: Vec<String> = f
                 .iter()
                 .flat_map(|f| f.evidence["dirs"].as_array().cloned().unwrap_or_default())
@@ -372,7 +378,7 @@ mod tests {
             }
         }
         let snap = SnapshotBuilder::spark_node(&[user]).with_local_dirs(dirs).build();
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.evidence["root_users"], serde_json::json!(["spark-jobs/etl-exec-1"]));
         assert_eq!(
             f.remedy,
@@ -400,7 +406,7 @@ mod tests {
             )
             .with_local_dirs(vec![empty_dir_scratch("e1", GIB, Some(NOW - 7200))])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(
             f[0].remedy,
@@ -416,7 +422,7 @@ mod tests {
         let snap = SnapshotBuilder::spark_node(&[rejected])
             .with_local_dirs(vec![empty_dir_scratch("e2", GIB, Some(NOW - 7200))])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert!(
             f[0].remedy
                 .starts_with("kubectl nodemedic repair node-a failed-pods (shows the plan), then"),
@@ -430,12 +436,15 @@ mod tests {
         assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
         assert_eq!(shell_quote(""), "''");
         let snap = SnapshotBuilder::spark_node(&[]).build();
-        assert!(check(&snap, &Settings::default()).is_empty(), "local dirs not read");
+        assert!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty(),
+            "local dirs not read"
+        );
         let many: Vec<LocalDir> = (0..25)
             .map(|i| host_path_scratch(ROOT, &format!("blockmgr-{i}"), 1, Some(NOW - 86400)))
             .collect();
         let snap = SnapshotBuilder::spark_node(&[]).with_local_dirs(many).build();
-        let f = &check(&snap, &Settings::default())[0];
+        let f = &crate::rules::testkit::judged(check, &snap, &Settings::default())[0];
         assert_eq!(f.evidence["dir_count"], 25);
         assert_eq!(f.evidence["dirs"].as_array().map(Vec::len), Some(20));
         assert!(f.remedy.contains("(5 more not listed: scan again once these are gone)"));

@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::facts::recent_rejections;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
@@ -53,8 +52,9 @@ fn bound_recently<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<&'a Po
         .collect()
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    let rejected: Vec<_> = recent_rejections(snap, settings)
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
+    let rejected: Vec<_> = facts
+        .recent_rejections(snap, settings)
         .into_iter()
         .filter(|r| capacity_reason(r.reason))
         .collect();
@@ -214,7 +214,11 @@ mod tests {
         ];
         for (name, pods, want) in cases {
             let snap = SnapshotBuilder::spark_node(&pods).build();
-            assert_eq!(!check(&snap, &Settings::default()).is_empty(), want, "{name}");
+            assert_eq!(
+                !crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty(),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -231,7 +235,7 @@ mod tests {
             no_times,
         ];
         let snap = SnapshotBuilder::spark_node(&pods).build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         let f = &f[0];
         assert_eq!(f.severity, Severity::Warning);
@@ -256,7 +260,7 @@ mod tests {
 
         // From a file every pod counts, even one with no times.
         let file = SnapshotBuilder::spark_node(&pods).pod_source(PodSource::File).build();
-        let f = check(&file, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &file, &Settings::default());
         assert_eq!(
             f[0].evidence["schedulers"],
             serde_json::json!({"default-scheduler": 2, "volcano": 3})

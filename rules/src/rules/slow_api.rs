@@ -68,7 +68,7 @@ struct ProbeStats<'a> {
     slowest: &'a ProbeSample,
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
     let reads: Vec<&ProbeSample> = recent(api, snap, settings)
         .filter(|s| READ_PROBES.contains(&s.probe.as_str()))
@@ -162,7 +162,8 @@ mod tests {
     use crate::snapshot::Observed;
 
     fn run(samples: Vec<ProbeSample>) -> Vec<Finding> {
-        check(
+        crate::rules::testkit::judged(
+            check,
             &SnapshotBuilder::spark_node(&[]).with_api(samples).build(),
             &Settings::default(),
         )
@@ -233,11 +234,11 @@ mod tests {
             .is_empty()
         );
         let mut offline = SnapshotBuilder::spark_node(&[]).build();
-        assert!(check(&offline, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &offline, &Settings::default()).is_empty());
         offline.api = Observed::Error {
             reason: "no credentials".into(),
         };
-        assert!(check(&offline, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &offline, &Settings::default()).is_empty());
     }
 
     #[test]

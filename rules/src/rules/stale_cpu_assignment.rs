@@ -29,7 +29,7 @@
 //! checkpoint would fail the kubelet's start-up checks. Containers that still run are stopped
 //! first either way.
 
-use crate::facts::{StaleEntry, checkpoint_path, stale_entries};
+use crate::facts::{Facts, StaleEntry, checkpoint_path};
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
@@ -37,15 +37,15 @@ use crate::text::{repair_cpu_state_remedy, stop_containers};
 
 pub const ID: &str = "stale-cpu-assignment";
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);
-    let entries = stale_entries(snap, settings);
+    let entries = &facts.stale_cpu;
     if entries.is_empty() {
         return vec![];
     }
-    let refusal = refusal_at_start(snap, settings);
+    let refusal = refusal_at_start(snap, facts, settings);
     entries
-        .into_iter()
+        .iter()
         .map(|e| {
             let subject = match (&e.pod, &e.pod_uid) {
                 (Some(p), _) => Subject::pod(p),
@@ -66,7 +66,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             } else {
                 "the pod list"
             };
-            let still_running = running_despite_the_list(snap, &e);
+            let still_running = running_despite_the_list(snap, e);
             let summary = match &still_running {
                 Some(why) if e.pod_uid.is_some() => format!(
                     "CPUs {} are held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
@@ -78,7 +78,7 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
                     e.cpus, e.reason
                 ),
             };
-            let remedy = Remedy::choose(snap, refusal.as_ref(), std::slice::from_ref(&e)).text(snap);
+            let remedy = Remedy::choose(snap, refusal.as_ref(), std::slice::from_ref(e)).text(snap);
             Finding::new(ID, Severity::Critical, subject, summary, remedy)
                 .with("pod_uid", e.pod_uid.clone())
                 .with("container", e.container.clone())
@@ -128,11 +128,11 @@ pub(crate) struct Refusal {
 }
 
 /// What a kubelet start would refuse now, if anything (see [`Refusal`]).
-pub(crate) fn refusal_at_start(snap: &NodeSnapshot, settings: &Settings) -> Option<Refusal> {
+pub(crate) fn refusal_at_start(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Option<Refusal> {
     let cpu_path = checkpoint_path(snap);
-    let found = crate::rules::checkpoint_unreadable::check(snap, settings)
+    let found = crate::rules::checkpoint_unreadable::check(snap, facts, settings)
         .into_iter()
-        .chain(crate::rules::checkpoint_invalid_state::check(snap, settings))
+        .chain(crate::rules::checkpoint_invalid_state::check(snap, facts, settings))
         .next()?;
     let text = |key: &str| found.evidence.get(key).and_then(|v| v.as_str()).map(str::to_string);
     let path = text("path").unwrap_or_else(|| cpu_path.clone());
@@ -148,9 +148,8 @@ pub(crate) fn refusal_at_start(snap: &NodeSnapshot, settings: &Settings) -> Opti
 
 /// The remedy for every stale entry of the snapshot at once (`exclusive-cpu-shortage`'s
 /// "free them").
-pub(crate) fn remedy_for_all(snap: &NodeSnapshot, settings: &Settings) -> String {
-    let entries = stale_entries(snap, settings);
-    Remedy::choose(snap, refusal_at_start(snap, settings).as_ref(), &entries).text(snap)
+pub(crate) fn remedy_for_all(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> String {
+    Remedy::choose(snap, refusal_at_start(snap, facts, settings).as_ref(), &facts.stale_cpu).text(snap)
 }
 
 /// The least invasive fix for stale CPU entries, chosen from what the snapshot says.
@@ -249,7 +248,7 @@ mod tests {
     use crate::snapshot::Observed;
 
     fn stale(snap: &NodeSnapshot) -> Vec<(String, String, String)> {
-        check(snap, &Settings::default())
+        crate::rules::testkit::judged(check, snap, &Settings::default())
             .iter()
             .map(|f| {
                 let s = |k: &str| f.evidence.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
@@ -283,7 +282,7 @@ mod tests {
                 ("live".into(), "old-sidecar".into(), "7".into()),
             ]
         );
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         let done = f.iter().find(|f| f.evidence["pod_uid"] == "done").unwrap();
         assert_eq!(done.subject.name.as_deref(), Some("job"));
         assert!(done.summary.contains("phase Succeeded"));
@@ -306,7 +305,7 @@ mod tests {
                 ("gone".into(), "app".into(), "4-5".into())
             ]
         );
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "cgroups");
         assert_eq!(f[0].evidence["pod_cgroup_processes"], 0);
     }
@@ -317,7 +316,7 @@ mod tests {
             .with_pod_list(&[])
             .with_pod_cgroups(vec![pod_cgroup("ghost", vec![leaf("c9", "2-3", 3)])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
         assert!(
@@ -352,7 +351,7 @@ mod tests {
             let snap = SnapshotBuilder::static_node("0-1", &entries)
                 .with_pod_cgroups(vec![pc])
                 .build();
-            check(&snap, &Settings::default())
+            crate::rules::testkit::judged(check, &snap, &Settings::default())
         };
         let base = pod_cgroup("deep", vec![leaf("c1", "2-3", 0)]);
         // Nothing anywhere: stale.
@@ -425,7 +424,7 @@ mod tests {
         );
         // No pod object was looked at: no claim that one was force-deleted.
         assert!(
-            check(&snap, &Settings::default())
+            crate::rules::testkit::judged(check, &snap, &Settings::default())
                 .iter()
                 .all(|f| f.evidence.get("note").is_none())
         );
@@ -455,7 +454,7 @@ mod tests {
         snap.cgroups = Observed::Error {
             reason: "permission denied".into(),
         };
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -466,24 +465,30 @@ mod tests {
             .with_pod_list(&[just_done.clone()])
             .build();
         assert!(
-            check(&snap, &Settings::default()).is_empty(),
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty(),
             "finished 4 s ago, period 10 s"
         );
         just_done.finished_at = Some(1_700_000_000 - 60);
         let snap = SnapshotBuilder::static_node("0-1", &[("done", "app", "6")])
             .with_pod_list(&[just_done])
             .build();
-        assert_eq!(check(&snap, &Settings::default()).len(), 1);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+            1
+        );
 
         // Without a pod list, a pod with no cgroup in a checkpoint written 2 s ago may have just been admitted.
         let fresh = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")])
             .checkpoint_age(2.0)
             .build();
-        assert!(check(&fresh, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &fresh, &Settings::default()).is_empty());
         let old = SnapshotBuilder::static_node("0-1", &[("new", "app", "2")])
             .checkpoint_age(20.0)
             .build();
-        assert_eq!(check(&old, &Settings::default()).len(), 1);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &old, &Settings::default()).len(),
+            1
+        );
     }
 
     #[test]
@@ -492,7 +497,7 @@ mod tests {
             .with_pod_list(&[pod("live", "exec", "Running", &[("app", "c1")])])
             .with_pod_cgroups(vec![pod_cgroup("live", vec![leaf("c1", "0-1", 2)])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert!(f[0].evidence.get("note").is_none());
     }
@@ -516,7 +521,7 @@ mod tests {
             None,
         ));
         assert_eq!(stale(&snap), [("gone".into(), "app".into(), "4-5".into())]);
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].evidence["liveness_source"], "podresources");
         assert!(
             f[0].evidence["reason"]
@@ -539,9 +544,13 @@ mod tests {
 
     fn remedy_of(snap: &NodeSnapshot) -> (Remedy, String) {
         let settings = Settings::default();
-        let entries = stale_entries(snap, &settings);
-        let chosen = Remedy::choose(snap, refusal_at_start(snap, &settings).as_ref(), &entries);
-        let f = check(snap, &settings);
+        let facts = crate::facts::derive(snap, &settings);
+        let chosen = Remedy::choose(
+            snap,
+            refusal_at_start(snap, &facts, &settings).as_ref(),
+            &facts.stale_cpu,
+        );
+        let f = crate::rules::testkit::judged(check, snap, &settings);
         assert_eq!(f.len(), 1, "{f:#?}");
         (chosen, f[0].remedy.clone())
     }

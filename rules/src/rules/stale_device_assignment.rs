@@ -17,7 +17,6 @@
 
 use serde_json::json;
 
-use crate::facts::stale_devices;
 use crate::finding::{Finding, Severity};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
@@ -25,7 +24,7 @@ use crate::text::{device_state_remedy, stale_subject, still_running_note, stop_c
 
 pub const ID: &str = "stale-device-assignment";
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Some(file) = snap.managers.devices.ok() else {
         return vec![];
     };
@@ -38,8 +37,9 @@ pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
             .flat_map(|d| d.ids.iter().map(move |id| (d.resource.as_str(), id.as_str())))
             .collect::<std::collections::BTreeSet<_>>()
     });
-    stale_devices(snap, settings)
-        .into_iter()
+    facts
+        .stale_devices
+        .iter()
         .map(|s| {
             let e = &s.entry;
             let subject = stale_subject(s.pod.as_ref(), &e.pod_uid, Some(&e.container));
@@ -150,7 +150,7 @@ mod tests {
         let snap = node()
             .with_pod_list(&[pod("live", "exec-1", "Running", &[("exec", "c1")])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         // An entry without devices holds nothing.
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["pod_uid"], "gone");
@@ -182,7 +182,7 @@ mod tests {
         let mut exec = kubelet_pod("spark", "exec-1", &[], &[("exec", "")]);
         exec.containers[0].devices = gpus(&["GPU-aaa"]);
         let snap = node().with_kubelet_view(kubelet_view(vec![exec.clone()], None)).build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].evidence["held_by_kubelet"], 0);
         assert_eq!(f[0].severity, Severity::Info, "leftovers in the file only");
@@ -198,6 +198,6 @@ mod tests {
         // A listed pod of unknown UID holding one of the devices: cannot tell, not judged.
         exec.containers[0].devices = gpus(&["GPU-aaa", "GPU-bbb"]);
         let snap = node().with_kubelet_view(kubelet_view(vec![exec], None)).build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 }

@@ -15,7 +15,7 @@
 
 use serde_json::json;
 
-use crate::facts::{ClaimSource, stale_claims};
+use crate::facts::ClaimSource;
 use crate::finding::{Finding, Severity, Subject};
 use crate::settings::Settings;
 use crate::snapshot::{ClaimObject, NodeSnapshot};
@@ -23,9 +23,10 @@ use crate::text::{LISTED, dra_claim_remedy};
 
 pub const ID: &str = "stale-dra-claim";
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
-    stale_claims(snap, settings)
-        .into_iter()
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
+    facts
+        .stale_claims
+        .iter()
         .map(|c| {
             let path = c.source.path(snap);
             let subject = match c.claim.as_deref().and_then(|c| c.split_once('/')) {
@@ -137,7 +138,7 @@ mod tests {
                 pod("done", "exec-3", "Failed", &[("exec", "c3")]),
             ])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].evidence["claim_uid"], "c-gone");
         assert_eq!(f[0].evidence["source"], "kubelet");
@@ -183,7 +184,7 @@ mod tests {
             ])
             .with_pod_list(&[pod("live", "exec-1", "Running", &[("exec", "c1")])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         let got: Vec<(&str, &str)> = f
             .iter()
             .map(|f| {
@@ -231,7 +232,7 @@ mod tests {
                 uid: "c-gone-pod".into(),
             },
         );
-        let f = check(&asked, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &asked, &Settings::default());
         let got: Vec<&str> = f.iter().map(|f| f.evidence["claim_uid"].as_str().unwrap()).collect();
         assert_eq!(got, ["c-forgotten", "c-gone-pod"]);
         let gone_pod = &f[1];
@@ -255,7 +256,7 @@ mod tests {
         snap.managers.dra = crate::snapshot::Observed::Missing {
             path: "/var/lib/kubelet/dra_manager_state".into(),
         };
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["claim_uid"], "c-gone-pod");
         snap.resource_claims
@@ -266,7 +267,7 @@ mod tests {
                 uid: "another-uid".into(),
             },
         );
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         let got: Vec<&str> = f.iter().map(|f| f.evidence["claim_uid"].as_str().unwrap()).collect();
         assert_eq!(got, ["c-known", "c-forgotten", "c-gone-pod"]);
         assert!(

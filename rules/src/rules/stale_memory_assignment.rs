@@ -13,7 +13,6 @@
 
 use serde_json::json;
 
-use crate::facts::stale_memory;
 use crate::finding::{Finding, Severity};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
@@ -21,12 +20,13 @@ use crate::text::{admit_one_pod, human_bytes, stale_subject, still_running_note,
 
 pub const ID: &str = "stale-memory-assignment";
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Some(file) = snap.managers.memory.ok() else {
         return vec![];
     };
-    stale_memory(snap, settings)
-        .into_iter()
+    facts
+        .stale_memory
+        .iter()
         .map(|s| {
             let e = &s.entry;
             let container = (!e.container.is_empty()).then_some(e.container.as_str());
@@ -123,7 +123,7 @@ mod tests {
                 pod("done", "job", "Succeeded", &[("app", "c2")]),
             ])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(uids(&f), ["gone", "done"]);
         let gone = &f[0];
         assert_eq!(gone.severity, Severity::Warning);
@@ -164,7 +164,7 @@ mod tests {
             ])
             .with_pod_cgroups(vec![pod_cgroup("gone", vec![leaf("c9", "", 2)])])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(uids(&f), ["gone"]);
         assert!(
             f[0].summary.contains("yet 2 processes in its cgroups"),
@@ -191,13 +191,16 @@ mod tests {
             .with_kubelet_view(kubelet_view(vec![exec.clone(), job], None))
             .build();
         // "live" is exec-1 by its blocks; "done" is listed by UID; "gone" is nobody.
-        assert_eq!(uids(&check(&snap, &Settings::default())), ["gone"]);
+        assert_eq!(
+            uids(&crate::rules::testkit::judged(check, &snap, &Settings::default())),
+            ["gone"]
+        );
 
         // A container named "app" with other blocks, of unknown UID, could be "live" or "done":
         // neither is judged; "gone" (container exec) is nobody's.
         exec.containers[0].memory[0].bytes = 4 * GIB;
         let snap = node().with_kubelet_view(kubelet_view(vec![exec], None)).build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(uids(&f), ["gone"]);
         assert_eq!(f[0].evidence["liveness_source"], "podresources");
     }
@@ -211,15 +214,18 @@ mod tests {
                 computed: vec![],
             });
         }
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
 
         // Without a pod list, a pod with no cgroup yet in a file written a moment ago may be
         // one being admitted.
         let mut snap = node().build();
-        assert_eq!(check(&snap, &Settings::default()).len(), 3);
+        assert_eq!(
+            crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+            3
+        );
         if let crate::snapshot::Observed::Ok(f) = &mut snap.managers.memory {
             f.age_seconds = Some(1.0);
         }
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 }

@@ -7,6 +7,15 @@ use crate::snapshot::*;
 use crate::topology::{CpuInfo, CpuTopology};
 use crate::validate::CpuManagerConfig;
 
+/// One rule's findings on `snap` under `settings`, its facts derived as a judgement derives them.
+pub fn judged(
+    check: crate::rules::CheckFn,
+    snap: &NodeSnapshot,
+    settings: &crate::settings::Settings,
+) -> Vec<crate::Finding> {
+    check(snap, &crate::facts::derive(snap, settings), settings)
+}
+
 pub struct SnapshotBuilder {
     snap: NodeSnapshot,
 }

@@ -46,7 +46,7 @@ fn edit_command(w: &WebhookInfo) -> String {
     format!("kubectl edit {kind}webhookconfiguration {}", w.configuration)
 }
 
-pub fn check(snap: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let Some(api) = api(snap) else { return vec![] };
     let creates: Vec<&ProbeSample> = recent(api, snap, settings)
         .filter(|s| s.probe == DRY_RUN_PROBE)
@@ -172,7 +172,7 @@ mod tests {
             .with_api(vec![probe_ok("get", 90, 0.01), refusal(60), refusal(30)])
             .with_webhooks(vec![auditor(), webhook("injector", "inject.example.com")])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
         assert_eq!(f[0].evidence["failed_samples"], 2);
@@ -201,7 +201,7 @@ mod tests {
         }
         // Not latency: slow-pod-admission stays silent on the same snapshot.
         let slow_pod_admission = crate::rules::by_id("slow-pod-admission").unwrap();
-        assert!((slow_pod_admission.check)(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(slow_pod_admission.check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -215,7 +215,7 @@ mod tests {
             .with_api(vec![probe_ok("get", 30, 0.01)])
             .with_webhooks(vec![some, elsewhere, webhook("ok", "ok.example.com")])
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert!(
             f[0].summary
@@ -236,7 +236,7 @@ mod tests {
                 w
             }])
             .build();
-        assert!(check(&snap, &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
     }
 
     #[test]
@@ -249,7 +249,7 @@ mod tests {
                 }
             })
             .build();
-        let f = check(&snap, &Settings::default());
+        let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(
             f[0].evidence["webhooks"],
             json!([{"name": "audit.example.com", "named_by_api_server": true}])
@@ -263,7 +263,10 @@ mod tests {
         );
 
         let old = SnapshotBuilder::spark_node(&[]).with_api(vec![refusal(3600)]).build();
-        assert!(check(&old, &Settings::default()).is_empty(), "outside the window");
+        assert!(
+            crate::rules::testkit::judged(check, &old, &Settings::default()).is_empty(),
+            "outside the window"
+        );
         let other_400 = SnapshotBuilder::spark_node(&[])
             .with_api(vec![probe_failed(
                 DRY_RUN_PROBE,
@@ -273,7 +276,10 @@ mod tests {
                 0.01,
             )])
             .build();
-        assert!(check(&other_400, &Settings::default()).is_empty());
-        assert!(check(&SnapshotBuilder::spark_node(&[]).build(), &Settings::default()).is_empty());
+        assert!(crate::rules::testkit::judged(check, &other_400, &Settings::default()).is_empty());
+        assert!(
+            crate::rules::testkit::judged(check, &SnapshotBuilder::spark_node(&[]).build(), &Settings::default())
+                .is_empty()
+        );
     }
 }

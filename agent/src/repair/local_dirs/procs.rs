@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::MAX_PROCESS_LINKS;
+use crate::collect::procfs::parse_stat;
 
 /// Who holds a directory: live processes with their cwd, root, an open file or a mapping
 /// below it.
@@ -49,21 +50,14 @@ impl ProcessCheck {
     }
 }
 
-/// Whether `/proc/<pid>/stat` says the process is a kernel thread (`PF_KTHREAD`).
+/// Whether `/proc/<pid>/stat` says the process is a kernel thread (`PF_KTHREAD` in its flags,
+/// field 9).
 pub(super) fn is_kernel_thread(proc_pid: &Path) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
+    use procfs_core::process::StatFlags;
     let Ok(stat) = std::fs::read_to_string(proc_pid.join("stat")) else {
         return false;
     };
-    // Fields after the command (which may hold spaces and parentheses): state is field 3,
-    // flags field 9.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    rest.split_whitespace()
-        .nth(6)
-        .and_then(|f| f.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    parse_stat(&stat).is_some_and(|s| s.flags & StatFlags::PF_KTHREAD.bits() != 0)
 }
 
 /// `(dev, inode)` of a `/proc/<pid>/maps` line, when it maps a file.
@@ -177,4 +171,32 @@ pub fn processes_holding(proc_dir: &Path, inodes: &HashSet<(u64, u64)>) -> Proce
         ));
     }
     check
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_threads_by_their_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |pid: &str, stat: &str| {
+            std::fs::create_dir_all(dir.path().join(pid)).unwrap();
+            std::fs::write(dir.path().join(pid).join("stat"), stat).unwrap();
+        };
+        // kthreadd as Linux 6.x writes it: flags 0x208040 (PF_KTHREAD | PF_NOFREEZE | PF_FORKNOEXEC).
+        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 3 0 0 20 0 1 0 2 0 0 18446744073709551615 0 0 \
+                        0 0 0 0 0 2147483647 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        write("2", kthreadd);
+        write("3", &kthreadd.replacen("2129984", "4194560", 1));
+        write("4", "4 (short) S 0 0 0 0 -1 2129984\n");
+        assert!(is_kernel_thread(&dir.path().join("2")));
+        assert!(!is_kernel_thread(&dir.path().join("3")), "a user process's flags");
+        assert!(
+            !is_kernel_thread(&dir.path().join("4")),
+            "not a stat line: inspected like a process"
+        );
+        assert!(!is_kernel_thread(&dir.path().join("5")), "gone");
+        assert!(!is_kernel_thread(Path::new("/proc/self")));
+    }
 }

@@ -55,8 +55,11 @@ fn memory_and_devices_compared_for_pods_of_known_uid() {
             None,
         )
     };
-    assert_eq!(check(&build(0, "GPU-a"), &Settings::default()), vec![]);
-    let f = check(&build(1, "GPU-b"), &Settings::default());
+    assert_eq!(
+        crate::rules::testkit::judged(check, &build(0, "GPU-a"), &Settings::default()),
+        vec![]
+    );
+    let f = crate::rules::testkit::judged(check, &build(1, "GPU-b"), &Settings::default());
     assert_eq!(f.len(), 2, "{f:#?}");
     assert_eq!(f[0].evidence["resource_kind"], "memory");
     assert_eq!(
@@ -79,7 +82,10 @@ fn memory_and_devices_compared_for_pods_of_known_uid() {
     if let Observed::Ok(m) = &mut snap.managers.memory {
         m.age_seconds = Some(2.0);
     }
-    assert_eq!(check(&snap, &Settings::default()).len(), 1);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+        1
+    );
 }
 
 #[test]
@@ -92,7 +98,10 @@ fn agreement_is_silent() {
         ],
         Some("0-7"),
     );
-    assert_eq!(check(&snap, &Settings::default()), vec![]);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &snap, &Settings::default()),
+        vec![]
+    );
 }
 
 #[test]
@@ -104,7 +113,7 @@ fn a_container_pinned_elsewhere_in_memory_is_reported_with_both_sets() {
         vec![listed("spark", "exec-1", &["u1"], &[("app", "2,6")])],
         Some("0-7"),
     );
-    let f = check(&snap, &Settings::default());
+    let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].severity, Severity::Critical);
     assert_eq!(f[0].evidence["kubelet_cpus"], "2,6");
@@ -136,7 +145,7 @@ fn pinning_the_file_lost_is_reported_even_without_a_uid() {
         vec![listed("spark", "new", &[], &[("app", "6-7")])],
         None,
     );
-    let f = check(&snap, &Settings::default());
+    let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].evidence["checkpoint_cpus"], "none");
     assert_eq!(f[0].evidence.get("pod_uid"), None);
@@ -167,8 +176,11 @@ fn allocatable_against_online_minus_reserved() {
             "v1.26.0",
         )
     };
-    assert_eq!(check(&build("1-7"), &Settings::default()), vec![]);
-    let f = check(&build("2-7"), &Settings::default());
+    assert_eq!(
+        crate::rules::testkit::judged(check, &build("1-7"), &Settings::default()),
+        vec![]
+    );
+    let f = crate::rules::testkit::judged(check, &build("2-7"), &Settings::default());
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].evidence["expected_cpus"], "1-7");
     assert_eq!(f[0].evidence["kubelet_allocatable_cpus"], "2-7");
@@ -202,7 +214,7 @@ fn restarted_with_every_cpu_held(version: Option<&str>) -> NodeSnapshot {
 fn allocatable_is_compared_only_with_a_kubelet_known_to_be_1_26_or_later() {
     // 1.23: no finding, and a note that says why.
     let old = restarted_with_every_cpu_held(Some("v1.23.8"));
-    assert_eq!(check(&old, &Settings::default()), vec![]);
+    assert_eq!(crate::rules::testkit::judged(check, &old, &Settings::default()), vec![]);
     let note = notes(&old);
     assert_eq!(note.len(), 1, "{note:?}");
     assert!(
@@ -215,16 +227,23 @@ fn allocatable_is_compared_only_with_a_kubelet_known_to_be_1_26_or_later() {
     );
     // Unknown (offline): no finding either, and the note names the unknown version.
     let unknown = restarted_with_every_cpu_held(None);
-    assert_eq!(check(&unknown, &Settings::default()), vec![]);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &unknown, &Settings::default()),
+        vec![]
+    );
     assert!(notes(&unknown)[0].contains("the kubelet's version is unknown (no Node object read)"));
     // A 1.25 kubelet as well (the fix reached 1.26.0; the backports are not relied on).
     assert_eq!(
-        check(&restarted_with_every_cpu_held(Some("v1.25.3")), &Settings::default()),
+        crate::rules::testkit::judged(
+            check,
+            &restarted_with_every_cpu_held(Some("v1.25.3")),
+            &Settings::default()
+        ),
         vec![]
     );
     // 1.26 and later: the same answer means what it says, and is critical as before.
     for v in ["v1.26.0", "v1.27.1", "v1.30.1+k3s1"] {
-        let f = check(&restarted_with_every_cpu_held(Some(v)), &Settings::default());
+        let f = crate::rules::testkit::judged(check, &restarted_with_every_cpu_held(Some(v)), &Settings::default());
         assert_eq!(f.len(), 1, "{v}: {f:#?}");
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["kubelet_allocatable_cpus"], "none");
@@ -264,9 +283,15 @@ fn a_shared_container_listed_on_the_shared_pool_is_a_divergence_only_from_1_23()
             None => snap,
         }
     };
-    assert_eq!(check(&build(Some("v1.22.17")), &Settings::default()), vec![]);
-    assert_eq!(check(&build(None), &Settings::default()), vec![]);
-    let f = check(&build(Some("v1.23.0")), &Settings::default());
+    assert_eq!(
+        crate::rules::testkit::judged(check, &build(Some("v1.22.17")), &Settings::default()),
+        vec![]
+    );
+    assert_eq!(
+        crate::rules::testkit::judged(check, &build(None), &Settings::default()),
+        vec![]
+    );
+    let f = crate::rules::testkit::judged(check, &build(Some("v1.23.0")), &Settings::default());
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].evidence["container"], "sidecar");
     assert_eq!(f[0].evidence["checkpoint_cpus"], "none");
@@ -282,11 +307,17 @@ fn a_file_rewritten_during_the_comparison_or_not_static_is_not_judged() {
         ),
         "v1.28.3-eks-7f8a1f2",
     );
-    assert_eq!(check(&snap, &Settings::default()).len(), 2);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
+        2
+    );
     if let Observed::Ok(v) = &mut snap.kubelet_view {
         v.checkpoint_changed = true;
     }
-    assert_eq!(check(&snap, &Settings::default()), vec![]);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &snap, &Settings::default()),
+        vec![]
+    );
     let none = crate::Checkpoint::parse(br#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#)
         .unwrap()
         .state()
@@ -297,7 +328,10 @@ fn a_file_rewritten_during_the_comparison_or_not_static_is_not_judged() {
         vec![listed("spark", "exec-1", &["u1"], &[("app", "6")])],
         Some("0"),
     );
-    assert_eq!(check(&none, &Settings::default()), vec![]);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &none, &Settings::default()),
+        vec![]
+    );
 }
 
 #[test]
@@ -317,5 +351,8 @@ fn pods_with_pod_level_cpus_are_not_compared() {
         ],
         None,
     );
-    assert_eq!(check(&snap, &Settings::default()), vec![]);
+    assert_eq!(
+        crate::rules::testkit::judged(check, &snap, &Settings::default()),
+        vec![]
+    );
 }

@@ -1,0 +1,106 @@
+//! One judgement of a scanned snapshot, as the daemon makes it each cycle: the shared facts
+//! derived once ([`nodemedic_rules::facts::derive`]) and read by every rule, the published
+//! `NodeResourceTopology`, the metrics and the ResourceClaims the API work asks for; and the
+//! findings a rule that could not judge keeps from its last judgement.
+
+use std::collections::BTreeMap;
+
+use nodemedic_rules::coverage::Coverage;
+use nodemedic_rules::snapshot::NodeSnapshot;
+use nodemedic_rules::{Finding, Settings, facts, rules};
+
+use crate::collect::Records;
+use crate::metrics::Metrics;
+
+/// What one judgement gives the daemon.
+#[derive(Debug)]
+pub(super) struct Judged {
+    /// Every rule's findings, those of a rule that could not judge kept from its last judgement,
+    /// orphans whose driver lookups are stale marked so.
+    pub findings: Vec<Finding>,
+    /// How each rule judged.
+    pub coverage: BTreeMap<&'static str, Coverage>,
+    /// The `NodeResourceTopology` object to publish, when `numa_memory` was given and the static
+    /// policy's state is known.
+    pub topology: Option<serde_json::Value>,
+    /// Whether the node holds prepared DRA claims, and the ResourceClaims the API work reads.
+    pub claims: (bool, Vec<String>),
+}
+
+/// Judges `snapshot` under `settings` once: facts, rules, topology, metrics, claims.
+/// `last_judged` holds each rule's findings at its last judgement ([`hold_unjudged`]);
+/// `stale_drivers` the executors whose driver lookups are stale (`apiwork::mark_stale`);
+/// `numa_memory` is given when the topology is published.
+pub(super) fn judge(
+    snapshot: &NodeSnapshot,
+    records: &Records,
+    settings: &Settings,
+    last_judged: &mut BTreeMap<&'static str, Vec<Finding>>,
+    stale_drivers: &BTreeMap<String, String>,
+    metrics: &Metrics,
+    numa_memory: Option<&BTreeMap<u32, u64>>,
+) -> Judged {
+    let facts = facts::derive(snapshot, settings);
+    let judgement = rules::judge(snapshot, &facts, settings);
+    let coverage = judgement.coverage.clone();
+    let mut findings = hold_unjudged(judgement, last_judged);
+    let topology = numa_memory.and_then(|memory| crate::nrt::build(snapshot, &facts, memory));
+    super::apiwork::mark_stale(&mut findings, stale_drivers);
+    metrics.observe_scan(snapshot, &facts, &findings, records);
+    metrics.observe_coverage(&coverage);
+    for (rule, c) in &coverage {
+        if let Coverage::Unknown { reason, .. } = c {
+            tracing::warn!(rule, reason = %reason, "rule could not judge; its last findings are kept");
+        }
+    }
+    let claims = (
+        snapshot.managers.holds_prepared_claims(),
+        facts::claims_to_ask(snapshot, &facts.stale_claims),
+    );
+    Judged {
+        findings,
+        coverage,
+        topology,
+        claims,
+    }
+}
+
+/// The findings of `judgement`, with, for each rule that could not judge (a source it needs
+/// failed), its findings at its last judgement instead; `last` is updated with the rules that
+/// judged. A rule not applicable or disabled holds nothing.
+pub(super) fn hold_unjudged(
+    judgement: nodemedic_rules::coverage::Judgement,
+    last: &mut std::collections::BTreeMap<&'static str, Vec<nodemedic_rules::Finding>>,
+) -> Vec<nodemedic_rules::Finding> {
+    let mut findings = judgement.findings;
+    for (rule, c) in &judgement.coverage {
+        match c {
+            Coverage::Judged => {
+                last.insert(rule, findings.iter().filter(|f| f.rule == *rule).cloned().collect());
+            }
+            Coverage::Unknown { .. } => {
+                // A rule that runs in part reports now what does not depend on the source it
+                // lacks; its other findings are the last judged ones.
+                let now: std::collections::HashSet<String> = findings
+                    .iter()
+                    .filter(|f| f.rule == *rule)
+                    .map(crate::events::finding_key)
+                    .collect();
+                let kept = last.get(rule).into_iter().flatten();
+                let kept: Vec<_> = kept
+                    .filter(|f| !now.contains(&crate::events::finding_key(f)))
+                    .cloned()
+                    .collect();
+                findings.extend(kept);
+            }
+            Coverage::NotApplicable { .. } | Coverage::Disabled => {
+                last.remove(rule);
+            }
+        }
+    }
+    findings.sort_by_key(nodemedic_rules::Finding::sort_key);
+    findings
+}
+
+#[cfg(test)]
+mod tests;
