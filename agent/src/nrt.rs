@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use nodemedic_rules::facts::{Facts, ReservedFrom};
 use nodemedic_rules::NodeSnapshot;
+use nodemedic_rules::facts::{Facts, ReservedFrom};
 use serde_json::{Value, json};
 
 pub const GROUP: &str = "topology.node.k8s.io";
@@ -252,8 +252,8 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_rules::Settings;
     use nodemedic_rules::CpuSet;
+    use nodemedic_rules::Settings;
     use nodemedic_rules::checkpoint::Checkpoint;
     use nodemedic_rules::snapshot::{CheckpointFile, KubeletConfig, Observed, PodSource};
     use nodemedic_rules::topology::CpuTopology;
@@ -297,8 +297,20 @@ mod tests {
         }];
         let memory: BTreeMap<u32, u64> = [(0, 1 << 34), (1, 1 << 34)].into();
         // Without each NUMA node's memory, nothing: the object would keep pods off the node.
-        assert_eq!(build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &[(0, 1 << 34)].into()), None);
-        let obj = build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &memory).unwrap();
+        assert_eq!(
+            build(
+                &snap,
+                &nodemedic_rules::facts::derive(&snap, &Settings::default()),
+                &[(0, 1 << 34)].into()
+            ),
+            None
+        );
+        let obj = build(
+            &snap,
+            &nodemedic_rules::facts::derive(&snap, &Settings::default()),
+            &memory,
+        )
+        .unwrap();
         assert_eq!(obj["zones"][1]["resources"][1]["name"], "memory");
         assert_eq!(obj["zones"][1]["resources"][1]["available"], "17179869184");
         assert_eq!(obj["metadata"]["name"], "worker-1");
@@ -318,6 +330,13 @@ mod tests {
         assert!(attrs.contains(&json!({"name": "topologyManagerPolicy", "value": "single-numa-node"})));
         // Not the static policy: nothing to publish.
         snap.checkpoint = Observed::Missing { path: "x".into() };
-        assert_eq!(build(&snap, &nodemedic_rules::facts::derive(&snap, &Settings::default()), &memory), None);
+        assert_eq!(
+            build(
+                &snap,
+                &nodemedic_rules::facts::derive(&snap, &Settings::default()),
+                &memory
+            ),
+            None
+        );
     }
 }

@@ -53,12 +53,13 @@ pub mod apiwork;
 pub mod fence;
 pub mod hostwatch;
 mod judge;
+#[cfg(test)]
+mod outage_tests;
 pub mod serve;
 pub mod supervise;
 pub mod topology;
 mod turn;
 pub mod watch;
-#[cfg(test)] mod outage_tests;
 
 use apiwork::{ApiWork, DriverView, ScanOutcome};
 use hostwatch::{Changes, HostWatch};

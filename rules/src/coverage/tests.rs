@@ -1,8 +1,8 @@
 //! Tests of [`super`] (coverage.rs keeps the code, this file its tests).
 
 use super::*;
-use crate::rules::testkit::{SnapshotBuilder, pod};
 use crate::rules;
+use crate::rules::testkit::{SnapshotBuilder, pod};
 
 /// Every rule's judgement of `snap`, its facts derived as a judgement cycle derives them.
 fn judge(snap: &NodeSnapshot, settings: &Settings) -> crate::coverage::Judgement {

@@ -111,7 +111,10 @@ impl Facts<'_> {
     /// The rejections that count now: from the live API only pods created within
     /// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
     pub fn recent_rejections(&self, snap: &NodeSnapshot, settings: &Settings) -> Vec<&Rejection<'_>> {
-        self.rejections.iter().filter(|r| is_recent(snap, settings, r)).collect()
+        self.rejections
+            .iter()
+            .filter(|r| is_recent(snap, settings, r))
+            .collect()
     }
 }
 

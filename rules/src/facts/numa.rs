@@ -123,8 +123,8 @@ pub fn exclusive_cpu_counts(nodes: &[NumaCpus]) -> BTreeMap<(u32, &'static str),
 mod tests {
     use super::*;
     use crate::rules::testkit::{SnapshotBuilder, kubelet_view, pod};
-    use crate::topology::CpuTopology;
     use crate::settings::Settings;
+    use crate::topology::CpuTopology;
 
     /// Two NUMA nodes of 4 CPUs (0-3, 4-7); CPU 0 reserved; a live entry on node 0, stale ones
     /// on node 1.
