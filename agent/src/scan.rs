@@ -439,17 +439,10 @@ async fn read_kubelet_view(
     records: &mut Records,
 ) {
     use collect::podresources;
-    let mut names = opts.last_known_pods.clone();
-    for p in &snapshot.pods {
-        let uids = names.entry((p.namespace.clone(), p.name.clone())).or_default();
-        if !uids.contains(&p.uid) {
-            uids.push(p.uid.clone());
-        }
-    }
     let inputs = podresources::ViewInputs {
         kubelet_dir: kubelet_dir.to_path_buf(),
         checkpoint: snapshot.checkpoint.ok().map(|f| (host.host(&f.path), f.modified_at)),
-        names,
+        names: pod_names(opts, snapshot),
     };
     let started = std::time::Instant::now();
     let view = podresources::read_kubelet_view(host, &inputs).await;
@@ -486,6 +479,19 @@ async fn read_kubelet_view(
         }
     }
     snapshot.kubelet_view = view;
+}
+
+/// The UIDs of each (namespace, name) the kubelet's PodResources API may list: the caller's
+/// last known pods ([`Options::last_known_pods`]) and the snapshot's, each UID once.
+fn pod_names(opts: &Options, snapshot: &NodeSnapshot) -> std::collections::BTreeMap<(String, String), Vec<String>> {
+    let mut names = opts.last_known_pods.clone();
+    for p in &snapshot.pods {
+        let uids = names.entry((p.namespace.clone(), p.name.clone())).or_default();
+        if !uids.contains(&p.uid) {
+            uids.push(p.uid.clone());
+        }
+    }
+    names
 }
 
 /// The drivers of the executors among the snapshot's pods, every driver of their applications,
@@ -598,3 +604,6 @@ pub fn check_host_root(host: &HostPaths) -> Result<(), ScanError> {
     }
     Err(ScanError::NotANode(message))
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -18,14 +18,39 @@
 
 use std::collections::BTreeMap;
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::facts::{Rejection, rejected_for_cpus};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
 use crate::spark::scheduler_of;
 use crate::text::{LISTED, cleanup_remedy, counts};
 
 pub const ID: &str = "admission-rejection";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "The kubelet rejected pods bound to this node",
+    severity: Severity::Warning,
+    looks_at: "pods on the node",
+    fires_when: "pods failed kubelet admission (OutOfcpu, OutOfmemory, OutOfpods, UnexpectedAdmissionError, a predicate name, ...; from the live API only within the rejection window)",
+    event_reason: "AdmissionRejection",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads the pods' `status.reason` and `status.message`; the kubelet's `OutOf<resource>` reasons and `Node didn't have enough resource` messages are in every kubelet source read, from the oldest admission handler on, and `UnexpectedAdmissionError` in every source read that checks device plugin resources at admission",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The rule that reports pods the CPU manager refused (`exclusive-cpu-shortage`): while it runs,
 /// this rule leaves those pods to it.

@@ -16,13 +16,38 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
 use crate::probes::{api, sample_json};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::spark::is_driver;
 
 pub const ID: &str = "apiserver-unreachable";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "This node cannot reach the API server",
+    severity: Severity::Critical,
+    looks_at: "API probes, driver pods",
+    fires_when: "no API probe succeeded for apiserver_unreachable_seconds; lists the Spark drivers on this node that may end up running twice",
+    event_reason: "APIServerUnreachable",
+    needs: Needs {
+        all: &[One(Source::Api)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it counts the agent's own answered requests to the API server, in which the kubelet takes no part",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// How to time the API server by hand from the node, like the probes do.
 const CURL_TIMING: &str = "curl -sk -o /dev/null -w 'dns %{time_namelookup} connect %{time_connect} \

@@ -4,14 +4,42 @@
 //! Either way the kubelet refuses to start after its next restart.
 
 use crate::CpuSet;
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
 use crate::validate::{StateProblem, validate_static_state};
 
 pub const ID: &str = "checkpoint-invalid-state";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "The CPU manager checkpoint breaks a static-policy rule",
+    severity: Severity::Critical,
+    looks_at: "checkpoint, online CPUs, kubelet config",
+    fires_when: "a static-policy rule of docs/kubelet.md (\"Why a kubelet refuses to start\") is broken, or the configured policy differs from the file's",
+    event_reason: "CPUManagerInvalidState",
+    needs: Needs {
+        all: &[One(Source::Checkpoint), One(Source::Cpus), One(Source::KubeletConfig)],
+        about: &[Source::Checkpoint],
+        partial: &[Source::KubeletConfig],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[Comparison {
+        what: "`cpu_manager_state` against the static policy's start-up checks (`validateState`: an empty shared pool only for an empty state, every reserved CPU in the shared pool, no entry overlapping it, the online CPUs exactly) and the configured policy against the file's",
+        from: "1.23 as established: a real 1.23.8 kubelet refuses these files with the same reasons, and the checks are those of current upstream `policy_static.go`",
+        older: "judged the same; whether a kubelet before 1.23 refuses exactly the same files is not established",
+        unknown: "judged the same; the version is not used",
+    }]),
+    check,
+    condition: Some(CPU_MANAGER_STATE_STALE),
+    gauge: None,
+    next_judgement: None,
+};
 
 /// Whether `problem`, found with no reserved CPUs, breaks the kubelet's checks whatever its
 /// reserved CPUs are: an empty default set or an assignment inside it always does; CPUs that

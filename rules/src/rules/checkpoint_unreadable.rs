@@ -10,16 +10,74 @@
 use serde_json::json;
 
 use crate::checkpoint::Verification;
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::managers::KubeletCheckpoint;
 use crate::managers::devices::DeviceCheckpoint;
+use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::ManagerFile;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "checkpoint-unreadable";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A kubelet checkpoint cannot be read by the kubelet",
+    severity: Severity::Critical,
+    looks_at: "cpu_manager_state, memory_manager_state, device-plugins/kubelet_internal_checkpoint, dra_manager_state",
+    fires_when: "bad JSON, a bad value, or a checksum no kubelet layout matches: the kubelet will refuse to restart (the device manager's file: it starts and forgets its device assignments, a warning)",
+    event_reason: "KubeletCheckpointUnreadable",
+    needs: Needs {
+        all: &[
+            One(Source::Checkpoint),
+            One(Source::MemoryState),
+            One(Source::DeviceState),
+            One(Source::DraState),
+        ],
+        about: &[
+            Source::Checkpoint,
+            Source::MemoryState,
+            Source::DeviceState,
+            Source::DraState,
+        ],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "`cpu_manager_state`'s checksum against the CPU manager's layouts",
+            from: "1.8, the first CPU manager (V1; V2 from 1.18; V3 in 1.36 with `PodLevelResourceManagers` on; V4 in 1.37 development builds)",
+            older: "no kubelet before 1.8 writes the file: nothing to judge",
+            unknown: "every known layout is tried, and a checksum none of them matches is critical, as under a known kubelet up to 1.37; only a kubelet known to be newer than 1.37 makes it a warning (a layout nodemedic does not know may explain it)",
+        },
+        Comparison {
+            what: "`memory_manager_state`'s checksum against the memory manager's layouts",
+            from: "1.21, the first memory manager, on by default from 1.22 (V1; V2 in 1.36 with `PodLevelResourceManagers` on; V3 in 1.37 development builds)",
+            older: "no kubelet before 1.21 writes the file: nothing to judge",
+            unknown: "every known layout is tried; the version is not used",
+        },
+        Comparison {
+            what: "`kubelet_internal_checkpoint`'s checksum against the device manager's layouts",
+            from: "the first device manager file (V1 before 1.20; V2 from 1.20, upstream commit a8b8995e)",
+            older: "a V1 file is read and its layout reported",
+            unknown: "both layouts are tried and the version is not used, so a V1 file counts as readable whichever kubelet runs (a kubelet since #123398 no longer reads it)",
+        },
+        Comparison {
+            what: "`dra_manager_state`'s checksum against the DRA manager's layouts",
+            from: "1.27, the first DRA checkpoint (the 1.28 to 1.30 layouts; the 1.31 `Data`/`Checksum` envelope of #126303)",
+            older: "no kubelet before 1.27 writes the file (1.26 keeps its claims in memory only): nothing to judge",
+            unknown: "every layout is tried and the version is not used, so a 1.27 to 1.30 file under a 1.31 or later kubelet, which that kubelet refuses (#127653), is not reported",
+        },
+    ]),
+    check,
+    condition: Some(CPU_MANAGER_STATE_STALE),
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The line the kubelet logs before exiting on a checksum mismatch. (For bad JSON or a bad
 /// cpuset it logs Go's own decoder error, which we do not imitate.)

@@ -18,11 +18,39 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{CgroupTree, ContainerCgroup, NodeSnapshot, Observed, PodInfo, PodSource};
 
 pub const ID: &str = "cpuset-drift";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A container's cgroup cpuset differs from the checkpoint",
+    severity: Severity::Warning,
+    looks_at: "checkpoint, cgroups",
+    fires_when: "a running container's cgroup cpuset differs from its checkpoint entry (exclusive containers at once; shared-pool containers once the checkpoint is older than the reconcile period)",
+    event_reason: "CPUSetDrift",
+    needs: Needs {
+        all: &[One(Source::Checkpoint), One(Source::Cgroups)],
+        about: &[Source::Checkpoint],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[Comparison {
+        what: "a running container's cgroup cpuset against its entry in `cpu_manager_state` (or the shared pool)",
+        from: "1.18 (V2 entries, tied to cgroup leaves through the pod list's container IDs)",
+        older: "V1 entries (1.8 to 1.17) are tied to their cgroup leaves directly by container ID, and are the only ones judged without a pod list",
+        unknown: "the file's layout decides; the version is not used",
+    }]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 struct Expected {
     cpus: CpuSet,

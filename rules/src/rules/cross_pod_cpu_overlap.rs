@@ -10,13 +10,41 @@ use std::collections::BTreeMap;
 
 use crate::CpuSet;
 use crate::checkpoint::EntryKey;
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "cross-pod-cpu-overlap";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Two pods hold the same exclusive CPU",
+    severity: Severity::Critical,
+    looks_at: "checkpoint",
+    fires_when: "two different pods hold the same exclusive CPU",
+    event_reason: "CrossPodCPUOverlap",
+    needs: Needs {
+        all: &[One(Source::Checkpoint)],
+        about: &[Source::Checkpoint],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[Comparison {
+        what: "the exclusive CPUs of different pods in `cpu_manager_state`",
+        from: "1.18 (V2 entries name the pod UID)",
+        older: "V1 entries (1.8 to 1.17) name a container ID and are tied to their pod through the pod list or the cgroup tree",
+        unknown: "the file's layout decides; the version is not used",
+    }]),
+    check,
+    condition: Some(CPU_MANAGER_STATE_STALE),
+    gauge: None,
+    next_judgement: None,
+};
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Observed::Ok(file) = &snap.checkpoint else {

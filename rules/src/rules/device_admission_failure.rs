@@ -23,8 +23,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::{Facts, StaleClaim, stale_memory_bytes};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::text::{LISTED, device_state_remedy, dra_claim_remedy, human_bytes, memory_state_remedy};
@@ -45,6 +47,37 @@ fn device_refusal_remedy(node: &str, path: &str, resource: &str) -> String {
 }
 
 pub const ID: &str = "device-admission-failure";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Pods are refused devices, NUMA locality or DRA devices that stale entries hold",
+    severity: Severity::Critical,
+    looks_at: "refused pods, Events of pods waiting to start, the stale memory, device and DRA entries",
+    fires_when: "UnexpectedAdmissionError (devices unavailable), TopologyAffinityError or FailedPrepareDynamicResources (already allocated to a different claim) while stale entries hold what was refused",
+    event_reason: "DeviceAdmissionFailure",
+    needs: Needs {
+        all: &[
+            One(Source::Pods),
+            One(Source::MemoryState),
+            One(Source::DeviceState),
+            One(Source::DraState),
+        ],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[Comparison {
+        what: "refused pods (`UnexpectedAdmissionError` with `requested number of devices unavailable`, `TopologyAffinityError`) and `FailedPrepareDynamicResources` Events (`already allocated to different claim`) against the stale memory, device and DRA entries",
+        from: "each manager's first file: memory 1.21, devices (V1 before 1.20, V2 from 1.20), DRA 1.27",
+        older: "a manager the kubelet does not have writes no file, and its part finds nothing",
+        unknown: "the version is not used: the refusals are matched as current kubelets word them; whether older kubelets word them the same is not established",
+    }]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The kubelet's Event reason for a claim it could not prepare.
 pub const FAILED_PREPARE: &str = "FailedPrepareDynamicResources";

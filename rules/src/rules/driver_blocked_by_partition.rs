@@ -23,13 +23,38 @@
 
 use serde_json::{Value, json};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, NodeStatus, PodEvent, PodInfo};
 use crate::spark::{self, APP_SELECTOR, alive_drivers};
 use crate::text::human_seconds;
 
 pub const ID: &str = "driver-blocked-by-partition";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A replacement Spark driver waits for a volume held on a node cut off from the API server",
+    severity: Severity::Critical,
+    looks_at: "driver pods bound here, their Events, other drivers of the app, their nodes",
+    fires_when: "a driver here stays Pending with a FailedAttachVolume (Multi-Attach) or FailedMount (mount timeout) Warning while another unfinished driver of its application (same spark-app-selector, operator run or Job) is on a node whose Ready is Unknown or False",
+    event_reason: "DriverBlockedByPartition",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads driver pods, their Events and their nodes' `Ready` condition through the API; the Events' reasons (`FailedMount`, `FailedAttachVolume` with Multi-Attach) are matched as current releases write them, which is not established for old ones",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The taint of non-graceful node shutdown: the node's pods are force-deleted and their volumes
 /// detached at once (kubernetes `pkg/controller/volume/attachdetach/reconciler`).

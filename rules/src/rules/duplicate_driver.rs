@@ -21,7 +21,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::spark::{
@@ -30,6 +32,29 @@ use crate::spark::{
 };
 
 pub const ID: &str = "duplicate-driver";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Two drivers of one Spark application are alive",
+    severity: Severity::Critical,
+    looks_at: "driver pods",
+    fires_when: "two or more unfinished drivers of one application (same spark-app-selector, or same operator app and submission id), one of them on this node",
+    event_reason: "DuplicateDriver",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads driver pods through the API (or a pod list), nothing of the kubelet",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// Groups of drivers of one application (connected by either key), each with what matched.
 fn groups<'a>(drivers: &[&'a PodInfo]) -> Vec<(Vec<&'a PodInfo>, Vec<&'static str>)> {

@@ -14,14 +14,56 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::{Facts, NumaCpus, checkpoint_path, rejected_for_cpus, reserved_cpus};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::rules::stale_cpu_assignment::remedy_for_all;
 use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
 use crate::text::LISTED;
 
 pub const ID: &str = "exclusive-cpu-shortage";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Guaranteed pods cannot get the exclusive CPUs they need",
+    severity: Severity::Critical,
+    looks_at: "checkpoint, pods",
+    fires_when: "pods fail with \"not enough cpus available\" or the free exclusive CPUs cannot fit pending Guaranteed pods",
+    event_reason: "ExclusiveCPUShortage",
+    needs: Needs {
+        all: &[One(Source::Checkpoint), One(Source::Cpus), One(Source::Pods)],
+        about: &[Source::Checkpoint],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "pods refused with `not enough cpus available to satisfy request` (or `UnexpectedAdmissionError` naming CPUs)",
+            from: "every version nodemedic supports: the static policy's message starts the same in old and current kubelet sources (newer ones append `: requested=N, available=M`, matched too)",
+            older: "matched the same; the version is not used",
+            unknown: "matched the same; the version is not used",
+        },
+        Comparison {
+            what: "the free exclusive CPUs of `cpu_manager_state` against pending Guaranteed pods",
+            from: "1.8 (every layout is read)",
+            older: "no kubelet before 1.8 writes the file: nothing to judge",
+            unknown: "the version is not used",
+        },
+        Comparison {
+            what: "per NUMA node under the topology manager policy `single-numa-node` or `restricted`, the reserved CPUs taken from the kubelet's allocatable CPUs",
+            from: "1.26 (#112913)",
+            older: "the reserved CPUs come from the kubelet's configuration",
+            unknown: "from the kubelet's configuration, as with an older kubelet",
+        },
+    ]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// Exclusive CPUs a Guaranteed pod needs: integer CPU requests, the larger of the biggest
 /// init container and the sum of the app containers (init CPUs are reused).

@@ -18,13 +18,38 @@
 
 use std::collections::BTreeMap;
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{DriverLookup, NodeSnapshot, PodInfo};
 use crate::spark::{self, is_executor, lookup_str};
 use crate::text::LISTED;
 
 pub const ID: &str = "executor-without-owner";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Spark executors have no owner reference to their driver",
+    severity: Severity::Warning,
+    looks_at: "executor pods, their drivers",
+    fires_when: "running executors have no owner reference of kind Pod, so they will be left behind when their driver dies (info when the driver runs outside the cluster)",
+    event_reason: "ExecutorWithoutOwner",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads the executors' owner references and labels through the API (or a pod list), nothing of the kubelet",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// Where the executors' driver is, from the lookups of their executors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,8 +13,10 @@
 
 use serde_json::{Value, json};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::facts::HalfSubmitted;
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::{RuleGauge, RuleInfo, count_findings};
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::submission::{
@@ -23,6 +25,34 @@ use crate::submission::{
 use crate::text::{human_seconds, kubectl_delete, ms};
 
 pub const ID: &str = "half-submitted-driver";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A Spark driver that spark-submit gave up on waits forever without its ConfigMap",
+    severity: Severity::Warning,
+    looks_at: "driver pods bound here that wait to start, their kubelet pod directory, their Events, newer drivers of the submission, dry-run pod creates",
+    fires_when: "a driver has waited half_submitted_grace_seconds (since bound) and its spark-conf-volume-driver ConfigMap volume never appeared under its kubelet directory, or a newer driver of the same submission (spark-app-selector, or spark-app-name within an hour) started; critical after half_submitted_critical_seconds",
+    event_reason: "HalfSubmittedDriver",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads driver pods and their Events through the API, and the kubelet's pod volume directories (`pods/<uid>/volumes/<plugin>/<volume>`), laid out the same in old and current kubelet sources",
+    ),
+    check,
+    condition: None,
+    gauge: Some(RuleGauge {
+        name: "half_submitted_drivers",
+        help: "Spark driver pods on this node that spark-submit gave up on and that wait to start without their \
+               ConfigMap, or after a newer driver of their submission started (half-submitted-driver findings).",
+        value: count_findings,
+    }),
+    next_judgement: Some(next_judgement),
+};
 
 fn event_json(e: &crate::snapshot::PodEvent) -> Value {
     json!({"reason": e.reason, "message": e.message, "count": e.count, "last_at": e.last_at})

@@ -31,15 +31,68 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
+use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::checkpoint_path;
 use crate::finding::{Finding, Severity, Subject};
 use crate::kubelet_version;
 use crate::kubelet_view::{KubeletPod, KubeletView};
+use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::{human_bytes, repair_cpu_state_remedy, unix_to_rfc3339};
 
 pub const ID: &str = "kubelet-state-divergence";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "The kubelet's CPU, memory or device assignments in memory differ from its checkpoint files",
+    severity: Severity::Critical,
+    looks_at: "PodResources API, cpu_manager_state, memory_manager_state, kubelet_internal_checkpoint, online CPUs, kubelet config",
+    fires_when: "a container the kubelet lists has other exclusive CPUs, memory blocks or devices in memory than in its checkpoint files, or the kubelet's allocatable CPUs differ from the online CPUs minus the reserved ones: the next kubelet restart moves containers, hands out what is in use, or fails",
+    event_reason: "KubeletStateDivergence",
+    needs: Needs {
+        all: &[
+            One(Source::Podresources),
+            One(Source::Checkpoint),
+            One(Source::MemoryState),
+            One(Source::DeviceState),
+        ],
+        about: &[Source::Checkpoint, Source::MemoryState, Source::DeviceState],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "a container's exclusive CPUs in `List` (`cpu_ids`) against its entry in `cpu_manager_state`",
+            from: "1.23 (#97415: a shared-pool container lists no CPUs); `cpu_ids` exist from 1.20",
+            older: "1.20 to 1.22: compared, except a container listed on exactly `defaultCpuSet` without an entry, which is how those kubelets list a shared-pool container; before 1.20 `List` is not served and the rule is not applicable",
+            unknown: "as with a 1.20 to 1.22 kubelet",
+        },
+        Comparison {
+            what: "the allocatable CPUs (`GetAllocatableResources`) against the online CPUs minus the reserved ones",
+            from: "1.26 (#112913)",
+            older: "not compared: before, the answer is the CPUs that were unassigned when the kubelet started; a note says so",
+            unknown: "not compared; a note says so",
+        },
+        Comparison {
+            what: "a container's memory blocks in `List` against `memory_manager_state`",
+            from: "1.21 (the memory manager)",
+            older: "nothing is listed and nothing compared",
+            unknown: "compared when the kubelet lists memory",
+        },
+        Comparison {
+            what: "a container's devices in `List` against `kubelet_internal_checkpoint`",
+            from: "1.20 (the `v1` service)",
+            older: "`List` is not served (`Unimplemented`): the rule is not applicable",
+            unknown: "compared whenever `List` answers",
+        },
+    ]),
+    check,
+    condition: Some(CPU_MANAGER_STATE_STALE),
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 /// The file's entry of `uid`/`container`, empty when it has none.
 fn file_cpus(state: &CpuState, uid: &str, container: &str) -> CpuSet {

@@ -28,14 +28,43 @@
 //! The judgement is [`crate::facts::orphaned_executors`], which `orphaned-local-dir`, the
 //! `nodemedic_orphaned_executors` gauge and `repair orphans` share.
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::facts::{DriverState, Orphan};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::{RuleGauge, RuleInfo, SPARK_EXECUTOR_ORPHANS, count_findings};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::spark::{self, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, lookup_str, spark_container};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
 
 pub const ID: &str = "orphaned-executor";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A Spark executor outlives its driver",
+    severity: Severity::Warning,
+    looks_at: "pods on the node, their drivers, local dirs, checkpoint",
+    fires_when: "a Spark executor (running, or finished but keeping local data) whose driver pod is gone, replaced (other UID, another application or operator run) or finished for longer than the grace period (critical when it still runs on exclusive CPUs)",
+    event_reason: "OrphanedExecutor",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it judges Spark pods and their drivers through the API (or a pod list), whose fields mean the same whichever kubelet runs; the exclusive CPUs that make a finding critical are read from `cpu_manager_state` in whichever layout it has",
+    ),
+    check,
+    condition: Some(SPARK_EXECUTOR_ORPHANS),
+    gauge: Some(RuleGauge {
+        name: "orphaned_executors",
+        help: "Spark executor pods on this node whose driver is gone, replaced or long finished.",
+        value: count_findings,
+    }),
+    next_judgement: None,
+};
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     facts.orphans.iter().map(|o| finding(&snap.node, o)).collect()

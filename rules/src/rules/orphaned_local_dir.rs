@@ -26,14 +26,49 @@
 //!
 //! The judgement is [`crate::facts::orphaned_dirs`], which `repair local-dirs` shares.
 
+use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::facts::rejected_reason;
 use crate::finding::{Finding, Severity, Subject};
 use crate::hostpath::normalize;
+use crate::rules::{RuleGauge, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{LocalDir, NodeSnapshot, PodInfo};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
 
 pub const ID: &str = "orphaned-local-dir";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Spark scratch data that nothing will read again",
+    severity: Severity::Warning,
+    looks_at: "Spark local dirs on the node, pods, cgroups",
+    fires_when: "blockmgr/spark dirs idle for the minimum age whose pod has finished or is gone, or under a hostPath root no running pod could have written them for (info when they hold no bytes)",
+    event_reason: "OrphanedLocalDir",
+    needs: Needs {
+        all: &[One(Source::LocalDirs), Need::LIVENESS],
+        about: &[Source::LocalDirs],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "Spark local dirs in emptyDir volumes (`pods/<uid>/volumes/kubernetes.io~empty-dir/`) against the live pods",
+            from: "every version nodemedic supports: the kubelet's pod volume directories are laid out the same in old and current kubelet sources",
+            older: "judged the same; the version is not used",
+            unknown: "judged the same; the version is not used",
+        },
+        Comparison::PODRESOURCES_LIVENESS,
+    ]),
+    check,
+    condition: None,
+    gauge: Some(RuleGauge {
+        name: "orphaned_local_dir_bytes",
+        help: "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
+        value: bytes,
+    }),
+    next_judgement: None,
+};
 
 /// `path` quoted for a POSIX shell when it needs it.
 fn shell_quote(path: &str) -> String {

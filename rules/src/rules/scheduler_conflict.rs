@@ -19,13 +19,38 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
 use crate::spark::scheduler_of;
 use crate::text::{LISTED, cleanup_remedy, counts};
 
 pub const ID: &str = "scheduler-conflict";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Two schedulers overcommit this node",
+    severity: Severity::Warning,
+    looks_at: "rejections, schedulerName",
+    fires_when: "capacity rejections (OutOf*, NodePorts) on a node where two or more schedulers bound pods in the window",
+    event_reason: "SchedulerConflict",
+    needs: Needs {
+        all: &[One(Source::Pods)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads rejection reasons (`OutOf<resource>`, in every kubelet source read; `NodePorts`, `PodFitsHostPorts` before 1.19, both matched) and `spec.schedulerName` through the API",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// Volcano's pod group annotation (`<app id>-podgroup` for Spark).
 const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";

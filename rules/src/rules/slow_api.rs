@@ -12,13 +12,38 @@
 
 use serde_json::{Value, json};
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
 use crate::probes::{Phase, READ_PROBES, api, dominant_phase, recent, sample_json, spread};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::text::ms;
 
 pub const ID: &str = "slow-api";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Reading from the API server is slow from this node",
+    severity: Severity::Warning,
+    looks_at: "API probes (get, list)",
+    fires_when: "the median time of a read probe in the window is at or above slow_api_warning_seconds (critical at slow_api_critical_seconds); the slowest request's phases say whether DNS, connect, TLS or the API server's answer is slow",
+    event_reason: "SlowAPI",
+    needs: Needs {
+        all: &[One(Source::Api)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it times the agent's own reads from the API server, in which the kubelet takes no part",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// What it means when most of the time goes to `phase`.
 fn diagnosis(phase: Phase) -> &'static str {

@@ -19,8 +19,10 @@
 //! create (mutating ones add up, validating ones run in parallel); otherwise it says that they
 //! do not, and lists what else can hold a create (unmeasured webhooks, the API server, etcd).
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
 use crate::probes::{DRY_RUN_PROBE, api, dominant_phase, sample_json, webhook_json};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, PodInfo, WebhookInfo};
 use crate::spark::is_driver;
@@ -32,6 +34,29 @@ use crate::submission::{client_timeout, driver_name, is_spark2, pod_creates, sug
 use crate::text::ms;
 
 pub const ID: &str = "slow-pod-admission";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Creating a pod nears or passes the Spark client timeout",
+    severity: Severity::Critical,
+    looks_at: "dry-run pod creates, webhook configurations, API server metrics, Spark driver configurations",
+    fires_when: "the median dry-run pod create in the window takes half the Spark client timeout or more (warning; also when the slowest passes it) or the whole timeout (critical); names the webhooks that match pod CREATE and the slowest one when measurable",
+    event_reason: "SlowPodAdmission",
+    needs: Needs {
+        all: &[One(Source::Api)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it times dry-run pod creates and reads webhook configurations and API server metrics, in which the kubelet takes no part",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The running drivers on this node: (`ns/name`, Spark version from the `spark-version` label
 /// or the Spark image's tag).

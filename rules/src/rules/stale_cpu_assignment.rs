@@ -29,13 +29,50 @@
 //! checkpoint would fail the kubelet's start-up checks. Containers that still run are stopped
 //! first either way.
 
+use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::facts::{Facts, StaleEntry, checkpoint_path};
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
 use crate::text::{repair_cpu_state_remedy, stop_containers};
 
 pub const ID: &str = "stale-cpu-assignment";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "Exclusive CPUs are held for a container that no longer runs here",
+    severity: Severity::Critical,
+    looks_at: "checkpoint, pods, cgroups",
+    fires_when: "an entry names a pod UID or container that is not alive on this node",
+    event_reason: "StaleCPUAssignment",
+    needs: Needs {
+        all: &[One(Source::Checkpoint), Need::LIVENESS],
+        about: &[Source::Checkpoint],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "V2 and V3 entries (pod UID, container name) of `cpu_manager_state` against the live pods",
+            from: "1.18 (V2 entries)",
+            older: "a 1.8 to 1.17 file has V1 entries, keyed by container ID: alive when the ID is a current container of a live pod (pod list) or a cgroup leaf with processes",
+            unknown: "the file's layout says which entries these are; the version is not used",
+        },
+        Comparison {
+            what: "the remedy \"restart the kubelet\" (its first reconcile drops the entries of containers that are not active: `removeStaleState`)",
+            from: "1.18",
+            older: "not offered for V1 entries, which a kubelet from 1.18 cannot migrate once their container is gone: `repair cpu-state` instead",
+            unknown: "chosen by the entries' layout (only kubelets from 1.18 write V2 and V3), not by the version",
+        },
+        Comparison::PODRESOURCES_LIVENESS,
+    ]),
+    check,
+    condition: Some(CPU_MANAGER_STATE_STALE),
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);

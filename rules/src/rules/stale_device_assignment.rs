@@ -17,12 +17,43 @@
 
 use serde_json::json;
 
+use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::text::{device_state_remedy, stale_subject, still_running_note, stop_containers};
 
 pub const ID: &str = "stale-device-assignment";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "The device manager holds devices for a container that no longer runs",
+    severity: Severity::Warning,
+    looks_at: "device-plugins/kubelet_internal_checkpoint, pods on the node (or the kubelet's PodResources list, or cgroups)",
+    fires_when: "a PodDeviceEntries entry with devices belongs to a pod that is not alive on the node (after the reconcile grace)",
+    event_reason: "StaleDeviceAssignment",
+    needs: Needs {
+        all: &[One(Source::DeviceState), Need::LIVENESS],
+        about: &[Source::DeviceState],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "the `PodDeviceEntries` of `kubelet_internal_checkpoint` with devices against the live pods, and the devices the kubelet's PodResources `List` still gives",
+            from: "1.20 (the V2 file; `List` of the `v1` service)",
+            older: "a V1 file is read the same, its devices without a NUMA node; without `List` the finding does not say whether the kubelet still holds the devices",
+            unknown: "the version is not used",
+        },
+        Comparison::PODRESOURCES_LIVENESS,
+    ]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Some(file) = snap.managers.devices.ok() else {

@@ -15,13 +15,44 @@
 
 use serde_json::json;
 
+use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::facts::ClaimSource;
 use crate::finding::{Finding, Severity, Subject};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{ClaimObject, NodeSnapshot};
 use crate::text::{LISTED, dra_claim_remedy};
 
 pub const ID: &str = "stale-dra-claim";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "A ResourceClaim stays prepared on the node after its pods are gone",
+    severity: Severity::Warning,
+    looks_at: "dra_manager_state, configured DRA driver checkpoints, pods on the node",
+    fires_when: "every pod a prepared claim was prepared for is gone, or a driver keeps a claim the kubelet's file no longer holds",
+    event_reason: "StaleDRAClaim",
+    needs: Needs {
+        all: &[One(Source::DraState), One(Source::DraDrivers), Need::LIVENESS],
+        about: &[Source::DraState, Source::DraDrivers],
+        partial: &[Source::DraDrivers],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "the claims of `dra_manager_state` against the live pods they were prepared for",
+            from: "1.27, the first DRA checkpoint (the 1.31 envelope from #126303)",
+            older: "no kubelet before 1.27 writes the file (1.26 keeps its claims in memory only): nothing to judge",
+            unknown: "every layout is read; the version is not used",
+        },
+        Comparison::PODRESOURCES_LIVENESS,
+    ]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     facts

@@ -13,12 +13,43 @@
 
 use serde_json::json;
 
+use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::text::{admit_one_pod, human_bytes, stale_subject, still_running_note, stop_containers};
 
 pub const ID: &str = "stale-memory-assignment";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "The memory manager holds NUMA memory for a container that no longer runs",
+    severity: Severity::Warning,
+    looks_at: "memory_manager_state, pods on the node (or the kubelet's PodResources list, or cgroups)",
+    fires_when: "an entry of memory_manager_state belongs to a pod that is not alive on the node (after the reconcile grace)",
+    event_reason: "StaleMemoryAssignment",
+    needs: Needs {
+        all: &[One(Source::MemoryState), Need::LIVENESS],
+        about: &[Source::MemoryState],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::Comparisons(&[
+        Comparison {
+            what: "entries of `memory_manager_state` (pod UID, container) against the live pods",
+            from: "1.21, the first memory manager (on by default from 1.22)",
+            older: "no kubelet before 1.21 writes the file: nothing to judge",
+            unknown: "every layout is read; the version is not used",
+        },
+        Comparison::PODRESOURCES_LIVENESS,
+    ]),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: Some(crate::facts::grace_turn),
+};
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let Some(file) = snap.managers.memory.ok() else {

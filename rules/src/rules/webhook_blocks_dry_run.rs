@@ -14,12 +14,37 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
 use crate::probes::{DRY_RUN_PROBE, api, is_dry_run_unsupported, recent, webhook_json};
+use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, ProbeSample, WebhookInfo};
 
 pub const ID: &str = "webhook-blocks-dry-run";
+
+/// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
+/// kubelet versions it holds, and the sinks its findings reach.
+pub const RULE: RuleInfo = RuleInfo {
+    id: ID,
+    title: "An admission webhook makes dry-run pod creates fail",
+    severity: Severity::Warning,
+    looks_at: "dry-run pod creates, webhook configurations",
+    fires_when: "dry-run pod creates fail with 400 `admission webhook \"<name>\" does not support dry run`, or a webhook matching the probe pod has sideEffects Unknown or Some: pod admission latency cannot be measured",
+    event_reason: "WebhookBlocksDryRun",
+    needs: Needs {
+        all: &[One(Source::Api)],
+        about: &[],
+        partial: &[],
+    },
+    kubelet_versions: KubeletVersions::DoNotMatter(
+        "it reads dry-run pod creates and webhook configurations from the API server, in which the kubelet takes no part",
+    ),
+    check,
+    condition: None,
+    gauge: None,
+    next_judgement: None,
+};
 
 /// The webhook named in the API server's refusal of a dry run:
 /// `admission webhook "<name>" does not support dry run`.

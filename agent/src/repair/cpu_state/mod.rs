@@ -34,6 +34,8 @@ use crate::scan;
 mod apply;
 mod plan;
 mod render;
+#[cfg(test)]
+mod tests;
 
 pub use apply::apply;
 pub use apply::{
