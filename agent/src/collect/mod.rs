@@ -20,6 +20,8 @@ pub mod procfs;
 pub mod read;
 pub mod sparkconf;
 pub mod sysfs;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -412,7 +414,7 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
     // The Spark configuration of the drivers on this node (their spark.properties).
     let spark_confs = pods
         .iter()
-        .filter(|p| p.spark_role() == Some("driver") && !p.is_terminal())
+        .filter(|p| nodemedic_rules::spark::is_driver(p) && !p.is_terminal())
         .filter_map(|p| {
             let mut conf = sparkconf::read_spark_conf(host, &kubelet_dir, p).unwrap_or_default();
             conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
