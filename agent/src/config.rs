@@ -64,9 +64,9 @@ pub fn driver_checkpoints_from_flags(values: &[String]) -> Result<Vec<DriverChec
     values
         .iter()
         .map(|v| {
-            DriverCheckpoint::parse(v).map_err(|message| ConfigError::Flag {
+            DriverCheckpoint::parse(v).map_err(|e| ConfigError::Flag {
                 flag: "--dra-driver-checkpoint".into(),
-                message,
+                message: e.to_string(),
             })
         })
         .collect()
@@ -78,7 +78,8 @@ fn driver_checkpoints_from_file(entries: &[DriverCheckpointConfig]) -> Result<Ve
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            DriverCheckpoint::new(&e.format, &e.path).map_err(|m| key(&format!("dra_driver_checkpoints[{i}]"), m))
+            DriverCheckpoint::new(&e.format, &e.path)
+                .map_err(|m| key(&format!("dra_driver_checkpoints[{i}]"), m.to_string()))
         })
         .collect()
 }
@@ -179,10 +180,10 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         }
     }
     if let Some(rules) = &cfg.rules {
-        rules.validate().map_err(|e| key("rules", e))?;
+        rules.validate().map_err(|e| key("rules", e.to_string()))?;
     }
     if let Some(f) = &cfg.fencing {
-        f.validate().map_err(|e| key("fencing", e))?;
+        f.validate().map_err(|e| key("fencing", e.to_string()))?;
     }
     driver_checkpoints_from_file(cfg.dra_driver_checkpoints.as_deref().unwrap_or_default())?;
     Ok(cfg)
@@ -450,7 +451,7 @@ pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) ->
         }
         settings.disabled_rules.insert(id);
     }
-    settings.validate().map_err(|e| flag("--rule-setting", e))?;
+    settings.validate().map_err(|e| flag("--rule-setting", e.to_string()))?;
     Ok(settings)
 }
 

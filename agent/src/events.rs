@@ -211,7 +211,7 @@ pub fn regarding(
 fn reference(f: &Finding, node: &str) -> ObjectReference {
     let s = &f.subject;
     regarding(
-        &s.kind,
+        s.kind.as_str(),
         s.namespace.as_deref(),
         s.name.as_deref(),
         s.uid.as_deref(),

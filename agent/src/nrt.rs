@@ -151,6 +151,8 @@ impl Publisher {
     }
 
     /// `desired` with the owner reference to its Node, when the Node's UID can be read.
+    // Err: a plain-text reason, which `publish` returns beside `Outcome::Failed` as it does the
+    // API's own.
     async fn owned(&mut self, desired: &Value, name: &str) -> Result<DynamicObject, String> {
         if self.node_uid.is_none() {
             // Without it the object is published all the same; it outlives a deleted Node.

@@ -25,11 +25,46 @@ impl Severity {
     }
 }
 
+/// The kind of object a finding is about, as Kubernetes names it (`Pod`, `Node`,
+/// `ResourceClaim`). Only nodemedic writes it, so the list is closed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SubjectKind {
+    /// A pod, by namespace and name or by UID only (its object may be gone). The default.
+    #[default]
+    Pod,
+    /// The node itself.
+    Node,
+    /// A Dynamic Resource Allocation claim (resource.k8s.io).
+    ResourceClaim,
+}
+
+impl SubjectKind {
+    /// The Kubernetes kind: `Pod`, `Node`, `ResourceClaim`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubjectKind::Pod => "Pod",
+            SubjectKind::Node => "Node",
+            SubjectKind::ResourceClaim => "ResourceClaim",
+        }
+    }
+}
+
+impl std::fmt::Display for SubjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for SubjectKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// The object a finding is about.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Subject {
-    /// `Pod` or `Node`.
-    pub kind: String,
+    pub kind: SubjectKind,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub uid: Option<String>,
@@ -40,7 +75,7 @@ impl Subject {
     /// The node itself.
     pub fn node(name: &str) -> Self {
         Subject {
-            kind: "Node".into(),
+            kind: SubjectKind::Node,
             name: Some(name.to_string()),
             ..Default::default()
         }
@@ -49,7 +84,7 @@ impl Subject {
     /// A pod known by UID only (its object may be gone).
     pub fn pod_uid(uid: &str) -> Self {
         Subject {
-            kind: "Pod".into(),
+            kind: SubjectKind::Pod,
             uid: Some(uid.to_string()),
             ..Default::default()
         }
@@ -58,7 +93,7 @@ impl Subject {
     /// A pod from the pod list.
     pub fn pod(pod: &crate::snapshot::PodInfo) -> Self {
         Subject {
-            kind: "Pod".into(),
+            kind: SubjectKind::Pod,
             namespace: Some(pod.namespace.clone()),
             name: Some(pod.name.clone()),
             uid: Some(pod.uid.clone()),
@@ -78,7 +113,7 @@ impl Subject {
             (Some(ns), Some(name), _) => format!("{ns}/{name}"),
             (_, _, Some(uid)) => format!("pod {uid}"),
             (_, Some(name), _) => name.clone(),
-            _ => self.kind.clone(),
+            _ => self.kind.to_string(),
         }
     }
 }
@@ -129,5 +164,65 @@ impl Finding {
             self.subject.container.clone().unwrap_or_default(),
             self.summary.clone(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report's JSON of a finding is the contract: the subject's kind prints as the
+    /// Kubernetes kind, byte for byte what the `String` field printed.
+    #[test]
+    fn findings_serialize_their_subject_kind_as_kubernetes_names_it() {
+        let pod = crate::snapshot::PodInfo {
+            uid: "u1".into(),
+            namespace: "spark".into(),
+            name: "exec-1".into(),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                Subject::pod(&pod).with_container(Some("app".into())),
+                r#"{"kind":"Pod","namespace":"spark","name":"exec-1","uid":"u1","container":"app"}"#,
+            ),
+            (
+                Subject::pod_uid("39b3"),
+                r#"{"kind":"Pod","namespace":null,"name":null,"uid":"39b3","container":null}"#,
+            ),
+            (
+                Subject::node("worker-3"),
+                r#"{"kind":"Node","namespace":null,"name":"worker-3","uid":null,"container":null}"#,
+            ),
+            (
+                Subject {
+                    kind: SubjectKind::ResourceClaim,
+                    namespace: Some("ml".into()),
+                    name: Some("gpu".into()),
+                    uid: Some("c1".into()),
+                    container: None,
+                },
+                r#"{"kind":"ResourceClaim","namespace":"ml","name":"gpu","uid":"c1","container":null}"#,
+            ),
+        ];
+        for (subject, want) in cases {
+            let finding = Finding::new("r", Severity::Warning, subject, "s".into(), "fix".into()).with("cpus", "2-3");
+            assert_eq!(
+                serde_json::to_string(&finding).unwrap(),
+                format!(
+                    r#"{{"rule":"r","severity":"warning","subject":{want},"summary":"s","evidence":{{"cpus":"2-3"}},"remedy":"fix"}}"#
+                )
+            );
+        }
+        let kinds = [SubjectKind::Pod, SubjectKind::Node, SubjectKind::ResourceClaim];
+        let printed: Vec<String> = kinds.iter().map(|k| format!("{k} {}", k.as_str())).collect();
+        assert_eq!(printed, ["Pod Pod", "Node Node", "ResourceClaim ResourceClaim"]);
+        // A subject with no name or UID is shown by its kind.
+        let nameless = Subject {
+            kind: SubjectKind::ResourceClaim,
+            ..Default::default()
+        };
+        assert_eq!(nameless.display(), "ResourceClaim");
+        assert_eq!(Subject::default().kind, SubjectKind::Pod);
     }
 }

@@ -28,13 +28,49 @@ pub struct KubeletVersion {
     pub raw: String,
 }
 
-/// Why a text is not a kubelet version.
+/// Why a text is not a kubelet version ([`KubeletVersion::parse`]), why the snapshot's version
+/// is not the running kubelet's ([`in_force`]), or why it does not allow a comparison
+/// ([`allocatable_is_all_cpus`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
     #[error("the kubelet version is empty")]
     Empty,
     #[error("kubelet version {raw:?} is not of the form v<major>.<minor>.<patch>[-suffix][+build]")]
     Malformed { raw: String },
+    /// The Node was not found (what was looked for).
+    #[error("not found ({path})")]
+    NotFound { path: String },
+    /// The Node was not read, or not applicable: the snapshot's reason (offline, ...).
+    #[error("{reason}")]
+    NotRead { reason: String },
+    /// Read less than [`NODE_STATUS_SETTLE_SECONDS`] after the kubelet's start (or before it):
+    /// the reading and how long after the start it was taken.
+    #[error(
+        "{} was read {after_seconds} s after the kubelet's start (or before it): the Node may still show the \
+         previous kubelet's version for up to {settle} s",
+        .reading.describe(),
+        settle = NODE_STATUS_SETTLE_SECONDS
+    )]
+    TooSoon {
+        reading: VersionReading,
+        after_seconds: i64,
+    },
+    /// The running kubelet is older than [`ALLOCATABLE_ALL_CPUS`].
+    #[error(
+        "the kubelet is {version}: before {}.{} GetAllocatableResources gives the CPUs that were unassigned \
+         when the kubelet started, not every CPU it may hand out (kubernetes#112913)",
+        ALLOCATABLE_ALL_CPUS.0,
+        ALLOCATABLE_ALL_CPUS.1
+    )]
+    BeforeAllocatableAllCpus { version: KubeletVersion },
+    /// The running kubelet's version is unknown ([`in_force`]'s reason).
+    #[error(
+        "the kubelet's version is unknown ({why}); only from {}.{} does GetAllocatableResources give \
+         every CPU the kubelet may hand out (kubernetes#112913)",
+        ALLOCATABLE_ALL_CPUS.0,
+        ALLOCATABLE_ALL_CPUS.1
+    )]
+    AllocatableVersionUnknown { why: Box<VersionError> },
 }
 
 impl KubeletVersion {
@@ -117,24 +153,23 @@ impl VersionReading {
 }
 
 /// The kubelet's version when the snapshot knows it and it belongs to the kubelet that runs
-/// now; else why not, in words for a note.
-pub fn in_force(snap: &NodeSnapshot) -> Result<&KubeletVersion, String> {
+/// now; else why not (its text is for a note).
+pub fn in_force(snap: &NodeSnapshot) -> Result<&KubeletVersion, VersionError> {
     let reading = match &snap.kubelet_version {
         Observed::Ok(r) => r,
-        Observed::Missing { path } => return Err(format!("not found ({path})")),
-        Observed::NotApplicable { reason } => return Err(reason.clone()),
-        Observed::Error { reason } => return Err(reason.clone()),
+        Observed::Missing { path } => return Err(VersionError::NotFound { path: path.clone() }),
+        Observed::NotApplicable { reason } | Observed::Error { reason } => {
+            return Err(VersionError::NotRead { reason: reason.clone() });
+        }
     };
     let started = snap.kubelet.ok().and_then(|k| k.started_at);
     if let Some(started) = started
         && reading.read_at < started + NODE_STATUS_SETTLE_SECONDS
     {
-        return Err(format!(
-            "{} was read {} s after the kubelet's start (or before it): the Node may still show the previous \
-             kubelet's version for up to {NODE_STATUS_SETTLE_SECONDS} s",
-            reading.describe(),
-            reading.read_at - started
-        ));
+        return Err(VersionError::TooSoon {
+            reading: reading.clone(),
+            after_seconds: reading.read_at - started,
+        });
     }
     Ok(&reading.version)
 }
@@ -152,18 +187,12 @@ pub fn newer_than_known_layouts(snap: &NodeSnapshot) -> Option<&KubeletVersion> 
 /// Whether `GetAllocatableResources`' CPUs are every CPU the kubelet may hand out (1.26 and
 /// later, known to be running); `Err` says why they may be only those unassigned when it
 /// started.
-pub fn allocatable_is_all_cpus(snap: &NodeSnapshot) -> Result<(), String> {
+pub fn allocatable_is_all_cpus(snap: &NodeSnapshot) -> Result<(), VersionError> {
     let (major, minor) = ALLOCATABLE_ALL_CPUS;
     match in_force(snap) {
         Ok(v) if v.at_least(major, minor) => Ok(()),
-        Ok(v) => Err(format!(
-            "the kubelet is {v}: before {major}.{minor} GetAllocatableResources gives the CPUs that were unassigned \
-             when the kubelet started, not every CPU it may hand out (kubernetes#112913)"
-        )),
-        Err(why) => Err(format!(
-            "the kubelet's version is unknown ({why}); only from {major}.{minor} does GetAllocatableResources give \
-             every CPU the kubelet may hand out (kubernetes#112913)"
-        )),
+        Ok(v) => Err(VersionError::BeforeAllocatableAllCpus { version: v.clone() }),
+        Err(why) => Err(VersionError::AllocatableVersionUnknown { why: Box::new(why) }),
     }
 }
 
@@ -225,21 +254,43 @@ mod tests {
         assert_eq!(in_force(&snap("v1.27.1", 1000, None)).map(|v| v.minor), Ok(27));
         let why = in_force(&snap("v1.27.1", 1000, Some(990))).unwrap_err();
         assert!(
-            why.starts_with("v1.27.1, Node status was read 10 s after the kubelet's start"),
-            "{why}"
+            matches!(&why, VersionError::TooSoon { reading, after_seconds: 10 } if reading.read_at == 1000),
+            "{why:?}"
+        );
+        assert_eq!(
+            why.to_string(),
+            "v1.27.1, Node status was read 10 s after the kubelet's start (or before it): the Node may still show \
+             the previous kubelet's version for up to 60 s"
         );
         assert!(in_force(&snap("v1.27.1", 1000, Some(2000))).is_err());
         assert_eq!(allocatable_is_all_cpus(&snap("v1.26.0", 1000, Some(0))), Ok(()));
         let old = allocatable_is_all_cpus(&snap("v1.23.8", 1000, Some(0))).unwrap_err();
-        assert!(old.starts_with("the kubelet is v1.23.8: before 1.26"), "{old}");
+        assert_eq!(
+            old.to_string(),
+            "the kubelet is v1.23.8: before 1.26 GetAllocatableResources gives the CPUs that were unassigned when \
+             the kubelet started, not every CPU it may hand out (kubernetes#112913)"
+        );
         let mut unknown = snap("v1.30.0", 1000, Some(0));
         unknown.kubelet_version = Observed::NotApplicable {
             reason: "offline: no Node object".into(),
         };
         let why = allocatable_is_all_cpus(&unknown).unwrap_err();
-        assert!(
-            why.starts_with("the kubelet's version is unknown (offline: no Node object)"),
-            "{why}"
+        assert_eq!(
+            why,
+            VersionError::AllocatableVersionUnknown {
+                why: Box::new(VersionError::NotRead {
+                    reason: "offline: no Node object".into()
+                })
+            }
         );
+        assert_eq!(
+            why.to_string(),
+            "the kubelet's version is unknown (offline: no Node object); only from 1.26 does \
+             GetAllocatableResources give every CPU the kubelet may hand out (kubernetes#112913)"
+        );
+        unknown.kubelet_version = Observed::Missing {
+            path: "Node worker-3".into(),
+        };
+        assert_eq!(in_force(&unknown).unwrap_err().to_string(), "not found (Node worker-3)");
     }
 }

@@ -79,19 +79,56 @@ impl Default for Settings {
     }
 }
 
+/// What is wrong with the rule settings: the rule id, or the key and its value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// `disabled_rules` or `severity_overrides` names no rule.
+    #[error("unknown rule id {id:?} (see `nodemedic rules`)")]
+    UnknownRule { id: String },
+    /// A number of seconds that is negative or not a number.
+    #[error("{key}: {value} is not a non-negative number of seconds")]
+    NotNonNegative { key: &'static str, value: f64 },
+    /// A whole number of seconds that is negative.
+    #[error("{key}: {value} is negative")]
+    Negative { key: &'static str, value: i64 },
+    /// A number of seconds that is not above zero, or not a number.
+    #[error("{key}: {value} is not a positive number of seconds")]
+    NotPositive { key: &'static str, value: f64 },
+    /// A whole number of seconds that is not above zero.
+    #[error("{key}: {value} is not a positive number of seconds")]
+    NotPositiveWhole { key: &'static str, value: i64 },
+    /// A number of seconds below the one it must not be below (its key and value).
+    #[error("{key}: {value} is below {floor_key} ({floor})")]
+    Below {
+        key: &'static str,
+        value: f64,
+        floor_key: &'static str,
+        floor: f64,
+    },
+    /// A whole number of seconds below the one it must not be below (its key and value).
+    #[error("{key}: {value} is below {floor_key} ({floor})")]
+    BelowWhole {
+        key: &'static str,
+        value: i64,
+        floor_key: &'static str,
+        floor: i64,
+    },
+}
+
 impl Settings {
     /// Checks what serde cannot: rule ids exist, numbers are in range. The error names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SettingsError> {
         for id in self.disabled_rules.iter().chain(self.severity_overrides.keys()) {
             if crate::rules::by_id(id).is_none() {
-                return Err(format!("unknown rule id {id:?} (see `nodemedic rules`)"));
+                return Err(SettingsError::UnknownRule { id: id.clone() });
             }
         }
         if let Some(g) = self.reconcile_grace_seconds {
             if !g.is_finite() || g < 0.0 {
-                return Err(format!(
-                    "reconcile_grace_seconds: {g} is not a non-negative number of seconds"
-                ));
+                return Err(SettingsError::NotNonNegative {
+                    key: "reconcile_grace_seconds",
+                    value: g,
+                });
             }
         }
         for (key, v) in [
@@ -107,14 +144,14 @@ impl Settings {
             ("half_submitted_critical_seconds", self.half_submitted_critical_seconds),
         ] {
             if v < 0 {
-                return Err(format!("{key}: {v} is negative"));
+                return Err(SettingsError::Negative { key, value: v });
             }
         }
         if self.api_latency_window_seconds <= 0 {
-            return Err(format!(
-                "api_latency_window_seconds: {} is not a positive number of seconds",
-                self.api_latency_window_seconds
-            ));
+            return Err(SettingsError::NotPositiveWhole {
+                key: "api_latency_window_seconds",
+                value: self.api_latency_window_seconds,
+            });
         }
         for (key, v) in [
             ("slow_api_warning_seconds", self.slow_api_warning_seconds),
@@ -122,20 +159,24 @@ impl Settings {
             ("spark_client_timeout_seconds", self.spark_client_timeout_seconds),
         ] {
             if !v.is_finite() || v <= 0.0 {
-                return Err(format!("{key}: {v} is not a positive number of seconds"));
+                return Err(SettingsError::NotPositive { key, value: v });
             }
         }
         if self.half_submitted_critical_seconds < self.half_submitted_grace_seconds {
-            return Err(format!(
-                "half_submitted_critical_seconds: {} is below half_submitted_grace_seconds ({})",
-                self.half_submitted_critical_seconds, self.half_submitted_grace_seconds
-            ));
+            return Err(SettingsError::BelowWhole {
+                key: "half_submitted_critical_seconds",
+                value: self.half_submitted_critical_seconds,
+                floor_key: "half_submitted_grace_seconds",
+                floor: self.half_submitted_grace_seconds,
+            });
         }
         if self.slow_api_critical_seconds < self.slow_api_warning_seconds {
-            return Err(format!(
-                "slow_api_critical_seconds: {} is below slow_api_warning_seconds ({})",
-                self.slow_api_critical_seconds, self.slow_api_warning_seconds
-            ));
+            return Err(SettingsError::Below {
+                key: "slow_api_critical_seconds",
+                value: self.slow_api_critical_seconds,
+                floor_key: "slow_api_warning_seconds",
+                floor: self.slow_api_warning_seconds,
+            });
         }
         Ok(())
     }
@@ -161,7 +202,7 @@ mod tests {
         let bad = |f: fn(&mut Settings)| {
             let mut s = Settings::default();
             f(&mut s);
-            s.validate().unwrap_err()
+            s.validate().unwrap_err().to_string()
         };
         assert_eq!(Settings::default().validate(), Ok(()));
         assert_eq!(
@@ -183,6 +224,31 @@ mod tests {
         assert_eq!(
             bad(|s| s.api_latency_window_seconds = 0),
             "api_latency_window_seconds: 0 is not a positive number of seconds"
+        );
+        assert_eq!(
+            bad(|s| s.reconcile_grace_seconds = Some(-1.5)),
+            "reconcile_grace_seconds: -1.5 is not a non-negative number of seconds"
+        );
+        assert_eq!(
+            bad(|s| s.half_submitted_critical_seconds = 10),
+            "half_submitted_critical_seconds: 10 is below half_submitted_grace_seconds (300)"
+        );
+        assert_eq!(
+            bad(|s| {
+                s.disabled_rules.insert("no-such-rule".into());
+            }),
+            "unknown rule id \"no-such-rule\" (see `nodemedic rules`)"
+        );
+        let negative = Settings {
+            orphan_grace_seconds: -1,
+            ..Default::default()
+        };
+        assert_eq!(
+            negative.validate(),
+            Err(SettingsError::Negative {
+                key: "orphan_grace_seconds",
+                value: -1
+            })
         );
     }
 }

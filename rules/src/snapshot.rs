@@ -26,8 +26,8 @@ pub use api::{ApiObservation, ClaimObject, NodeStatus, PodEvent, ProbeSample, We
 pub use cgroups::{CgroupTree, CgroupVersion, ContainerCgroup, PodCgroup, ProcessInfo, Runtime, Subtree};
 pub use kubelet_files::{CheckpointFile, DriverFile, FoundBy, KubeletConfig, ManagerFile, ManagerFiles};
 pub use pods::{
-    ConfMount, ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodSource,
-    spark_version_of_image,
+    ConfMount, ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodPhase, PodSource,
+    QosClass, SparkRole, spark_version_of_image,
 };
 pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf};
 

@@ -7,9 +7,11 @@
 //! scheduler, the words a driver lookup is reported with, and which drivers belong to one
 //! application ([`same_application`]).
 
-use crate::snapshot::{ContainerInfo, LookupMethod, NodeSnapshot, PodInfo};
+use crate::snapshot::{ContainerInfo, LookupMethod, NodeSnapshot, PodInfo, PodPhase};
 
-/// The role label: [`DRIVER`] or [`EXECUTOR`].
+pub use crate::snapshot::SparkRole;
+
+/// The role label: [`DRIVER`] or [`EXECUTOR`] (read as a [`SparkRole`] by `PodInfo::spark_role`).
 pub const ROLE: &str = "spark-role";
 /// The value of [`ROLE`] on a driver pod.
 pub const DRIVER: &str = "driver";
@@ -39,13 +41,13 @@ pub const EXECUTOR_CONTAINER: &str = "spark-kubernetes-executor";
 pub const LEGACY_EXECUTOR_CONTAINER: &str = "executor";
 
 /// Whether `pod` is a Spark executor (`spark-role=executor`).
-pub(crate) fn is_executor(pod: &PodInfo) -> bool {
-    pod.spark_role() == Some(EXECUTOR)
+pub fn is_executor(pod: &PodInfo) -> bool {
+    pod.spark_role() == Some(SparkRole::Executor)
 }
 
 /// Whether `pod` is a Spark driver (`spark-role=driver`).
 pub fn is_driver(pod: &PodInfo) -> bool {
-    pod.spark_role() == Some(DRIVER)
+    pod.spark_role() == Some(SparkRole::Driver)
 }
 
 /// Whether `pod` is a Spark driver bound to `node` that waits to start there: `Pending`, not
@@ -54,7 +56,7 @@ pub fn is_driver(pod: &PodInfo) -> bool {
 pub fn driver_waits_to_start(pod: &PodInfo, node: &str) -> bool {
     is_driver(pod)
         && pod.node_name.as_deref() == Some(node)
-        && pod.phase == "Pending"
+        && pod.phase == PodPhase::Pending
         && !pod.deleting
         && !pod.containers.iter().any(|c| c.state.as_deref() == Some("running"))
 }

@@ -6,7 +6,7 @@
 
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
-use crate::quantity::parse_cpu_millis;
+use crate::quantity::{QuantityError, parse_cpu_millis};
 use crate::topology::CpuTopology;
 
 /// The CPU manager policies a kubelet runs (`cpuManagerPolicy`; upstream
@@ -45,6 +45,17 @@ impl Default for CpuManagerConfig {
     }
 }
 
+/// Why the reserved CPUs of a configuration cannot be computed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReservedCpusError {
+    /// `kubeReserved` or `systemReserved` has a `cpu` that is not a quantity.
+    #[error(transparent)]
+    Quantity(#[from] QuantityError),
+    /// More CPUs reserved than are online.
+    #[error("{requested} reserved CPUs requested but the node has {online} online")]
+    TooMany { requested: usize, online: usize },
+}
+
 impl CpuManagerConfig {
     /// Whether the `strict-cpu-reservation` policy option is on.
     pub fn strict_cpu_reservation(&self) -> bool {
@@ -55,7 +66,7 @@ impl CpuManagerConfig {
 
     /// The reserved CPUs as the static policy computes them: `reservedSystemCPUs` when set,
     /// else `ceil(kubeReserved.cpu + systemReserved.cpu)` CPUs chosen by topology.
-    pub fn reserved_cpus(&self, topology: &CpuTopology) -> Result<CpuSet, String> {
+    pub fn reserved_cpus(&self, topology: &CpuTopology) -> Result<CpuSet, ReservedCpusError> {
         if let Some(set) = &self.reserved_system_cpus {
             return Ok(set.clone());
         }
@@ -64,15 +75,15 @@ impl CpuManagerConfig {
             .into_iter()
             .flatten()
         {
-            millis = millis.saturating_add(parse_cpu_millis(q).map_err(|e| e.to_string())?);
+            millis = millis.saturating_add(parse_cpu_millis(q)?);
         }
         let n = millis.div_ceil(1000) as usize;
-        topology.take_by_topology(&topology.all(), n).ok_or_else(|| {
-            format!(
-                "{n} reserved CPUs requested but the node has {} online",
-                topology.cpus.len()
-            )
-        })
+        topology
+            .take_by_topology(&topology.all(), n)
+            .ok_or(ReservedCpusError::TooMany {
+                requested: n,
+                online: topology.cpus.len(),
+            })
     }
 }
 
@@ -350,12 +361,25 @@ mod tests {
             kube_reserved_cpu: Some("100".into()),
             ..Default::default()
         };
-        assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("100 reserved CPUs"));
+        let e = cfg.reserved_cpus(&topo).unwrap_err();
+        assert_eq!(
+            e,
+            ReservedCpusError::TooMany {
+                requested: 100,
+                online: 8
+            }
+        );
+        assert_eq!(e.to_string(), "100 reserved CPUs requested but the node has 8 online");
         let cfg = CpuManagerConfig {
             kube_reserved_cpu: Some("lots".into()),
             ..Default::default()
         };
-        assert!(cfg.reserved_cpus(&topo).unwrap_err().contains("\"lots\""));
+        let e = cfg.reserved_cpus(&topo).unwrap_err();
+        assert!(
+            matches!(&e, ReservedCpusError::Quantity(q) if q.text == "lots"),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("invalid CPU quantity \"lots\""), "{e}");
         assert_eq!(CpuManagerConfig::default().reserved_cpus(&topo).unwrap(), CpuSet::new());
     }
 

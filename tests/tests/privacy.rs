@@ -231,6 +231,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "podresources",
                     "pods",
                     "local_dirs",
+                    "spark_conf",
                     "manager_files",
                     "kubelet_version",
                 ]

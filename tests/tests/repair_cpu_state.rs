@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use nodemedic::cli::args::{CpuStateArgs, parse_alone};
 use nodemedic::repair::atomic;
+use nodemedic::repair::command::RepairError;
 use nodemedic::repair::cpu_state::{self, ApplyOutcome, BACKUP_PREFIX, Options, RunOutcome, Target, Verdict};
 use nodemedic::repair::kubelet::StopMethod;
 use nodemedic_rules::CpuSet;
@@ -140,7 +141,9 @@ fn backups_in(dir: &Path) -> Vec<PathBuf> {
 /// Runs the command; a confirmation request is answered "no terminal".
 fn run(args: &Options) -> (u8, String, RunOutcome) {
     let mut out = Vec::new();
-    let outcome = cpu_state::run_with(args, &mut out, &mut |_| Err("no terminal (test)".into())).unwrap();
+    let mut no_terminal =
+        |_: &str| -> Result<bool, RepairError> { Err(RepairError::NotConfirmed("no terminal (test)".into())) };
+    let outcome = cpu_state::run_with(args, &mut out, &mut no_terminal).unwrap();
     (outcome.code(), String::from_utf8(out).unwrap(), outcome)
 }
 

@@ -362,7 +362,7 @@ fn scan_exit_code(report: &Report) -> u8 {
 }
 
 /// Asks on stdin: a line `y`/`yes` says yes; no terminal and nothing piped says no.
-fn stdin_answer(_: &str) -> Result<bool, String> {
+fn stdin_answer(_: &str) -> Result<bool, RepairError> {
     let stdin = std::io::stdin();
     command::read_answer(&mut stdin.lock())
 }

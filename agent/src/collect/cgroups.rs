@@ -437,11 +437,34 @@ pub fn find_pod_dir(layout: &Layout, uid: &str) -> Option<PathBuf> {
     None
 }
 
+/// Why the kubelet's pod cgroups were not found: the host path that was looked for (the
+/// cgroups are then `missing`, not failed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupsError {
+    /// Neither a cgroup v2 hierarchy nor v1's cpuset controller is there.
+    #[error("no cgroup file system at {path}")]
+    NoCgroupFs { path: String },
+    /// No `kubepods` (cgroupfs) or `kubepods.slice` (systemd) there: the driver's name first.
+    #[error("no pod cgroups at {path}")]
+    NoKubepods { path: String },
+}
+
+impl CgroupsError {
+    /// The host path that was looked for.
+    pub fn path(&self) -> &str {
+        match self {
+            CgroupsError::NoCgroupFs { path } | CgroupsError::NoKubepods { path } => path,
+        }
+    }
+}
+
 /// Finds the kubelet's pod cgroups (`config` gives `cgroupRoot` and the driver); the host path
 /// that was looked for when they are not there.
-pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout, String> {
+pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout, CgroupsError> {
     let Some((controller, version)) = find_controller(host) else {
-        return Err(host.display(&host.host("/sys/fs/cgroup")));
+        return Err(CgroupsError::NoCgroupFs {
+            path: host.display(&host.host("/sys/fs/cgroup")),
+        });
     };
     let cgroup_root = config.map_or("/", |c| c.cgroup_root.as_str()).trim_start_matches('/');
     let base = controller.join(cgroup_root);
@@ -459,19 +482,25 @@ pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout
             version,
             driver,
         })
-        .ok_or_else(|| host.display(&base.join(candidates[0].0)))
+        .ok_or_else(|| CgroupsError::NoKubepods {
+            path: host.display(&base.join(candidates[0].0)),
+        })
 }
 
 /// Reads the pod cgroups of `layout` (or says which host path is missing).
 pub fn read_cgroups(
     host: &HostPaths,
-    layout: &Result<Layout, String>,
+    layout: &Result<Layout, CgroupsError>,
     pinned: &Pinned,
     notes: &mut Vec<String>,
 ) -> Observed<CgroupTree> {
     let layout = match layout {
         Ok(l) => l,
-        Err(path) => return Observed::Missing { path: path.clone() },
+        Err(e) => {
+            return Observed::Missing {
+                path: e.path().to_string(),
+            };
+        }
     };
     let mut walk = Walk {
         host,
@@ -548,6 +577,34 @@ mod tests {
         std::fs::write(leaf.join("cgroup.procs"), "").unwrap();
         tree(&leaf);
         (dir, uid)
+    }
+
+    /// Not found is an outcome naming the host path looked for: the cgroup file system, then
+    /// the driver's `kubepods` under it.
+    #[test]
+    fn pod_cgroups_not_found_name_the_path_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let e = locate(&host, None).unwrap_err();
+        assert_eq!(
+            e,
+            CgroupsError::NoCgroupFs {
+                path: "/sys/fs/cgroup".into()
+            }
+        );
+        assert_eq!(e.to_string(), "no cgroup file system at /sys/fs/cgroup");
+        let cpuset = dir.path().join("sys/fs/cgroup/cpuset");
+        std::fs::create_dir_all(&cpuset).unwrap();
+        std::fs::write(cpuset.join("cpuset.cpus"), "0-3\n").unwrap();
+        let e = locate(&host, None).unwrap_err();
+        assert_eq!(e.path(), "/sys/fs/cgroup/cpuset/kubepods");
+        assert_eq!(e.to_string(), "no pod cgroups at /sys/fs/cgroup/cpuset/kubepods");
+        let mut notes = vec![];
+        let tree = read_cgroups(&host, &Err(e), &Pinned::default(), &mut notes);
+        assert!(
+            matches!(&tree, Observed::Missing { path } if path == "/sys/fs/cgroup/cpuset/kubepods"),
+            "{tree:?}"
+        );
     }
 
     fn pod_of(dir: &Path, uid: &str) -> (PodCgroup, Vec<String>) {

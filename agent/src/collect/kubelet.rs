@@ -90,10 +90,44 @@ pub struct KubeletDiscovery {
     pub notes: Vec<String>,
 }
 
+/// Why the kubelet's configuration cannot be built: the document, the drop-in or the key or
+/// flag that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeletConfigError {
+    /// Not a Go `time.Duration` (the text as given).
+    #[error("invalid duration {text:?}")]
+    Duration { text: String },
+    /// A document that is not YAML, or whose fields have the wrong types (the parser's reason).
+    #[error("invalid KubeletConfiguration YAML: {reason}")]
+    Yaml { reason: String },
+    /// A document that is YAML but not a mapping.
+    #[error("invalid KubeletConfiguration YAML: the document is not a mapping")]
+    NotAMapping,
+    /// A `--config-dir` drop-in (its host path) is wrong.
+    #[error("drop-in {path}: {source}")]
+    DropIn {
+        path: String,
+        source: Box<KubeletConfigError>,
+    },
+    /// A duration field (`cpuManagerReconcilePeriod`) or flag (`--cpu-manager-reconcile-period`)
+    /// is wrong.
+    #[error("{key}: {source}")]
+    Key {
+        key: &'static str,
+        source: Box<KubeletConfigError>,
+    },
+    /// A CPU list field (`reservedSystemCPUs`) or flag (`--reserved-cpus`) is wrong.
+    #[error("{key}: {source}")]
+    Cpus {
+        key: &'static str,
+        source: nodemedic_rules::cpuset::CpuSetError,
+    },
+}
+
 /// A Go `time.Duration` string (`10s`, `1m30s`, `500ms`, `1.5h`) in seconds.
-pub fn parse_go_duration(text: &str) -> Result<f64, String> {
+pub fn parse_go_duration(text: &str) -> Result<f64, KubeletConfigError> {
     let t = text.trim();
-    let err = || format!("invalid duration {text:?}");
+    let err = || KubeletConfigError::Duration { text: text.to_string() };
     if t == "0" {
         return Ok(0.0);
     }
@@ -166,7 +200,7 @@ fn parse_key_values(text: &str) -> BTreeMap<String, String> {
 
 /// Builds the configuration from the file's text (if any) and the kubelet's flags (`path`,
 /// `found_by` and `started_at` are left for the caller).
-pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<KubeletConfig, String> {
+pub fn parse_kubelet_config(yaml: Option<&str>, args: &[String]) -> Result<KubeletConfig, KubeletConfigError> {
     parse_layers(yaml, &[], args)
 }
 
@@ -178,32 +212,35 @@ pub fn parse_layers(
     file: Option<&str>,
     drop_ins: &[(String, String)],
     args: &[String],
-) -> Result<KubeletConfig, String> {
+) -> Result<KubeletConfig, KubeletConfigError> {
     let mut merged = match file {
         Some(text) => parse_document(text)?,
         None => serde_json::Value::Object(Default::default()),
     };
     for (path, text) in drop_ins {
-        let patch = parse_document(text).map_err(|e| format!("drop-in {path}: {e}"))?;
+        let patch = parse_document(text).map_err(|e| KubeletConfigError::DropIn {
+            path: path.clone(),
+            source: Box::new(e),
+        })?;
         merge_patch(&mut merged, patch, 0);
     }
     let file: ConfigFile =
-        serde_json::from_value(merged).map_err(|e| format!("invalid KubeletConfiguration YAML: {e}"))?;
+        serde_json::from_value(merged).map_err(|e| KubeletConfigError::Yaml { reason: e.to_string() })?;
     from_file_and_flags(file, args)
 }
 
 /// A `KubeletConfiguration` document (YAML, or JSON, which is YAML) as a JSON object; an
 /// empty document is an empty object.
-fn parse_document(text: &str) -> Result<serde_json::Value, String> {
+fn parse_document(text: &str) -> Result<serde_json::Value, KubeletConfigError> {
     use serde_json::Value;
     if text.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| format!("invalid KubeletConfiguration YAML: {e}"))?;
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| KubeletConfigError::Yaml { reason: e.to_string() })?;
     match value {
         Value::Object(_) => Ok(value),
         Value::Null => Ok(Value::Object(Default::default())),
-        _ => Err("invalid KubeletConfiguration YAML: the document is not a mapping".into()),
+        _ => Err(KubeletConfigError::NotAMapping),
     }
 }
 
@@ -234,7 +271,14 @@ fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value, depth: 
 }
 
 /// The file's fields, then the flags over them.
-fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfig, String> {
+fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfig, KubeletConfigError> {
+    let duration = |key, text: &str| {
+        parse_go_duration(text).map_err(|e| KubeletConfigError::Key {
+            key,
+            source: Box::new(e),
+        })
+    };
+    let cpus = |key, text: &str| CpuSet::parse(text).map_err(|source| KubeletConfigError::Cpus { key, source });
     let mut cpu = CpuManagerConfig::default();
     if let Some(p) = file.cpu_manager_policy.filter(|p| !p.is_empty()) {
         cpu.policy = p;
@@ -243,11 +287,10 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         cpu.policy_options = opts.into_iter().map(|(k, v)| (k, v.text())).collect();
     }
     if let Some(d) = file.cpu_manager_reconcile_period {
-        cpu.reconcile_period_seconds =
-            parse_go_duration(&d.text()).map_err(|e| format!("cpuManagerReconcilePeriod: {e}"))?;
+        cpu.reconcile_period_seconds = duration("cpuManagerReconcilePeriod", &d.text())?;
     }
     if let Some(r) = file.reserved_system_cpus.filter(|r| !r.trim().is_empty()) {
-        cpu.reserved_system_cpus = Some(CpuSet::parse(&r).map_err(|e| format!("reservedSystemCPUs: {e}"))?);
+        cpu.reserved_system_cpus = Some(cpus("reservedSystemCPUs", &r)?);
     }
     cpu.kube_reserved_cpu = file.kube_reserved.and_then(|m| m.get("cpu").map(Scalar::text));
     cpu.system_reserved_cpu = file.system_reserved.and_then(|m| m.get("cpu").map(Scalar::text));
@@ -273,11 +316,10 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         cpu.policy_options = parse_key_values(&o);
     }
     if let Some(d) = flag_value(args, "cpu-manager-reconcile-period") {
-        cpu.reconcile_period_seconds =
-            parse_go_duration(&d).map_err(|e| format!("--cpu-manager-reconcile-period: {e}"))?;
+        cpu.reconcile_period_seconds = duration("--cpu-manager-reconcile-period", &d)?;
     }
     if let Some(r) = flag_value(args, "reserved-cpus").filter(|r| !r.is_empty()) {
-        cpu.reserved_system_cpus = Some(CpuSet::parse(&r).map_err(|e| format!("--reserved-cpus: {e}"))?);
+        cpu.reserved_system_cpus = Some(cpus("--reserved-cpus", &r)?);
     }
     if let Some(kr) = flag_value(args, "kube-reserved") {
         cpu.kube_reserved_cpu = parse_key_values(&kr).remove("cpu");
@@ -337,6 +379,7 @@ const MOUNT_HINT: &str = "its directory is not mounted into the agent (for /etc/
 /// each directory's entries in name order, a subdirectory entered where its name sorts):
 /// every file whose name ends in `.conf`, with its text; `Ok(None)` when the directory is not
 /// there.
+// Err: a plain-text reason, which `read_kubelet` puts into the configuration's `Observed::Error`.
 fn read_config_dir(host: &HostPaths, dir: &str) -> Result<Option<Vec<(String, String)>>, String> {
     fn walk(host: &HostPaths, dir: &str, depth: usize, out: &mut Vec<(String, String)>) -> Result<bool, String> {
         let local = host.host(dir);
@@ -549,10 +592,10 @@ pub fn read_kubelet(host: &HostPaths) -> KubeletDiscovery {
                 .and_then(|(pid, _)| super::procfs::started_at(host, *pid)),
             ..parsed
         }),
-        Err(reason) => Observed::Error {
+        Err(e) => Observed::Error {
             reason: match &path {
-                Some(p) => format!("{p}: {reason}"),
-                None => reason,
+                Some(p) => format!("{p}: {e}"),
+                None => e.to_string(),
             },
         },
     };

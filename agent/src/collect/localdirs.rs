@@ -33,15 +33,28 @@ pub fn is_spark_scratch_bytes(name: &[u8]) -> bool {
     name.starts_with(b"blockmgr-") || name.starts_with(b"spark-")
 }
 
+/// Why the mount a directory is on cannot be told.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalDirsError {
+    /// `/proc/self/fdinfo/<fd>` cannot be read.
+    #[error("cannot tell which mount a directory is on ({path}: {source})")]
+    Fdinfo { path: String, source: std::io::Error },
+    /// `/proc/self/fdinfo/<fd>` has no `mnt_id:` line (a kernel before 3.15).
+    #[error("cannot tell which mount a directory is on (no mnt_id in {path})")]
+    NoMountId { path: String },
+}
+
 /// The mount ID of the file open at `fd`, from `/proc/self/fdinfo/<fd>` (`mnt_id:`, Linux
 /// 3.15+). Unlike the device number, it tells a bind mount of the same file system from the
 /// directory it sits in.
-pub fn mount_id(fd: &impl AsRawFd) -> Result<u64, String> {
+pub fn mount_id(fd: &impl AsRawFd) -> Result<u64, LocalDirsError> {
     let path = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
     trace::file(Path::new(&path));
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot tell which mount a directory is on ({path}: {e})"))?;
-    parse_mnt_id(&text).ok_or_else(|| format!("cannot tell which mount a directory is on (no mnt_id in {path})"))
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(source) => return Err(LocalDirsError::Fdinfo { path, source }),
+    };
+    parse_mnt_id(&text).ok_or(LocalDirsError::NoMountId { path })
 }
 
 /// `mnt_id` of a `/proc/<pid>/fdinfo/<fd>` text.
@@ -253,6 +266,25 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).unwrap();
         assert!(dir_mount_id(dir.path()).is_some());
         assert_eq!(dir_mount_id(dir.path()), dir_mount_id(&dir.path().join("a")));
+    }
+
+    #[test]
+    fn mount_id_errors_name_the_fdinfo_file() {
+        let e = LocalDirsError::NoMountId {
+            path: "/proc/self/fdinfo/7".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot tell which mount a directory is on (no mnt_id in /proc/self/fdinfo/7)"
+        );
+        let e = LocalDirsError::Fdinfo {
+            path: "/proc/self/fdinfo/7".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot tell which mount a directory is on (/proc/self/fdinfo/7: entity not found)"
+        );
     }
 
     #[test]

@@ -29,24 +29,40 @@ pub struct DriverCheckpoint {
     pub path: String,
 }
 
+/// Why a DRA driver checkpoint to read is named wrongly (a flag's value or a configuration
+/// entry; the caller names which).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverCheckpointError {
+    /// Not `FORMAT=PATH` (the text as given).
+    #[error("{text:?}: expected FORMAT=PATH, e.g. nvidia-gpu=/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json")]
+    NotFormatPath { text: String },
+    /// A format nodemedic does not read.
+    #[error(
+        "{format:?} is not a driver format nodemedic reads (known: {})",
+        DriverFormat::ALL.map(DriverFormat::name).join(", ")
+    )]
+    UnknownFormat { format: String },
+    /// The path is not absolute.
+    #[error("{path:?} is not an absolute host path")]
+    RelativePath { path: String },
+}
+
 impl DriverCheckpoint {
     /// Reads `format=path` (the command line's form).
-    pub fn parse(text: &str) -> Result<DriverCheckpoint, String> {
+    pub fn parse(text: &str) -> Result<DriverCheckpoint, DriverCheckpointError> {
         let Some((format, path)) = text.split_once('=') else {
-            return Err(format!(
-                "{text:?}: expected FORMAT=PATH, e.g. nvidia-gpu=/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json"
-            ));
+            return Err(DriverCheckpointError::NotFormatPath { text: text.to_string() });
         };
         Self::new(format, path)
     }
 
     /// A checkpoint of the format named `format` at host path `path`.
-    pub fn new(format: &str, path: &str) -> Result<DriverCheckpoint, String> {
-        let known = || DriverFormat::ALL.map(DriverFormat::name).join(", ");
-        let format = DriverFormat::from_name(format)
-            .ok_or_else(|| format!("{format:?} is not a driver format nodemedic reads (known: {})", known()))?;
+    pub fn new(format: &str, path: &str) -> Result<DriverCheckpoint, DriverCheckpointError> {
+        let format = DriverFormat::from_name(format).ok_or_else(|| DriverCheckpointError::UnknownFormat {
+            format: format.to_string(),
+        })?;
         if !path.starts_with('/') {
-            return Err(format!("{path:?} is not an absolute host path"));
+            return Err(DriverCheckpointError::RelativePath { path: path.to_string() });
         }
         Ok(DriverCheckpoint {
             format,
@@ -142,21 +158,27 @@ mod tests {
         let d = DriverCheckpoint::parse("nvidia-gpu=/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json").unwrap();
         assert_eq!(d.format, DriverFormat::NvidiaGpu);
         assert_eq!(d.path, "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json");
-        assert!(
-            DriverCheckpoint::parse("nvidia-gpu")
-                .unwrap_err()
-                .contains("expected FORMAT=PATH")
+        let e = DriverCheckpoint::parse("nvidia-gpu").unwrap_err();
+        assert_eq!(
+            e,
+            DriverCheckpointError::NotFormatPath {
+                text: "nvidia-gpu".into()
+            }
         );
-        assert!(
-            DriverCheckpoint::parse("amd=/x")
-                .unwrap_err()
-                .contains("known: nvidia-gpu")
+        assert_eq!(
+            e.to_string(),
+            "\"nvidia-gpu\": expected FORMAT=PATH, e.g. nvidia-gpu=/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json"
         );
+        let e = DriverCheckpoint::parse("amd=/x").unwrap_err();
+        assert_eq!(e, DriverCheckpointError::UnknownFormat { format: "amd".into() });
         assert!(
-            DriverCheckpoint::parse("nvidia-gpu=rel/x")
-                .unwrap_err()
-                .contains("not an absolute host path")
+            e.to_string()
+                .starts_with("\"amd\" is not a driver format nodemedic reads (known: nvidia-gpu"),
+            "{e}"
         );
+        let e = DriverCheckpoint::parse("nvidia-gpu=rel/x").unwrap_err();
+        assert_eq!(e, DriverCheckpointError::RelativePath { path: "rel/x".into() });
+        assert_eq!(e.to_string(), "\"rel/x\" is not an absolute host path");
     }
 
     #[test]

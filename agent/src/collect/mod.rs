@@ -93,7 +93,7 @@ pub struct Record {
 pub struct Records(Vec<Record>);
 
 /// The report's order of sources.
-pub const SOURCES: [&str; 9] = [
+pub const SOURCES: [&str; 10] = [
     "checkpoint",
     "manager_files",
     "kubelet_config",
@@ -103,6 +103,7 @@ pub const SOURCES: [&str; 9] = [
     "podresources",
     "pods",
     "local_dirs",
+    "spark_conf",
 ];
 
 impl Records {
@@ -411,27 +412,12 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         failed: false,
     });
 
-    // The Spark configuration of the drivers on this node (their spark.properties).
-    let spark_confs = pods
-        .iter()
-        .filter(|p| nodemedic_rules::spark::is_driver(p) && !p.is_terminal())
-        .filter_map(|p| {
-            let mut conf = sparkconf::read_spark_conf(host, &kubelet_dir, p).unwrap_or_default();
-            conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
-            conf.spark_submit_opts_env = p.spark_submit_opts_env.clone();
-            conf.version = conf.version.or_else(|| p.spark_version().map(|(v, _)| v));
-            (!conf.properties.is_empty()
-                || conf.kubernetes_request_timeout_env.is_some()
-                || conf.spark_submit_opts_env.is_some())
-            .then(|| (p.uid.clone(), conf))
-        })
-        .collect();
-    // Whether the kubelet set up the configuration volume of the drivers that wait to start.
-    let conf_mounts = pods
-        .iter()
-        .filter(|p| nodemedic_rules::spark::driver_waits_to_start(p, &node))
-        .filter_map(|p| Some((p.uid.clone(), sparkconf::conf_mount(host, &kubelet_dir, p)?)))
-        .collect();
+    // The Spark configuration of the drivers on this node (their spark.properties), and the
+    // configuration volumes of those that wait to start.
+    let drivers = records.run("spark_conf", sparkconf::DriverConfs::status, || {
+        sparkconf::read_drivers(host, &kubelet_dir, &pods, &node)
+    });
+    let (spark_confs, conf_mounts) = (drivers.confs, drivers.mounts);
 
     Ok(Collected {
         snapshot: NodeSnapshot {

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use nodemedic_rules::quantity::parse_cpu_millis;
-use nodemedic_rules::snapshot::{ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo};
+use nodemedic_rules::snapshot::{
+    ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodPhase, QosClass,
+};
 
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -242,7 +244,7 @@ pub fn strip_scheme(id: &str) -> String {
 }
 
 /// The QoS class the API server would compute (used when `status.qosClass` is absent).
-fn compute_qos(containers: &[&Container]) -> &'static str {
+fn compute_qos(containers: &[&Container]) -> QosClass {
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
@@ -262,9 +264,9 @@ fn compute_qos(containers: &[&Container]) -> &'static str {
         }
     }
     match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
+        (false, _) => QosClass::BestEffort,
+        (true, true) => QosClass::Guaranteed,
+        (true, false) => QosClass::Burstable,
     }
 }
 
@@ -321,18 +323,23 @@ pub fn pod_info(pod: &PodObject) -> Option<PodInfo> {
             containers.push(container_info(c, ContainerKind::Ephemeral, eph_statuses));
         }
     }
-    let qos_class = status.and_then(|s| s.qos_class.clone()).or_else(|| {
-        spec.map(|s| {
-            let all: Vec<&Container> = s.init_containers.iter().flatten().chain(s.containers.iter()).collect();
-            compute_qos(&all).to_string()
-        })
-    });
+    let qos_class = status
+        .and_then(|s| s.qos_class.as_deref())
+        .map(QosClass::from)
+        .or_else(|| {
+            spec.map(|s| {
+                let all: Vec<&Container> = s.init_containers.iter().flatten().chain(s.containers.iter()).collect();
+                compute_qos(&all)
+            })
+        });
     Some(PodInfo {
         uid,
         namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
         name: meta.name.clone().unwrap_or_default(),
         node_name: spec.and_then(|s| s.node_name.clone()),
-        phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into()),
+        phase: status
+            .and_then(|s| s.phase.as_deref())
+            .map_or(PodPhase::Pending, PodPhase::from),
         reason: status.and_then(|s| s.reason.clone()),
         message: status.and_then(|s| s.message.clone()),
         qos_class,

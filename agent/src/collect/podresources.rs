@@ -214,6 +214,7 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 /// CPU ids as the kubelet sends them (int64), as a set; a negative or absurd id is an error.
+// Err: a plain-text reason, which the caller puts into the source's `Observed::Error`.
 fn cpu_set(ids: &[i64]) -> Result<CpuSet, String> {
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {

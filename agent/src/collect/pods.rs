@@ -347,7 +347,7 @@ impl<'de> serde::de::Visitor<'de> for ItemSeed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_rules::snapshot::{ContainerKind, LocalDirVolume};
+    use nodemedic_rules::snapshot::{ContainerKind, LocalDirVolume, PodPhase, QosClass};
 
     const EXECUTOR: &str = r#"{
       "apiVersion": "v1", "kind": "List", "items": [{
@@ -377,8 +377,8 @@ mod tests {
         assert_eq!(pods.len(), 1);
         let p = &pods[0];
         assert_eq!(
-            (p.namespace.as_str(), p.name.as_str(), p.phase.as_str()),
-            ("spark", "etl-exec-1", "Running")
+            (p.namespace.as_str(), p.name.as_str(), &p.phase),
+            ("spark", "etl-exec-1", &PodPhase::Running)
         );
         assert_eq!(p.node_name.as_deref(), Some("worker-3"));
         assert_eq!(p.created_at, Some(1_763_632_800 + 365 * 86400));
@@ -463,16 +463,16 @@ mod tests {
                 .clone()
                 .unwrap()
         };
-        assert_eq!(qos(r#"{"limits":{"cpu":"2","memory":"1Gi"}}"#), "Guaranteed");
+        assert_eq!(qos(r#"{"limits":{"cpu":"2","memory":"1Gi"}}"#), QosClass::Guaranteed);
         assert_eq!(
             qos(r#"{"requests":{"cpu":"2000m","memory":"1Gi"},"limits":{"cpu":"2","memory":"1Gi"}}"#),
-            "Guaranteed"
+            QosClass::Guaranteed
         );
         assert_eq!(
             qos(r#"{"requests":{"cpu":"1"},"limits":{"cpu":"2","memory":"1Gi"}}"#),
-            "Burstable"
+            QosClass::Burstable
         );
-        assert_eq!(qos(r#"{}"#), "BestEffort");
+        assert_eq!(qos(r#"{}"#), QosClass::BestEffort);
     }
 
     #[test]

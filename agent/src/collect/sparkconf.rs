@@ -255,18 +255,79 @@ pub fn find_spark_properties(
 }
 
 /// The Spark configuration of driver `pod` from its conf volume on this node, with the
-/// version from its `spark-version` label (Spark 3.3+) or its Spark image's tag. `None` when the pod has no readable
-/// `spark.properties` here (use [`find_spark_properties`] for the reason). The driver's
-/// `KUBERNETES_REQUEST_TIMEOUT` environment variable is not in the pod list's [`PodInfo`]
-/// and is left for the caller to fill.
-pub fn read_spark_conf(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> Option<SparkConf> {
-    let (_, text) = find_spark_properties(host, kubelet_dir, pod).ok()??;
-    Some(SparkConf {
-        version: pod.spark_version().map(|(v, _)| v),
-        properties: parse_spark_properties(&text),
-        kubernetes_request_timeout_env: None,
-        spark_submit_opts_env: None,
-    })
+/// version from its `spark-version` label (Spark 3.3+) or its Spark image's tag. `Ok(None)` when
+/// the pod has no `spark.properties` here; an error says which file could not be read and why.
+/// The driver's environment variables are left for the caller to fill.
+pub fn read_spark_conf(
+    host: &HostPaths,
+    kubelet_dir: &Path,
+    pod: &PodInfo,
+) -> Result<Option<SparkConf>, SparkConfError> {
+    Ok(
+        find_spark_properties(host, kubelet_dir, pod)?.map(|(_, text)| SparkConf {
+            version: pod.spark_version().map(|(v, _)| v),
+            properties: parse_spark_properties(&text),
+            kubernetes_request_timeout_env: None,
+            spark_submit_opts_env: None,
+        }),
+    )
+}
+
+/// What the `spark_conf` collector read: the Spark configuration of the drivers running on the
+/// node (by pod UID), whether the kubelet set up the configuration volume of the drivers that
+/// wait to start, and the reads that failed.
+#[derive(Debug, Default)]
+pub struct DriverConfs {
+    pub confs: BTreeMap<String, SparkConf>,
+    pub mounts: BTreeMap<String, ConfMount>,
+    /// One line per driver whose `spark.properties` could not be read (a missing file is no
+    /// failure: the driver has no such volume here).
+    pub errors: Vec<String>,
+}
+
+impl DriverConfs {
+    /// The record's status: `ok`, or the first failed read and how many failed.
+    pub fn status(&self) -> (String, bool) {
+        match self.errors.as_slice() {
+            [] => ("ok".to_string(), false),
+            [one] => (format!("error: {one}"), true),
+            [first, rest @ ..] => (format!("error: {first} (and {} more drivers)", rest.len()), true),
+        }
+    }
+}
+
+/// Reads the Spark configuration of the running drivers among `pods` (their `spark.properties`,
+/// with the environment variables the pod list gives) and the configuration volumes of the
+/// drivers that wait to start on `node`.
+pub fn read_drivers(host: &HostPaths, kubelet_dir: &Path, pods: &[PodInfo], node: &str) -> DriverConfs {
+    let mut out = DriverConfs::default();
+    for p in pods
+        .iter()
+        .filter(|p| nodemedic_rules::spark::is_driver(p) && !p.is_terminal())
+    {
+        let mut conf = match read_spark_conf(host, kubelet_dir, p) {
+            Ok(found) => found.unwrap_or_default(),
+            Err(e) => {
+                out.errors.push(format!("driver {}/{}: {e}", p.namespace, p.name));
+                SparkConf::default()
+            }
+        };
+        conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
+        conf.spark_submit_opts_env = p.spark_submit_opts_env.clone();
+        conf.version = conf.version.or_else(|| p.spark_version().map(|(v, _)| v));
+        if !conf.properties.is_empty()
+            || conf.kubernetes_request_timeout_env.is_some()
+            || conf.spark_submit_opts_env.is_some()
+        {
+            out.confs.insert(p.uid.clone(), conf);
+        }
+    }
+    out.mounts = pods
+        .iter()
+        .filter(|p| nodemedic_rules::spark::driver_waits_to_start(p, node))
+        .filter_map(|p| Some((p.uid.clone(), conf_mount(host, kubelet_dir, p)?)))
+        .collect();
+    out
 }
 
 /// Whether the kubelet set up driver `pod`'s configuration volume ([`PodInfo::conf_volume`])
@@ -486,7 +547,9 @@ mod tests {
         let host = HostPaths::new(root, None);
         let kubelet = host.kubelet_dir(None);
 
-        let conf = read_spark_conf(&host, &kubelet, &driver("u31", Some("3.5.1"))).unwrap();
+        let conf = read_spark_conf(&host, &kubelet, &driver("u31", Some("3.5.1")))
+            .unwrap()
+            .unwrap();
         assert_eq!(conf.version.as_deref(), Some("3.5.1"));
         assert_eq!(
             conf.properties
@@ -503,7 +566,7 @@ mod tests {
             "/var/lib/kubelet/pods/u31/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties"
         );
 
-        let old = read_spark_conf(&host, &kubelet, &driver("u24", None)).unwrap();
+        let old = read_spark_conf(&host, &kubelet, &driver("u24", None)).unwrap().unwrap();
         assert_eq!(old.version, None);
         assert_eq!(
             old.properties.get("spark.kubernetes.namespace").map(String::as_str),
@@ -511,12 +574,30 @@ mod tests {
         );
 
         assert!(
-            read_spark_conf(&host, &kubelet, &driver("other", None)).is_none(),
+            read_spark_conf(&host, &kubelet, &driver("other", None))
+                .ok()
+                .flatten()
+                .is_none(),
             "not a Spark conf volume"
         );
-        assert!(read_spark_conf(&host, &kubelet, &driver("absent", None)).is_none());
-        assert!(read_spark_conf(&host, &kubelet, &driver("..", None)).is_none());
-        assert!(read_spark_conf(&host, &kubelet, &driver("../u31", None)).is_none());
+        assert!(
+            read_spark_conf(&host, &kubelet, &driver("absent", None))
+                .ok()
+                .flatten()
+                .is_none()
+        );
+        assert!(
+            read_spark_conf(&host, &kubelet, &driver("..", None))
+                .ok()
+                .flatten()
+                .is_none()
+        );
+        assert!(
+            read_spark_conf(&host, &kubelet, &driver("../u31", None))
+                .ok()
+                .flatten()
+                .is_none()
+        );
     }
 
     #[test]
@@ -540,7 +621,10 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().ends_with("/etc/secret, outside its volume"), "{err}");
-        assert!(read_spark_conf(&host, &kubelet, &driver("evil", None)).is_none());
+        assert!(
+            read_spark_conf(&host, &kubelet, &driver("evil", None)).is_err(),
+            "a file outside its volume is an error, not an absent file"
+        );
 
         let err = find_spark_properties(&host, &kubelet, &driver("big", None)).unwrap_err();
         assert!(
@@ -548,6 +632,47 @@ mod tests {
                 .ends_with("larger than the 1048576-byte limit for this file"),
             "{err}"
         );
+    }
+
+    /// The `spark_conf` collector: a driver whose properties are read, a driver with none here,
+    /// and one whose file points outside its volume; the record says which read failed, and the
+    /// other drivers' configurations are kept.
+    #[test]
+    fn the_collector_reads_every_driver_and_names_the_one_it_could_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        configmap_volume(
+            root,
+            "good",
+            "spark-conf-volume-driver",
+            &[("spark.properties", "spark.kubernetes.driver.requestTimeout=30000\n")],
+        );
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/secret"), "password=hunter2\n").unwrap();
+        let vol = configmap_volume(root, "evil", "spark-conf-volume-driver", &[]);
+        symlink("../../../../../../../../etc/secret", vol.join("spark.properties")).unwrap();
+        let host = HostPaths::new(root, None);
+        let kubelet = host.kubelet_dir(None);
+        let pods = [driver("good", None), driver("none-here", None), driver("evil", None)];
+
+        let read = read_drivers(&host, &kubelet, &pods, "worker-1");
+        assert_eq!(read.confs.keys().collect::<Vec<_>>(), ["good"]);
+        assert_eq!(read.errors.len(), 1, "{:?}", read.errors);
+        let (status, failed) = read.status();
+        assert!(failed);
+        assert!(status.starts_with("error: driver "), "{status}");
+        assert!(
+            status.contains("/evil/") && status.ends_with("outside its volume"),
+            "{status}"
+        );
+
+        let fine = read_drivers(&host, &kubelet, &pods[..2], "worker-1");
+        assert_eq!(fine.status(), ("ok".to_string(), false));
+        let two = DriverConfs {
+            errors: vec!["a".into(), "b".into(), "c".into()],
+            ..Default::default()
+        };
+        assert_eq!(two.status(), ("error: a (and 2 more drivers)".to_string(), true));
     }
 
     #[test]

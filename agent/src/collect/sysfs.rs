@@ -16,10 +16,18 @@ use crate::host::HostPaths;
 
 const SMALL_FILE: u64 = 64 * 1024;
 
+/// Why a sysfs value is not what the file should hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SysfsError {
+    /// Not a non-negative integer (the text, trimmed).
+    #[error("expected a number, found {text:?}")]
+    NotANumber { text: String },
+}
+
 /// A single integer sysfs value (`3\n`).
-pub fn parse_sysfs_u32(text: &str) -> Result<u32, String> {
+pub fn parse_sysfs_u32(text: &str) -> Result<u32, SysfsError> {
     let t = text.trim();
-    t.parse().map_err(|_| format!("expected a number, found {t:?}"))
+    t.parse().map_err(|_| SysfsError::NotANumber { text: t.to_string() })
 }
 
 /// Reads the online CPUs and their topology. `notes` collects files that were absent.
@@ -95,7 +103,9 @@ mod tests {
         assert_eq!(parse_sysfs_u32("3\n"), Ok(3));
         assert!(parse_sysfs_u32("").is_err());
         assert!(parse_sysfs_u32("-1").is_err());
-        assert!(parse_sysfs_u32("x").unwrap_err().contains("\"x\""));
+        let e = parse_sysfs_u32(" x\n").unwrap_err();
+        assert_eq!(e, SysfsError::NotANumber { text: "x".into() });
+        assert_eq!(e.to_string(), "expected a number, found \"x\"");
     }
 
     #[test]

@@ -285,7 +285,7 @@ impl ApiWork {
                 let drivers = snapshot
                     .pods
                     .iter()
-                    .filter(|p| p.spark_role() == Some("executor"))
+                    .filter(|p| nodemedic_rules::spark::is_executor(p))
                     .map(|p| (p.uid.clone(), DriverLookup::Unknown { reason: reason.clone() }))
                     .collect();
                 (drivers, BTreeMap::new())

@@ -1,7 +1,7 @@
 //! The Event recorder: names, series, the cap per window, references.
 
 use super::*;
-use nodemedic_rules::finding::Subject;
+use nodemedic_rules::finding::{Subject, SubjectKind};
 
 fn finding(rule: &str, subject: Subject) -> Finding {
     Finding::new(rule, Severity::Critical, subject, "s".repeat(2000), "r".into())
@@ -10,7 +10,7 @@ fn finding(rule: &str, subject: Subject) -> Finding {
 #[test]
 fn keys_and_references() {
     let pod = Subject {
-        kind: "Pod".into(),
+        kind: SubjectKind::Pod,
         namespace: Some("spark".into()),
         name: Some("exec-1".into()),
         uid: Some("u1".into()),
@@ -62,7 +62,7 @@ async fn series_names_are_fixed_valid_and_one_per_finding() {
     assert_eq!(name_of(&rec, &again), name);
     // Anything of the identity does: node, rule, subject, container, problem.
     let pod = Subject {
-        kind: "Pod".into(),
+        kind: SubjectKind::Pod,
         namespace: Some("spark".into()),
         name: Some("exec-1".into()),
         uid: Some("u1".into()),

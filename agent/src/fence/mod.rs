@@ -120,14 +120,28 @@ impl Default for FencePolicy {
     }
 }
 
+/// What is wrong with a [`FencePolicy`]: the key (under `fencing:`) and its value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    /// A number of seconds below its least value, or not a number.
+    #[error("{key}: {value} is not a number of seconds of at least {min}")]
+    Seconds { key: &'static str, value: f64, min: f64 },
+    /// `journal` is not an absolute path.
+    #[error("journal: {path:?} is not an absolute path")]
+    RelativeJournal { path: String },
+    /// `journal_max_bytes` is below 4096.
+    #[error("journal_max_bytes: {bytes} is below 4096")]
+    JournalTooSmall { bytes: u64 },
+}
+
 impl FencePolicy {
-    /// Checks the values; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
-        let seconds = |key: &str, v: f64, min: f64| {
-            if v.is_finite() && v >= min {
+    /// Checks the values; the error names the key.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let seconds = |key: &'static str, value: f64, min: f64| {
+            if value.is_finite() && value >= min {
                 Ok(())
             } else {
-                Err(format!("{key}: {v} is not a number of seconds of at least {min}"))
+                Err(PolicyError::Seconds { key, value, min })
             }
         };
         seconds("margin_seconds", self.margin_seconds, 0.0)?;
@@ -136,10 +150,14 @@ impl FencePolicy {
             seconds("after_seconds", a, 0.0)?;
         }
         if !self.journal.starts_with('/') {
-            return Err(format!("journal: {:?} is not an absolute path", self.journal));
+            return Err(PolicyError::RelativeJournal {
+                path: self.journal.clone(),
+            });
         }
         if self.journal_max_bytes < 4096 {
-            return Err(format!("journal_max_bytes: {} is below 4096", self.journal_max_bytes));
+            return Err(PolicyError::JournalTooSmall {
+                bytes: self.journal_max_bytes,
+            });
         }
         Ok(())
     }
@@ -242,9 +260,9 @@ pub type RestartPolicies = HashMap<String, Option<String>>;
 /// Whether a pod is a Spark driver: `spark-role=driver`, or launched by the Spark operator
 /// and controlled by its SparkApplication (an executor is controlled by its driver pod).
 pub fn is_driver(pod: &PodInfo) -> bool {
-    pod.spark_role() == Some(spark::DRIVER)
+    spark::is_driver(pod)
         || (pod.label(spark::OPERATOR_LAUNCHED) == Some("true")
-            && pod.spark_role() != Some(spark::EXECUTOR)
+            && !spark::is_executor(pod)
             && pod.controller().is_some_and(|o| o.kind == "SparkApplication"))
 }
 
@@ -556,6 +574,34 @@ mod tests {
             heartbeat_seconds: 0.0,
             ..policy()
         };
-        assert!(bad.validate().unwrap_err().starts_with("heartbeat_seconds"));
+        let e = bad.validate().unwrap_err();
+        assert_eq!(
+            e,
+            PolicyError::Seconds {
+                key: "heartbeat_seconds",
+                value: 0.0,
+                min: 0.1
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "heartbeat_seconds: 0 is not a number of seconds of at least 0.1"
+        );
+        let relative = FencePolicy {
+            journal: "fencing.jsonl".into(),
+            ..policy()
+        };
+        assert_eq!(
+            relative.validate().unwrap_err().to_string(),
+            "journal: \"fencing.jsonl\" is not an absolute path"
+        );
+        let small = FencePolicy {
+            journal_max_bytes: 100,
+            ..policy()
+        };
+        assert_eq!(
+            small.validate().unwrap_err().to_string(),
+            "journal_max_bytes: 100 is below 4096"
+        );
     }
 }

@@ -46,15 +46,34 @@ pub enum RepairError {
     /// It could not run at all.
     #[error("{0}")]
     CouldNotRun(String),
+    /// The confirmation question could not be answered (stdin unreadable): the reason.
+    #[error("reading the answer: {0}")]
+    NoAnswer(String),
 }
 
 impl RepairError {
     /// The command's exit code.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RepairError::Refused(_) | RepairError::NotConfirmed(_) | RepairError::Aborted(_) => EXIT_NOT_APPLIED,
+            RepairError::Refused(_)
+            | RepairError::NotConfirmed(_)
+            | RepairError::Aborted(_)
+            | RepairError::NoAnswer(_) => EXIT_NOT_APPLIED,
             RepairError::ActionsFailed(_) => EXIT_ACTIONS_FAILED,
             RepairError::CouldNotRun(_) => EXIT_ERROR,
+        }
+    }
+
+    /// The reason alone, without the `refused: ` or `aborted: ` of its kind: what follows
+    /// "Not applied: " in the text output.
+    pub fn reason(&self) -> String {
+        match self {
+            RepairError::Refused(why)
+            | RepairError::NotConfirmed(why)
+            | RepairError::Aborted(why)
+            | RepairError::ActionsFailed(why)
+            | RepairError::CouldNotRun(why) => why.clone(),
+            RepairError::NoAnswer(_) => self.to_string(),
         }
     }
 }
@@ -105,8 +124,9 @@ pub trait Repair {
     type Applied;
 
     fn readiness(&self, plan: &Self::Plan) -> Readiness;
-    /// A reason not to act that is known before asking (the kubelet runs, ...).
-    fn precheck(&self, _plan: &Self::Plan) -> Result<(), String> {
+    /// A reason not to act that is known before asking (the kubelet runs, ...): the run ends
+    /// with this error (a [`RepairError::Refused`] for a precondition).
+    fn precheck(&self, _plan: &Self::Plan) -> Result<(), RepairError> {
         Ok(())
     }
     /// The confirmation question.
@@ -139,8 +159,9 @@ pub fn fingerprint(mut targets: Vec<String>) -> String {
     format!("{hash:016x}")
 }
 
-/// The answer to a confirmation question: `Ok(true)` to act; `Err` when nobody can answer.
-pub type Confirm<'a> = &'a mut dyn FnMut(&str) -> Result<bool, String>;
+/// The answer to a confirmation question: `Ok(true)` to act; `Err` when nobody can answer
+/// ([`RepairError::NoAnswer`]).
+pub type Confirm<'a> = &'a mut dyn FnMut(&str) -> Result<bool, RepairError>;
 
 /// How the flow runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -187,14 +208,14 @@ pub fn run<R: Repair>(
     let readiness = repair.readiness(&plan);
     let print = fingerprint(repair.targets(&plan));
     let changed = match &flow.expect_plan {
-        Some(expected) if *expected != print => Some(format!(
+        Some(expected) if *expected != print => Some(RepairError::Aborted(format!(
             "the plan changed since it was shown (fingerprint {expected}, now {print}): nothing was changed; \
              look at the plan again"
-        )),
+        ))),
         _ => None,
     };
     let refusal = match (&readiness, flow.apply) {
-        (Readiness::Ready, true) => changed.clone().or_else(|| repair.precheck(&plan).err()),
+        (Readiness::Ready, true) => changed.or_else(|| repair.precheck(&plan).err()),
         _ => None,
     };
     if text {
@@ -207,15 +228,11 @@ pub fn run<R: Repair>(
         (Readiness::NothingToDo, _, _) => Some(End::NothingToDo),
         (_, false, _) => Some(End::PlanShown),
         (Readiness::Refused(why), true, _) => Some(End::Failed(RepairError::Refused(why.clone()))),
-        (Readiness::Ready, true, Some(why)) => {
+        (Readiness::Ready, true, Some(e)) => {
             if text {
-                write(out, &format!("\nNot applied: {why}\n"))?;
+                write(out, &format!("\nNot applied: {}\n", e.reason()))?;
             }
-            Some(End::Failed(if changed.is_some() {
-                RepairError::Aborted(why)
-            } else {
-                RepairError::Refused(why)
-            }))
+            Some(End::Failed(e))
         }
         (Readiness::Ready, true, None) => None,
     };
@@ -283,12 +300,12 @@ fn finish<R: Repair>(
 
 /// Reads an answer from `input`: only `y` or `yes` (any case) says yes; no answer (end of
 /// input) says no.
-pub fn read_answer(input: &mut dyn std::io::BufRead) -> Result<bool, String> {
+pub fn read_answer(input: &mut dyn std::io::BufRead) -> Result<bool, RepairError> {
     let mut line = String::new();
     match input.read_line(&mut line) {
         Ok(0) => Ok(false),
         Ok(_) => Ok(matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")),
-        Err(e) => Err(format!("reading the answer: {e}")),
+        Err(e) => Err(RepairError::NoAnswer(e.to_string())),
     }
 }
 
@@ -313,8 +330,8 @@ mod tests {
                 Readiness::Ready
             }
         }
-        fn precheck(&self, _: &Vec<u32>) -> Result<(), String> {
-            self.refuse.clone().map_or(Ok(()), Err)
+        fn precheck(&self, _: &Vec<u32>) -> Result<(), RepairError> {
+            self.refuse.clone().map_or(Ok(()), |why| Err(RepairError::Refused(why)))
         }
         fn question(&self, plan: &Vec<u32>) -> String {
             format!("Apply {} numbers?", plan.len())
@@ -343,7 +360,7 @@ mod tests {
         }
     }
 
-    fn go(plan: Vec<u32>, flow: Flow, refuse: Option<&str>, answer: Result<bool, String>) -> (u8, String, usize) {
+    fn go(plan: Vec<u32>, flow: Flow, refuse: Option<&str>, answer: Result<bool, RepairError>) -> (u8, String, usize) {
         let mut repair = Numbers {
             refuse: refuse.map(str::to_string),
             applied_calls: 0,
@@ -390,14 +407,27 @@ mod tests {
             out.contains("Not applied: not confirmed: nothing changed (add --yes"),
             "{out}"
         );
-        let (code, out, _) = go(vec![2], apply.clone(), None, Err("no terminal".into()));
+        let (code, out, _) = go(
+            vec![2],
+            apply.clone(),
+            None,
+            Err(RepairError::NoAnswer("no terminal".into())),
+        );
         assert_eq!(code, EXIT_NOT_APPLIED);
-        assert!(out.contains("Not applied: no terminal; nothing was changed"), "{out}");
+        assert!(
+            out.contains("Not applied: reading the answer: no terminal; nothing was changed"),
+            "{out}"
+        );
         let (code, out, calls) = go(vec![2], apply.clone(), Some("the kubelet runs"), Ok(true));
         assert_eq!((code, calls), (EXIT_NOT_APPLIED, 0));
         assert!(out.ends_with("\nNot applied: the kubelet runs\n"), "{out}");
         // --yes never asks.
-        let (code, out, _) = go(vec![2], Flow { yes: true, ..apply }, None, Err("asked".into()));
+        let (code, out, _) = go(
+            vec![2],
+            Flow { yes: true, ..apply },
+            None,
+            Err(RepairError::NoAnswer("asked".into())),
+        );
         assert_eq!(code, EXIT_OK);
         assert!(!out.contains("[y/N]"), "{out}");
     }
@@ -470,5 +500,27 @@ mod tests {
             assert_eq!(read_answer(&mut text.as_bytes()), Ok(yes), "{text:?}");
         }
         assert_eq!(RepairError::CouldNotRun("x".into()).exit_code(), EXIT_ERROR);
+    }
+
+    /// A stdin that cannot be read is no answer: the error says so, with the system's reason,
+    /// and ends the run as "not applied".
+    #[test]
+    fn an_unreadable_answer_is_named() {
+        struct Broken;
+        impl std::io::Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("input/output error"))
+            }
+        }
+        let e = read_answer(&mut std::io::BufReader::new(Broken)).unwrap_err();
+        assert_eq!(e, RepairError::NoAnswer("input/output error".into()));
+        assert_eq!(e.to_string(), "reading the answer: input/output error");
+        assert_eq!(e.reason(), "reading the answer: input/output error");
+        assert_eq!(e.exit_code(), EXIT_NOT_APPLIED);
+        // The other kinds: the text output shows the reason without the kind's prefix.
+        let refused = RepairError::Refused("the kubelet runs".into());
+        assert_eq!(refused.to_string(), "refused: the kubelet runs");
+        assert_eq!(refused.reason(), "the kubelet runs");
+        assert_eq!(RepairError::Aborted("changed".into()).reason(), "changed");
     }
 }

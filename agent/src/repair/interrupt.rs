@@ -7,6 +7,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+/// Why [`Interrupts::install`] could not take over the signals (they then end the process as
+/// usual).
+#[derive(Debug, thiserror::Error)]
+pub enum InterruptError {
+    /// The thread that waits for the signals could not be started.
+    #[error("signal handlers: {0}")]
+    Thread(#[source] std::io::Error),
+    /// That thread's runtime could not be built.
+    #[error("signal handlers: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The handlers of SIGINT, SIGTERM or SIGHUP could not be registered.
+    #[error("signal handlers: cannot install them")]
+    Handlers,
+    /// The thread did not report within 5 s.
+    #[error("signal handlers: not installed within 5 s")]
+    Timeout,
+}
+
 /// The signals received since [`Interrupts::install`]: the last one wins.
 #[derive(Debug, Clone)]
 pub struct Interrupts {
@@ -16,7 +34,7 @@ pub struct Interrupts {
 impl Interrupts {
     /// From now on SIGINT, SIGTERM and SIGHUP are recorded here and no longer end the process.
     /// A thread of its own waits for them, so the repair's blocking steps need not poll.
-    pub fn install() -> Result<Self, String> {
+    pub fn install() -> Result<Self, InterruptError> {
         let last = Arc::new(AtomicI32::new(0));
         let seen = last.clone();
         let (ready, installed) = std::sync::mpsc::channel();
@@ -26,7 +44,7 @@ impl Interrupts {
                 let runtime = match crate::runtime() {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = ready.send(Err(format!("signal handlers: {e}")));
+                        let _ = ready.send(Err(InterruptError::Runtime(e)));
                         return;
                     }
                 };
@@ -40,7 +58,7 @@ impl Interrupts {
                     let (mut int, mut term, mut hup) = match handlers {
                         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
                         _ => {
-                            let _ = ready.send(Err("signal handlers: cannot install them".to_string()));
+                            let _ = ready.send(Err(InterruptError::Handlers));
                             return;
                         }
                     };
@@ -60,11 +78,11 @@ impl Interrupts {
                     }
                 });
             })
-            .map_err(|e| format!("signal handlers: {e}"))?;
+            .map_err(InterruptError::Thread)?;
         match installed.recv_timeout(Duration::from_secs(5)) {
             Ok(Ok(())) => Ok(Interrupts { last }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err("signal handlers: not installed within 5 s".into()),
+            Err(_) => Err(InterruptError::Timeout),
         }
     }
 
@@ -101,5 +119,21 @@ mod tests {
         }
         // Still here: SIGHUP's default action would have ended the test process.
         assert_eq!(interrupts.received(), Some("SIGHUP"));
+    }
+
+    #[test]
+    fn install_errors_say_what_failed() {
+        assert_eq!(
+            InterruptError::Timeout.to_string(),
+            "signal handlers: not installed within 5 s"
+        );
+        assert_eq!(
+            InterruptError::Handlers.to_string(),
+            "signal handlers: cannot install them"
+        );
+        assert_eq!(
+            InterruptError::Runtime(std::io::Error::other("no epoll")).to_string(),
+            "signal handlers: no epoll"
+        );
     }
 }

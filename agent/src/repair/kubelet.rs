@@ -359,6 +359,7 @@ pub fn run_bounded(argv: &[String], timeout: Duration, enter: Option<&Path>) -> 
             let namespaces = open_namespaces(target)?;
             let joined = std::thread::Builder::new()
                 .name("nodemedic-host-ns".into())
+                // A plain-text reason: `fail` below puts it into `KubeletError::Command`.
                 .spawn(move || -> Result<std::process::Child, String> {
                     let mut command = command;
                     nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)

@@ -358,6 +358,7 @@ fn given_pods_are_the_snapshots_and_every_host_source_is_read() {
             ("podresources", "missing".into()),
             ("pods", "api".into()),
             ("local_dirs", "missing".into()),
+            ("spark_conf", "ok".into()),
             ("kubelet_version", "unknown".into()),
         ]
     );
@@ -545,6 +546,7 @@ fn a_missing_kubelet_dir_is_missing_and_the_rest_is_read() {
             ("podresources", "missing".into()),
             ("pods", "file".into()),
             ("local_dirs", "missing".into()),
+            ("spark_conf", "ok".into()),
             ("kubelet_version", "unknown".into()),
         ]
     );

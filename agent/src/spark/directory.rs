@@ -149,7 +149,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
         st.events.remove(&pod.uid);
         let mut names = vec![format!("get {}/{}", pod.namespace, pod.name)];
         names.extend(pod.pod_ip.as_ref().map(|ip| format!("ip {ip}")));
-        if pod.spark_role() == Some("executor") {
+        if nodemedic_rules::spark::is_executor(pod) {
             if let Some(owner) = pod.controller() {
                 names.push(format!("get {}/{}", pod.namespace, owner.name));
             }
@@ -157,7 +157,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
                 names.push(format!("ip {host}"));
             }
         }
-        let driver_app = pod.spark_app().filter(|_| pod.spark_role() == Some("executor"));
+        let driver_app = pod.spark_app().filter(|_| nodemedic_rules::spark::is_executor(pod));
         st.entries.retain(|key, (_, value)| {
             if names.iter().any(|n| n == key) {
                 return false;

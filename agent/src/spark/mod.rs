@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, NodeStatus, PodEvent, PodInfo};
+use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, NodeStatus, PodEvent, PodInfo, PodPhase};
 use nodemedic_rules::spark;
 
 mod directory;
@@ -202,11 +202,11 @@ pub async fn resolve_all<D: PodDirectory>(
     pods: &[PodInfo],
 ) -> (BTreeMap<String, DriverLookup>, BTreeMap<String, Vec<PodInfo>>) {
     let mut drivers = BTreeMap::new();
-    for executor in pods.iter().filter(|p| p.spark_role() == Some("executor")) {
+    for executor in pods.iter().filter(|p| spark::is_executor(p)) {
         drivers.insert(executor.uid.clone(), resolve_driver(dir, executor).await);
     }
     let mut app_drivers: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
-    for driver in pods.iter().filter(|p| p.spark_role() == Some("driver")) {
+    for driver in pods.iter().filter(|p| spark::is_driver(p)) {
         let Some(key) = spark::app_drivers_key(driver) else {
             continue;
         };
@@ -241,7 +241,7 @@ pub async fn resolve_all<D: PodDirectory>(
         }
         // A driver that waits to start: the drivers submitted under its name (a resubmission
         // has a new app id), for `half-submitted-driver` to find the newer one that started.
-        if driver.phase == "Pending" && !driver.deleting {
+        if driver.phase == PodPhase::Pending && !driver.deleting {
             if let Some(name) = driver.label(spark::APP_NAME).filter(|n| !n.is_empty()) {
                 let selector = format!("spark-role=driver,{}={name}", spark::APP_NAME);
                 add(dir.list(Some(&driver.namespace), &selector).await.unwrap_or_default());

@@ -11,22 +11,41 @@ pub struct Cidr {
     prefix: u8,
 }
 
+/// Why a text (a Node's `spec.podCIDRs` entry, as given) is not a CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// No `/`.
+    #[error("{text:?}: not a CIDR (no /prefix)")]
+    NoPrefix { text: String },
+    /// The part before the `/` is not an IPv4 or IPv6 address.
+    #[error("{text:?}: {addr:?} is not an IP address")]
+    NotAnAddress { text: String, addr: String },
+    /// The prefix length is not a number up to the address's bits (32 or 128).
+    #[error("{text:?}: prefix {prefix:?} is not 0..={max}")]
+    PrefixLength { text: String, prefix: String, max: u8 },
+}
+
 impl Cidr {
     /// Parses `a.b.c.d/n` or `x:y::/n`; the address bits past the prefix are ignored.
-    pub fn parse(text: &str) -> Result<Cidr, String> {
+    pub fn parse(text: &str) -> Result<Cidr, CidrError> {
         let (addr, len) = text
             .trim()
             .split_once('/')
-            .ok_or_else(|| format!("{text:?}: not a CIDR (no /prefix)"))?;
-        let base: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{text:?}: {addr:?} is not an IP address"))?;
+            .ok_or_else(|| CidrError::NoPrefix { text: text.to_string() })?;
+        let base: IpAddr = addr.parse().map_err(|_| CidrError::NotAnAddress {
+            text: text.to_string(),
+            addr: addr.to_string(),
+        })?;
         let max = if base.is_ipv4() { 32 } else { 128 };
         let prefix: u8 = len
             .parse()
             .ok()
             .filter(|p| *p <= max)
-            .ok_or_else(|| format!("{text:?}: prefix {len:?} is not 0..={max}"))?;
+            .ok_or_else(|| CidrError::PrefixLength {
+                text: text.to_string(),
+                prefix: len.to_string(),
+                max,
+            })?;
         Ok(Cidr { base, prefix })
     }
 
@@ -91,11 +110,31 @@ mod tests {
 
     #[test]
     fn bad_cidrs_say_what_is_wrong() {
-        assert!(Cidr::parse("10.244.1.0").unwrap_err().contains("no /prefix"));
-        assert!(Cidr::parse("10.244.1/24").unwrap_err().contains("not an IP address"));
-        assert!(Cidr::parse("10.244.1.0/33").unwrap_err().contains("0..=32"));
-        assert!(Cidr::parse("fd00::/129").unwrap_err().contains("0..=128"));
-        assert!(Cidr::parse("10.0.0.0/x").is_err());
+        let text = |e: CidrError| e.to_string();
+        assert_eq!(
+            text(Cidr::parse("10.244.1.0").unwrap_err()),
+            "\"10.244.1.0\": not a CIDR (no /prefix)"
+        );
+        assert_eq!(
+            Cidr::parse("10.244.1/24").unwrap_err(),
+            CidrError::NotAnAddress {
+                text: "10.244.1/24".into(),
+                addr: "10.244.1".into()
+            }
+        );
+        assert_eq!(
+            text(Cidr::parse("10.244.1/24").unwrap_err()),
+            "\"10.244.1/24\": \"10.244.1\" is not an IP address"
+        );
+        assert_eq!(
+            text(Cidr::parse("10.244.1.0/33").unwrap_err()),
+            "\"10.244.1.0/33\": prefix \"33\" is not 0..=32"
+        );
+        assert!(text(Cidr::parse("fd00::/129").unwrap_err()).contains("0..=128"));
+        assert!(matches!(
+            Cidr::parse("10.0.0.0/x"),
+            Err(CidrError::PrefixLength { max: 32, .. })
+        ));
     }
 
     #[test]

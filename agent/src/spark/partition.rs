@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo};
+use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodPhase};
 use nodemedic_rules::spark;
 
 use super::{LookupError, PodDirectory};
@@ -88,7 +88,7 @@ pub fn waiting_for_claims<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<
         .filter(|p| {
             !p.resource_claims.is_empty()
                 && p.node_name.as_deref() == Some(node)
-                && p.phase == "Pending"
+                && p.phase == PodPhase::Pending
                 && !p.deleting
                 && !p.containers.iter().any(|c| c.state.as_deref() == Some("running"))
                 && p.created_at.is_some_and(|c| now - c >= PENDING_FOR)

@@ -22,7 +22,7 @@
 use crate::checkpoint::EntryKey;
 use crate::cpuset::CpuSet;
 use crate::settings::Settings;
-use crate::snapshot::{ConfMount, ConfVolume, NodeSnapshot, Observed, PodEvent, PodInfo};
+use crate::snapshot::{ConfMount, ConfVolume, NodeSnapshot, Observed, PodEvent, PodInfo, PodPhase};
 use crate::spark::{self, APP_NAME, APP_SELECTOR, driver_waits_to_start, non_empty_label};
 
 /// A newer driver with the same `spark-app-name` counts as a resubmission when it was created
@@ -59,7 +59,7 @@ pub struct HalfSubmitted<'a> {
 
 /// Whether a driver pod's containers got as far as running.
 fn started(p: &PodInfo) -> bool {
-    matches!(p.phase.as_str(), "Running" | "Succeeded")
+    matches!(p.phase, PodPhase::Running | PodPhase::Succeeded)
         || p.containers
             .iter()
             .any(|c| matches!(c.state.as_deref(), Some("running" | "terminated")))

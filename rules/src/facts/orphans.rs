@@ -140,7 +140,7 @@ fn not_its_driver(executor: &PodInfo, found: &PodInfo) -> Option<String> {
     if let Some((_, theirs)) = differs(spark::APP_SELECTOR) {
         return Some(format!("pod {} belongs to application {theirs}", found.display()));
     }
-    if let Some(role) = found.spark_role().filter(|r| *r != spark::DRIVER) {
+    if let Some(role) = found.spark_role().filter(|r| *r != spark::SparkRole::Driver) {
         return Some(format!("pod {} is a Spark {role}, not a driver", found.display()));
     }
     if let Some((mine, theirs)) = differs(OPERATOR_SUBMISSION_ID) {

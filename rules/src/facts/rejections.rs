@@ -1,7 +1,7 @@
 //! Pods the kubelet refused at admission, and what their messages say.
 
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
+use crate::snapshot::{NodeSnapshot, PodInfo, PodPhase, PodSource};
 
 /// Reasons only the kubelet's admission sets (besides `OutOf<resource>`): the predicate
 /// admit handler's own reasons, the scheduler predicates it re-runs (current and pre-1.19
@@ -102,7 +102,7 @@ pub struct Rejection<'a> {
 /// Whether `pod` was refused by the kubelet: `Failed` with a kubelet admission reason, or
 /// with any reason and a message starting `Pod was rejected: ` (other admit handlers).
 pub fn rejected_reason(pod: &PodInfo) -> Option<&str> {
-    if pod.phase != "Failed" {
+    if pod.phase != PodPhase::Failed {
         return None;
     }
     let reason = pod.reason.as_deref().filter(|r| !r.is_empty())?;
@@ -157,5 +157,7 @@ pub fn rejected_for_cpus(pod: &PodInfo) -> bool {
     if message.contains("not enough cpus available") {
         return true;
     }
-    pod.phase == "Failed" && pod.reason.as_deref() == Some("UnexpectedAdmissionError") && message.contains("cpu")
+    pod.phase == PodPhase::Failed
+        && pod.reason.as_deref() == Some("UnexpectedAdmissionError")
+        && message.contains("cpu")
 }

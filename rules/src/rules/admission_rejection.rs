@@ -207,7 +207,7 @@ mod tests {
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 2, "{f:#?}");
         let cpu = &f[0];
-        assert_eq!(cpu.subject.kind, "Node");
+        assert_eq!(cpu.subject.kind, crate::finding::SubjectKind::Node);
         assert_eq!(cpu.evidence["reason"], "OutOfcpu");
         assert_eq!(cpu.evidence["rejected_pods"], 2);
         assert_eq!(

@@ -19,7 +19,7 @@
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
-use crate::finding::{Finding, Severity, Subject};
+use crate::finding::{Finding, Severity, Subject, SubjectKind};
 use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{CgroupTree, ContainerCgroup, NodeSnapshot, Observed, PodInfo, PodSource};
@@ -141,7 +141,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
                 || match snap.owner_of_container_id(&leaf.id) {
                     Some((uid, _)) => Subject::pod_uid(&uid),
                     None => Subject {
-                        kind: "Pod".into(),
+                        kind: SubjectKind::Pod,
                         ..Default::default()
                     },
                 },

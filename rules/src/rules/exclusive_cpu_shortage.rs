@@ -20,7 +20,7 @@ use crate::finding::{Finding, Severity, Subject};
 use crate::rules::RuleInfo;
 use crate::rules::stale_cpu_assignment::remedy_for_all;
 use crate::settings::Settings;
-use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodSource};
+use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodPhase, PodSource, QosClass};
 use crate::text::LISTED;
 
 pub const ID: &str = "exclusive-cpu-shortage";
@@ -68,7 +68,7 @@ pub const RULE: RuleInfo = RuleInfo {
 /// Exclusive CPUs a Guaranteed pod needs: integer CPU requests, the larger of the biggest
 /// init container and the sum of the app containers (init CPUs are reused).
 pub fn exclusive_cpus_needed(pod: &PodInfo) -> usize {
-    if pod.qos_class.as_deref() != Some("Guaranteed") {
+    if pod.qos_class != Some(QosClass::Guaranteed) {
         return 0;
     }
     let whole = |m: Option<u64>| m.filter(|m| *m > 0 && m % 1000 == 0).map_or(0, |m| (m / 1000) as usize);
@@ -177,7 +177,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
     for pod in snap
         .pods
         .iter()
-        .filter(|p| p.phase == "Pending" && !rejected_for_cpus(p) && !allocated(&p.uid))
+        .filter(|p| p.phase == PodPhase::Pending && !rejected_for_cpus(p) && !allocated(&p.uid))
     {
         let need = exclusive_cpus_needed(pod);
         if need == 0 {

@@ -33,7 +33,7 @@ use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
 use crate::facts::checkpoint_path;
-use crate::finding::{Finding, Severity, Subject};
+use crate::finding::{Finding, Severity, Subject, SubjectKind};
 use crate::kubelet_version;
 use crate::kubelet_view::{KubeletPod, KubeletView};
 use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
@@ -188,7 +188,7 @@ fn known_uid(pod: &KubeletPod) -> Option<&str> {
 
 fn pod_subject(pod: &KubeletPod, uid: &str, container: &str) -> Subject {
     Subject {
-        kind: "Pod".into(),
+        kind: SubjectKind::Pod,
         namespace: Some(pod.namespace.clone()),
         name: Some(pod.name.clone()),
         uid: Some(uid.to_string()),
@@ -441,7 +441,7 @@ fn containers(
                 continue;
             }
             let subject = Subject {
-                kind: "Pod".into(),
+                kind: SubjectKind::Pod,
                 namespace: Some(pod.namespace.clone()),
                 name: Some(pod.name.clone()),
                 uid: uid.map(str::to_string),

@@ -247,12 +247,21 @@ mod tests {
         settings
             .severity_overrides
             .insert("no-such-rule".into(), Severity::Info);
-        assert!(settings.validate().unwrap_err().contains("\"no-such-rule\""));
+        assert!(
+            settings
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("\"no-such-rule\"")
+        );
         let negative = Settings {
             orphan_grace_seconds: -1,
             ..Default::default()
         };
-        assert_eq!(negative.validate(), Err("orphan_grace_seconds: -1 is negative".into()));
+        assert_eq!(
+            negative.validate().map_err(|e| e.to_string()),
+            Err("orphan_grace_seconds: -1 is negative".into())
+        );
     }
 
     #[test]

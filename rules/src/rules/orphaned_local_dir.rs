@@ -407,7 +407,7 @@ mod tests {
             got.sort();
             assert_eq!(got, want, "{name}");
             for f in &f {
-                assert_eq!(f.subject.kind, "Node");
+                assert_eq!(f.subject.kind, crate::finding::SubjectKind::Node);
                 assert_eq!(f.evidence["volume_type"], "hostPath");
                 assert_eq!(f.evidence["roots"], serde_json::json!([ROOT]));
             }

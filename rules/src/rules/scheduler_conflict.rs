@@ -264,7 +264,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         let f = &f[0];
         assert_eq!(f.severity, Severity::Warning);
-        assert_eq!(f.subject.kind, "Node");
+        assert_eq!(f.subject.kind, crate::finding::SubjectKind::Node);
         assert_eq!(
             f.evidence["schedulers"],
             serde_json::json!({"default-scheduler": 1, "volcano": 3})

@@ -31,7 +31,7 @@
 
 use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::facts::{Facts, StaleEntry, checkpoint_path};
-use crate::finding::{Finding, Severity, Subject};
+use crate::finding::{Finding, Severity, Subject, SubjectKind};
 use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
@@ -88,7 +88,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
                 (Some(p), _) => Subject::pod(p),
                 (None, Some(uid)) => Subject::pod_uid(uid),
                 (None, None) => Subject {
-                    kind: "Pod".into(),
+                    kind: SubjectKind::Pod,
                     ..Default::default()
                 },
             }

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
 use crate::facts::ClaimSource;
-use crate::finding::{Finding, Severity, Subject};
+use crate::finding::{Finding, Severity, Subject, SubjectKind};
 use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{ClaimObject, NodeSnapshot};
@@ -62,14 +62,14 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
             let path = c.source.path(snap);
             let subject = match c.claim.as_deref().and_then(|c| c.split_once('/')) {
                 Some((ns, name)) => Subject {
-                    kind: "ResourceClaim".into(),
+                    kind: SubjectKind::ResourceClaim,
                     namespace: Some(ns.to_string()),
                     name: Some(name.to_string()),
                     uid: Some(c.claim_uid.clone()),
                     container: None,
                 },
                 None => Subject {
-                    kind: "ResourceClaim".into(),
+                    kind: SubjectKind::ResourceClaim,
                     uid: Some(c.claim_uid.clone()),
                     ..Default::default()
                 },
@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].evidence["claim_uid"], "c-gone");
         assert_eq!(f[0].evidence["source"], "kubelet");
-        assert_eq!(f[0].subject.kind, "ResourceClaim");
+        assert_eq!(f[0].subject.kind, SubjectKind::ResourceClaim);
         assert_eq!(f[0].subject.display(), "spark/exec-2-gpu");
         assert_eq!(f[0].evidence["devices"], json!(["gpu.nvidia.com/node-a/gpu-1"]));
         assert!(

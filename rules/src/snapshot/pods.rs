@@ -1,9 +1,14 @@
 //! Pods as the rules read them: the pod, its containers, owner references and the volumes
-//! Spark uses, where the pod list came from, and the Spark version a pod's image names.
+//! Spark uses, where the pod list came from, and the Spark version a pod's image names. The
+//! words on a pod (phase, QoS class, Spark role) are enums, in [`words`].
 
 use std::collections::BTreeMap;
 
 use crate::spark;
+
+pub mod words;
+
+pub use words::{PodPhase, QosClass, SparkRole};
 
 /// Init, regular or ephemeral container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -85,12 +90,12 @@ pub struct PodInfo {
     pub namespace: String,
     pub name: String,
     pub node_name: Option<String>,
-    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
-    pub phase: String,
+    /// `status.phase` (`Pending` when the object has none).
+    pub phase: PodPhase,
     pub reason: Option<String>,
     pub message: Option<String>,
     /// `status.qosClass`, or computed from the spec when absent.
-    pub qos_class: Option<String>,
+    pub qos_class: Option<QosClass>,
     pub containers: Vec<ContainerInfo>,
     pub labels: BTreeMap<String, String>,
     /// Creation time, unix seconds.
@@ -131,7 +136,7 @@ pub struct PodInfo {
 impl PodInfo {
     /// Whether the pod has finished (its containers will not run again).
     pub fn is_terminal(&self) -> bool {
-        matches!(self.phase.as_str(), "Succeeded" | "Failed")
+        self.phase.is_terminal()
     }
 
     /// `namespace/name`.
@@ -165,9 +170,9 @@ impl PodInfo {
         self.labels.get(key).map(String::as_str)
     }
 
-    /// The `spark-role` label: `driver` or `executor`.
-    pub fn spark_role(&self) -> Option<&str> {
-        self.label(spark::ROLE)
+    /// The `spark-role` label: `driver`, `executor`, or another value as written.
+    pub fn spark_role(&self) -> Option<SparkRole> {
+        self.label(spark::ROLE).map(SparkRole::from)
     }
 
     /// The Spark application id (`spark-app-selector`).

@@ -127,7 +127,7 @@ fn phases(pods: usize, runs: usize, kubelet: bool, managers: bool) -> Result<(),
     let opts = nodemedic::scan::Options {
         node: Some("bench-node".into()),
         driver_checkpoints: if managers {
-            vec![nodemedic::collect::managers::DriverCheckpoint::parse(NVIDIA)?]
+            vec![nodemedic::collect::managers::DriverCheckpoint::parse(NVIDIA).map_err(|e| e.to_string())?]
         } else {
             vec![]
         },

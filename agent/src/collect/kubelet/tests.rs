@@ -21,6 +21,41 @@ fn durations() {
     for t in ["", "10", "s", "10x", "-1s", "1..2s"] {
         assert!(parse_go_duration(t).is_err(), "{t}");
     }
+    let e = parse_go_duration("10x").unwrap_err();
+    assert_eq!(e, KubeletConfigError::Duration { text: "10x".into() });
+    assert_eq!(e.to_string(), "invalid duration \"10x\"");
+}
+
+/// A wrong flag's error names the flag and its value; a wrong key's, the key.
+#[test]
+fn config_errors_name_the_key_or_flag() {
+    let e = parse_kubelet_config(None, &args(&["kubelet", "--cpu-manager-reconcile-period=soon"])).unwrap_err();
+    assert_eq!(
+        e,
+        KubeletConfigError::Key {
+            key: "--cpu-manager-reconcile-period",
+            source: Box::new(KubeletConfigError::Duration { text: "soon".into() }),
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "--cpu-manager-reconcile-period: invalid duration \"soon\""
+    );
+    let e = parse_kubelet_config(None, &args(&["kubelet", "--reserved-cpus=1.3"])).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KubeletConfigError::Cpus {
+                key: "--reserved-cpus",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "--reserved-cpus: invalid cpuset token \"1.3\": not a CPU id or a low-high range"
+    );
 }
 
 #[test]
@@ -115,7 +150,7 @@ fn defaults_and_bad_input() {
         ("cpuManagerPolicy: {a: b}", "invalid KubeletConfiguration YAML"),
     ];
     for (yaml, want) in cases {
-        let err = parse_kubelet_config(Some(yaml), &[]).unwrap_err();
+        let err = parse_kubelet_config(Some(yaml), &[]).unwrap_err().to_string();
         assert!(err.contains(want), "{yaml}: {err}");
     }
 }
@@ -150,11 +185,21 @@ fn drop_ins_merge_over_the_file_and_flags_win() {
     let bad = vec![("/d/99-bad.conf".to_string(), "cpuManagerPolicy: [static".to_string())];
     let err = parse_layers(Some(file), &bad, &[]).unwrap_err();
     assert!(
-        err.starts_with("drop-in /d/99-bad.conf: invalid KubeletConfiguration YAML"),
+        matches!(&err, KubeletConfigError::DropIn { path, source }
+            if path == "/d/99-bad.conf" && matches!(**source, KubeletConfigError::Yaml { .. })),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("drop-in /d/99-bad.conf: invalid KubeletConfiguration YAML"),
         "{err}"
     );
     let err = parse_layers(Some("- a list"), &[], &[]).unwrap_err();
-    assert_eq!(err, "invalid KubeletConfiguration YAML: the document is not a mapping");
+    assert_eq!(err, KubeletConfigError::NotAMapping);
+    assert_eq!(
+        err.to_string(),
+        "invalid KubeletConfiguration YAML: the document is not a mapping"
+    );
 }
 
 /// A host tree: `files` (host path, content) under a temporary root.

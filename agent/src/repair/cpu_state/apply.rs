@@ -15,7 +15,7 @@ use super::plan::{Plan, Removal, cgroup_of, read_file};
 use crate::repair::atomic::{self, Attrs, Step};
 use crate::repair::command::{End, RepairError};
 use crate::repair::interrupt::Interrupts;
-use crate::repair::kubelet::{Guard, KubeletControl, KubeletProcess, Started, Stopped, running_kubelet};
+use crate::repair::kubelet::{Guard, KubeletControl, KubeletError, KubeletProcess, Started, Stopped, running_kubelet};
 use crate::scan;
 
 /// How [`apply`] acts.
@@ -207,18 +207,47 @@ pub enum CommitError {
     Write(atomic::WriteError),
 }
 
+/// Why [`apply`] will not act: a precondition [`precheck`] finds before anything is asked, or a
+/// part of the plan that no longer holds when it is checked again right before the write.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The plan refuses, or has nothing to do.
+    #[error("the plan is not ready to apply")]
+    NotReady,
+    /// A kubelet runs (its pid under the host root) and `--restart-kubelet` was not given.
+    #[error(
+        "the kubelet is running (pid {pid}): it would overwrite the file from its memory; \
+         pass --restart-kubelet to stop it for the write and start it again, or stop it yourself"
+    )]
+    KubeletRunning { pid: u32 },
+    /// Whether the kubelet runs cannot be told (the host's `/proc`).
+    #[error(transparent)]
+    Kubelet(#[from] KubeletError),
+    /// The plan carries no host to read again (a plan not made by [`super::plan`]).
+    #[error("the plan has no host to check again")]
+    NoHost,
+    /// The plan carries no pod list to judge again with.
+    #[error("the plan has no pod list to judge again with")]
+    NoPodList,
+    /// Reading the host again failed.
+    #[error("reading the host again: {0}")]
+    Rescan(#[source] scan::ScanError),
+    /// A planned removal's entry (`pod <uid> container <name>`, ...) is no longer stale.
+    #[error("{target} is no longer stale")]
+    NoLongerStale { target: String },
+    /// A planned removal's cgroup shows processes (or cannot be read) now.
+    #[error("the cgroup of {target} shows {why} now")]
+    StillRunning { target: String, why: String },
+}
+
 /// Why [`apply`] would refuse before doing anything (checked again inside it): for asking
 /// for confirmation only when there is something to confirm.
-pub fn precheck(plan: &Plan, opts: &ApplyOptions) -> Result<(), String> {
+pub fn precheck(plan: &Plan, opts: &ApplyOptions) -> Result<(), ApplyError> {
     if !plan.ready() {
-        return Err("the plan is not ready to apply".into());
+        return Err(ApplyError::NotReady);
     }
     match running_kubelet(&opts.control.host)? {
-        Some(k) if !opts.restart_kubelet => Err(format!(
-            "the kubelet is running (pid {}): it would overwrite the file from its memory; \
-             pass --restart-kubelet to stop it for the write and start it again, or stop it yourself",
-            k.pid
-        )),
+        Some(k) if !opts.restart_kubelet => Err(ApplyError::KubeletRunning { pid: k.pid }),
         _ => Ok(()),
     }
 }
@@ -286,11 +315,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
         if !opts.restart_kubelet {
             return rec.end(
                 ApplyOutcome::Refused,
-                format!(
-                    "the kubelet is running (pid {}): it would overwrite the file from its memory; \
-                     pass --restart-kubelet to stop it for the write and start it again, or stop it yourself",
-                    k.pid
-                ),
+                ApplyError::KubeletRunning { pid: k.pid }.to_string(),
             );
         }
         // Signals no longer end the process: the step in progress finishes, the kubelet starts.
@@ -548,12 +573,12 @@ pub fn remove_leftovers(plan: &Plan, opts: &ApplyOptions) -> Vec<String> {
 }
 
 /// The planned removals are still stale, and their cgroups still empty.
-fn recheck(plan: &Plan) -> Result<(), String> {
+fn recheck(plan: &Plan) -> Result<(), ApplyError> {
     let (Some(host), Some(state)) = (&plan.host, &plan.state) else {
-        return Err("the plan has no host to check again".into());
+        return Err(ApplyError::NoHost);
     };
     let Some(pods) = plan.rescan.clone() else {
-        return Err("the plan has no pod list to judge again with".into());
+        return Err(ApplyError::NoPodList);
     };
     let opts = scan::Options {
         node: Some(plan.node.clone()),
@@ -561,7 +586,7 @@ fn recheck(plan: &Plan) -> Result<(), String> {
         ..Default::default()
     };
     let snap = scan::snapshot_blocking(host, pods, &opts)
-        .map_err(|e| format!("reading the host again: {e}"))?
+        .map_err(ApplyError::Rescan)?
         .snapshot;
     let stale = stale_entries_of(&snap, &plan.settings, state);
     let tree = snap.cgroups.ok();
@@ -570,11 +595,16 @@ fn recheck(plan: &Plan) -> Result<(), String> {
             .iter()
             .find(|e| super::plan::target_of_stale(e).as_ref() == Some(&r.target))
         else {
-            return Err(format!("{} is no longer stale", r.target.display()));
+            return Err(ApplyError::NoLongerStale {
+                target: r.target.display(),
+            });
         };
         let still_running = tree.map_or(e.still_running.clone(), |t| cgroup_of(t, e).2);
         if let Some(why) = still_running {
-            return Err(format!("the cgroup of {} shows {why} now", r.target.display()));
+            return Err(ApplyError::StillRunning {
+                target: r.target.display(),
+                why,
+            });
         }
     }
     Ok(())

@@ -39,7 +39,7 @@ mod tests;
 
 pub use apply::apply;
 pub use apply::{
-    Action, ApplyOptions, ApplyOutcome, ApplyReport, CommitStep, backup_path, precheck, remove_leftovers,
+    Action, ApplyError, ApplyOptions, ApplyOutcome, ApplyReport, CommitStep, backup_path, precheck, remove_leftovers,
     replace_with_backup,
 };
 pub use nodemedic_rules::checkpoint::rewrite::Target;
@@ -116,8 +116,8 @@ impl Repair for CpuState<'_> {
         }
     }
 
-    fn precheck(&self, plan: &Plan) -> Result<(), String> {
-        precheck(plan, &self.opts.apply)
+    fn precheck(&self, plan: &Plan) -> Result<(), RepairError> {
+        precheck(plan, &self.opts.apply).map_err(|e| RepairError::Refused(e.to_string()))
     }
 
     fn question(&self, plan: &Plan) -> String {

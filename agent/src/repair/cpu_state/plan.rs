@@ -203,6 +203,7 @@ pub fn plan(opts: &Options) -> Result<Plan, RepairError> {
     compute_plan(opts).map_err(RepairError::CouldNotRun)
 }
 
+// A plain-text reason: [`plan`] puts it into `RepairError::CouldNotRun` at once.
 fn compute_plan(opts: &Options) -> Result<Plan, String> {
     let host = opts.host.clone();
     if !host.root().is_dir() {
@@ -483,6 +484,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
 /// What the kubelet checks a state against at start: the online CPUs, the reserved CPUs and
 /// whether `strict-cpu-reservation` is on; `Err` says why they are unknown. Without the
 /// kubelet's configuration they are unknown: never "no reserved CPUs".
+// A plain-text reason, embedded into the plan's refusal reasons and notes in this module.
 fn kubelet_view(snap: &NodeSnapshot) -> Result<(CpuSet, CpuSet, bool), String> {
     let Observed::Ok(topology) = &snap.cpus else {
         return Err(format!("the online CPUs are unknown ({})", snap.cpus.status()));

@@ -477,7 +477,8 @@ fn a_running_kubelet_is_refused_without_restart_kubelet() {
     assert_eq!(plan.verdict, Verdict::Ready);
     assert_eq!(plan.kubelet.as_ref().map(|k| k.pid), Some(4242));
     let e = precheck(&plan, &opts.apply).unwrap_err();
-    assert!(e.starts_with("the kubelet is running (pid 4242)"), "{e}");
+    assert!(matches!(e, ApplyError::KubeletRunning { pid: 4242 }), "{e:?}");
+    assert!(e.to_string().starts_with("the kubelet is running (pid 4242)"), "{e}");
     let report = apply(&plan, &opts.apply);
     assert_eq!(report.outcome, ApplyOutcome::Refused);
     assert!(
@@ -498,10 +499,9 @@ fn apply_refuses_a_plan_that_is_not_ready() {
     let opts = offline(&tree);
     let plan = plan(&opts).unwrap();
     assert!(!plan.ready());
-    assert_eq!(
-        precheck(&plan, &opts.apply).unwrap_err(),
-        "the plan is not ready to apply"
-    );
+    let e = precheck(&plan, &opts.apply).unwrap_err();
+    assert!(matches!(e, ApplyError::NotReady), "{e:?}");
+    assert_eq!(e.to_string(), "the plan is not ready to apply");
     let report = apply(&plan, &opts.apply);
     assert_eq!(report.outcome, ApplyOutcome::Refused);
     assert_eq!(std::fs::read(tree.checkpoint_path()).unwrap(), original());
@@ -648,4 +648,31 @@ fn the_backup_is_on_disk_before_the_replacement_starts() {
     assert!(seen.is_empty());
     assert_eq!(std::fs::read(&checkpoint).unwrap(), b"new");
     assert_eq!(std::fs::read(&backup).unwrap(), b"old");
+}
+
+/// The re-check right before the write names the entry and what it found.
+#[test]
+fn apply_errors_name_the_entry() {
+    let target = Target::Container {
+        pod_uid: "39b3".into(),
+        container: "app".into(),
+    }
+    .display();
+    assert_eq!(
+        ApplyError::NoLongerStale { target: target.clone() }.to_string(),
+        "pod 39b3 container app is no longer stale"
+    );
+    assert_eq!(
+        ApplyError::StillRunning {
+            target,
+            why: "2 processes".into()
+        }
+        .to_string(),
+        "the cgroup of pod 39b3 container app shows 2 processes now"
+    );
+    assert_eq!(
+        ApplyError::KubeletRunning { pid: 7 }.to_string(),
+        "the kubelet is running (pid 7): it would overwrite the file from its memory; pass --restart-kubelet to \
+         stop it for the write and start it again, or stop it yourself"
+    );
 }

@@ -51,6 +51,7 @@ pub(super) struct SafeRoot {
 }
 
 /// Opens the configured root `root` (a host path) under `host`, or says why it is refused.
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn open_root(host: &HostPaths, root: &str) -> Result<SafeRoot, String> {
     let path = Path::new(root);
     if !path.is_absolute() {
@@ -127,12 +128,14 @@ pub(super) fn open_root(host: &HostPaths, root: &str) -> Result<SafeRoot, String
 }
 
 /// The real path of an open descriptor, from `/proc/self/fd`.
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn fd_path(fd: &OwnedFd) -> Result<PathBuf, String> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(|e| format!("cannot verify where a directory is (/proc/self/fd: {e})"))
 }
 
 /// Fails unless the directory open at `fd` is strictly below `root`.
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn contained(fd: &OwnedFd, root: &Path) -> Result<(), String> {
     let p = fd_path(fd)?;
     if p.starts_with(root) && p != root {
@@ -147,6 +150,7 @@ pub(super) fn contained(fd: &OwnedFd, root: &Path) -> Result<(), String> {
 }
 
 /// The names in the directory open at `fd` (without `.` and `..`).
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn names(fd: &OwnedFd) -> Result<Vec<std::ffi::OsString>, String> {
     let dir = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(|e| format!("cannot list a directory through /proc/self/fd: {e}"))?;
@@ -162,6 +166,7 @@ pub(super) fn names(fd: &OwnedFd) -> Result<Vec<std::ffi::OsString>, String> {
 /// `fstatat` saw and on the root's mount: a mount point (another file system, or a bind mount of
 /// the same one, whose device number is the root's) is never entered; `then` ends that message
 /// (`left alone`, `stopped`).
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn open_child(
     parent: &OwnedFd,
     name: &std::ffi::OsStr,
@@ -179,7 +184,7 @@ pub(super) fn open_child(
     if identity(&st) != identity(seen) {
         return Err(format!("{shown} changed while it was opened"));
     }
-    if mount_id(&fd)? != root.mnt_id {
+    if mount_id(&fd).map_err(|e| e.to_string())? != root.mnt_id {
         return Err(format!(
             "another file system is mounted at {shown} (a mount point, bind mounts included): {then}"
         ));
@@ -201,6 +206,7 @@ pub(super) struct Measure {
 
 /// Walks the directory open at `top` (whose own stat is `st`) by descriptors, never following
 /// symlinks, never crossing into another file system, never leaving `root`.
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn measure(top: OwnedFd, st: &FileStat, root: &SafeRoot) -> Result<Measure, String> {
     let mut m = Measure::default();
     m.inodes.insert(identity(st));
@@ -237,6 +243,7 @@ pub(super) fn measure(top: OwnedFd, st: &FileStat, root: &SafeRoot) -> Result<Me
 
 /// Removes everything below the directory open at `dir`, adding the sizes of the regular
 /// files removed to `freed`.
+// Err: a plain-text reason, never leaving `local_dirs` (a root's problem, an action's detail).
 pub(super) fn remove_contents(dir: &OwnedFd, root: &SafeRoot, depth: usize, freed: &mut u64) -> Result<(), String> {
     contained(dir, &root.canon)?;
     for name in names(dir)? {

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use nodemedic_rules::Settings;
 use nodemedic_rules::facts;
 use nodemedic_rules::rules::{half_submitted_driver, orphaned_executor};
-use nodemedic_rules::snapshot::{NodeSnapshot, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{NodeSnapshot, PodInfo, PodPhase, PodSource};
 use serde_json::{Map, Value, json};
 
 use crate::repair::audit::{ActionRecord, ActionResult, ActionTarget, RepairAction};
@@ -23,7 +23,7 @@ pub struct PodCandidate {
     pub name: String,
     /// The UID the deletion is conditioned on.
     pub uid: String,
-    pub phase: String,
+    pub phase: PodPhase,
     /// Why it is a candidate (the rule's reason).
     pub why: String,
     /// The rule's summary.
@@ -75,7 +75,7 @@ pub struct KeptPod {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub phase: String,
+    pub phase: PodPhase,
     /// What the rule says about it.
     pub why: String,
     /// Why the plan leaves it.

@@ -48,7 +48,7 @@ fn gone() -> DriverLookup {
 fn snapshot(pods: Vec<PodInfo>) -> NodeSnapshot {
     let mut s = NodeSnapshot::empty("n1", NOW);
     s.pod_source = PodSource::Api;
-    for p in pods.iter().filter(|p| p.spark_role() == Some("executor")) {
+    for p in pods.iter().filter(|p| nodemedic_rules::spark::is_executor(p)) {
         s.drivers.insert(p.uid.clone(), gone());
     }
     s.pods = pods;
