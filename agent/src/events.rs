@@ -8,7 +8,7 @@
 //! series kept for as long as the finding lasts instead of a fixed cache lifetime.
 //!
 //! A series' Event has a name made from what it is about and a hash of the finding's identity
-//! ([`series_name`]), the same in every process. So a create answered 409 `AlreadyExists`
+//! ([`FindingKey`], [`series_name`]), the same in every process. So a create answered 409 `AlreadyExists`
 //! (what kube-apiserver answers for a name that is taken: its generic registry turns the
 //! storage's "key exists" into `NewAlreadyExists`, `apiserver/pkg/storage/errors/storage.go`)
 //! means the series is already there:
@@ -25,34 +25,15 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use nodemedic_rules::finding::{Finding, Severity};
+use nodemedic_rules::finding::{Finding, FindingKey, Severity};
 use nodemedic_rules::rules;
 
 /// The `reportingController` of nodemedic's Events.
 pub const REPORTING_CONTROLLER: &str = "nodemedic.io/agent";
 
-/// What identifies one finding across scans and restarts: rule, subject kind, subject (UID, else
-/// name), container, and the problem code (node-level findings of one rule can differ by what
-/// they are about). Nothing process-local: the same finding gives the same parts in any agent.
-fn finding_parts(f: &Finding) -> [&str; 5] {
-    let s = &f.subject;
-    [
-        f.rule.as_str(),
-        s.kind.as_str(),
-        s.uid.as_deref().or(s.name.as_deref()).unwrap_or(""),
-        s.container.as_deref().unwrap_or(""),
-        f.evidence.get("problem").and_then(|v| v.as_str()).unwrap_or(""),
-    ]
-}
-
 /// The Event reason of a finding: its rule's, from the catalogue.
 pub fn reason_of(f: &Finding) -> &'static str {
     rules::by_id(&f.rule).map_or("NodemedicFinding", |r| r.event_reason)
-}
-
-/// What identifies one finding across scans: [`finding_parts`] joined by `|`.
-pub fn finding_key(f: &Finding) -> String {
-    finding_parts(f).join("|")
 }
 
 /// The longest Kubernetes object name (a DNS subdomain, RFC 1123).
@@ -136,11 +117,11 @@ pub struct EventRecorder {
     node: String,
     instance: String,
     series_interval: Duration,
-    series: HashMap<String, Series>,
+    series: HashMap<FindingKey, Series>,
     /// What cluster-level findings (admission) are recorded on: the prober's Lease.
     cluster_object: Option<ObjectReference>,
     /// Findings over the budget, reported in the summary Event.
-    summarized: std::collections::HashSet<String>,
+    summarized: std::collections::HashSet<FindingKey>,
     summary: Option<Series>,
     /// The current budget window and the series started in it.
     window_start: Option<Instant>,
@@ -323,7 +304,7 @@ impl EventRecorder {
     pub fn hold(&mut self, findings: &[Finding]) {
         let now = Instant::now();
         for f in findings {
-            if let Some(s) = self.series.get_mut(&finding_key(f)) {
+            if let Some(s) = self.series.get_mut(&f.key()) {
                 s.last_seen = now;
             }
         }
@@ -340,7 +321,7 @@ impl EventRecorder {
     pub async fn record(&mut self, findings: &[Finding]) -> RecordStats {
         let mut stats = RecordStats::default();
         let now = Instant::now();
-        let current: HashMap<String, &Finding> = findings.iter().map(|f| (finding_key(f), f)).collect();
+        let current: HashMap<FindingKey, &Finding> = findings.iter().map(|f| (f.key(), f)).collect();
         // A finding missing from a few scans (a lookup that failed, a source briefly
         // unreadable) keeps its series for one series interval: if it comes back, it is the
         // same series, not a new Event.
@@ -355,7 +336,7 @@ impl EventRecorder {
             self.window_start = Some(now);
             self.created_in_window = 0;
         }
-        let mut keys: Vec<&String> = current.keys().collect();
+        let mut keys: Vec<&FindingKey> = current.keys().collect();
         // Worst first, so a capped burst spends its Events on what matters most.
         keys.sort_by(|a, b| current[*b].severity.cmp(&current[*a].severity).then(a.cmp(b)));
         let mut overflow: Vec<&Finding> = vec![];
@@ -411,7 +392,7 @@ impl EventRecorder {
                 label: ("nodemedic.io/rule", f.rule.clone()),
                 instance: self.instance.clone(),
             };
-            let name = series_name(spec.regarding.name.as_deref().unwrap_or_default(), &self.identity(f));
+            let name = series_name(spec.regarding.name.as_deref().unwrap_or_default(), &self.identity(key));
             match self.open(spec, name.clone()).await {
                 Ok((namespace, opened)) => {
                     let count = opened.count_in(&mut stats);
@@ -528,13 +509,14 @@ impl EventRecorder {
             .map(|_| ())
     }
 
-    /// What a finding's series is named after ([`series_name`]): this node and the finding's
-    /// identity; for a cluster-level finding recorded on the prober's Lease, the Lease, the
-    /// rule and the problem code, so whichever agent probes continues the one series.
-    fn identity<'a>(&'a self, f: &'a Finding) -> Vec<&'a str> {
+    /// What the series of the finding with `key` is named after ([`series_name`]): this node
+    /// and the key's [parts](FindingKey::parts); for a cluster-level finding recorded on the
+    /// prober's Lease, the Lease, the rule and the problem code, so whichever agent probes
+    /// continues the one series.
+    fn identity<'a>(&'a self, key: &'a FindingKey) -> Vec<&'a str> {
         match &self.cluster_object {
-            Some(o) if CLUSTER_RULES.contains(&f.rule.as_str()) => {
-                let [rule, _, _, _, problem] = finding_parts(f);
+            Some(o) if CLUSTER_RULES.contains(&key.rule.as_str()) => {
+                let [rule, _, _, _, problem] = key.parts();
                 vec![
                     o.namespace.as_deref().unwrap_or_default(),
                     o.name.as_deref().unwrap_or_default(),
@@ -544,7 +526,7 @@ impl EventRecorder {
             }
             _ => {
                 let mut parts = vec![self.node.as_str()];
-                parts.extend(finding_parts(f));
+                parts.extend(key.parts());
                 parts
             }
         }

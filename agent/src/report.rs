@@ -54,7 +54,7 @@ impl Report {
             sources,
             findings,
             coverage: BTreeMap::new(),
-            notes: snapshot.notes.clone(),
+            notes: snapshot.notes.iter().map(ToString::to_string).collect(),
             kubelet_version: snapshot.kubelet_version.ok().cloned(),
         }
     }
@@ -289,8 +289,11 @@ mod tests {
     fn sources_give_the_api_as_the_snapshot_saw_it() {
         // `scan --offline`: no connection, so no probe.
         let offline = Options {
-            node: Some("n".into()),
-            probe_api: true,
+            host: crate::collect::HostOptions {
+                node: Some("n".into()),
+                ..Default::default()
+            },
+            api_probe: crate::scan::ApiProbe::Once,
             ..Default::default()
         };
         let (status, line) = api_source(&offline);

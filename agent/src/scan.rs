@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodemedic_rules::snapshot::{ApiObservation, DriverLookup, NodeSnapshot, Observed, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{Liveness, Note};
 
-use crate::collect::{self, CollectError, Records, ScanOptions};
+use crate::collect::{self, CollectError, PodInput, Records};
 use crate::host::HostPaths;
 use crate::kube_api;
 use crate::spark::{self, ListDirectory, PartitionInputs, PodDirectory};
@@ -64,33 +65,22 @@ impl std::fmt::Debug for Pods {
 /// What else a scan reads or is told.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// The node's name; inferred when `None` (the kubelet's `--hostname-override`, the pods
-    /// file's most common node among this host's pod cgroups, `/etc/hostname`).
-    pub node: Option<String>,
-    /// hostPath roots (host paths) where Spark local dirs live, besides emptyDir volumes.
-    pub local_dir_roots: Vec<String>,
-    /// DRA drivers' checkpoints to read.
-    pub driver_checkpoints: Vec<collect::managers::DriverCheckpoint>,
-    /// Skip measuring local dirs (the daemon walks them less often than the rest).
-    pub skip_local_dirs: bool,
-    /// Run one round of API probes (with `Pods::Api`): the one-shot scan's view of the API.
-    pub probe_api: bool,
+    /// How the host is read (node name, local-dir roots and whether they are measured, DRA
+    /// drivers' checkpoints), passed to the collectors as it is.
+    pub host: collect::HostOptions,
+    /// Where the host files are read, or whether they are read at all.
+    pub host_reads: HostReads,
+    /// Whether the scan probes the API itself.
+    pub api_probe: ApiProbe,
     /// The API as the daemon's probe task last saw it.
     pub api: Option<ApiObservation>,
     /// Notes the caller adds to the report (why the API was not used, ...).
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     /// Timeout of all driver lookups together.
     pub lookups_timeout: Option<Duration>,
-    /// Read no host file: the snapshot holds the pods and their drivers only (a pod repair
-    /// run without a host root).
-    pub skip_host: bool,
     /// The host as read before (the daemon's readings, kept up to date by inotify): the
     /// snapshot is assembled from these instead of reading the host again.
     pub readings: Option<std::sync::Arc<collect::HostReadings>>,
-    /// Read the host files on the calling thread: a one-shot command, whose runtime does
-    /// nothing else meanwhile (no blocking-pool thread to start). The daemon leaves it off, so
-    /// that a hung mount never stalls its watch or `/metrics`.
-    pub host_reads_inline: bool,
     /// Why there is no pod list, when the caller knows (`--offline`, no API configured, the
     /// daemon's watch not synced): the snapshot's `pod_list` when its pods do not come from a
     /// list. A pod list from the API that fails is an error whatever this says.
@@ -106,14 +96,37 @@ pub struct Options {
     pub settings: nodemedic_rules::Settings,
 }
 
-/// The end of a note that says liveness falls back to the cgroups; rewritten when the
-/// kubelet's PodResources list decides instead.
-const CGROUPS_FALLBACK: &str = ": liveness from cgroups";
+/// Where a scan reads the host files, or whether it reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HostReads {
+    /// On a thread of the runtime's blocking pool: the daemon, so that a hung mount never
+    /// stalls its watch or `/metrics`.
+    #[default]
+    BlockingPool,
+    /// On the calling thread: a one-shot command, whose runtime does nothing else meanwhile
+    /// (no blocking-pool thread to start).
+    Inline,
+    /// Not at all: the snapshot holds the pods and their drivers only, and no host source is
+    /// recorded (a pod repair run without a host root, a re-check of the pod list). Any
+    /// [`Options::readings`] are ignored.
+    PodsOnly,
+}
+
+/// Whether a scan runs the API probes itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ApiProbe {
+    /// No probe: the API is as [`Options::api`] says, else `not applicable: not probed`.
+    #[default]
+    Skip,
+    /// One round of probes when the pods come from the API ([`Pods::Api`]) and
+    /// [`Options::api`] is not given: the one-shot scan's view of the API.
+    Once,
+}
 
 /// Where a one-shot command takes its pods from: the command line, as plain values.
 #[derive(Debug, Clone, Default)]
 pub struct Source {
-    /// The node's name; default: see [`Options::node`].
+    /// The node's name; default: see [`collect::HostOptions::node`].
     pub node: Option<String>,
     /// A pods file, instead of the API.
     pub pods_file: Option<PathBuf>,
@@ -144,9 +157,7 @@ impl Source {
         let node = self.node.clone().unwrap_or_else(|| collect::host_node_name(host));
         let Some(path) = &self.kubeconfig else {
             let (pods, note) = api_or_cgroups(None, &node, COMMAND_REQUEST_TIMEOUT).await;
-            let why = note
-                .as_deref()
-                .map(|n| n.strip_suffix(CGROUPS_FALLBACK).unwrap_or(n).to_string());
+            let why = note.as_ref().map(Note::without_liveness);
             return Ok(Resolved::new(pods, note, why));
         };
         let api = kube_api::Connection::load(Some(path), COMMAND_REQUEST_TIMEOUT)
@@ -195,7 +206,7 @@ pub fn one_line(text: &str) -> String {
 pub struct Resolved {
     pub pods: Pods,
     /// Why the API was not used, for the report's notes.
-    pub note: Option<String>,
+    pub note: Option<Note>,
     /// Why there is no pod list, when there is none by choice (see [`Options::pod_list`]).
     pub pod_list: Option<Observed<()>>,
     /// The kubeconfig the user named: a failed pod list names it.
@@ -203,7 +214,7 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    fn new(pods: Pods, note: Option<String>, not_applicable: Option<String>) -> Self {
+    fn new(pods: Pods, note: Option<Note>, not_applicable: Option<String>) -> Self {
         Resolved {
             pods,
             note,
@@ -250,8 +261,9 @@ const ONE_SHOT_MEMORY: Duration = Duration::from_secs(3600);
 pub const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds the snapshot of the node under `host`. `directory` is where `Pods::Given` looks
-/// drivers up (the daemon's cache); the other sources bring their own. Host files are read on
-/// a blocking thread, so a hung mount never stalls the runtime.
+/// drivers up (the daemon's cache); the other sources bring their own. Host files are read as
+/// [`Options::host_reads`] says (by default on a blocking thread, so a hung mount never
+/// stalls the runtime).
 pub async fn snapshot<D: PodDirectory>(
     host: &HostPaths,
     pods: Pods,
@@ -259,55 +271,54 @@ pub async fn snapshot<D: PodDirectory>(
     opts: &Options,
 ) -> Result<Scanned, ScanError> {
     let mut notes = opts.notes.clone();
-    let mut scan_opts = ScanOptions {
-        node: opts.node.clone(),
-        pods_file: None,
-        pods: None,
-        local_dir_roots: opts.local_dir_roots.clone(),
-        skip_local_dirs: opts.skip_local_dirs,
-        driver_checkpoints: opts.driver_checkpoints.clone(),
-    };
     let mut api = None;
     let mut pod_list_error = None;
-    match &pods {
+    let input = match &pods {
         Pods::Api {
             api: conn,
             node,
             fallback,
         } => match kube_api::node_pods(&conn.client, node).await {
             Ok(list) => {
-                scan_opts.node = Some(node.clone());
-                scan_opts.pods = Some((list, PodSource::Api));
                 api = Some(conn);
+                PodInput::Known {
+                    node: node.clone(),
+                    pods: list,
+                    source: PodSource::Api,
+                }
             }
             Err(e) if *fallback => {
-                notes.push(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}"));
+                notes.push(Note::api_not_used(&e));
                 pod_list_error = Some(e.to_string());
+                PodInput::None
             }
             Err(e) => return Err(ScanError::Api(e)),
         },
-        Pods::Given { node, pods, source } => {
-            scan_opts.node = Some(node.clone());
-            scan_opts.pods = Some((pods.clone(), source.clone()));
+        Pods::Given { node, pods, source } => PodInput::Known {
+            node: node.clone(),
+            pods: pods.clone(),
+            source: source.clone(),
+        },
+        Pods::File(path) => PodInput::File(path.clone()),
+        Pods::Cgroups => PodInput::None,
+    };
+    let collected = match opts.host_reads {
+        HostReads::PodsOnly => collect::pods_only(&opts.host, input)?,
+        HostReads::Inline => match opts.readings.clone() {
+            Some(readings) => collect::assemble(host, std::sync::Arc::unwrap_or_clone(readings), &opts.host, input)?,
+            None => collect::collect(host, &opts.host, input)?,
+        },
+        HostReads::BlockingPool => {
+            let (task_host, task_opts, readings) = (host.clone(), opts.host.clone(), opts.readings.clone());
+            tokio::task::spawn_blocking(move || match readings {
+                Some(readings) => {
+                    collect::assemble(&task_host, std::sync::Arc::unwrap_or_clone(readings), &task_opts, input)
+                }
+                None => collect::collect(&task_host, &task_opts, input),
+            })
+            .await
+            .map_err(|e| ScanError::Task(e.to_string()))??
         }
-        Pods::File(path) => scan_opts.pods_file = Some(path.clone()),
-        Pods::Cgroups => {}
-    }
-    let collected = if opts.skip_host {
-        collect::pods_only(&scan_opts)?
-    } else if opts.host_reads_inline {
-        match opts.readings.clone() {
-            Some(readings) => collect::assemble(host, std::sync::Arc::unwrap_or_clone(readings), &scan_opts)?,
-            None => collect::collect(host, &scan_opts)?,
-        }
-    } else {
-        let (task_host, readings) = (host.clone(), opts.readings.clone());
-        tokio::task::spawn_blocking(move || match readings {
-            Some(readings) => collect::assemble(&task_host, std::sync::Arc::unwrap_or_clone(readings), &scan_opts),
-            None => collect::collect(&task_host, &scan_opts),
-        })
-        .await
-        .map_err(|e| ScanError::Task(e.to_string()))??
     };
     let mut snapshot = collected.snapshot;
     let mut records = collected.records;
@@ -321,9 +332,11 @@ pub async fn snapshot<D: PodDirectory>(
     if let Some(kubelet_dir) = &collected.kubelet_dir {
         read_kubelet_view(host, kubelet_dir, opts, &mut snapshot, &mut records).await;
     }
-    snapshot
-        .notes
-        .extend(nodemedic_rules::rules::kubelet_state_divergence::notes(&snapshot));
+    snapshot.notes.extend(
+        nodemedic_rules::rules::kubelet_state_divergence::notes(&snapshot)
+            .into_iter()
+            .map(Note::from),
+    );
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     // ResourceClaims are asked for only where there is an API server to ask.
     let claims = (
@@ -367,20 +380,20 @@ pub async fn snapshot<D: PodDirectory>(
             snapshot.resource_claims = partition.resource_claims;
             let failed = partition.events_failed.iter().chain(&partition.nodes_failed);
             if let Some((_, why)) = failed.into_iter().next() {
-                snapshot.notes.push(format!(
+                snapshot.notes.push(Note::Other(format!(
                     "pod Events or nodes for driver-blocked-by-partition not read: {why}"
-                ));
+                )));
             }
         }
         Ok(None) => {}
-        Err(_) => snapshot.notes.push(format!(
+        Err(_) => snapshot.notes.push(Note::Other(format!(
             "Spark driver lookups took over {} s: drivers are unknown this scan",
             timeout.as_secs()
-        )),
+        ))),
     }
     if let Some(o) = &opts.api {
         snapshot.api = Observed::Ok(o.clone());
-    } else if let (true, Some(conn)) = (opts.probe_api, api) {
+    } else if let (ApiProbe::Once, Some(conn)) = (opts.api_probe, api) {
         let spark_pods: Vec<_> = snapshot
             .pods
             .iter()
@@ -389,7 +402,7 @@ pub async fn snapshot<D: PodDirectory>(
             .collect();
         match crate::apimon::probe_once(conn, &snapshot.node, &spark_pods).await {
             Ok(o) => snapshot.api = Observed::Ok(o),
-            Err(e) => snapshot.notes.push(format!("API probes not run: {e}")),
+            Err(e) => snapshot.notes.push(Note::Other(format!("API probes not run: {e}"))),
         }
     }
     Ok(Scanned { snapshot, records })
@@ -420,10 +433,12 @@ async fn read_kubelet_version(
         failed: false,
     });
     match &version {
-        Observed::Error { reason } => snapshot.notes.push(format!("kubelet version unknown: {reason}")),
+        Observed::Error { reason } => snapshot
+            .notes
+            .push(Note::Other(format!("kubelet version unknown: {reason}"))),
         Observed::Missing { path } => snapshot
             .notes
-            .push(format!("kubelet version unknown: {path} not found")),
+            .push(Note::Other(format!("kubelet version unknown: {path} not found"))),
         _ => {}
     }
     snapshot.kubelet_version = version;
@@ -455,22 +470,15 @@ async fn read_kubelet_view(
     });
     if let Observed::Ok(v) = &view {
         if let (true, Some(file)) = (v.checkpoint_changed, snapshot.checkpoint.ok()) {
-            snapshot.notes.push(format!(
+            snapshot.notes.push(Note::Other(format!(
                 "{} changed while the kubelet's PodResources API was read: the two are not compared this scan",
                 file.path
-            ));
+            )));
         }
         if snapshot.pod_source == PodSource::Cgroups {
             snapshot.pod_source = PodSource::PodResources;
             for note in snapshot.notes.iter_mut() {
-                if let Some(head) = note.strip_suffix(CGROUPS_FALLBACK) {
-                    *note = format!("{head}: liveness from the kubelet's PodResources API");
-                } else if note.contains(collect::GUESSED_NODE_FALLBACK) {
-                    *note = note.replace(
-                        collect::GUESSED_NODE_FALLBACK,
-                        "judging liveness from the kubelet's PodResources API instead",
-                    );
-                }
+                note.set_liveness(Liveness::PodResources);
             }
             if let Some(mut r) = records.get("pods").cloned() {
                 r.status = PodSource::PodResources.as_str().to_string();
@@ -513,10 +521,15 @@ async fn lookup_drivers<D: PodDirectory>(
     (drivers, app_drivers, partition)
 }
 
-/// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own.
+/// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own, the
+/// host files read on the calling thread (unless [`HostReads::PodsOnly`]).
 pub fn snapshot_blocking(host: &HostPaths, pods: Pods, opts: &Options) -> Result<Scanned, ScanError> {
+    let host_reads = match opts.host_reads {
+        HostReads::PodsOnly => HostReads::PodsOnly,
+        HostReads::BlockingPool | HostReads::Inline => HostReads::Inline,
+    };
     let opts = Options {
-        host_reads_inline: true,
+        host_reads,
         ..opts.clone()
     };
     crate::block_on(snapshot::<ListDirectory>(host, pods, None, &opts)).map_err(|e| ScanError::Task(e.to_string()))?
@@ -528,7 +541,7 @@ pub async fn api_or_cgroups(
     kubeconfig: Option<&std::path::Path>,
     node: &str,
     timeout: Duration,
-) -> (Pods, Option<String>) {
+) -> (Pods, Option<Note>) {
     match kube_api::Connection::load(kubeconfig, timeout).await {
         Ok(api) => (
             Pods::Api {
@@ -538,10 +551,7 @@ pub async fn api_or_cgroups(
             },
             None,
         ),
-        Err(e) => (
-            Pods::Cgroups,
-            Some(format!("Kubernetes API not used ({e}){CGROUPS_FALLBACK}")),
-        ),
+        Err(e) => (Pods::Cgroups, Some(Note::api_not_used(e))),
     }
 }
 

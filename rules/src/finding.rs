@@ -5,6 +5,11 @@
 
 use serde_json::{Map, Value};
 
+/// The evidence field that tells apart the findings of one rule about one subject (what each
+/// is about, such as `checkpoint-invalid-state`'s `cpus-mismatch`): part of [`FindingKey`].
+/// It stays evidence, not a field of its own, because the report shows it there.
+pub const PROBLEM: &str = "problem";
+
 /// How bad it is. Ordered: `Info < Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,6 +123,58 @@ impl Subject {
     }
 }
 
+/// What identifies one finding across scans, processes and restarts: its rule, its subject's
+/// kind, the subject (UID, else name), its container, and its problem code (the node-level
+/// findings of one rule can differ by what they are about: `evidence["problem"]`). Nothing
+/// process-local, so the same finding has the same key in any agent. A missing part is empty.
+///
+/// Its [`parts`](FindingKey::parts), in this order, are the text Event names are hashed from
+/// (and [`Display`](std::fmt::Display) joins them with `|`, the form the key had as a string):
+/// neither may ever change, or a restarted agent would not find its series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FindingKey {
+    pub rule: String,
+    pub kind: SubjectKind,
+    /// The subject's UID, else its name; empty with neither.
+    pub object: String,
+    /// The container; empty for a whole pod or another kind.
+    pub container: String,
+    /// The finding's problem code; empty when its rule sets none.
+    pub problem: String,
+}
+
+impl FindingKey {
+    /// Rule, kind, object, container, problem, as text.
+    pub fn parts(&self) -> [&str; 5] {
+        [
+            &self.rule,
+            self.kind.as_str(),
+            &self.object,
+            &self.container,
+            &self.problem,
+        ]
+    }
+}
+
+/// By [`parts`](FindingKey::parts), compared as text (the kind by its Kubernetes name).
+impl Ord for FindingKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl PartialOrd for FindingKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for FindingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.parts().join("|"))
+    }
+}
+
 /// One problem found, with the evidence to believe it and the command that fixes it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Finding {
@@ -149,6 +206,23 @@ impl Finding {
             self.evidence.insert(key.to_string(), value);
         }
         self
+    }
+
+    /// Its identity across scans ([`FindingKey`]).
+    pub fn key(&self) -> FindingKey {
+        let s = &self.subject;
+        FindingKey {
+            rule: self.rule.clone(),
+            kind: s.kind,
+            object: s.uid.clone().or_else(|| s.name.clone()).unwrap_or_default(),
+            container: s.container.clone().unwrap_or_default(),
+            problem: self
+                .evidence
+                .get(PROBLEM)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        }
     }
 
     /// A stable order: worst first, then rule, then subject.
@@ -224,5 +298,107 @@ mod tests {
         };
         assert_eq!(nameless.display(), "ResourceClaim");
         assert_eq!(Subject::default().kind, SubjectKind::Pod);
+    }
+
+    /// A finding's key is its identity and nothing else: the evidence beyond the problem code,
+    /// the severity, the summary and a pod's namespace and name beside its UID do not move it;
+    /// each part does, and an absent part is empty, as the `|`-joined string key had it.
+    #[test]
+    fn finding_keys_hold_the_identity_only() {
+        let pod = Subject {
+            kind: SubjectKind::Pod,
+            namespace: Some("spark".into()),
+            name: Some("exec-1".into()),
+            uid: Some("u1".into()),
+            container: Some("c".into()),
+        };
+        let f =
+            |subject: Subject| Finding::new("orphaned-executor", Severity::Warning, subject, "s".into(), "r".into());
+        let key = f(pod.clone()).key();
+        assert_eq!(
+            key,
+            FindingKey {
+                rule: "orphaned-executor".into(),
+                kind: SubjectKind::Pod,
+                object: "u1".into(),
+                container: "c".into(),
+                problem: String::new(),
+            }
+        );
+        assert_eq!(key.to_string(), "orphaned-executor|Pod|u1|c|");
+        let mut same = f(Subject {
+            namespace: Some("other".into()),
+            ..pod.clone()
+        })
+        .with("cpus", "2-3");
+        same.severity = Severity::Critical;
+        same.summary = "else".into();
+        assert_eq!(same.key(), key);
+        let node = Finding::new(
+            "checkpoint-invalid-state",
+            Severity::Critical,
+            Subject::node("n1"),
+            "s".into(),
+            "r".into(),
+        );
+        assert_eq!(node.key().to_string(), "checkpoint-invalid-state|Node|n1||");
+        let mismatch = node.clone().with(PROBLEM, "cpus-mismatch");
+        assert_eq!(
+            mismatch.key().to_string(),
+            "checkpoint-invalid-state|Node|n1||cpus-mismatch"
+        );
+        assert_eq!(
+            mismatch.key().parts(),
+            ["checkpoint-invalid-state", "Node", "n1", "", "cpus-mismatch"]
+        );
+        let keys = [
+            key.clone(),
+            f(Subject {
+                container: None,
+                ..pod.clone()
+            })
+            .key(),
+            f(Subject {
+                uid: None,
+                ..pod.clone()
+            })
+            .key(),
+            f(Subject::pod_uid("u2")).key(),
+            f(Subject {
+                kind: SubjectKind::ResourceClaim,
+                ..pod.clone()
+            })
+            .key(),
+            node.key(),
+            mismatch.key(),
+            node.clone().with(PROBLEM, "policy-mismatch").key(),
+        ];
+        let distinct: std::collections::HashSet<&FindingKey> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        // Without a UID the name identifies; a subject with neither has an empty object.
+        assert_eq!(keys[2].object, "exec-1");
+        assert_eq!(
+            Finding::new("r", Severity::Info, Subject::default(), "s".into(), "r".into())
+                .key()
+                .object,
+            ""
+        );
+        // Ordered by the parts as text: the kind by its name, so a Node sorts before a Pod.
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        let shown: Vec<String> = sorted.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "checkpoint-invalid-state|Node|n1||",
+                "checkpoint-invalid-state|Node|n1||cpus-mismatch",
+                "checkpoint-invalid-state|Node|n1||policy-mismatch",
+                "orphaned-executor|Pod|exec-1|c|",
+                "orphaned-executor|Pod|u1||",
+                "orphaned-executor|Pod|u1|c|",
+                "orphaned-executor|Pod|u2||",
+                "orphaned-executor|ResourceClaim|u1|c|",
+            ]
+        );
     }
 }

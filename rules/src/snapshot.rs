@@ -19,12 +19,14 @@ use crate::validate::CpuManagerConfig;
 pub mod api;
 pub mod cgroups;
 pub mod kubelet_files;
+pub mod notes;
 pub mod pods;
 pub mod spark_apps;
 
 pub use api::{ApiObservation, ClaimObject, NodeStatus, PodEvent, ProbeSample, WebhookInfo};
 pub use cgroups::{CgroupTree, CgroupVersion, ContainerCgroup, PodCgroup, ProcessInfo, Runtime, Subtree};
 pub use kubelet_files::{CheckpointFile, DriverFile, FoundBy, KubeletConfig, ManagerFile, ManagerFiles};
+pub use notes::{Liveness, Note};
 pub use pods::{
     ConfMount, ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodPhase, PodSource,
     QosClass, SparkRole, spark_version_of_image,
@@ -95,7 +97,7 @@ pub struct NodeSnapshot {
     pub kubelet_version: Observed<crate::kubelet_version::VersionReading>,
     /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
     /// unparsable file): shown in the report, never fatal.
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     /// Driver lookups of the Spark executors on this node, by executor pod UID.
     pub drivers: BTreeMap<String, DriverLookup>,
     /// Every driver pod of the Spark applications that have a driver on this node, wherever

@@ -15,7 +15,10 @@ fn bench(c: &mut Criterion) {
     node.write(dir.path()).expect("write node");
     let host = HostPaths::new(dir.path(), None);
     let opts = scan::Options {
-        node: Some("bench-node".into()),
+        host: nodemedic::collect::HostOptions {
+            node: Some("bench-node".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let pods = Pods::File(dir.path().join("pods.json"));

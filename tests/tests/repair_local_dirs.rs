@@ -105,8 +105,11 @@ impl Host {
 
     fn snapshot(&self, pods: &[PodInfo], roots: &[&str]) -> NodeSnapshot {
         let opts = scan::Options {
-            node: Some(NODE.into()),
-            local_dir_roots: roots.iter().map(|r| r.to_string()).collect(),
+            host: nodemedic::collect::HostOptions {
+                node: Some(NODE.into()),
+                local_dir_roots: roots.iter().map(|r| r.to_string()).collect(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let pods = Pods::Given {

@@ -312,15 +312,18 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     let scanned = crate::block_on(async {
         let resolved = source.resolve(&host).await?;
         let opts = scan::Options {
-            node: source.node.clone(),
-            local_dir_roots: args.local_dir_root.clone(),
-            driver_checkpoints,
-            probe_api: true,
+            host: crate::collect::HostOptions {
+                node: source.node.clone(),
+                local_dir_roots: args.local_dir_root.clone(),
+                local_dirs: crate::collect::LocalDirs::Measure,
+                driver_checkpoints,
+            },
+            api_probe: scan::ApiProbe::Once,
             notes: resolved.note.into_iter().collect(),
             pod_list: resolved.pod_list,
             // A one-shot scan waits at most this long for Spark drivers, then reports without.
             lookups_timeout: Some(std::time::Duration::from_secs(20)),
-            host_reads_inline: true,
+            host_reads: scan::HostReads::Inline,
             settings: settings.clone(),
             ..Default::default()
         };

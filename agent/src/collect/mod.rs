@@ -26,29 +26,64 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use nodemedic_rules::snapshot::{Liveness, Note};
 use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
 use crate::host::HostPaths;
 
-/// What the note about a pods file that names no pod of the guessed node says of liveness
-/// (rewritten by the scan when the kubelet's PodResources API decides instead).
-pub const GUESSED_NODE_FALLBACK: &str = "judging liveness from cgroups instead";
-
-/// What a scan reads besides the host.
+/// How a scan reads the host: the same value from the command line, the daemon's
+/// configuration or a repair, passed to every collector as it is.
 #[derive(Debug, Clone, Default)]
-pub struct ScanOptions {
-    /// The node's name; inferred when `None` (see [`infer_node_name`]).
+pub struct HostOptions {
+    /// The node's name; inferred when `None` (see [`infer_node_name`]). A pod list of a known
+    /// node ([`PodInput::Known`]) names the node instead.
     pub node: Option<String>,
-    /// A `kubectl get pods -o json` file to judge liveness with.
-    pub pods_file: Option<PathBuf>,
-    /// Pods already known (the daemon's watch), used instead of a file.
-    pub pods: Option<(Vec<PodInfo>, PodSource)>,
     /// hostPath roots (host paths) where Spark local dirs live, besides emptyDir volumes.
     pub local_dir_roots: Vec<String>,
-    /// Skip measuring local dirs (they are walked less often than the rest in the daemon).
-    pub skip_local_dirs: bool,
+    /// Whether the local dirs are measured this read.
+    pub local_dirs: LocalDirs,
     /// DRA drivers' checkpoints to read (the configuration's `dra_driver_checkpoints`).
     pub driver_checkpoints: Vec<managers::DriverCheckpoint>,
+}
+
+/// Whether a read measures the Spark local dirs (a walk of every pod's volumes and of the
+/// hostPath roots: the slowest collector).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LocalDirs {
+    /// Walk and measure them.
+    #[default]
+    Measure,
+    /// Leave them out: their source is `not applicable: not measured this cycle` (the daemon
+    /// walks them less often than the rest; a CPU state repair does not judge them).
+    Skip,
+}
+
+/// The pods a collection judges liveness with.
+#[derive(Debug, Clone, Default)]
+pub enum PodInput {
+    /// No pod list: liveness from the cgroup tree.
+    #[default]
+    None,
+    /// A `kubectl get pods -o json` file (read and timed as the `pods` collector); every pod
+    /// of it is kept for driver lookups offline ([`Collected::cluster_pods`]).
+    File(PathBuf),
+    /// The pods of `node` already known (the daemon's watch, an API list, an earlier
+    /// snapshot's list), from `source`. `node` names the node over [`HostOptions::node`].
+    Known {
+        node: String,
+        pods: Vec<PodInfo>,
+        source: PodSource,
+    },
+}
+
+impl PodInput {
+    /// The node a known pod list names.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            PodInput::Known { node, .. } => Some(node),
+            PodInput::None | PodInput::File(_) => None,
+        }
+    }
 }
 
 /// What a collection returns.
@@ -155,9 +190,9 @@ impl Records {
 }
 
 /// Reads everything and returns the snapshot.
-pub fn collect(host: &HostPaths, opts: &ScanOptions) -> Result<Collected, CollectError> {
+pub fn collect(host: &HostPaths, opts: &HostOptions, pods: PodInput) -> Result<Collected, CollectError> {
     let readings = read_host(host, opts)?;
-    assemble(host, readings, opts)
+    assemble(host, readings, opts, pods)
 }
 
 /// What the host told, apart from the pods: everything a snapshot holds that is read from
@@ -192,7 +227,7 @@ pub struct HostReadings {
 }
 
 /// Reads every host source (not the pods).
-pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, CollectError> {
+pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<HostReadings, CollectError> {
     if !host.root().is_dir() {
         return Err(CollectError::HostRoot(host.root().display().to_string()));
     }
@@ -216,14 +251,11 @@ pub fn read_host(host: &HostPaths, opts: &ScanOptions) -> Result<HostReadings, C
     let located = cgroups::locate(host, kubelet.config.ok());
     let cgroups = records.observe("cgroups", || cgroups::read_cgroups(host, &located, &pinned, &mut notes));
     let layout = located.ok();
-    let local_dirs = records.observe("local_dirs", || {
-        if opts.skip_local_dirs {
-            Observed::NotApplicable {
-                reason: "not measured this cycle".into(),
-            }
-        } else {
-            localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes)
-        }
+    let local_dirs = records.observe("local_dirs", || match opts.local_dirs {
+        LocalDirs::Skip => Observed::NotApplicable {
+            reason: "not measured this cycle".into(),
+        },
+        LocalDirs::Measure => localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes),
     });
     let procfs = records.observe("procfs", || {
         if host.proc().is_dir() {
@@ -322,9 +354,14 @@ impl HostReadings {
     }
 }
 
-/// The snapshot of `readings` with the pods of `opts`, at this moment (the checkpoint's age
-/// moved on since it was read).
-pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) -> Result<Collected, CollectError> {
+/// The snapshot of `readings` with `pods`, at this moment (the checkpoint's age moved on since
+/// it was read).
+pub fn assemble(
+    host: &HostPaths,
+    readings: HostReadings,
+    opts: &HostOptions,
+    pods: PodInput,
+) -> Result<Collected, CollectError> {
     let HostReadings {
         kubelet,
         kubelet_dir,
@@ -335,13 +372,13 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         cgroups,
         local_dirs,
         procfs,
-        mut notes,
+        notes,
         refresh_notes,
         mut records,
         ..
     } = readings;
     let now = SystemTime::now();
-    notes.extend(refresh_notes);
+    let mut notes: Vec<Note> = notes.into_iter().chain(refresh_notes).map(Note::Other).collect();
     if let (Observed::Ok(file), Ok(since)) = (&mut checkpoint, now.duration_since(checkpoint_read)) {
         file.age_seconds = file.age_seconds.map(|a| a + since.as_secs_f64());
     }
@@ -349,20 +386,21 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         managers.add_age(since.as_secs_f64());
     }
 
-    let given_source = opts.pods.as_ref().map(|(_, source)| source.clone());
-    let pods = read_pods(opts, &mut records)?;
+    let keep_all = matches!(pods, PodInput::File(_));
+    let given_node = pods.node().map(str::to_string);
+    let pods = read_pods(pods, &mut records)?;
 
-    let named = opts.node.clone().or_else(|| kubelet.hostname_override.clone());
+    let named = given_node
+        .or_else(|| opts.node.clone())
+        .or_else(|| kubelet.hostname_override.clone());
     let node = named
         .clone()
-        .unwrap_or_else(|| infer_node_name(host, pods.as_deref(), cgroups.ok()));
-    let file_source = given_source.unwrap_or(PodSource::File);
+        .unwrap_or_else(|| infer_node_name(host, pods.as_ref().map(|(p, _)| p.as_slice()), cgroups.ok()));
     // Offline, the whole pods file is the directory drivers are looked up in: the pods of
     // other nodes are moved there, and only this node's are copied.
     let mut cluster_pods = Vec::new();
     let (pod_source, pods) = match pods {
-        Some(all) => {
-            let keep_all = opts.pods_file.is_some();
+        Some((all, file_source)) => {
             let (mut here, mut elsewhere_count) = (Vec::new(), 0);
             // In file order, which the directory keeps for its listings.
             for p in all {
@@ -380,16 +418,17 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
             }
             if here.is_empty() && elsewhere_count > 0 && named.is_none() {
                 // A guessed name that matches nothing would make every entry look stale.
-                notes.push(format!(
-                    "the pods file has {elsewhere_count} pods but none is bound to node {node} (a guessed name): \
-                     {GUESSED_NODE_FALLBACK}; pass --node to use the file"
-                ));
+                notes.push(Note::GuessedNodeUnmatched {
+                    pods: elsewhere_count,
+                    node: node.clone(),
+                    liveness: Liveness::Cgroups,
+                });
                 (PodSource::Cgroups, Vec::new())
             } else {
                 if here.is_empty() && elsewhere_count > 0 {
-                    notes.push(format!(
+                    notes.push(Note::Other(format!(
                         "the pods file has {elsewhere_count} pods but none is bound to node {node}"
-                    ));
+                    )));
                 }
                 (file_source, here)
             }
@@ -397,12 +436,12 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
         None => (PodSource::Cgroups, Vec::new()),
     };
 
-    if pod_source == PodSource::Cgroups && !opts.local_dir_roots.is_empty() && !opts.skip_local_dirs {
-        notes.push(format!(
+    if pod_source == PodSource::Cgroups && !opts.local_dir_roots.is_empty() && opts.local_dirs == LocalDirs::Measure {
+        notes.push(Note::Other(format!(
             "local-dir roots {} were measured but not judged: who uses a hostPath root can only be read from a pod \
              list (the API, or --pods)",
             opts.local_dir_roots.join(", ")
-        ));
+        )));
     }
     let pods_duration = records.get("pods").map_or(Duration::ZERO, |r| r.duration);
     records.set(Record {
@@ -461,18 +500,20 @@ pub fn assemble(host: &HostPaths, readings: HostReadings, opts: &ScanOptions) ->
     })
 }
 
-/// The pods of `opts`: the file's (read and timed as the `pods` collector) or the given ones.
-fn read_pods(opts: &ScanOptions, records: &mut Records) -> Result<Option<Vec<PodInfo>>, CollectError> {
-    Ok(match &opts.pods_file {
-        None => opts.pods.as_ref().map(|(p, _)| p.clone()),
-        Some(path) => {
+/// The pods of `pods` and where they come from: the file's (read and timed as the `pods`
+/// collector, source [`PodSource::File`]) or the known ones.
+fn read_pods(pods: PodInput, records: &mut Records) -> Result<Option<(Vec<PodInfo>, PodSource)>, CollectError> {
+    Ok(match pods {
+        PodInput::None => None,
+        PodInput::Known { pods, source, .. } => Some((pods, source)),
+        PodInput::File(path) => {
             let shown = path.display().to_string();
             let err = |reason: String| CollectError::PodsFile {
                 path: shown.clone(),
                 reason,
             };
             let t = Instant::now();
-            let list = pods::read_pods_file(path, &shown)
+            let list = pods::read_pods_file(&path, &shown)
                 .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
                 .ok_or_else(|| err("no such file".into()))?;
             records.set(Record {
@@ -481,30 +522,33 @@ fn read_pods(opts: &ScanOptions, records: &mut Records) -> Result<Option<Vec<Pod
                 status: String::new(),
                 failed: false,
             });
-            Some(list)
+            Some((list, PodSource::File))
         }
     })
 }
 
 /// A snapshot of the pods alone, no host file read: for a pod repair run without a host
-/// root. The node must be named.
-pub fn pods_only(opts: &ScanOptions) -> Result<Collected, CollectError> {
+/// root. The node must be named (by `opts` or by `pods`).
+pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collected, CollectError> {
     let mut records = Records::default();
-    let given_source = opts.pods.as_ref().map(|(_, source)| source.clone());
-    let all = read_pods(opts, &mut records)?;
-    let node = opts.node.clone().unwrap_or_else(|| "unknown".into());
+    let keep_all = matches!(pods, PodInput::File(_));
+    let given_node = pods.node().map(str::to_string);
+    let all = read_pods(pods, &mut records)?;
+    let node = given_node
+        .or_else(|| opts.node.clone())
+        .unwrap_or_else(|| "unknown".into());
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let mut snapshot = NodeSnapshot::empty(&node, now);
     let mut cluster_pods = Vec::new();
-    if let Some(all) = all {
-        snapshot.pod_source = given_source.unwrap_or(PodSource::File);
+    if let Some((all, source)) = all {
+        snapshot.pod_source = source;
         for p in all {
             if p.node_name.as_deref() == Some(node.as_str()) {
                 snapshot.pods.push(p.clone());
             }
-            if opts.pods_file.is_some() {
+            if keep_all {
                 cluster_pods.push(p);
             }
         }

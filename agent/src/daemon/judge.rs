@@ -81,16 +81,13 @@ pub(super) fn hold_unjudged(
             Coverage::Unknown { .. } => {
                 // A rule that runs in part reports now what does not depend on the source it
                 // lacks; its other findings are the last judged ones.
-                let now: std::collections::HashSet<String> = findings
+                let now: std::collections::HashSet<nodemedic_rules::finding::FindingKey> = findings
                     .iter()
                     .filter(|f| f.rule == *rule)
-                    .map(crate::events::finding_key)
+                    .map(nodemedic_rules::Finding::key)
                     .collect();
                 let kept = last.get(rule).into_iter().flatten();
-                let kept: Vec<_> = kept
-                    .filter(|f| !now.contains(&crate::events::finding_key(f)))
-                    .cloned()
-                    .collect();
+                let kept: Vec<_> = kept.filter(|f| !now.contains(&f.key())).cloned().collect();
                 findings.extend(kept);
             }
             Coverage::NotApplicable { .. } | Coverage::Disabled => {

@@ -457,7 +457,7 @@ struct Daemon {
     /// Every request's outcome: the reachability `apiserver-unreachable` judges.
     contact: Arc<ApiContact>,
     /// Findings already logged (by key), so a lasting one is logged once.
-    logged: std::collections::HashSet<String>,
+    logged: std::collections::HashSet<nodemedic_rules::finding::FindingKey>,
     /// Each rule's findings at its last judgement: a rule that cannot judge a scan keeps them
     /// (its metrics and Event series hold; nothing clears on "could not look").
     last_judged: std::collections::BTreeMap<&'static str, Vec<nodemedic_rules::Finding>>,
@@ -542,6 +542,7 @@ impl Daemon {
     async fn read_host(
         &mut self,
         changes: &Changes,
+        opts: &crate::collect::HostOptions,
         local_due: bool,
         hostwatch: &mut Option<HostWatch>,
     ) -> Option<(Arc<crate::collect::HostReadings>, &'static str)> {
@@ -552,13 +553,18 @@ impl Daemon {
         let full =
             self.readings.is_none() || changes.rescan.is_some() || !trusted || self.full_scan_due() <= Instant::now();
         let host = self.host.clone();
-        let roots = self.cfg.effective.local_dir_roots.clone();
+        let roots = opts.local_dir_roots.clone();
         let (read, what) = if full {
-            let opts = crate::collect::ScanOptions {
-                local_dir_roots: roots,
-                driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
-                skip_local_dirs: !local_due,
-                ..Default::default()
+            // The cycle's options, but the local dirs walked only when due (the snapshot
+            // keeps the last walk's meanwhile).
+            let local_dirs = if local_due {
+                crate::collect::LocalDirs::Measure
+            } else {
+                crate::collect::LocalDirs::Skip
+            };
+            let opts = crate::collect::HostOptions {
+                local_dirs,
+                ..opts.clone()
             };
             let task =
                 tokio::task::spawn_blocking(move || crate::collect::read_host(&host, &opts).map_err(|e| e.to_string()));
@@ -645,13 +651,18 @@ impl Daemon {
             .last_local_dirs
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
-        let Some((readings, read)) = self.read_host(&changes, local_due, hostwatch).await else {
+        // The snapshot's local dirs are measured: walked this cycle or kept from the last walk.
+        let host_opts = crate::collect::HostOptions {
+            node: Some(self.cfg.node.clone()),
+            local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
+            local_dirs: crate::collect::LocalDirs::Measure,
+            driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
+        };
+        let Some((readings, read)) = self.read_host(&changes, &host_opts, local_due, hostwatch).await else {
             return;
         };
         let opts = scan::Options {
-            node: Some(self.cfg.node.clone()),
-            local_dir_roots: self.cfg.effective.local_dir_roots.clone(),
-            driver_checkpoints: self.cfg.effective.driver_checkpoints.clone(),
+            host: host_opts,
             api: self
                 .api_observation
                 .lock()
@@ -750,11 +761,9 @@ impl Daemon {
         );
         // New findings go to the log with their evidence: the node's own record, which holds
         // even when the API server (and so Events) cannot be reached.
-        let keys: std::collections::HashSet<String> = findings.iter().map(crate::events::finding_key).collect();
-        for f in findings
-            .iter()
-            .filter(|f| !self.logged.contains(&crate::events::finding_key(f)))
-        {
+        let keys: std::collections::HashSet<nodemedic_rules::finding::FindingKey> =
+            findings.iter().map(nodemedic_rules::Finding::key).collect();
+        for f in findings.iter().filter(|f| !self.logged.contains(&f.key())) {
             tracing::warn!(
                 rule = %f.rule,
                 severity = f.severity.as_str(),

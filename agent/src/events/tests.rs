@@ -17,7 +17,7 @@ fn keys_and_references() {
         container: Some("c".into()),
     };
     let f = finding("orphaned-executor", pod.clone());
-    assert_eq!(finding_key(&f), "orphaned-executor|Pod|u1|c|");
+    assert_eq!(f.key().to_string(), "orphaned-executor|Pod|u1|c|");
     let r = reference(&f, "n1");
     assert_eq!(
         (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
@@ -32,7 +32,10 @@ fn keys_and_references() {
     );
     assert!(note_text(gone.summary.clone()).len() <= 1024);
     let node = finding("checkpoint-invalid-state", Subject::node("n1")).with("problem", "cpus-mismatch");
-    assert_eq!(finding_key(&node), "checkpoint-invalid-state|Node|n1||cpus-mismatch");
+    assert_eq!(
+        node.key().to_string(),
+        "checkpoint-invalid-state|Node|n1||cpus-mismatch"
+    );
 }
 
 /// A recorder whose client is never used (a kube client needs a runtime to be built).
@@ -45,7 +48,7 @@ fn recorder(node: &str) -> EventRecorder {
 
 fn name_of(recorder: &EventRecorder, f: &Finding) -> String {
     let r = recorder.reference(f);
-    series_name(r.name.as_deref().unwrap_or_default(), &recorder.identity(f))
+    series_name(r.name.as_deref().unwrap_or_default(), &recorder.identity(&f.key()))
 }
 
 #[tokio::test]
@@ -171,5 +174,49 @@ async fn admission_findings_are_recorded_on_the_prober_lease_the_rest_on_their_s
     assert_eq!(
         (node_finding.kind.as_deref(), node_finding.name.as_deref()),
         (Some("Node"), Some("worker-3"))
+    );
+}
+
+/// Event names are how a restarted agent finds its series, so the hashed identity text must
+/// never move. These names were computed by the `|`-joined string key this type replaced
+/// (rule, kind, UID else name, container, `evidence["problem"]`), for every shape of identity.
+#[tokio::test]
+async fn series_names_are_those_of_the_string_keys_they_replaced() {
+    let rec = recorder("worker-3");
+    let pod = Subject {
+        kind: SubjectKind::Pod,
+        namespace: Some("spark".into()),
+        name: Some("exec-1".into()),
+        uid: Some("u1".into()),
+        container: Some("app".into()),
+    };
+    let claim = Subject {
+        kind: SubjectKind::ResourceClaim,
+        namespace: Some("ml".into()),
+        name: Some("gpu".into()),
+        uid: None,
+        container: None,
+    };
+    let cases = [
+        finding("orphaned-executor", pod.clone()),
+        finding("orphaned-executor", Subject { container: None, ..pod }),
+        finding("checkpoint-invalid-state", Subject::node("worker-3")).with("problem", "cpus-mismatch"),
+        finding("stale-cpu-assignment", Subject::node("worker-3")),
+        finding("stale-dra-claim", claim),
+        finding(CLUSTER_RULES[0], Subject::node("worker-3")).with("problem", "slow"),
+        finding(CLUSTER_RULES[0], Subject::node("worker-3")),
+    ];
+    let names: Vec<String> = cases.iter().map(|f| name_of(&rec, f)).collect();
+    assert_eq!(
+        names,
+        [
+            "exec-1.bfc43b057457d038",
+            "exec-1.98df045d5b77a971",
+            "worker-3.dfdbf5a9425c7031",
+            "worker-3.7f04a2ec44aaa981",
+            "worker-3.cdf6e76d4a7c2e17",
+            "nodemedic-prober.07a8e18d8ba6171e",
+            "nodemedic-prober.79c8a21e0345c991",
+        ]
     );
 }

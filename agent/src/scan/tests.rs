@@ -298,7 +298,10 @@ fn uids(snapshot: &NodeSnapshot) -> Vec<String> {
 /// Offline options for `node`: no API, no PodResources socket in the trees.
 fn offline(node: Option<&str>) -> Options {
     Options {
-        node: node.map(str::to_string),
+        host: collect::HostOptions {
+            node: node.map(str::to_string),
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -370,7 +373,11 @@ fn given_pods_are_the_snapshots_and_every_host_source_is_read() {
         pods: given(&pods()),
         source: PodSource::Api,
     };
-    let scanned = snapshot_blocking(&tree.host(), elsewhere, &offline(None)).unwrap();
+    let scanned = snapshot_blocking(&tree.host(), elsewhere.clone(), &offline(None)).unwrap();
+    assert_eq!(scanned.snapshot.node, "worker-2");
+    assert_eq!(uids(&scanned.snapshot), [uid("away")]);
+    // And whatever the options name: the pods' node wins.
+    let scanned = snapshot_blocking(&tree.host(), elsewhere, &offline(Some(NODE))).unwrap();
     assert_eq!(scanned.snapshot.node, "worker-2");
     assert_eq!(uids(&scanned.snapshot), [uid("away")]);
 }
@@ -418,15 +425,13 @@ fn cgroups_alone_name_no_pods_and_keep_the_callers_reason() {
     assert_eq!(scanned.snapshot.cgroups.ok().unwrap().pods.len(), 2);
 }
 
-/// `skip_local_dirs`: the local dirs are not measured (`not applicable: not measured this
+/// `LocalDirs::Skip`: the local dirs are not measured (`not applicable: not measured this
 /// cycle`) while the other sources are read as before.
 #[test]
-fn skip_local_dirs_leaves_them_unmeasured() {
+fn local_dirs_skipped_are_left_unmeasured() {
     let tree = node_tree();
-    let opts = Options {
-        skip_local_dirs: true,
-        ..offline(Some(NODE))
-    };
+    let mut opts = offline(Some(NODE));
+    opts.host.local_dirs = collect::LocalDirs::Skip;
     let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
     assert_eq!(
         scanned.snapshot.local_dirs,
@@ -458,7 +463,7 @@ fn a_named_node_wins_over_the_hostname() {
 fn readings_given_are_used_instead_of_reading_the_host() {
     let tree = node_tree();
     let host = tree.host();
-    let readings = collect::read_host(&host, &collect::ScanOptions::default()).unwrap();
+    let readings = collect::read_host(&host, &collect::HostOptions::default()).unwrap();
     std::fs::remove_file(tree.checkpoint_path()).unwrap();
 
     let with = Options {
@@ -624,13 +629,14 @@ async fn the_blocking_pool_and_inline_reads_agree() {
     assert_eq!(statuses(&pooled.records), statuses(&inline.records));
 }
 
-/// `skip_host`: no host file is read: only the pods, and no host source is recorded.
+/// `HostReads::PodsOnly`: no host file is read: only the pods, and no host source is
+/// recorded (`snapshot_blocking` keeps it, reading inline only what it would read).
 #[test]
-fn skip_host_reads_the_pods_only() {
+fn pods_only_reads_no_host_file() {
     let tree = node_tree();
     let path = tree.pods_file(&pods());
     let opts = Options {
-        skip_host: true,
+        host_reads: HostReads::PodsOnly,
         ..offline(Some(NODE))
     };
     let scanned = snapshot_blocking(&tree.host(), Pods::File(path), &opts).unwrap();
@@ -651,4 +657,53 @@ fn skip_host_reads_the_pods_only() {
         statuses(&scanned.records),
         [("pods", "file".to_string()), ("kubelet_version", "unknown".into())]
     );
+}
+
+/// `HostReads::PodsOnly` with pods of a known node: the snapshot is that node's whatever the
+/// options name, liveness is the given source, and no host source is recorded.
+#[test]
+fn pods_only_takes_the_node_the_known_pods_name() {
+    let tree = node_tree();
+    let pods = Pods::Given {
+        node: "worker-2".into(),
+        pods: given(&pods()),
+        source: PodSource::Api,
+    };
+    let opts = Options {
+        host_reads: HostReads::PodsOnly,
+        ..offline(Some(NODE))
+    };
+    let scanned = snapshot_blocking(&tree.host(), pods, &opts).unwrap();
+    assert_eq!(scanned.snapshot.node, "worker-2");
+    assert_eq!(scanned.snapshot.pod_source, PodSource::Api);
+    assert_eq!(uids(&scanned.snapshot), [uid("away")]);
+    assert_eq!(
+        statuses(&scanned.records),
+        [("pods", "api".to_string()), ("kubelet_version", "unknown".into())]
+    );
+}
+
+/// Local-dir roots without a pod list: measured (`LocalDirs::Measure`), a note says they are
+/// not judged; skipped (`LocalDirs::Skip`), nothing was measured and no note says so.
+#[test]
+fn roots_measured_without_a_pod_list_are_noted_only_when_measured() {
+    let tree = node_tree();
+    let note = "local-dir roots /mnt/spark were measured but not judged";
+    let mut opts = offline(Some(NODE));
+    opts.host.local_dir_roots = vec!["/mnt/spark".into()];
+    let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
+    assert_eq!(scanned.snapshot.pod_source, PodSource::Cgroups);
+    assert_eq!(
+        scanned
+            .snapshot
+            .notes
+            .iter()
+            .filter(|n| n.to_string().starts_with(note))
+            .count(),
+        1
+    );
+
+    opts.host.local_dirs = collect::LocalDirs::Skip;
+    let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
+    assert!(!scanned.snapshot.notes.iter().any(|n| n.to_string().starts_with(note)));
 }

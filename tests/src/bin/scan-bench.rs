@@ -125,11 +125,14 @@ fn phases(pods: usize, runs: usize, kubelet: bool, managers: bool) -> Result<(),
     };
     let host = nodemedic::host::HostPaths::new(dir.path(), None);
     let opts = nodemedic::scan::Options {
-        node: Some("bench-node".into()),
-        driver_checkpoints: if managers {
-            vec![nodemedic::collect::managers::DriverCheckpoint::parse(NVIDIA).map_err(|e| e.to_string())?]
-        } else {
-            vec![]
+        host: nodemedic::collect::HostOptions {
+            node: Some("bench-node".into()),
+            driver_checkpoints: if managers {
+                vec![nodemedic::collect::managers::DriverCheckpoint::parse(NVIDIA).map_err(|e| e.to_string())?]
+            } else {
+                vec![]
+            },
+            ..Default::default()
         },
         ..Default::default()
     };

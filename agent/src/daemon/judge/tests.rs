@@ -70,7 +70,10 @@ fn a_judgement_cycle_makes_each_shared_judgement_once() {
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/worker-stale");
     let host = crate::host::HostPaths::new(&example, None);
     let opts = crate::scan::Options {
-        skip_local_dirs: false,
+        host: crate::collect::HostOptions {
+            local_dirs: crate::collect::LocalDirs::Measure,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let scanned =

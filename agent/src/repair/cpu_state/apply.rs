@@ -581,8 +581,11 @@ fn recheck(plan: &Plan) -> Result<(), ApplyError> {
         return Err(ApplyError::NoPodList);
     };
     let opts = scan::Options {
-        node: Some(plan.node.clone()),
-        skip_local_dirs: true,
+        host: crate::collect::HostOptions {
+            node: Some(plan.node.clone()),
+            local_dirs: crate::collect::LocalDirs::Skip,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let snap = scan::snapshot_blocking(host, pods, &opts)

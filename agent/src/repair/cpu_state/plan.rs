@@ -216,9 +216,12 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
     let path = host.kubelet_dir(discovery.root_dir.as_deref()).join(FILE_NAME);
     let shown = host.display(&path);
     let scan_opts = scan::Options {
-        node: opts.source.node.clone(),
-        skip_local_dirs: true,
-        host_reads_inline: true,
+        host: collect::HostOptions {
+            node: opts.source.node.clone(),
+            local_dirs: collect::LocalDirs::Skip,
+            ..Default::default()
+        },
+        host_reads: scan::HostReads::Inline,
         ..Default::default()
     };
 
@@ -252,7 +255,7 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
         }
     });
     let (snapshot, (original, mode, owner)) = read.map_err(|e| format!("tokio runtime: {e}"))??;
-    let mut notes: Vec<String> = snapshot.notes.clone();
+    let mut notes: Vec<String> = snapshot.notes.iter().map(ToString::to_string).collect();
     let kubelet = match running_kubelet(&host) {
         Ok(k) => k,
         Err(e) => {

@@ -174,9 +174,11 @@ impl LocalDirs<'_> {
     /// The pod list again, for the re-check right before removing.
     fn fresh(&self) -> Result<FreshPods, RepairError> {
         let opts = scan::Options {
-            node: Some(self.node.clone()),
-            skip_host: true,
-            host_reads_inline: true,
+            host: crate::collect::HostOptions {
+                node: Some(self.node.clone()),
+                ..Default::default()
+            },
+            host_reads: scan::HostReads::PodsOnly,
             ..Default::default()
         };
         let scanned = self
@@ -307,9 +309,12 @@ pub fn run(
         snapshot: nodemedic_rules::snapshot::NodeSnapshot::empty(&node, 0),
     };
     let scan_opts = scan::Options {
-        node: Some(node),
-        local_dir_roots: opts.roots.clone(),
-        host_reads_inline: true,
+        host: crate::collect::HostOptions {
+            node: Some(node),
+            local_dir_roots: opts.roots.clone(),
+            ..Default::default()
+        },
+        host_reads: scan::HostReads::Inline,
         ..Default::default()
     };
     let scanned = runtime

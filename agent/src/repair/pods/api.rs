@@ -34,10 +34,16 @@ pub async fn api_snapshot(
         fallback: false,
     };
     let opts = scan::Options {
-        node: Some(node.to_string()),
-        skip_host: host.is_none(),
-        local_dir_roots: local_dir_roots.to_vec(),
-        host_reads_inline: true,
+        host: crate::collect::HostOptions {
+            node: Some(node.to_string()),
+            local_dir_roots: local_dir_roots.to_vec(),
+            ..Default::default()
+        },
+        host_reads: if host.is_some() {
+            scan::HostReads::Inline
+        } else {
+            scan::HostReads::PodsOnly
+        },
         lookups_timeout: Some(LOOKUPS_TIMEOUT),
         ..Default::default()
     };
