@@ -5,8 +5,7 @@
 # preinstalled): it installs packages, and the real cgroup v1 tests build cpuset hierarchies
 # under /sys/fs/cgroup/cpuset. Every install is skipped when its tool is already there, so a
 # second run only lints and tests. On a machine that has every tool, `cargo nextest run
-# --workspace` and `cargo test --workspace --doc` run the same tests (`cargo test --workspace`
-# too, one test at a time per core: about three times as long).
+# --workspace` and `cargo test --workspace --doc` run the same tests.
 #
 # What the tests need beyond Rust (tests/tests/manifests.rs fails, never skips, without it),
 # the tool, where it comes from, and what uses it:
