@@ -18,13 +18,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic_rules::snapshot::{ApiObservation, DriverLookup, NodeSnapshot, Observed, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{ApiLookups, ApiObservation, NodeSnapshot, Observed, PodInfo, PodSource};
 use nodemedic_rules::snapshot::{Liveness, Note};
 
 use crate::collect::{self, CollectError, PodInput, Records};
 use crate::host::HostPaths;
 use crate::kube_api;
-use crate::spark::{self, ListDirectory, PartitionInputs, PodDirectory};
+use crate::spark::{self, ListDirectory, PodDirectory};
 
 /// Where the pods bound to this node come from.
 #[derive(Clone)]
@@ -372,14 +372,9 @@ pub async fn snapshot<D: PodDirectory>(
         }
     };
     match tokio::time::timeout(timeout, lookups).await {
-        Ok(Some((drivers, app_drivers, partition))) => {
-            snapshot.drivers = drivers;
-            snapshot.app_drivers = app_drivers;
-            snapshot.pod_events = partition.pod_events;
-            snapshot.nodes = partition.nodes;
-            snapshot.resource_claims = partition.resource_claims;
-            let failed = partition.events_failed.iter().chain(&partition.nodes_failed);
-            if let Some((_, why)) = failed.into_iter().next() {
+        Ok(Some((lookups, unread))) => {
+            snapshot.lookups = lookups;
+            if let Some(why) = unread {
                 snapshot.notes.push(Note::Other(format!(
                     "pod Events or nodes for driver-blocked-by-partition not read: {why}"
                 )));
@@ -505,20 +500,31 @@ fn pod_names(opts: &Options, snapshot: &NodeSnapshot) -> std::collections::BTree
 /// The drivers of the executors among the snapshot's pods, every driver of their applications,
 /// and what `driver-blocked-by-partition` reads besides (the Events of drivers that wait to
 /// start on the node, the other nodes of their applications; with `claims` prepared on the
-/// node, the Events of pods with ResourceClaims that wait to start), and the Events of the
-/// drivers whose configuration volume was not set up (`half-submitted-driver`).
+/// node, the Events of pods with ResourceClaims that wait to start, and those ResourceClaims),
+/// and the Events of the drivers whose configuration volume was not set up
+/// (`half-submitted-driver`); with why the first pod Events or node that could not be read
+/// was not.
 async fn lookup_drivers<D: PodDirectory>(
     dir: &D,
     snapshot: &NodeSnapshot,
     claims: &(bool, Vec<String>),
-) -> (
-    std::collections::BTreeMap<String, DriverLookup>,
-    std::collections::BTreeMap<String, Vec<PodInfo>>,
-    PartitionInputs,
-) {
+) -> (ApiLookups, Option<String>) {
     let (drivers, app_drivers) = spark::resolve_all(dir, &snapshot.pods).await;
-    let partition = spark::partition_inputs(dir, snapshot, &app_drivers, claims.0, &claims.1).await;
-    (drivers, app_drivers, partition)
+    let partition = spark::partition_inputs(dir, spark::PodsAt::of(snapshot), &app_drivers, claims.0, &claims.1).await;
+    let unread = partition
+        .events_failed
+        .values()
+        .chain(partition.nodes_failed.values())
+        .next()
+        .cloned();
+    let lookups = ApiLookups {
+        drivers,
+        app_drivers,
+        pod_events: partition.pod_events,
+        resource_claims: partition.resource_claims,
+        nodes: partition.nodes,
+    };
+    (lookups, unread)
 }
 
 /// [`snapshot`] for callers outside a runtime (tests, benches): on a runtime of its own, the

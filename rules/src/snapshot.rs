@@ -98,13 +98,9 @@ pub struct NodeSnapshot {
     /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
     /// unparsable file): shown in the report, never fatal.
     pub notes: Vec<Note>,
-    /// Driver lookups of the Spark executors on this node, by executor pod UID.
-    pub drivers: BTreeMap<String, DriverLookup>,
-    /// Every driver pod of the Spark applications that have a driver on this node, wherever
-    /// they run, by application id (`spark-app-selector`; a driver without one that a Job runs:
-    /// `job:<the Job's UID>`, see [`crate::spark::app_drivers_key`]); for `duplicate-driver` and
-    /// `driver-blocked-by-partition`.
-    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
+    /// What the API server told about this node's pods: their drivers, the Events of drivers
+    /// that wait to start, the claims and nodes they name (empty offline).
+    pub lookups: ApiLookups,
     /// Spark scratch directories on the node (kubelet emptyDir volumes named
     /// `spark-local-dir-*`, and the configured hostPath roots).
     pub local_dirs: Observed<Vec<LocalDir>>,
@@ -115,6 +111,19 @@ pub struct NodeSnapshot {
     /// Whether the kubelet set up the configuration volume of the drivers here that wait to
     /// start, by pod UID (for `half-submitted-driver`).
     pub conf_mounts: BTreeMap<String, ConfMount>,
+}
+
+/// What the API server told about the pods of one node: looked up by the scan (one-shot) or by
+/// the daemon's API work, and judged by the rules as one value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiLookups {
+    /// Driver lookups of the Spark executors on this node, by executor pod UID.
+    pub drivers: BTreeMap<String, DriverLookup>,
+    /// Every driver pod of the Spark applications that have a driver on this node, wherever
+    /// they run, by application id (`spark-app-selector`; a driver without one that a Job runs:
+    /// `job:<the Job's UID>`, see [`crate::spark::app_drivers_key`]); for `duplicate-driver` and
+    /// `driver-blocked-by-partition`.
+    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
     /// Warning Events of the driver pods on this node that wait to start (`Pending`), by pod
     /// UID; for `driver-blocked-by-partition`.
     pub pod_events: BTreeMap<String, Vec<PodEvent>>,
@@ -124,6 +133,33 @@ pub struct NodeSnapshot {
     /// The other nodes that drivers of this node's applications run on, by name, as the API
     /// server shows them; for `driver-blocked-by-partition`.
     pub nodes: BTreeMap<String, NodeStatus>,
+}
+
+impl ApiLookups {
+    /// What concerns `pods`: the driver lookups and pod Events of those pods only; the
+    /// applications' drivers, the claims and the nodes whole (they are keyed by application,
+    /// claim and node, not by a pod here).
+    pub fn for_pods(&self, pods: &[PodInfo]) -> ApiLookups {
+        let here: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+        let keep = |uid: &String| here.contains(uid.as_str());
+        ApiLookups {
+            drivers: self
+                .drivers
+                .iter()
+                .filter(|(uid, _)| keep(uid))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            app_drivers: self.app_drivers.clone(),
+            pod_events: self
+                .pod_events
+                .iter()
+                .filter(|(uid, _)| keep(uid))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            resource_claims: self.resource_claims.clone(),
+            nodes: self.nodes.clone(),
+        }
+    }
 }
 
 impl NodeSnapshot {
@@ -151,17 +187,13 @@ impl NodeSnapshot {
                 reason: "no Node object read".into(),
             },
             notes: Vec::new(),
-            drivers: BTreeMap::new(),
-            app_drivers: BTreeMap::new(),
             conf_mounts: BTreeMap::new(),
             local_dirs: missing("/var/lib/kubelet/pods"),
             api: Observed::NotApplicable {
                 reason: "not probed".into(),
             },
             spark_confs: BTreeMap::new(),
-            pod_events: BTreeMap::new(),
-            resource_claims: BTreeMap::new(),
-            nodes: BTreeMap::new(),
+            lookups: ApiLookups::default(),
         }
     }
 
@@ -185,5 +217,40 @@ impl NodeSnapshot {
         }
         let tree = self.cgroups.ok()?;
         tree.container(id).map(|(pod, _)| (pod.uid.clone(), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lookups_for_pods_keep_the_drivers_and_events_of_those_pods_and_the_rest_whole() {
+        let unknown = || DriverLookup::Unknown { reason: "r".into() };
+        let lookups = ApiLookups {
+            drivers: [("e1".to_string(), unknown()), ("gone".to_string(), unknown())].into(),
+            app_drivers: [("spark-1".to_string(), vec![pod("d-elsewhere")])].into(),
+            pod_events: [
+                ("d1".to_string(), vec![PodEvent::default()]),
+                ("gone".to_string(), vec![PodEvent::default()]),
+            ]
+            .into(),
+            resource_claims: [("ns/claim".to_string(), ClaimObject::Gone)].into(),
+            nodes: [("worker-2".to_string(), NodeStatus::default())].into(),
+        };
+        let got = lookups.for_pods(&[pod("e1"), pod("d1")]);
+        assert_eq!(got.drivers.keys().collect::<Vec<_>>(), ["e1"]);
+        assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["d1"]);
+        assert_eq!(got.app_drivers, lookups.app_drivers);
+        assert_eq!(got.resource_claims, lookups.resource_claims);
+        assert_eq!(got.nodes, lookups.nodes);
+        assert_eq!(lookups.for_pods(&[]).drivers, BTreeMap::new());
     }
 }

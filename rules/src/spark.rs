@@ -66,7 +66,7 @@ pub fn driver_waits_to_start(pod: &PodInfo, node: &str) -> bool {
 pub(crate) fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
     let mut out: Vec<&PodInfo> = Vec::new();
     let local = snap.pods.iter().filter(|p| is_driver(p));
-    for d in snap.app_drivers.values().flatten().chain(local) {
+    for d in snap.lookups.app_drivers.values().flatten().chain(local) {
         if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
             out.push(d);
         }
@@ -118,7 +118,7 @@ pub fn same_application(a: &PodInfo, b: &PodInfo) -> Option<&'static str> {
     }
 }
 
-/// The key a driver's application is listed under in `NodeSnapshot::app_drivers`: its
+/// The key a driver's application is listed under in `ApiLookups::app_drivers`: its
 /// `spark-app-selector`, else, for a driver a Job runs, `job:<the Job's UID>`.
 pub fn app_drivers_key(pod: &PodInfo) -> Option<String> {
     non_empty_label(pod, APP_SELECTOR)

@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodemedic_rules::finding::Finding;
-use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodSource};
+use nodemedic_rules::snapshot::{
+    ApiLookups, ConfMount, DriverLookup, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodSource,
+};
 use tokio::sync::{Notify, watch};
 
 use crate::conditions::NodeConditions;
@@ -47,7 +49,7 @@ use super::watch::SharedStore;
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
 pub struct ScanOutcome {
-    pub snapshot: NodeSnapshot,
+    pub scanned: Scanned,
     /// The findings of the rules that judged, and the last judged findings of those that
     /// could not (see `coverage`).
     pub findings: Vec<Finding>,
@@ -57,28 +59,83 @@ pub struct ScanOutcome {
     /// The configuration the scan ran with (a reload reaches the API work this way).
     pub effective: Effective,
     /// Whether the node holds prepared DRA claims, and the ResourceClaims to look up
-    /// (`stale-dra-claim`), judged on the whole snapshot before it was slimmed.
+    /// (`stale-dra-claim`), judged on the whole snapshot.
     pub claims: (bool, Vec<String>),
+}
+
+/// What the API work reads of a scan's snapshot.
+#[derive(Debug, Clone)]
+pub enum Scanned {
+    /// The whole snapshot: automatic repair judges it again.
+    Whole(Box<NodeSnapshot>),
+    /// Only what the lookups read (automatic repair off): the host's cgroup tree and processes
+    /// do not live on in the channel between scans.
+    Pods(ScanPods),
+}
+
+/// The pods of a scan, as the driver lookups and the reads of [`spark::partition`] need them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanPods {
+    pub node: String,
+    /// When the snapshot was taken, unix seconds.
+    pub taken_at: i64,
+    pub pod_source: PodSource,
+    pub pods: Vec<PodInfo>,
+    /// Whether the kubelet set up the configuration volume of the drivers here that wait to
+    /// start, by pod UID.
+    pub conf_mounts: BTreeMap<String, ConfMount>,
+}
+
+impl Scanned {
+    /// The scan's snapshot as the API work keeps it: whole when automatic repair will judge it
+    /// again (`whole`), else only its pods.
+    pub fn keep(snapshot: NodeSnapshot, whole: bool) -> Self {
+        if whole {
+            return Scanned::Whole(Box::new(snapshot));
+        }
+        Scanned::Pods(ScanPods {
+            node: snapshot.node,
+            taken_at: snapshot.taken_at,
+            pod_source: snapshot.pod_source,
+            pods: snapshot.pods,
+            conf_mounts: snapshot.conf_mounts,
+        })
+    }
+
+    /// Where the pods came from.
+    pub fn pod_source(&self) -> &PodSource {
+        match self {
+            Scanned::Whole(s) => &s.pod_source,
+            Scanned::Pods(p) => &p.pod_source,
+        }
+    }
+
+    /// The pods, on the scan's node, at its time.
+    pub fn pods_at(&self) -> spark::PodsAt<'_> {
+        match self {
+            Scanned::Whole(s) => spark::PodsAt::of(s),
+            Scanned::Pods(p) => spark::PodsAt {
+                node: &p.node,
+                now: p.taken_at,
+                pods: &p.pods,
+                conf_mounts: &p.conf_mounts,
+            },
+        }
+    }
 }
 
 /// The drivers the last pass resolved, for the next scans.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DriverView {
-    /// By executor pod UID.
-    pub drivers: BTreeMap<String, DriverLookup>,
-    /// Every driver of each application with a driver on this node, by application id.
-    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
+    /// The drivers by executor pod UID, every driver of each application with a driver on this
+    /// node by application id, the Warning Events of the drivers here that wait to start and the
+    /// other nodes of their applications' drivers (`driver-blocked-by-partition`; see
+    /// [`spark::partition`]), and the ResourceClaims of the claims stale on this node
+    /// (`stale-dra-claim`). A read that failed keeps the last answer.
+    pub lookups: ApiLookups,
     /// Executors whose driver could not be re-checked: the answer above is the last good one,
     /// and this says since when and why (evidence `driver_lookup_stale`).
     pub stale: BTreeMap<String, String>,
-    /// Warning Events of the drivers here that wait to start, by pod UID, and the other nodes of
-    /// their applications' drivers, by name (`driver-blocked-by-partition`; see
-    /// [`spark::partition`]). A read that failed keeps the last answer.
-    pub pod_events: BTreeMap<String, Vec<PodEvent>>,
-    pub nodes: BTreeMap<String, NodeStatus>,
-    /// The ResourceClaims of the claims stale on this node (`stale-dra-claim`), by
-    /// `namespace/name`; a read that failed keeps the last answer.
-    pub resource_claims: BTreeMap<String, nodemedic_rules::snapshot::ClaimObject>,
 }
 
 /// Driver lookups of one pass take at most this long together.
@@ -182,10 +239,10 @@ impl ApiWork {
         self.events.set_series_interval(cfg.event_series_interval);
         self.conditions.set_heartbeat(cfg.condition_heartbeat);
         self.forget_changed_drivers();
-        let snapshot = &outcome.snapshot;
+        let scanned = &outcome.scanned;
         let mut available = true;
-        if snapshot.pod_source == PodSource::Api {
-            available &= self.resolve(snapshot, &outcome.claims).await;
+        if *scanned.pod_source() == PodSource::Api {
+            available &= self.resolve(scanned.pods_at(), &outcome.claims).await;
         }
         if !available {
             return false;
@@ -223,7 +280,9 @@ impl ApiWork {
         }
         // Automatic repair: off unless switched on, rate-limited, never cpu-state.
         let policy = cfg.repair.clone();
-        if policy.any() && snapshot.pod_source == PodSource::Api {
+        if let (true, Scanned::Whole(snapshot)) = (policy.any(), scanned)
+            && snapshot.pod_source == PodSource::Api
+        {
             let records = auto_repair(
                 &self.client,
                 &self.repair_audit,
@@ -268,11 +327,11 @@ impl ApiWork {
 
     /// Resolves the drivers of the snapshot's executors and publishes them; false when a
     /// lookup failed (the last good answers are kept, marked stale).
-    async fn resolve(&mut self, snapshot: &NodeSnapshot, claims: &(bool, Vec<String>)) -> bool {
+    async fn resolve(&mut self, at: spark::PodsAt<'_>, claims: &(bool, Vec<String>)) -> bool {
         // A new pass: the first failure of this pass stops the rest (see `Breaker`).
         self.directory.inner.reset();
         let resolved = tokio::time::timeout(LOOKUPS_DEADLINE, async {
-            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &snapshot.pods).await;
+            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, at.pods).await;
             self.driver_memory.recall(&self.directory, &mut drivers).await;
             (drivers, app_drivers)
         })
@@ -282,7 +341,7 @@ impl ApiWork {
             Ok(r) => r,
             Err(_) => {
                 let reason = format!("driver lookups took over {} s (timeout)", LOOKUPS_DEADLINE.as_secs());
-                let drivers = snapshot
+                let drivers = at
                     .pods
                     .iter()
                     .filter(|p| nodemedic_rules::spark::is_executor(p))
@@ -291,27 +350,27 @@ impl ApiWork {
                 (drivers, BTreeMap::new())
             }
         };
-        let (stale, failed) = keep_last_good(&mut drivers, &previous.drivers, &mut self.last_good, unix_now());
+        let (stale, failed) = keep_last_good(&mut drivers, &previous.lookups.drivers, &mut self.last_good, unix_now());
         // An application whose driver list could not be read keeps the last list.
-        for (app, list) in &previous.app_drivers {
+        for (app, list) in &previous.lookups.app_drivers {
             app_drivers.entry(app.clone()).or_insert_with(|| list.clone());
         }
         app_drivers.retain(|app, _| {
-            snapshot
-                .pods
+            at.pods
                 .iter()
                 .any(|p| nodemedic_rules::spark::app_drivers_key(p).as_deref() == Some(app.as_str()))
         });
-        let (pod_events, nodes, resource_claims) = self
-            .read_partition_inputs(snapshot, &app_drivers, &previous, claims)
-            .await;
+        let (pod_events, nodes, resource_claims) =
+            self.read_partition_inputs(at, &app_drivers, &previous, claims).await;
         let view = DriverView {
-            drivers,
-            app_drivers,
+            lookups: ApiLookups {
+                drivers,
+                app_drivers,
+                pod_events,
+                resource_claims,
+                nodes,
+            },
             stale,
-            pod_events,
-            nodes,
-            resource_claims,
         };
         if view != previous {
             if let Ok(mut slot) = self.view.lock() {
@@ -329,7 +388,7 @@ impl ApiWork {
     /// counted against the pass: Events and conditions go on.
     async fn read_partition_inputs(
         &self,
-        snapshot: &NodeSnapshot,
+        at: spark::PodsAt<'_>,
         app_drivers: &BTreeMap<String, Vec<PodInfo>>,
         previous: &DriverView,
         claims: &(bool, Vec<String>),
@@ -339,12 +398,12 @@ impl ApiWork {
         BTreeMap<String, nodemedic_rules::snapshot::ClaimObject>,
     ) {
         let last = spark::PartitionInputs {
-            pod_events: previous.pod_events.clone(),
-            nodes: previous.nodes.clone(),
-            resource_claims: previous.resource_claims.clone(),
+            pod_events: previous.lookups.pod_events.clone(),
+            nodes: previous.lookups.nodes.clone(),
+            resource_claims: previous.lookups.resource_claims.clone(),
             ..Default::default()
         };
-        let read = spark::partition_inputs(&self.directory, snapshot, app_drivers, claims.0, &claims.1);
+        let read = spark::partition_inputs(&self.directory, at, app_drivers, claims.0, &claims.1);
         let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
             Ok(inputs) => inputs,
             Err(_) => {
@@ -364,9 +423,7 @@ impl ApiWork {
         }
         inputs.keep_last_good(&last);
         // Only the drivers still here.
-        inputs
-            .pod_events
-            .retain(|uid, _| snapshot.pods.iter().any(|p| &p.uid == uid));
+        inputs.pod_events.retain(|uid, _| at.pods.iter().any(|p| &p.uid == uid));
         (inputs.pod_events, inputs.nodes, inputs.resource_claims)
     }
 }
@@ -497,5 +554,41 @@ mod tests {
                 .as_str()
                 .is_some_and(|s| s.contains("could not be re-checked"))
         );
+    }
+
+    #[test]
+    fn without_repair_the_outcome_keeps_only_the_pods_of_the_snapshot() {
+        use nodemedic_rules::snapshot::Observed;
+        let mut snapshot = NodeSnapshot::empty("node-a", 42);
+        snapshot.pod_source = PodSource::Api;
+        snapshot.pods = vec![PodInfo {
+            uid: "d1".into(),
+            ..Default::default()
+        }];
+        snapshot
+            .conf_mounts
+            .insert("d1".into(), ConfMount::Mounted { path: "/m".into() });
+        snapshot.cgroups = Observed::Error { reason: "r".into() };
+        let Scanned::Pods(pods) = Scanned::keep(snapshot.clone(), false) else {
+            panic!("without repair only the pods are kept");
+        };
+        assert_eq!(
+            pods,
+            ScanPods {
+                node: "node-a".into(),
+                taken_at: 42,
+                pod_source: PodSource::Api,
+                pods: snapshot.pods.clone(),
+                conf_mounts: snapshot.conf_mounts.clone(),
+            }
+        );
+        let kept = Scanned::Pods(pods);
+        let at = kept.pods_at();
+        assert_eq!((at.node, at.now, at.pods.len()), ("node-a", 42, 1));
+        // With repair the whole snapshot, host sources with it, goes to the API work.
+        let Scanned::Whole(whole) = Scanned::keep(snapshot.clone(), true) else {
+            panic!("with repair the whole snapshot is kept");
+        };
+        assert_eq!(*whole, snapshot);
     }
 }

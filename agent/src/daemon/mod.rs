@@ -707,22 +707,7 @@ impl Daemon {
         if let Ok(view) = self.view.lock() {
             stale = view.stale.clone();
             if snapshot.pod_source == PodSource::Api {
-                let on_node: std::collections::HashSet<&str> = snapshot.pods.iter().map(|p| p.uid.as_str()).collect();
-                snapshot.drivers = view
-                    .drivers
-                    .iter()
-                    .filter(|(uid, _)| on_node.contains(uid.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                snapshot.app_drivers = view.app_drivers.clone();
-                snapshot.pod_events = view
-                    .pod_events
-                    .iter()
-                    .filter(|(uid, _)| on_node.contains(uid.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                snapshot.nodes = view.nodes.clone();
-                snapshot.resource_claims = view.resource_claims.clone();
+                snapshot.lookups = view.lookups.for_pods(&snapshot.pods);
             }
         }
         let snapshot = scanned.snapshot;
@@ -776,19 +761,10 @@ impl Daemon {
         }
         self.logged = keys;
         // The API work needs the pods (driver lookups) and the findings; only automatic repair
-        // judges the whole snapshot again. The slim form keeps the host's cgroup tree and
-        // processes from living on in the channel between scans.
-        let snapshot = if self.cfg.effective.repair.any() {
-            snapshot
-        } else {
-            let mut slim = nodemedic_rules::snapshot::NodeSnapshot::empty(&snapshot.node, snapshot.taken_at);
-            slim.pod_source = snapshot.pod_source;
-            slim.pods = snapshot.pods;
-            slim.conf_mounts = snapshot.conf_mounts;
-            slim
-        };
+        // judges the whole snapshot again (see `Scanned`).
+        let scanned = apiwork::Scanned::keep(snapshot, self.cfg.effective.repair.any());
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
-            snapshot,
+            scanned,
             findings,
             coverage,
             effective: self.cfg.effective.clone(),

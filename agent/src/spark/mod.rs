@@ -24,7 +24,7 @@ pub mod partition;
 
 pub use directory::{Breaker, CachedDirectory, IndexedDirectory, ListDirectory};
 use network::Cidr;
-pub use partition::{PartitionInputs, partition_inputs};
+pub use partition::{PartitionInputs, PodsAt, partition_inputs};
 
 /// Why a driver lookup has no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -100,7 +100,7 @@ pub fn waiting_for_claims<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<
 }
 
 /// The nodes other than `node` that unfinished drivers of `driver`'s application run on, from the
-/// application lists (`NodeSnapshot::app_drivers`).
+/// application lists (`ApiLookups::app_drivers`).
 pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<PodInfo>>, node: &str) -> Vec<&'a str> {
     let mut nodes: Vec<&str> = Vec::new();
     for other in app_drivers.values().flatten() {
@@ -115,19 +115,43 @@ pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<P
     nodes
 }
 
+/// What [`partition_inputs`] reads of a scan: its node and time, the pods bound to the node, and
+/// whether the kubelet set up the drivers' configuration volumes
+/// ([`NodeSnapshot::conf_mounts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PodsAt<'a> {
+    pub node: &'a str,
+    /// Unix seconds.
+    pub now: i64,
+    pub pods: &'a [PodInfo],
+    pub conf_mounts: &'a BTreeMap<String, nodemedic_rules::snapshot::ConfMount>,
+}
+
+impl<'a> PodsAt<'a> {
+    /// The pods of `snapshot`, on its node, at its time.
+    pub fn of(snapshot: &'a NodeSnapshot) -> Self {
+        PodsAt {
+            node: &snapshot.node,
+            now: snapshot.taken_at,
+            pods: &snapshot.pods,
+            conf_mounts: &snapshot.conf_mounts,
+        }
+    }
+}
+
 /// Reads through `dir` the Events and nodes `driver-blocked-by-partition` needs for the drivers
-/// among the snapshot's pods (on its node, at its time), the Events of the pods with
+/// among the scan's pods (on its node, at its time), the Events of the pods with
 /// ResourceClaims when `claims_prepared`, the ResourceClaims `claims`, and the Events of the
 /// drivers whose configuration volume the kubelet did not set up (see the module documentation
 /// for what is read and when).
 pub async fn partition_inputs<D: PodDirectory>(
     dir: &D,
-    snapshot: &NodeSnapshot,
+    at: PodsAt<'_>,
     app_drivers: &BTreeMap<String, Vec<PodInfo>>,
     claims_prepared: bool,
     claims: &[String],
 ) -> PartitionInputs {
-    let (pods, node, now) = (snapshot.pods.as_slice(), snapshot.node.as_str(), snapshot.taken_at);
+    let (pods, node, now) = (at.pods, at.node, at.now);
     let mut out = PartitionInputs::default();
     for key in claims {
         let Some((namespace, name)) = key.split_once('/') else {
@@ -177,7 +201,7 @@ pub async fn partition_inputs<D: PodDirectory>(
             out.read_events(dir, driver).await;
         }
     }
-    unconfigured_driver_events(dir, pods, &snapshot.conf_mounts, node, &mut out).await;
+    unconfigured_driver_events(dir, pods, at.conf_mounts, node, &mut out).await;
     out
 }
 
@@ -353,7 +377,13 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         cluster.events.insert("new".into(), vec![PodEvent::default()]);
-        let got = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
+        let got = block_on(partition_inputs(
+            &cluster,
+            PodsAt::of(&snapshot(&pods)),
+            &app_drivers,
+            false,
+            &[],
+        ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2", "events new"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["new"]);
         assert_eq!(got.nodes["worker-2"].ready.as_deref(), Some("Unknown"));
@@ -362,7 +392,13 @@ mod tests {
         // The other node is Ready: no Events are read.
         cluster.nodes.insert("worker-2".into(), status("worker-2", "True"));
         cluster.asked.lock().unwrap().clear();
-        let got = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
+        let got = block_on(partition_inputs(
+            &cluster,
+            PodsAt::of(&snapshot(&pods)),
+            &app_drivers,
+            false,
+            &[],
+        ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2"]);
         assert!(got.pod_events.is_empty());
     }
@@ -389,7 +425,13 @@ mod tests {
             .insert("mounted".into(), ConfMount::Mounted { path: "/m".into() });
         let mut cluster = Cluster::default();
         cluster.events.insert("unconfigured".into(), vec![PodEvent::default()]);
-        let got = block_on(partition_inputs(&cluster, &snap, &BTreeMap::new(), false, &[]));
+        let got = block_on(partition_inputs(
+            &cluster,
+            PodsAt::of(&snap),
+            &BTreeMap::new(),
+            false,
+            &[],
+        ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["events unconfigured"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["unconfigured"]);
     }
@@ -412,11 +454,23 @@ mod tests {
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         let pods = [new];
-        let good = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
+        let good = block_on(partition_inputs(
+            &cluster,
+            PodsAt::of(&snapshot(&pods)),
+            &app_drivers,
+            false,
+            &[],
+        ));
         assert!(good.nodes.contains_key("worker-2") && good.pod_events.contains_key("new"));
 
         cluster.failing_nodes.push("worker-2".into());
-        let mut failed = block_on(partition_inputs(&cluster, &snapshot(&pods), &app_drivers, false, &[]));
+        let mut failed = block_on(partition_inputs(
+            &cluster,
+            PodsAt::of(&snapshot(&pods)),
+            &app_drivers,
+            false,
+            &[],
+        ));
         assert!(failed.failed());
         assert!(failed.nodes_failed["worker-2"].contains("HTTP 503"));
         // Unknown is suspect: the Events are still read.

@@ -73,7 +73,7 @@ fn sibling<'a>(snap: &'a NodeSnapshot, pod: &PodInfo) -> Option<Sibling<'a>> {
     let name = non_empty_label(pod, APP_NAME);
     let local = snap.pods.iter().filter(|p| spark::is_driver(p));
     let mut best: Option<Sibling<'a>> = None;
-    for other in snap.app_drivers.values().flatten().chain(local) {
+    for other in snap.lookups.app_drivers.values().flatten().chain(local) {
         let Some(other_created) = other.created_at else {
             continue;
         };
@@ -150,6 +150,7 @@ pub fn half_submitted_drivers<'a>(snap: &'a NodeSnapshot, settings: &Settings) -
             _ => continue,
         };
         let mount_events = snap
+            .lookups
             .pod_events
             .get(&pod.uid)
             .map(|events| {

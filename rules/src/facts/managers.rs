@@ -245,7 +245,7 @@ impl StaleClaim<'_> {
 
 /// The API server's answer for the ResourceClaim `namespace/name`, when asked.
 fn claim_object(snap: &NodeSnapshot, claim: Option<&str>) -> Option<ClaimObject> {
-    snap.resource_claims.get(claim?).cloned()
+    snap.lookups.resource_claims.get(claim?).cloned()
 }
 
 /// Judges a claim by its pods: stale when none is alive and each is known to be gone.

@@ -161,7 +161,7 @@ pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Ve
         if exec.is_terminal() && !local.held() {
             continue;
         }
-        let Some(lookup) = snap.drivers.get(&exec.uid) else {
+        let Some(lookup) = snap.lookups.drivers.get(&exec.uid) else {
             continue;
         };
         let owner_uid = exec.owner_refs.iter().find(|o| o.kind == "Pod").map(|o| o.uid.clone());

@@ -248,7 +248,7 @@ fn dra_refusals(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings, out: &
     if claims.is_empty() {
         return;
     }
-    for (uid, events) in &snap.pod_events {
+    for (uid, events) in &snap.lookups.pod_events {
         let Some(pod) = snap.pod(uid) else { continue };
         let Some((event, (device, claim_uid))) = events
             .iter()

@@ -11,7 +11,7 @@
 //! person lets the volume go. Nothing tells anyone why.
 //!
 //! Inputs: this node's pods; the Warning Events of its drivers that wait to start
-//! (`NodeSnapshot::pod_events`); every driver of their applications, wherever it runs
+//! (`ApiLookups::pod_events`); every driver of their applications, wherever it runs
 //! (`app_drivers`); and the status of the nodes those run on (`nodes`). A driver here is blocked
 //! when it is `Pending` with no container running, one of its Events says a volume cannot be
 //! attached or mounted ([`block_of`]), and another unfinished driver of the same application
@@ -144,7 +144,7 @@ fn old_drivers<'a>(snap: &'a NodeSnapshot, drivers: &[&'a PodInfo], blocked: &Po
         .filter(|d| d.uid != blocked.uid)
         .filter_map(|d| {
             let node_name = d.node_name.as_deref().filter(|n| *n != snap.node)?;
-            let node = snap.nodes.get(node_name)?;
+            let node = snap.lookups.nodes.get(node_name)?;
             if !matches!(node.ready.as_deref(), Some("Unknown" | "False")) {
                 return None;
             }
@@ -202,7 +202,7 @@ fn remedy(old: &OldDriver) -> String {
 }
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    if snap.pod_events.is_empty() || snap.nodes.is_empty() {
+    if snap.lookups.pod_events.is_empty() || snap.lookups.nodes.is_empty() {
         return vec![];
     }
     let drivers = alive_drivers(snap);
@@ -212,7 +212,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
         .iter()
         .filter(|p| crate::spark::driver_waits_to_start(p, &snap.node))
     {
-        let Some(events) = snap.pod_events.get(&blocked.uid) else {
+        let Some(events) = snap.lookups.pod_events.get(&blocked.uid) else {
             continue;
         };
         let blocks: Vec<(&PodEvent, Block, Vec<String>)> = events

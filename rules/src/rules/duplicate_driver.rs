@@ -13,7 +13,7 @@
 //! Drivers are of one application when they share namespace and `spark-app-selector`, or,
 //! for spark-operator, namespace, `sparkoperator.k8s.io/app-name` and
 //! `sparkoperator.k8s.io/submission-id` (the same run; another submission id is an earlier run,
-//! which the operator replaces on purpose). Inputs: `NodeSnapshot::app_drivers` (every driver
+//! which the operator replaces on purpose). Inputs: `ApiLookups::app_drivers` (every driver
 //! pod of the applications with a driver here, wherever it runs) and this node's pods. A driver
 //! counts while it is not `Succeeded`/`Failed`, including `Unknown` and pods being deleted: a
 //! driver on a lost node is exactly that. Critical: one finding per application, on the driver

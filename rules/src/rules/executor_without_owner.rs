@@ -97,7 +97,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
         execs.sort_by_key(|p| exec_order(p));
         let first = execs[0];
         // The first decisive lookup among the executors: a pod beats outside beats unknown.
-        let lookups: Vec<&DriverLookup> = execs.iter().filter_map(|e| snap.drivers.get(&e.uid)).collect();
+        let lookups: Vec<&DriverLookup> = execs.iter().filter_map(|e| snap.lookups.drivers.get(&e.uid)).collect();
         let found = lookups.iter().find_map(|l| match l {
             DriverLookup::Found { by, driver } => Some((*by, driver.as_ref())),
             _ => None,

@@ -13,7 +13,7 @@
 //! whose node was lost, kept `Error` executors whose emptyDir still holds their shuffle data.
 //!
 //! The agent looks up each executor's driver ([`DriverLookup`](crate::snapshot::DriverLookup) in
-//! `NodeSnapshot::drivers`).
+//! `ApiLookups::drivers`).
 //! Judged: a non-terminal executor (not being deleted), and a finished one that still holds
 //! local data (scratch dirs measured under its emptyDir, or, when the dirs were not measured,
 //! an emptyDir `spark-local-dir-*` volume). Orphaned when the lookup says the driver is gone,

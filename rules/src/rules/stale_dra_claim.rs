@@ -255,9 +255,10 @@ mod tests {
         // claim the kubelet holds stays the kubelet's to judge (it holds c-known for a live pod).
         let mut asked = snap.clone();
         asked
+            .lookups
             .resource_claims
             .insert("spark/claim-c-known".into(), ClaimObject::Gone);
-        asked.resource_claims.insert(
+        asked.lookups.resource_claims.insert(
             "spark/claim-c-gone-pod".into(),
             ClaimObject::Exists {
                 uid: "c-gone-pod".into(),
@@ -290,9 +291,10 @@ mod tests {
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["claim_uid"], "c-gone-pod");
-        snap.resource_claims
+        snap.lookups
+            .resource_claims
             .insert("spark/claim-c-known".into(), ClaimObject::Gone);
-        snap.resource_claims.insert(
+        snap.lookups.resource_claims.insert(
             "spark/claim-c-forgotten".into(),
             ClaimObject::Exists {
                 uid: "another-uid".into(),

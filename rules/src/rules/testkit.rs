@@ -331,13 +331,13 @@ impl SnapshotBuilder {
 
     /// The driver lookup of executor `executor_uid`.
     pub fn with_driver(mut self, executor_uid: &str, lookup: DriverLookup) -> Self {
-        self.snap.drivers.insert(executor_uid.into(), lookup);
+        self.snap.lookups.drivers.insert(executor_uid.into(), lookup);
         self
     }
 
     /// Every driver pod of application `app`, wherever it runs.
     pub fn with_app_drivers(mut self, app: &str, drivers: &[PodInfo]) -> Self {
-        self.snap.app_drivers.insert(app.into(), drivers.to_vec());
+        self.snap.lookups.app_drivers.insert(app.into(), drivers.to_vec());
         self
     }
 
@@ -528,13 +528,13 @@ impl SnapshotBuilder {
     }
 
     pub fn with_pod_events(mut self, uid: &str, events: Vec<PodEvent>) -> Self {
-        self.snap.pod_events.insert(uid.into(), events);
+        self.snap.lookups.pod_events.insert(uid.into(), events);
         self
     }
 
     /// Another node as the API server shows it.
     pub fn with_node(mut self, node: NodeStatus) -> Self {
-        self.snap.nodes.insert(node.name.clone(), node);
+        self.snap.lookups.nodes.insert(node.name.clone(), node);
         self
     }
 }

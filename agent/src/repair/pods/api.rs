@@ -68,7 +68,7 @@ pub async fn refresh_snapshot(
             let mut lookup = crate::spark::resolve_driver(&directory, p).await;
             if matches!(lookup, DriverLookup::External { .. }) {
                 if let Some(before @ (DriverLookup::Gone { .. } | DriverLookup::Replaced { .. })) =
-                    base.drivers.get(&p.uid)
+                    base.lookups.drivers.get(&p.uid)
                 {
                     lookup = before.clone();
                 }
@@ -88,7 +88,7 @@ pub async fn refresh_snapshot(
     fresh.taken_at = now_unix();
     fresh.pod_source = PodSource::Api;
     fresh.pods = pods;
-    fresh.drivers = drivers;
+    fresh.lookups.drivers = drivers;
     Ok(fresh)
 }
 

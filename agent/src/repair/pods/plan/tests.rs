@@ -49,7 +49,7 @@ fn snapshot(pods: Vec<PodInfo>) -> NodeSnapshot {
     let mut s = NodeSnapshot::empty("n1", NOW);
     s.pod_source = PodSource::Api;
     for p in pods.iter().filter(|p| nodemedic_rules::spark::is_executor(p)) {
-        s.drivers.insert(p.uid.clone(), gone());
+        s.lookups.drivers.insert(p.uid.clone(), gone());
     }
     s.pods = pods;
     s
