@@ -49,7 +49,8 @@ use super::watch::SharedStore;
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
 pub struct ScanOutcome {
-    pub scanned: Scanned,
+    /// What the API work keeps of the scan (not `scan::Scanned`: the snapshot, whole or its pods).
+    pub kept: KeptScan,
     /// The findings of the rules that judged, and the last judged findings of those that
     /// could not (see `coverage`).
     pub findings: Vec<Finding>,
@@ -65,7 +66,7 @@ pub struct ScanOutcome {
 
 /// What the API work reads of a scan's snapshot.
 #[derive(Debug, Clone)]
-pub enum Scanned {
+pub enum KeptScan {
     /// The whole snapshot: automatic repair judges it again.
     Whole(Box<NodeSnapshot>),
     /// Only what the lookups read (automatic repair off): the host's cgroup tree and processes
@@ -86,14 +87,14 @@ pub struct ScanPods {
     pub conf_mounts: BTreeMap<String, ConfMount>,
 }
 
-impl Scanned {
+impl KeptScan {
     /// The scan's snapshot as the API work keeps it: whole when automatic repair will judge it
     /// again (`whole`), else only its pods.
     pub fn keep(snapshot: NodeSnapshot, whole: bool) -> Self {
         if whole {
-            return Scanned::Whole(Box::new(snapshot));
+            return KeptScan::Whole(Box::new(snapshot));
         }
-        Scanned::Pods(ScanPods {
+        KeptScan::Pods(ScanPods {
             node: snapshot.node,
             taken_at: snapshot.taken_at,
             pod_source: snapshot.pod_source,
@@ -105,16 +106,16 @@ impl Scanned {
     /// Where the pods came from.
     pub fn pod_source(&self) -> &PodSource {
         match self {
-            Scanned::Whole(s) => &s.pod_source,
-            Scanned::Pods(p) => &p.pod_source,
+            KeptScan::Whole(s) => &s.pod_source,
+            KeptScan::Pods(p) => &p.pod_source,
         }
     }
 
     /// The pods, on the scan's node, at its time.
     pub fn pods_at(&self) -> spark::PodsAt<'_> {
         match self {
-            Scanned::Whole(s) => spark::PodsAt::of(s),
-            Scanned::Pods(p) => spark::PodsAt {
+            KeptScan::Whole(s) => spark::PodsAt::of(s),
+            KeptScan::Pods(p) => spark::PodsAt {
                 node: &p.node,
                 now: p.taken_at,
                 pods: &p.pods,
@@ -239,10 +240,10 @@ impl ApiWork {
         self.events.set_series_interval(cfg.event_series_interval);
         self.conditions.set_heartbeat(cfg.condition_heartbeat);
         self.forget_changed_drivers();
-        let scanned = &outcome.scanned;
+        let kept = &outcome.kept;
         let mut available = true;
-        if *scanned.pod_source() == PodSource::Api {
-            available &= self.resolve(scanned.pods_at(), &outcome.claims).await;
+        if *kept.pod_source() == PodSource::Api {
+            available &= self.resolve(kept.pods_at(), &outcome.claims).await;
         }
         if !available {
             return false;
@@ -280,7 +281,7 @@ impl ApiWork {
         }
         // Automatic repair: off unless switched on, rate-limited, never cpu-state.
         let policy = cfg.repair.clone();
-        if let (true, Scanned::Whole(snapshot)) = (policy.any(), scanned)
+        if let (true, KeptScan::Whole(snapshot)) = (policy.any(), kept)
             && snapshot.pod_source == PodSource::Api
         {
             let records = auto_repair(
@@ -569,7 +570,7 @@ mod tests {
             .conf_mounts
             .insert("d1".into(), ConfMount::Mounted { path: "/m".into() });
         snapshot.cgroups = Observed::Error { reason: "r".into() };
-        let Scanned::Pods(pods) = Scanned::keep(snapshot.clone(), false) else {
+        let KeptScan::Pods(pods) = KeptScan::keep(snapshot.clone(), false) else {
             panic!("without repair only the pods are kept");
         };
         assert_eq!(
@@ -582,11 +583,11 @@ mod tests {
                 conf_mounts: snapshot.conf_mounts.clone(),
             }
         );
-        let kept = Scanned::Pods(pods);
+        let kept = KeptScan::Pods(pods);
         let at = kept.pods_at();
         assert_eq!((at.node, at.now, at.pods.len()), ("node-a", 42, 1));
         // With repair the whole snapshot, host sources with it, goes to the API work.
-        let Scanned::Whole(whole) = Scanned::keep(snapshot.clone(), true) else {
+        let KeptScan::Whole(whole) = KeptScan::keep(snapshot.clone(), true) else {
             panic!("with repair the whole snapshot is kept");
         };
         assert_eq!(*whole, snapshot);

@@ -761,10 +761,10 @@ impl Daemon {
         }
         self.logged = keys;
         // The API work needs the pods (driver lookups) and the findings; only automatic repair
-        // judges the whole snapshot again (see `Scanned`).
-        let scanned = apiwork::Scanned::keep(snapshot, self.cfg.effective.repair.any());
+        // judges the whole snapshot again (see `KeptScan`).
+        let kept = apiwork::KeptScan::keep(snapshot, self.cfg.effective.repair.any());
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
-            scanned,
+            kept,
             findings,
             coverage,
             effective: self.cfg.effective.clone(),

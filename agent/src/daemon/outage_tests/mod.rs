@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::apiwork::{ApiWork, DriverView, ScanOutcome, Scanned};
+use super::apiwork::{ApiWork, DriverView, KeptScan, ScanOutcome};
 use super::serve::Health;
 use super::watch::{self, PodStore, SharedStore, WatchSignals};
 use crate::apimon::{ApiMonitor, ElectionView, ProbeOutputs};
@@ -156,7 +156,7 @@ fn start(fake: &FakeApi, who: Who, flags: Flags, node_pods: &[Value]) -> Loops {
     assert_eq!(snapshot.pods.len(), node_pods.len(), "every pod converts");
     let interval = effective.scan_interval;
     let outcome = Arc::new(ScanOutcome {
-        scanned: Scanned::keep(snapshot, effective.repair.any()),
+        kept: KeptScan::keep(snapshot, effective.repair.any()),
         findings: vec![],
         coverage: BTreeMap::new(),
         effective,
