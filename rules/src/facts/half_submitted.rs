@@ -112,15 +112,21 @@ fn exclusive_cpus(snap: &NodeSnapshot, uid: &str) -> CpuSet {
         .fold(CpuSet::new(), |acc, a| acc.union(&a.cpus))
 }
 
+/// The Spark drivers that wait to start on this node, each with how long it has waited
+/// (seconds since it was scheduled, else created); a driver with neither time is left out.
+/// What `half-submitted-driver` judges, and what its clock deadline counts from.
+pub fn waiting_drivers(snap: &NodeSnapshot) -> impl Iterator<Item = (&PodInfo, i64)> {
+    snap.pods
+        .iter()
+        .filter(|p| driver_waits_to_start(p, &snap.node))
+        .filter_map(|p| Some((p, snap.taken_at - p.scheduled_at.or(p.created_at)?)))
+}
+
 /// The drivers on this node spark-submit left half made, oldest first.
 pub fn half_submitted_drivers<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<HalfSubmitted<'a>> {
     crate::facts::count("half_submitted_drivers");
     let mut out: Vec<HalfSubmitted<'a>> = Vec::new();
-    for pod in snap.pods.iter().filter(|p| driver_waits_to_start(p, &snap.node)) {
-        let Some(since) = pod.scheduled_at.or(pod.created_at) else {
-            continue;
-        };
-        let waited = snap.taken_at - since;
+    for (pod, waited) in waiting_drivers(snap) {
         if waited < settings.half_submitted_grace_seconds {
             continue;
         }

@@ -158,12 +158,8 @@ fn finding(snap: &NodeSnapshot, settings: &Settings, h: &HalfSubmitted<'_>, slow
 /// `half_submitted_critical_seconds`, though nothing on the host changes meanwhile. Seconds
 /// until the nearest of those still ahead.
 pub fn next_judgement(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
-    snap.pods
-        .iter()
-        .filter(|p| crate::spark::driver_waits_to_start(p, &snap.node))
-        .filter_map(|p| p.scheduled_at.or(p.created_at))
-        .flat_map(|since| {
-            let waited = snap.taken_at - since;
+    crate::facts::waiting_drivers(snap)
+        .flat_map(|(_, waited)| {
             // Times are whole seconds: a second more makes sure the time has passed.
             [
                 settings.half_submitted_grace_seconds,
