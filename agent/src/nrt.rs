@@ -41,7 +41,7 @@ pub fn build(snap: &NodeSnapshot, facts: &Facts, numa_memory: &BTreeMap<u32, u64
     if nodes.iter().any(|n| !numa_memory.contains_key(&n.node)) {
         return None;
     }
-    let kubelet = snap.kubelet.ok();
+    let kubelet = snap.host.kubelet.ok();
     let stale = nodes
         .iter()
         .fold(nodemedic_rules::CpuSet::new(), |acc, n| acc.union(&n.stale));
@@ -265,13 +265,13 @@ mod tests {
     fn zones_per_numa_node_with_stale_cpus_taken() {
         let mut snap = NodeSnapshot::empty("worker-1", 1_700_000_000);
         let file = br#"{"policyName":"static","defaultCpuSet":"0-1,7","entries":{"gone":{"app":"4-6"},"live":{"app":"2-3"}},"checksum":0}"#;
-        snap.checkpoint = Observed::Ok(CheckpointFile::new(
+        snap.host.checkpoint = Observed::Ok(CheckpointFile::new(
             "/var/lib/kubelet/cpu_manager_state".into(),
             Some(3600.0),
             Checkpoint::parse(file),
         ));
-        snap.cpus = Observed::Ok(CpuTopology::uniform(2, 4, 1));
-        snap.kubelet = Observed::Ok(KubeletConfig {
+        snap.host.cpus = Observed::Ok(CpuTopology::uniform(2, 4, 1));
+        snap.host.kubelet = Observed::Ok(KubeletConfig {
             path: None,
             found_by: nodemedic_rules::snapshot::FoundBy::DefaultPath,
             cpu_manager: CpuManagerConfig {
@@ -285,8 +285,8 @@ mod tests {
             topology_manager_scope: "container".into(),
             started_at: None,
         });
-        snap.pod_source = PodSource::File;
-        snap.pods = vec![nodemedic_rules::snapshot::PodInfo {
+        snap.pods.source = PodSource::File;
+        snap.pods.bound = vec![nodemedic_rules::snapshot::PodInfo {
             uid: "live".into(),
             name: "exec-1".into(),
             namespace: "spark".into(),
@@ -331,7 +331,7 @@ mod tests {
         assert!(attrs.contains(&json!({"name": "nodemedic.io/stale-cpus", "value": "4-6"})));
         assert!(attrs.contains(&json!({"name": "topologyManagerPolicy", "value": "single-numa-node"})));
         // Not the static policy: nothing to publish.
-        snap.checkpoint = Observed::Missing { path: "x".into() };
+        snap.host.checkpoint = Observed::Missing { path: "x".into() };
         assert_eq!(
             build(
                 &snap,

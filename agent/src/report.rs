@@ -38,7 +38,7 @@ pub struct Report {
 
 impl Report {
     /// Builds the report of `snapshot` with its `findings`; its `sources` are the collectors'
-    /// `records`, then `api`: the status of `snapshot.api`. The API observation is no host
+    /// `records`, then `api`: the status of `snapshot.api.server`. The API observation is no host
     /// collector (the daemon's comes from its probe task, and the API's health has metrics of
     /// its own), so it is read from the snapshot, which the API rules judge, not from a record.
     pub fn new(snapshot: &NodeSnapshot, findings: Vec<Finding>, records: &Records) -> Self {
@@ -46,7 +46,7 @@ impl Report {
             .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
             .unwrap_or_default();
         let mut sources: Map<String, Value> = records.iter().map(|r| (r.name.to_string(), json!(r.status))).collect();
-        sources.insert("api".to_string(), json!(snapshot.api.status()));
+        sources.insert("api".to_string(), json!(snapshot.api.server.status()));
         Report {
             node: snapshot.node.clone(),
             generated_at,
@@ -55,7 +55,7 @@ impl Report {
             findings,
             coverage: BTreeMap::new(),
             notes: snapshot.notes.iter().map(ToString::to_string).collect(),
-            kubelet_version: snapshot.kubelet_version.ok().cloned(),
+            kubelet_version: snapshot.api.kubelet_version.ok().cloned(),
         }
     }
 
@@ -132,7 +132,7 @@ impl Report {
         let _ = writeln!(out, "sources:");
         for (name, status) in &self.sources {
             let detail = match name.as_str() {
-                "cgroups" => snapshot.cgroups.ok().map(|t| {
+                "cgroups" => snapshot.host.cgroups.ok().map(|t| {
                     format!(
                         " ({:?}, {} driver, {} pod cgroups under {})",
                         t.version,
@@ -141,13 +141,13 @@ impl Report {
                         t.kubepods
                     )
                 }),
-                "checkpoint" => match &snapshot.checkpoint {
+                "checkpoint" => match &snapshot.host.checkpoint {
                     Observed::Ok(f) => Some(format!(" ({})", f.path)),
                     Observed::Missing { path } => Some(format!(" ({path})")),
                     _ => None,
                 },
                 "manager_files" => {
-                    let m = &snapshot.managers;
+                    let m = &snapshot.host.managers;
                     let mut files: Vec<String> = [
                         ("memory_manager_state", m.memory.status()),
                         ("kubelet_internal_checkpoint", m.devices.status()),
@@ -167,7 +167,7 @@ impl Report {
                         format!(" ({})", files.join(", "))
                     })
                 }
-                "kubelet_config" => snapshot.kubelet.ok().map(|k| {
+                "kubelet_config" => snapshot.host.kubelet.ok().map(|k| {
                     format!(
                         " ({}{}, policy {})",
                         k.path.as_deref().unwrap_or("flags only"),
@@ -175,26 +175,26 @@ impl Report {
                         k.cpu_manager.policy
                     )
                 }),
-                "pods" => Some(match snapshot.pod_source {
+                "pods" => Some(match snapshot.pods.source {
                     nodemedic_rules::snapshot::PodSource::Cgroups => {
                         " (liveness from cgroups: a pod is alive when its cgroup has processes)".to_string()
                     }
                     nodemedic_rules::snapshot::PodSource::PodResources => {
                         " (liveness from the kubelet: a pod is alive while its PodResources API lists it)".to_string()
                     }
-                    _ => format!(" ({} pods bound to this node)", snapshot.pods.len()),
+                    _ => format!(" ({} pods bound to this node)", snapshot.pods.bound.len()),
                 }),
-                "podresources" => match &snapshot.kubelet_view {
+                "podresources" => match &snapshot.host.kubelet_view {
                     Observed::Ok(v) => Some(format!(" ({} pods listed, {})", v.pods.len(), v.socket)),
                     Observed::Missing { path } => Some(format!(" ({path})")),
                     _ => None,
                 },
-                "kubelet_version" => Some(match &snapshot.kubelet_version {
+                "kubelet_version" => Some(match &snapshot.api.kubelet_version {
                     Observed::Ok(v) => format!(" ({})", v.describe()),
                     Observed::Missing { path } => format!(" ({path} not found)"),
                     Observed::NotApplicable { reason } | Observed::Error { reason } => format!(" ({reason})"),
                 }),
-                "api" => snapshot.api.ok().map(|a| {
+                "api" => snapshot.api.server.ok().map(|a| {
                     let n = a.samples.len();
                     format!(" ({n} probe sample{})", if n == 1 { "" } else { "s" })
                 }),

@@ -21,6 +21,7 @@ use std::time::Duration;
 use nodemedic_rules::snapshot::{ApiLookups, ApiObservation, NodeSnapshot, Observed, PodInfo, PodSource};
 use nodemedic_rules::snapshot::{Liveness, Note};
 
+pub use crate::collect::Scanned;
 use crate::collect::{self, CollectError, PodInput, Records};
 use crate::host::HostPaths;
 use crate::kube_api;
@@ -80,7 +81,7 @@ pub struct Options {
     pub lookups_timeout: Option<Duration>,
     /// The host as read before (the daemon's readings, kept up to date by inotify): the
     /// snapshot is assembled from these instead of reading the host again.
-    pub readings: Option<std::sync::Arc<collect::HostReadings>>,
+    pub readings: Option<std::sync::Arc<collect::KeptHost>>,
     /// Why there is no pod list, when the caller knows (`--offline`, no API configured, the
     /// daemon's watch not synced): the snapshot's `pod_list` when its pods do not come from a
     /// list. A pod list from the API that fails is an error whatever this says.
@@ -245,15 +246,6 @@ pub enum ScanError {
     NotANode(String),
 }
 
-/// A snapshot and how its collectors went.
-#[derive(Debug)]
-pub struct Scanned {
-    pub snapshot: NodeSnapshot,
-    /// One record per collector: name, duration, outcome (the report's `sources` and the
-    /// collector metrics are made from these).
-    pub records: Records,
-}
-
 /// How long a one-shot scan's driver lookups are remembered: longer than the scan.
 const ONE_SHOT_MEMORY: Duration = Duration::from_secs(3600);
 
@@ -320,13 +312,15 @@ pub async fn snapshot<D: PodDirectory>(
             .map_err(|e| ScanError::Task(e.to_string()))??
         }
     };
-    let mut snapshot = collected.snapshot;
-    let mut records = collected.records;
+    let Scanned {
+        mut snapshot,
+        mut records,
+    } = collected.scanned;
     snapshot.notes.splice(0..0, notes);
     if let Some(reason) = pod_list_error {
-        snapshot.pod_list = Observed::Error { reason };
+        snapshot.pods.list = Observed::Error { reason };
     } else if let Some(why) = &opts.pod_list {
-        snapshot.pod_list = why.clone();
+        snapshot.pods.list = why.clone();
     }
     read_kubelet_version(api.map(|c| &c.client), opts, &mut snapshot, &mut records).await;
     if let Some(kubelet_dir) = &collected.kubelet_dir {
@@ -339,20 +333,20 @@ pub async fn snapshot<D: PodDirectory>(
     );
     let timeout = opts.lookups_timeout.unwrap_or(LOOKUPS_TIMEOUT);
     // ResourceClaims are asked for only where there is an API server to ask.
-    let claims = (
-        snapshot.managers.holds_prepared_claims(),
-        match &pods {
-            // Asked before the judgement, of the snapshot without the claims' objects: the one
-            // shared judgement made twice in a scan (the judgement's own facts come later).
-            Pods::Api { .. } => {
-                let stale = nodemedic_rules::facts::stale_claims(&snapshot, &opts.settings);
-                nodemedic_rules::facts::claims_to_ask(&snapshot, &stale)
-            }
-            _ => vec![],
+    let claims = match &pods {
+        // Asked before the judgement, of the snapshot without the claims' objects: the one
+        // shared judgement made twice in a scan (the judgement's own facts come later).
+        Pods::Api { .. } => {
+            let stale = nodemedic_rules::facts::stale_claims(&snapshot, &opts.settings);
+            nodemedic_rules::facts::claims_to_ask(&snapshot, &stale)
+        }
+        _ => nodemedic_rules::facts::ClaimsToAsk {
+            prepared: snapshot.host.managers.holds_prepared_claims(),
+            names: vec![],
         },
-    );
+    };
     let lookups = async {
-        match (&pods, snapshot.pod_source == PodSource::Cgroups) {
+        match (&pods, snapshot.pods.source == PodSource::Cgroups) {
             (_, true) => None,
             (Pods::File(_), _) => {
                 let dir = ListDirectory::new(collected.cluster_pods);
@@ -373,7 +367,7 @@ pub async fn snapshot<D: PodDirectory>(
     };
     match tokio::time::timeout(timeout, lookups).await {
         Ok(Some((lookups, unread))) => {
-            snapshot.lookups = lookups;
+            snapshot.api.lookups = lookups;
             if let Some(why) = unread {
                 snapshot.notes.push(Note::Other(format!(
                     "pod Events or nodes for driver-blocked-by-partition not read: {why}"
@@ -387,16 +381,17 @@ pub async fn snapshot<D: PodDirectory>(
         ))),
     }
     if let Some(o) = &opts.api {
-        snapshot.api = Observed::Ok(o.clone());
+        snapshot.api.server = Observed::Ok(o.clone());
     } else if let (ApiProbe::Once, Some(conn)) = (opts.api_probe, api) {
         let spark_pods: Vec<_> = snapshot
             .pods
+            .bound
             .iter()
             .filter(|p| p.spark_role().is_some())
             .map(|p| (p.namespace.clone(), p.labels.clone()))
             .collect();
         match crate::apimon::probe_once(conn, &snapshot.node, &spark_pods).await {
-            Ok(o) => snapshot.api = Observed::Ok(o),
+            Ok(o) => snapshot.api.server = Observed::Ok(o),
             Err(e) => snapshot.notes.push(Note::Other(format!("API probes not run: {e}"))),
         }
     }
@@ -436,7 +431,7 @@ async fn read_kubelet_version(
             .push(Note::Other(format!("kubelet version unknown: {path} not found"))),
         _ => {}
     }
-    snapshot.kubelet_version = version;
+    snapshot.api.kubelet_version = version;
 }
 
 /// Asks the kubelet's PodResources API into the snapshot; without a pod list, its pods decide
@@ -451,7 +446,11 @@ async fn read_kubelet_view(
     use collect::podresources;
     let inputs = podresources::ViewInputs {
         kubelet_dir: kubelet_dir.to_path_buf(),
-        checkpoint: snapshot.checkpoint.ok().map(|f| (host.host(&f.path), f.modified_at)),
+        checkpoint: snapshot
+            .host
+            .checkpoint
+            .ok()
+            .map(|f| (host.host(&f.path), f.modified_at)),
         names: pod_names(opts, snapshot),
     };
     let started = std::time::Instant::now();
@@ -464,14 +463,14 @@ async fn read_kubelet_view(
         failed,
     });
     if let Observed::Ok(v) = &view {
-        if let (true, Some(file)) = (v.checkpoint_changed, snapshot.checkpoint.ok()) {
+        if let (true, Some(file)) = (v.checkpoint_changed, snapshot.host.checkpoint.ok()) {
             snapshot.notes.push(Note::Other(format!(
                 "{} changed while the kubelet's PodResources API was read: the two are not compared this scan",
                 file.path
             )));
         }
-        if snapshot.pod_source == PodSource::Cgroups {
-            snapshot.pod_source = PodSource::PodResources;
+        if snapshot.pods.source == PodSource::Cgroups {
+            snapshot.pods.source = PodSource::PodResources;
             for note in snapshot.notes.iter_mut() {
                 note.set_liveness(Liveness::PodResources);
             }
@@ -481,14 +480,14 @@ async fn read_kubelet_view(
             }
         }
     }
-    snapshot.kubelet_view = view;
+    snapshot.host.kubelet_view = view;
 }
 
 /// The UIDs of each (namespace, name) the kubelet's PodResources API may list: the caller's
 /// last known pods ([`Options::last_known_pods`]) and the snapshot's, each UID once.
 fn pod_names(opts: &Options, snapshot: &NodeSnapshot) -> std::collections::BTreeMap<(String, String), Vec<String>> {
     let mut names = opts.last_known_pods.clone();
-    for p in &snapshot.pods {
+    for p in &snapshot.pods.bound {
         let uids = names.entry((p.namespace.clone(), p.name.clone())).or_default();
         if !uids.contains(&p.uid) {
             uids.push(p.uid.clone());
@@ -507,10 +506,10 @@ fn pod_names(opts: &Options, snapshot: &NodeSnapshot) -> std::collections::BTree
 async fn lookup_drivers<D: PodDirectory>(
     dir: &D,
     snapshot: &NodeSnapshot,
-    claims: &(bool, Vec<String>),
+    claims: &nodemedic_rules::facts::ClaimsToAsk,
 ) -> (ApiLookups, Option<String>) {
-    let (drivers, app_drivers) = spark::resolve_all(dir, &snapshot.pods).await;
-    let partition = spark::partition_inputs(dir, spark::PodsAt::of(snapshot), &app_drivers, claims.0, &claims.1).await;
+    let (drivers, app_drivers) = spark::resolve_all(dir, &snapshot.pods.bound).await;
+    let partition = spark::partition_inputs(dir, spark::PodsAt::of(snapshot), &app_drivers, claims).await;
     let unread = partition
         .events_failed
         .values()

@@ -299,11 +299,12 @@ pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
         }
     }
     match source {
-        Source::Checkpoint => of(&snap.checkpoint, false, "cpu_manager_state"),
-        Source::MemoryState => of(&snap.managers.memory, false, "memory_manager_state"),
-        Source::DeviceState => of(&snap.managers.devices, false, "kubelet_internal_checkpoint"),
-        Source::DraState => of(&snap.managers.dra, false, "dra_manager_state"),
+        Source::Checkpoint => of(&snap.host.checkpoint, false, "cpu_manager_state"),
+        Source::MemoryState => of(&snap.host.managers.memory, false, "memory_manager_state"),
+        Source::DeviceState => of(&snap.host.managers.devices, false, "kubelet_internal_checkpoint"),
+        Source::DraState => of(&snap.host.managers.dra, false, "dra_manager_state"),
         Source::DraDrivers => snap
+            .host
             .managers
             .drivers
             .iter()
@@ -311,38 +312,38 @@ pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
                 Observed::Error { reason } => Some(SourceStatus::Unknown(format!("{}: {reason}", d.path))),
                 _ => None,
             })
-            .unwrap_or(if snap.managers.drivers.iter().any(|d| d.claims.ok().is_some()) {
+            .unwrap_or(if snap.host.managers.drivers.iter().any(|d| d.claims.ok().is_some()) {
                 SourceStatus::Read
             } else {
                 SourceStatus::Absent
             }),
-        Source::KubeletConfig => match &snap.kubelet {
+        Source::KubeletConfig => match &snap.host.kubelet {
             Observed::Missing { path } => SourceStatus::Unknown(format!(
                 "the kubelet's configuration was not found ({path}): its policy and reserved CPUs are unknown"
             )),
             other => of(other, true, "kubelet configuration"),
         },
-        Source::Cpus => of(&snap.cpus, true, "online CPUs"),
-        Source::Cgroups => of(&snap.cgroups, true, "cgroup hierarchy"),
-        Source::Procfs => of(&snap.procfs, true, "procfs"),
-        Source::Pods if snap.pod_source.is_pod_list() => SourceStatus::Read,
-        Source::Pods => match &snap.pod_list {
+        Source::Cpus => of(&snap.host.cpus, true, "online CPUs"),
+        Source::Cgroups => of(&snap.host.cgroups, true, "cgroup hierarchy"),
+        Source::Procfs => of(&snap.host.procfs, true, "procfs"),
+        Source::Pods if snap.pods.source.is_pod_list() => SourceStatus::Read,
+        Source::Pods => match &snap.pods.list {
             Observed::Error { reason } => SourceStatus::Unknown(reason.clone()),
             Observed::NotApplicable { reason } => SourceStatus::NotLooked(reason.clone()),
             Observed::Missing { path } => SourceStatus::Unknown(format!("pod list {path} not found")),
             Observed::Ok(()) => SourceStatus::NotLooked("no pod list".into()),
         },
         Source::Podresources => {
-            let kubelet_runs = snap.kubelet.ok().is_some_and(|k| k.started_at.is_some());
-            match &snap.kubelet_view {
+            let kubelet_runs = snap.host.kubelet.ok().is_some_and(|k| k.started_at.is_some());
+            match &snap.host.kubelet_view {
                 Observed::Missing { path } if kubelet_runs => SourceStatus::Unknown(format!(
                     "the kubelet runs but its PodResources socket {path} is missing"
                 )),
                 other => of(other, false, "PodResources socket"),
             }
         }
-        Source::LocalDirs => of(&snap.local_dirs, false, "local dirs"),
-        Source::Api => of(&snap.api, false, "API"),
+        Source::LocalDirs => of(&snap.host.local_dirs, false, "local dirs"),
+        Source::Api => of(&snap.api.server, false, "API"),
     }
 }
 

@@ -155,14 +155,14 @@ impl VersionReading {
 /// The kubelet's version when the snapshot knows it and it belongs to the kubelet that runs
 /// now; else why not (its text is for a note).
 pub fn in_force(snap: &NodeSnapshot) -> Result<&KubeletVersion, VersionError> {
-    let reading = match &snap.kubelet_version {
+    let reading = match &snap.api.kubelet_version {
         Observed::Ok(r) => r,
         Observed::Missing { path } => return Err(VersionError::NotFound { path: path.clone() }),
         Observed::NotApplicable { reason } | Observed::Error { reason } => {
             return Err(VersionError::NotRead { reason: reason.clone() });
         }
     };
-    let started = snap.kubelet.ok().and_then(|k| k.started_at);
+    let started = snap.host.kubelet.ok().and_then(|k| k.started_at);
     if let Some(started) = started
         && reading.read_at < started + NODE_STATUS_SETTLE_SECONDS
     {
@@ -237,12 +237,12 @@ mod tests {
 
     fn snap(version: &str, read_at: i64, kubelet_started: Option<i64>) -> NodeSnapshot {
         let mut snap = crate::rules::testkit::SnapshotBuilder::static_node("0-1", &[]).build();
-        snap.kubelet_version = Observed::Ok(VersionReading {
+        snap.api.kubelet_version = Observed::Ok(VersionReading {
             version: KubeletVersion::parse(version).unwrap(),
             source: NODE_STATUS.into(),
             read_at,
         });
-        if let Observed::Ok(k) = &mut snap.kubelet {
+        if let Observed::Ok(k) = &mut snap.host.kubelet {
             k.started_at = kubelet_started;
         }
         snap
@@ -271,7 +271,7 @@ mod tests {
              the kubelet started, not every CPU it may hand out (kubernetes#112913)"
         );
         let mut unknown = snap("v1.30.0", 1000, Some(0));
-        unknown.kubelet_version = Observed::NotApplicable {
+        unknown.api.kubelet_version = Observed::NotApplicable {
             reason: "offline: no Node object".into(),
         };
         let why = allocatable_is_all_cpus(&unknown).unwrap_err();
@@ -288,7 +288,7 @@ mod tests {
             "the kubelet's version is unknown (offline: no Node object); only from 1.26 does \
              GetAllocatableResources give every CPU the kubelet may hand out (kubernetes#112913)"
         );
-        unknown.kubelet_version = Observed::Missing {
+        unknown.api.kubelet_version = Observed::Missing {
             path: "Node worker-3".into(),
         };
         assert_eq!(in_force(&unknown).unwrap_err().to_string(), "not found (Node worker-3)");

@@ -21,7 +21,7 @@ pub const DRY_RUN_PROBE: &str = "create_dry_run";
 
 /// The API observation, when the API was probed.
 pub(crate) fn api(snap: &NodeSnapshot) -> Option<&ApiObservation> {
-    match &snap.api {
+    match &snap.api.server {
         Observed::Ok(api) => Some(api),
         _ => None,
     }

@@ -66,12 +66,25 @@ impl<T> Observed<T> {
     }
 }
 
-/// Everything the rules look at.
+/// Everything the rules look at: what was read from the node's files ([`HostSnapshot`]), the
+/// pods bound to it ([`PodsSnapshot`]) and what the API server told ([`ApiSnapshot`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSnapshot {
     pub node: String,
     /// When the snapshot was taken, unix seconds.
     pub taken_at: i64,
+    pub host: HostSnapshot,
+    pub pods: PodsSnapshot,
+    pub api: ApiSnapshot,
+    /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
+    /// unparsable file): shown in the report, never fatal.
+    pub notes: Vec<Note>,
+}
+
+/// What was read from the node itself: the kubelet's files and socket, sysfs, cgroups, procfs
+/// and the Spark scratch directories.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSnapshot {
     pub checkpoint: Observed<CheckpointFile>,
     /// The memory, device and DRA managers' checkpoints, and the configured DRA drivers'.
     pub managers: ManagerFiles,
@@ -81,36 +94,46 @@ pub struct NodeSnapshot {
     pub cgroups: Observed<CgroupTree>,
     /// procfs status (its data lives in the cgroup tree's processes).
     pub procfs: Observed<()>,
-    pub pod_source: PodSource,
-    /// Why there is no pod list when `pod_source` is neither `Api` nor `File`:
-    /// `NotApplicable` when none was asked for (`--offline`, no API configured), `Error` when
-    /// it could not be read (the API failed, the daemon's watch has not synced). Not read with
-    /// a pod list. Decides the coverage of the rules that need one ([`crate::coverage`]).
-    pub pod_list: Observed<()>,
-    /// Pods bound to this node (empty with [`PodSource::Cgroups`] and
-    /// [`PodSource::PodResources`]).
-    pub pods: Vec<PodInfo>,
     /// The kubelet's own view (its PodResources API).
     pub kubelet_view: Observed<crate::kubelet_view::KubeletView>,
-    /// The kubelet's version (the Node's `status.nodeInfo.kubeletVersion`; unknown offline):
-    /// which of its answers a comparison may rely on ([`crate::kubelet_version`]).
-    pub kubelet_version: Observed<crate::kubelet_version::VersionReading>,
-    /// Things the collectors noticed and skipped (a cgroup that vanished mid-scan, an
-    /// unparsable file): shown in the report, never fatal.
-    pub notes: Vec<Note>,
-    /// What the API server told about this node's pods: their drivers, the Events of drivers
-    /// that wait to start, the claims and nodes they name (empty offline).
-    pub lookups: ApiLookups,
     /// Spark scratch directories on the node (kubelet emptyDir volumes named
     /// `spark-local-dir-*`, and the configured hostPath roots).
     pub local_dirs: Observed<Vec<LocalDir>>,
-    /// The API server as this node sees it (`NotApplicable` offline).
-    pub api: Observed<ApiObservation>,
+}
+
+/// The pods bound to the node, where that list came from, and what the node's files tell of
+/// their Spark drivers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodsSnapshot {
+    /// Where liveness comes from: the API, a pods file, the cgroups, the kubelet's PodResources.
+    pub source: PodSource,
+    /// Why there is no pod list when `source` is neither `Api` nor `File`: `NotApplicable`
+    /// when none was asked for (`--offline`, no API configured), `Error` when it could not be
+    /// read (the API failed, the daemon's watch has not synced). Not read with a pod list.
+    /// Decides the coverage of the rules that need one ([`crate::coverage`]).
+    pub list: Observed<()>,
+    /// Pods bound to this node (empty with [`PodSource::Cgroups`] and
+    /// [`PodSource::PodResources`]).
+    pub bound: Vec<PodInfo>,
     /// Spark configurations of the driver pods on this node, by pod UID.
     pub spark_confs: BTreeMap<String, SparkConf>,
     /// Whether the kubelet set up the configuration volume of the drivers here that wait to
-    /// start, by pod UID (for `half-submitted-driver`).
+    /// start, by pod UID.
     pub conf_mounts: BTreeMap<String, ConfMount>,
+}
+
+/// What the API server told: how it answers from this node, the kubelet's version on the Node
+/// object, and the lookups made for this node's pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSnapshot {
+    /// The API server as this node sees it (`NotApplicable` offline).
+    pub server: Observed<ApiObservation>,
+    /// The kubelet's version (the Node's `status.nodeInfo.kubeletVersion`; unknown offline):
+    /// which of its answers a comparison may rely on ([`crate::kubelet_version`]).
+    pub kubelet_version: Observed<crate::kubelet_version::VersionReading>,
+    /// What the API server told about this node's pods: their drivers, the Events of drivers
+    /// that wait to start, the claims and nodes they name (empty offline).
+    pub lookups: ApiLookups,
 }
 
 /// What the API server told about the pods of one node: looked up by the scan (one-shot) or by
@@ -171,51 +194,61 @@ impl NodeSnapshot {
         NodeSnapshot {
             node: node.to_string(),
             taken_at,
-            checkpoint: missing("/var/lib/kubelet/cpu_manager_state"),
-            managers: ManagerFiles::missing(),
-            kubelet: missing("/var/lib/kubelet/config.yaml"),
-            cpus: missing("/sys/devices/system/cpu/online"),
-            cgroups: missing("/sys/fs/cgroup"),
-            procfs: missing("/proc"),
-            pod_source: PodSource::Cgroups,
-            pod_list: Observed::NotApplicable {
-                reason: "no pod list given".into(),
+            host: HostSnapshot {
+                checkpoint: missing("/var/lib/kubelet/cpu_manager_state"),
+                managers: ManagerFiles::missing(),
+                kubelet: missing("/var/lib/kubelet/config.yaml"),
+                cpus: missing("/sys/devices/system/cpu/online"),
+                cgroups: missing("/sys/fs/cgroup"),
+                procfs: missing("/proc"),
+                kubelet_view: missing("/var/lib/kubelet/pod-resources/kubelet.sock"),
+                local_dirs: missing("/var/lib/kubelet/pods"),
             },
-            pods: Vec::new(),
-            kubelet_view: missing("/var/lib/kubelet/pod-resources/kubelet.sock"),
-            kubelet_version: Observed::NotApplicable {
-                reason: "no Node object read".into(),
+            pods: PodsSnapshot {
+                source: PodSource::Cgroups,
+                list: Observed::NotApplicable {
+                    reason: "no pod list given".into(),
+                },
+                bound: Vec::new(),
+                spark_confs: BTreeMap::new(),
+                conf_mounts: BTreeMap::new(),
+            },
+            api: ApiSnapshot {
+                server: Observed::NotApplicable {
+                    reason: "not probed".into(),
+                },
+                kubelet_version: Observed::NotApplicable {
+                    reason: "no Node object read".into(),
+                },
+                lookups: ApiLookups::default(),
             },
             notes: Vec::new(),
-            conf_mounts: BTreeMap::new(),
-            local_dirs: missing("/var/lib/kubelet/pods"),
-            api: Observed::NotApplicable {
-                reason: "not probed".into(),
-            },
-            spark_confs: BTreeMap::new(),
-            lookups: ApiLookups::default(),
         }
     }
 
     /// The pod with `uid` in the pod list.
     pub fn pod(&self, uid: &str) -> Option<&PodInfo> {
-        self.pods.iter().find(|p| p.uid == uid)
+        self.pods.bound.iter().find(|p| p.uid == uid)
     }
 
     /// The CPU manager settings in force: the kubelet's, or the defaults when unknown.
     pub fn cpu_manager(&self) -> CpuManagerConfig {
-        self.kubelet.ok().map(|k| k.cpu_manager.clone()).unwrap_or_default()
+        self.host
+            .kubelet
+            .ok()
+            .map(|k| k.cpu_manager.clone())
+            .unwrap_or_default()
     }
 
     /// The pod and container that own runtime container id `id`: from the pod list's
     /// statuses, else from the cgroup tree (pod only).
     pub fn owner_of_container_id(&self, id: &str) -> Option<(String, Option<String>)> {
-        for pod in &self.pods {
+        for pod in &self.pods.bound {
             if let Some(c) = pod.containers.iter().find(|c| c.container_id.as_deref() == Some(id)) {
                 return Some((pod.uid.clone(), Some(c.name.clone())));
             }
         }
-        let tree = self.cgroups.ok()?;
+        let tree = self.host.cgroups.ok()?;
         tree.container(id).map(|(pod, _)| (pod.uid.clone(), None))
     }
 }

@@ -65,8 +65,8 @@ pub fn driver_waits_to_start(pod: &PodInfo, node: &str) -> bool {
 /// here, and this node's), once per UID.
 pub(crate) fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
     let mut out: Vec<&PodInfo> = Vec::new();
-    let local = snap.pods.iter().filter(|p| is_driver(p));
-    for d in snap.lookups.app_drivers.values().flatten().chain(local) {
+    let local = snap.pods.bound.iter().filter(|p| is_driver(p));
+    for d in snap.api.lookups.app_drivers.values().flatten().chain(local) {
         if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
             out.push(d);
         }

@@ -215,7 +215,7 @@ fn spark2_timeout(conf: &crate::snapshot::SparkConf) -> Option<(&'static str, St
 /// `spark_client_timeout_seconds`.
 pub fn client_timeout(snap: &NodeSnapshot, settings: &Settings) -> ClientTimeout {
     let mut found: Option<(u64, String, &'static str, String)> = None;
-    for (uid, conf) in &snap.spark_confs {
+    for (uid, conf) in &snap.pods.spark_confs {
         let (driver, alive) = driver_name(snap, uid);
         if !alive {
             continue;

@@ -108,7 +108,7 @@ pub(crate) fn still_running_note(
     pod: Option<&PodInfo>,
 ) -> Option<String> {
     use crate::snapshot::PodSource;
-    let by_list = snap.pod_source != PodSource::Cgroups;
+    let by_list = snap.pods.source != PodSource::Cgroups;
     match (still_running, pod) {
         (Some(why), None) if by_list => Some(format!(
             "{why}: the pod object is gone but its containers are not (force-deleted?)"

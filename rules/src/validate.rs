@@ -157,9 +157,9 @@ pub fn file_refusals(
     node: &str,
 ) -> Vec<crate::finding::Finding> {
     let mut snap = crate::snapshot::NodeSnapshot::empty(node, 0);
-    snap.checkpoint = crate::snapshot::Observed::Ok(file);
-    snap.kubelet = kubelet;
-    snap.cpus = cpus;
+    snap.host.checkpoint = crate::snapshot::Observed::Ok(file);
+    snap.host.kubelet = kubelet;
+    snap.host.cpus = cpus;
     let settings = crate::Settings::default();
     let facts = crate::facts::derive(&snap, &settings);
     let mut findings = crate::rules::checkpoint_unreadable::check(&snap, &facts, &settings);

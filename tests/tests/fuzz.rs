@@ -621,12 +621,12 @@ fn agreeing_node(owners: &[Option<(u8, bool)>], alive: &[bool], uid_known: &[boo
     let file = json!({"policyName": "static", "defaultCpuSet": CpuSet::from_ids(default).to_string(),
                       "entries": json_entries, "checksum": 0});
     let mut snap = nodemedic_rules::NodeSnapshot::empty("node-a", 1_700_000_000);
-    snap.checkpoint = Observed::Ok(CheckpointFile::new(
+    snap.host.checkpoint = Observed::Ok(CheckpointFile::new(
         "/var/lib/kubelet/cpu_manager_state".into(),
         Some(3600.0),
         Checkpoint::parse(file.to_string().as_bytes()),
     ));
-    snap.pod_source = PodSource::PodResources;
+    snap.pods.source = PodSource::PodResources;
     let pods = entries
         .iter()
         .filter(|(u, _)| {
@@ -651,7 +651,7 @@ fn agreeing_node(owners: &[Option<(u8, bool)>], alive: &[bool], uid_known: &[boo
             }
         })
         .collect();
-    snap.kubelet_view = Observed::Ok(KubeletView {
+    snap.host.kubelet_view = Observed::Ok(KubeletView {
         socket: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
         pods,
         allocatable_cpus: Observed::NotApplicable {
@@ -771,10 +771,10 @@ fn manager_node(files: &[Vec<u8>; 4], alive: &[bool]) -> nodemedic_rules::NodeSn
         ))
     }
     let mut snap = nodemedic_rules::NodeSnapshot::empty("node-a", 1_700_000_000);
-    snap.managers.memory = file::<MemoryCheckpoint>(&files[0]);
-    snap.managers.devices = file::<DeviceCheckpoint>(&files[1]);
-    snap.managers.dra = file::<DraCheckpoint>(&files[2]);
-    snap.managers.drivers.push(DriverFile {
+    snap.host.managers.memory = file::<MemoryCheckpoint>(&files[0]);
+    snap.host.managers.devices = file::<DeviceCheckpoint>(&files[1]);
+    snap.host.managers.dra = file::<DraCheckpoint>(&files[2]);
+    snap.host.managers.drivers.push(DriverFile {
         format: DriverFormat::NvidiaGpu,
         path: "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json".into(),
         age_seconds: Some(3600.0),
@@ -783,8 +783,8 @@ fn manager_node(files: &[Vec<u8>; 4], alive: &[bool]) -> nodemedic_rules::NodeSn
             Err(e) => Observed::Error { reason: e.to_string() },
         },
     });
-    snap.pod_source = PodSource::File;
-    snap.pods = alive
+    snap.pods.source = PodSource::File;
+    snap.pods.bound = alive
         .iter()
         .enumerate()
         .filter(|(_, a)| **a)
@@ -878,9 +878,9 @@ proptest! {
         // A kubelet file the kubelet would not take (unreadable, refused by its checksum, or a
         // value it cannot use) is named by checkpoint-unreadable; one it takes is not.
         let (accepted, path) = match which {
-            0 => (snap.managers.memory.ok().is_some_and(|f| f.accepted_state().is_some()), "memory_manager_state"),
-            1 => (snap.managers.devices.ok().is_some_and(|f| f.accepted_state().is_some()), "kubelet_internal_checkpoint"),
-            2 => (snap.managers.dra.ok().is_some_and(|f| f.accepted_state().is_some()), "dra_manager_state"),
+            0 => (snap.host.managers.memory.ok().is_some_and(|f| f.accepted_state().is_some()), "memory_manager_state"),
+            1 => (snap.host.managers.devices.ok().is_some_and(|f| f.accepted_state().is_some()), "kubelet_internal_checkpoint"),
+            2 => (snap.host.managers.dra.ok().is_some_and(|f| f.accepted_state().is_some()), "dra_manager_state"),
             _ => (true, "checkpoint.json"),
         };
         let named = findings

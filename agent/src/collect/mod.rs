@@ -26,8 +26,8 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use nodemedic_rules::snapshot::{ApiSnapshot, HostSnapshot, NodeSnapshot, Observed, PodInfo, PodSource, PodsSnapshot};
 use nodemedic_rules::snapshot::{Liveness, Note};
-use nodemedic_rules::snapshot::{NodeSnapshot, Observed, PodInfo, PodSource};
 
 use crate::host::HostPaths;
 
@@ -65,7 +65,7 @@ pub enum PodInput {
     #[default]
     None,
     /// A `kubectl get pods -o json` file (read and timed as the `pods` collector); every pod
-    /// of it is kept for driver lookups offline ([`Collected::cluster_pods`]).
+    /// of it is kept for driver lookups offline ([`Collection::cluster_pods`]).
     File(PathBuf),
     /// The pods of `node` already known (the daemon's watch, an API list, an earlier
     /// snapshot's list), from `source`. `node` names the node over [`HostOptions::node`].
@@ -86,15 +86,24 @@ impl PodInput {
     }
 }
 
-/// What a collection returns.
+/// What was read, and how each collector went: what every command, the daemon and every
+/// repair judge ([`crate::scan::snapshot`] completes it with the API's part).
 #[derive(Debug)]
-pub struct Collected {
+pub struct Scanned {
     pub snapshot: NodeSnapshot,
-    /// How each collector went.
+    /// One record per collector: name, duration, outcome (the report's `sources` and the
+    /// collector metrics are made from these).
     pub records: Records,
+}
+
+/// A collection: the scan so far, and what the scan's later steps read besides it.
+#[derive(Debug)]
+pub struct Collection {
+    pub scanned: Scanned,
     /// Every pod of the pods file, on any node (for driver lookups offline).
     pub cluster_pods: Vec<PodInfo>,
-    /// The kubelet's directory on this filesystem (`None`: the host was not read).
+    /// The kubelet's directory on this filesystem, where its PodResources socket is (`None`:
+    /// the host was not read).
     pub kubelet_dir: Option<PathBuf>,
 }
 
@@ -190,33 +199,28 @@ impl Records {
 }
 
 /// Reads everything and returns the snapshot.
-pub fn collect(host: &HostPaths, opts: &HostOptions, pods: PodInput) -> Result<Collected, CollectError> {
+pub fn collect(host: &HostPaths, opts: &HostOptions, pods: PodInput) -> Result<Collection, CollectError> {
     let readings = read_host(host, opts)?;
     assemble(host, readings, opts, pods)
 }
 
-/// What the host told, apart from the pods: everything a snapshot holds that is read from
-/// the host's files. The daemon keeps one and refreshes parts of it when inotify says they
-/// changed ([`HostReadings::reread_checkpoint`], [`HostReadings::reread_pod`]).
+/// The host's part of a snapshot as the daemon keeps it between scans, with what refreshing
+/// it takes: the daemon refreshes parts of it when inotify says they changed
+/// ([`KeptHost::reread_checkpoint`], [`KeptHost::reread_pod`]).
 #[derive(Debug, Clone)]
-pub struct HostReadings {
-    pub kubelet: kubelet::KubeletDiscovery,
+pub struct KeptHost {
+    /// What was read (its `kubelet_view` is filled by the scan, which asks the kubelet).
+    pub snapshot: HostSnapshot,
+    /// The kubelet's `--hostname-override`, when it has one.
+    hostname_override: Option<String>,
     /// The kubelet's directory (where the checkpoint is), on this filesystem.
     pub kubelet_dir: PathBuf,
-    pub checkpoint: Observed<nodemedic_rules::snapshot::CheckpointFile>,
     /// When the checkpoint was read (its age moves on from there).
     checkpoint_read: SystemTime,
-    /// The other resource managers' checkpoints and the DRA drivers', read with the CPU
-    /// manager's.
-    pub managers: nodemedic_rules::snapshot::ManagerFiles,
     /// The DRA driver checkpoints to read.
     driver_checkpoints: Vec<managers::DriverCheckpoint>,
-    pub cpus: Observed<nodemedic_rules::topology::CpuTopology>,
-    pub cgroups: Observed<nodemedic_rules::snapshot::CgroupTree>,
     /// Where the pod cgroups are, when found.
     pub layout: Option<cgroups::Layout>,
-    pub local_dirs: Observed<Vec<nodemedic_rules::snapshot::LocalDir>>,
-    pub procfs: Observed<()>,
     /// Notes of the last full read.
     notes: Vec<String>,
     /// Notes of the refreshes since (replaced by each refresh).
@@ -227,7 +231,7 @@ pub struct HostReadings {
 }
 
 /// Reads every host source (not the pods).
-pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<HostReadings, CollectError> {
+pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, CollectError> {
     if !host.root().is_dir() {
         return Err(CollectError::HostRoot(host.root().display().to_string()));
     }
@@ -266,18 +270,24 @@ pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<HostReadings, C
             }
         }
     });
-    Ok(HostReadings {
-        kubelet,
+    Ok(KeptHost {
+        snapshot: HostSnapshot {
+            checkpoint,
+            managers,
+            kubelet: kubelet.config,
+            cpus,
+            cgroups,
+            procfs,
+            kubelet_view: Observed::NotApplicable {
+                reason: "not read".into(),
+            },
+            local_dirs,
+        },
+        hostname_override: kubelet.hostname_override,
         kubelet_dir,
-        checkpoint,
         checkpoint_read: now,
-        managers,
         driver_checkpoints: opts.driver_checkpoints.clone(),
-        cpus,
-        cgroups,
         layout,
-        local_dirs,
-        procfs,
         notes,
         refresh_notes: Vec::new(),
         records,
@@ -285,7 +295,7 @@ pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<HostReadings, C
     })
 }
 
-impl HostReadings {
+impl KeptHost {
     /// Forgets the notes of earlier refreshes (before a new round of them).
     pub fn clear_refresh_notes(&mut self) {
         self.refresh_notes.clear();
@@ -295,15 +305,15 @@ impl HostReadings {
     /// pinned container's processes get their affinity read).
     pub fn reread_checkpoint(&mut self, host: &HostPaths) {
         let now = SystemTime::now();
-        self.checkpoint = self.records.observe("checkpoint", || {
+        self.snapshot.checkpoint = self.records.observe("checkpoint", || {
             checkpoint::read_checkpoint(host, &self.kubelet_dir, now)
         });
         self.checkpoint_read = now;
-        self.managers = self.records.run("manager_files", managers::status, || {
+        self.snapshot.managers = self.records.run("manager_files", managers::status, || {
             managers::read_managers(host, &self.kubelet_dir, &self.driver_checkpoints, now)
         });
-        let pinned = pinned_by(&self.checkpoint);
-        let changed: Vec<PathBuf> = match &self.cgroups {
+        let pinned = pinned_by(&self.snapshot.checkpoint);
+        let changed: Vec<PathBuf> = match &self.snapshot.cgroups {
             Observed::Ok(tree) => tree
                 .pods
                 .iter()
@@ -325,7 +335,7 @@ impl HostReadings {
     /// Walks the local dirs again (under the kubelet's pods and `roots`).
     pub fn reread_local_dirs(&mut self, host: &HostPaths, roots: &[String]) {
         let mut notes = Vec::new();
-        self.local_dirs = self.records.observe("local_dirs", || {
+        self.snapshot.local_dirs = self.records.observe("local_dirs", || {
             localdirs::read_local_dirs(host, &self.kubelet_dir, roots, &mut notes)
         });
         self.refresh_notes.extend(notes);
@@ -334,7 +344,7 @@ impl HostReadings {
     /// Reads the pod cgroup at `dir` again (a directory below the QoS level or `kubepods`):
     /// replaced when it is there, dropped when it is gone.
     pub fn reread_pod(&mut self, host: &HostPaths, dir: &Path) {
-        let (Observed::Ok(tree), Some(layout)) = (&mut self.cgroups, &self.layout) else {
+        let (Observed::Ok(tree), Some(layout)) = (&mut self.snapshot.cgroups, &self.layout) else {
             return;
         };
         let Some((uid, qos)) = layout.pod_of(dir) else { return };
@@ -358,32 +368,27 @@ impl HostReadings {
 /// it was read).
 pub fn assemble(
     host: &HostPaths,
-    readings: HostReadings,
+    kept: KeptHost,
     opts: &HostOptions,
     pods: PodInput,
-) -> Result<Collected, CollectError> {
-    let HostReadings {
-        kubelet,
+) -> Result<Collection, CollectError> {
+    let KeptHost {
+        snapshot: mut host_snapshot,
+        hostname_override,
         kubelet_dir,
-        mut checkpoint,
         checkpoint_read,
-        mut managers,
-        cpus,
-        cgroups,
-        local_dirs,
-        procfs,
         notes,
         refresh_notes,
         mut records,
         ..
-    } = readings;
+    } = kept;
     let now = SystemTime::now();
     let mut notes: Vec<Note> = notes.into_iter().chain(refresh_notes).map(Note::Other).collect();
-    if let (Observed::Ok(file), Ok(since)) = (&mut checkpoint, now.duration_since(checkpoint_read)) {
+    if let (Observed::Ok(file), Ok(since)) = (&mut host_snapshot.checkpoint, now.duration_since(checkpoint_read)) {
         file.age_seconds = file.age_seconds.map(|a| a + since.as_secs_f64());
     }
     if let Ok(since) = now.duration_since(checkpoint_read) {
-        managers.add_age(since.as_secs_f64());
+        host_snapshot.managers.add_age(since.as_secs_f64());
     }
 
     let keep_all = matches!(pods, PodInput::File(_));
@@ -392,10 +397,14 @@ pub fn assemble(
 
     let named = given_node
         .or_else(|| opts.node.clone())
-        .or_else(|| kubelet.hostname_override.clone());
-    let node = named
-        .clone()
-        .unwrap_or_else(|| infer_node_name(host, pods.as_ref().map(|(p, _)| p.as_slice()), cgroups.ok()));
+        .or_else(|| hostname_override.clone());
+    let node = named.clone().unwrap_or_else(|| {
+        infer_node_name(
+            host,
+            pods.as_ref().map(|(p, _)| p.as_slice()),
+            host_snapshot.cgroups.ok(),
+        )
+    });
     // Offline, the whole pods file is the directory drivers are looked up in: the pods of
     // other nodes are moved there, and only this node's are copied.
     let mut cluster_pods = Vec::new();
@@ -456,41 +465,38 @@ pub fn assemble(
     let drivers = records.run("spark_conf", sparkconf::DriverConfs::status, || {
         sparkconf::read_drivers(host, &kubelet_dir, &pods, &node)
     });
-    let (spark_confs, conf_mounts) = (drivers.confs, drivers.mounts);
 
-    Ok(Collected {
-        snapshot: NodeSnapshot {
-            node,
-            taken_at: now
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
-            checkpoint,
-            managers,
-            kubelet: kubelet.config,
-            cpus,
-            cgroups,
-            procfs,
-            pod_source,
-            pod_list: Observed::NotApplicable {
-                reason: "no pod list given".into(),
+    let taken_at = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    Ok(Collection {
+        scanned: Scanned {
+            snapshot: NodeSnapshot {
+                node,
+                taken_at,
+                host: host_snapshot,
+                pods: PodsSnapshot {
+                    source: pod_source,
+                    list: Observed::NotApplicable {
+                        reason: "no pod list given".into(),
+                    },
+                    bound: pods,
+                    spark_confs: drivers.confs,
+                    conf_mounts: drivers.mounts,
+                },
+                api: ApiSnapshot {
+                    server: Observed::NotApplicable {
+                        reason: "not probed".into(),
+                    },
+                    kubelet_version: Observed::NotApplicable {
+                        reason: "no Node object read".into(),
+                    },
+                    lookups: Default::default(),
+                },
+                notes,
             },
-            pods,
-            kubelet_view: Observed::NotApplicable {
-                reason: "not read".into(),
-            },
-            kubelet_version: Observed::NotApplicable {
-                reason: "no Node object read".into(),
-            },
-            notes,
-            lookups: Default::default(),
-            local_dirs,
-            api: Observed::NotApplicable {
-                reason: "not probed".into(),
-            },
-            spark_confs,
-            conf_mounts,
+            records,
         },
-        records,
         cluster_pods,
         kubelet_dir: Some(kubelet_dir),
     })
@@ -525,7 +531,7 @@ fn read_pods(pods: PodInput, records: &mut Records) -> Result<Option<(Vec<PodInf
 
 /// A snapshot of the pods alone, no host file read: for a pod repair run without a host
 /// root. The node must be named (by `opts` or by `pods`).
-pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collected, CollectError> {
+pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collection, CollectError> {
     let mut records = Records::default();
     let keep_all = matches!(pods, PodInput::File(_));
     let given_node = pods.node().map(str::to_string);
@@ -539,10 +545,10 @@ pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collected, Collec
     let mut snapshot = NodeSnapshot::empty(&node, now);
     let mut cluster_pods = Vec::new();
     if let Some((all, source)) = all {
-        snapshot.pod_source = source;
+        snapshot.pods.source = source;
         for p in all {
             if p.node_name.as_deref() == Some(node.as_str()) {
-                snapshot.pods.push(p.clone());
+                snapshot.pods.bound.push(p.clone());
             }
             if keep_all {
                 cluster_pods.push(p);
@@ -552,12 +558,11 @@ pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collected, Collec
     records.set(Record {
         name: "pods",
         duration: records.get("pods").map_or(Duration::ZERO, |r| r.duration),
-        status: snapshot.pod_source.as_str().to_string(),
+        status: snapshot.pods.source.as_str().to_string(),
         failed: false,
     });
-    Ok(Collected {
-        snapshot,
-        records,
+    Ok(Collection {
+        scanned: Scanned { snapshot, records },
         cluster_pods,
         kubelet_dir: None,
     })

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use nodemedic_rules::finding::Finding;
 use nodemedic_rules::snapshot::{
-    ApiLookups, ConfMount, DriverLookup, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodSource,
+    ApiLookups, DriverLookup, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodSource, PodsSnapshot,
 };
 use tokio::sync::{Notify, watch};
 
@@ -61,7 +61,7 @@ pub struct ScanOutcome {
     pub effective: Effective,
     /// Whether the node holds prepared DRA claims, and the ResourceClaims to look up
     /// (`stale-dra-claim`), judged on the whole snapshot.
-    pub claims: (bool, Vec<String>),
+    pub claims: nodemedic_rules::facts::ClaimsToAsk,
 }
 
 /// What the API work reads of a scan's snapshot.
@@ -80,11 +80,8 @@ pub struct ScanPods {
     pub node: String,
     /// When the snapshot was taken, unix seconds.
     pub taken_at: i64,
-    pub pod_source: PodSource,
-    pub pods: Vec<PodInfo>,
-    /// Whether the kubelet set up the configuration volume of the drivers here that wait to
-    /// start, by pod UID.
-    pub conf_mounts: BTreeMap<String, ConfMount>,
+    /// The snapshot's pods part, as it is.
+    pub pods: PodsSnapshot,
 }
 
 impl KeptScan {
@@ -97,17 +94,15 @@ impl KeptScan {
         KeptScan::Pods(ScanPods {
             node: snapshot.node,
             taken_at: snapshot.taken_at,
-            pod_source: snapshot.pod_source,
             pods: snapshot.pods,
-            conf_mounts: snapshot.conf_mounts,
         })
     }
 
     /// Where the pods came from.
     pub fn pod_source(&self) -> &PodSource {
         match self {
-            KeptScan::Whole(s) => &s.pod_source,
-            KeptScan::Pods(p) => &p.pod_source,
+            KeptScan::Whole(s) => &s.pods.source,
+            KeptScan::Pods(p) => &p.pods.source,
         }
     }
 
@@ -119,7 +114,6 @@ impl KeptScan {
                 node: &p.node,
                 now: p.taken_at,
                 pods: &p.pods,
-                conf_mounts: &p.conf_mounts,
             },
         }
     }
@@ -282,7 +276,7 @@ impl ApiWork {
         // Automatic repair: off unless switched on, rate-limited, never cpu-state.
         let policy = cfg.repair.clone();
         if let (true, KeptScan::Whole(snapshot)) = (policy.any(), kept)
-            && snapshot.pod_source == PodSource::Api
+            && snapshot.pods.source == PodSource::Api
         {
             let records = auto_repair(
                 &self.client,
@@ -328,11 +322,11 @@ impl ApiWork {
 
     /// Resolves the drivers of the snapshot's executors and publishes them; false when a
     /// lookup failed (the last good answers are kept, marked stale).
-    async fn resolve(&mut self, at: spark::PodsAt<'_>, claims: &(bool, Vec<String>)) -> bool {
+    async fn resolve(&mut self, at: spark::PodsAt<'_>, claims: &nodemedic_rules::facts::ClaimsToAsk) -> bool {
         // A new pass: the first failure of this pass stops the rest (see `Breaker`).
         self.directory.inner.reset();
         let resolved = tokio::time::timeout(LOOKUPS_DEADLINE, async {
-            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, at.pods).await;
+            let (mut drivers, app_drivers) = spark::resolve_all(&self.directory, &at.pods.bound).await;
             self.driver_memory.recall(&self.directory, &mut drivers).await;
             (drivers, app_drivers)
         })
@@ -344,6 +338,7 @@ impl ApiWork {
                 let reason = format!("driver lookups took over {} s (timeout)", LOOKUPS_DEADLINE.as_secs());
                 let drivers = at
                     .pods
+                    .bound
                     .iter()
                     .filter(|p| nodemedic_rules::spark::is_executor(p))
                     .map(|p| (p.uid.clone(), DriverLookup::Unknown { reason: reason.clone() }))
@@ -358,6 +353,7 @@ impl ApiWork {
         }
         app_drivers.retain(|app, _| {
             at.pods
+                .bound
                 .iter()
                 .any(|p| nodemedic_rules::spark::app_drivers_key(p).as_deref() == Some(app.as_str()))
         });
@@ -392,7 +388,7 @@ impl ApiWork {
         at: spark::PodsAt<'_>,
         app_drivers: &BTreeMap<String, Vec<PodInfo>>,
         previous: &DriverView,
-        claims: &(bool, Vec<String>),
+        claims: &nodemedic_rules::facts::ClaimsToAsk,
     ) -> (
         BTreeMap<String, Vec<PodEvent>>,
         BTreeMap<String, NodeStatus>,
@@ -404,7 +400,7 @@ impl ApiWork {
             resource_claims: previous.lookups.resource_claims.clone(),
             ..Default::default()
         };
-        let read = spark::partition_inputs(&self.directory, at, app_drivers, claims.0, &claims.1);
+        let read = spark::partition_inputs(&self.directory, at, app_drivers, claims);
         let mut inputs = match tokio::time::timeout(PARTITION_DEADLINE, read).await {
             Ok(inputs) => inputs,
             Err(_) => {
@@ -424,7 +420,9 @@ impl ApiWork {
         }
         inputs.keep_last_good(&last);
         // Only the drivers still here.
-        inputs.pod_events.retain(|uid, _| at.pods.iter().any(|p| &p.uid == uid));
+        inputs
+            .pod_events
+            .retain(|uid, _| at.pods.bound.iter().any(|p| &p.uid == uid));
         (inputs.pod_events, inputs.nodes, inputs.resource_claims)
     }
 }
@@ -561,15 +559,16 @@ mod tests {
     fn without_repair_the_outcome_keeps_only_the_pods_of_the_snapshot() {
         use nodemedic_rules::snapshot::Observed;
         let mut snapshot = NodeSnapshot::empty("node-a", 42);
-        snapshot.pod_source = PodSource::Api;
-        snapshot.pods = vec![PodInfo {
+        snapshot.pods.source = PodSource::Api;
+        snapshot.pods.bound = vec![PodInfo {
             uid: "d1".into(),
             ..Default::default()
         }];
-        snapshot
-            .conf_mounts
-            .insert("d1".into(), ConfMount::Mounted { path: "/m".into() });
-        snapshot.cgroups = Observed::Error { reason: "r".into() };
+        snapshot.pods.conf_mounts.insert(
+            "d1".into(),
+            nodemedic_rules::snapshot::ConfMount::Mounted { path: "/m".into() },
+        );
+        snapshot.host.cgroups = Observed::Error { reason: "r".into() };
         let KeptScan::Pods(pods) = KeptScan::keep(snapshot.clone(), false) else {
             panic!("without repair only the pods are kept");
         };
@@ -578,14 +577,12 @@ mod tests {
             ScanPods {
                 node: "node-a".into(),
                 taken_at: 42,
-                pod_source: PodSource::Api,
                 pods: snapshot.pods.clone(),
-                conf_mounts: snapshot.conf_mounts.clone(),
             }
         );
         let kept = KeptScan::Pods(pods);
         let at = kept.pods_at();
-        assert_eq!((at.node, at.now, at.pods.len()), ("node-a", 42, 1));
+        assert_eq!((at.node, at.now, at.pods.bound.len()), ("node-a", 42, 1));
         // With repair the whole snapshot, host sources with it, goes to the API work.
         let KeptScan::Whole(whole) = KeptScan::keep(snapshot.clone(), true) else {
             panic!("with repair the whole snapshot is kept");

@@ -24,7 +24,7 @@ pub(super) struct Judged {
     /// policy's state is known.
     pub topology: Option<serde_json::Value>,
     /// Whether the node holds prepared DRA claims, and the ResourceClaims the API work reads.
-    pub claims: (bool, Vec<String>),
+    pub claims: facts::ClaimsToAsk,
 }
 
 /// Judges `snapshot` under `settings` once: facts, rules, topology, metrics, claims.
@@ -53,10 +53,7 @@ pub(super) fn judge(
             tracing::warn!(rule, reason = %reason, "rule could not judge; its last findings are kept");
         }
     }
-    let claims = (
-        snapshot.managers.holds_prepared_claims(),
-        facts::claims_to_ask(snapshot, &facts.stale_claims),
-    );
+    let claims = facts::claims_to_ask(snapshot, &facts.stale_claims);
     Judged {
         findings,
         coverage,

@@ -473,7 +473,7 @@ struct Daemon {
     health: Arc<Health>,
     last_local_dirs: Option<(Instant, Observed<Vec<nodemedic_rules::snapshot::LocalDir>>)>,
     /// The host as last read, kept up to date by the changes inotify reports.
-    readings: Option<Arc<crate::collect::HostReadings>>,
+    readings: Option<Arc<crate::collect::KeptHost>>,
     /// When the host was last read in full.
     last_full: Option<Instant>,
     /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
@@ -545,7 +545,7 @@ impl Daemon {
         opts: &crate::collect::HostOptions,
         local_due: bool,
         hostwatch: &mut Option<HostWatch>,
-    ) -> Option<(Arc<crate::collect::HostReadings>, &'static str)> {
+    ) -> Option<(Arc<crate::collect::KeptHost>, &'static str)> {
         // Without the pod cgroups located (the kubelet has not made `kubepods` yet) nothing
         // watches them: read in full until they are there.
         let located = self.readings.as_ref().is_some_and(|r| r.layout.is_some());
@@ -688,9 +688,9 @@ impl Daemon {
         };
         let snapshot = &mut scanned.snapshot;
         if local_due {
-            self.last_local_dirs = Some((Instant::now(), snapshot.local_dirs.clone()));
+            self.last_local_dirs = Some((Instant::now(), snapshot.host.local_dirs.clone()));
         } else if let Some((_, dirs)) = &self.last_local_dirs {
-            snapshot.local_dirs = dirs.clone();
+            snapshot.host.local_dirs = dirs.clone();
             if let Some(mut record) = scanned.records.get("local_dirs").cloned() {
                 record.status = dirs.status();
                 record.failed = matches!(dirs, Observed::Error { .. });
@@ -698,7 +698,7 @@ impl Daemon {
             }
         }
         if opts.api.is_none() {
-            snapshot.api = Observed::NotApplicable {
+            snapshot.api.server = Observed::NotApplicable {
                 reason: "no probe round has completed yet".into(),
             };
         }
@@ -706,8 +706,8 @@ impl Daemon {
         let mut stale = Default::default();
         if let Ok(view) = self.view.lock() {
             stale = view.stale.clone();
-            if snapshot.pod_source == PodSource::Api {
-                snapshot.lookups = view.lookups.for_pods(&snapshot.pods);
+            if snapshot.pods.source == PodSource::Api {
+                snapshot.api.lookups = view.lookups.for_pods(&snapshot.pods.bound);
             }
         }
         let snapshot = scanned.snapshot;
@@ -734,8 +734,8 @@ impl Daemon {
         self.health.scanned.store(true, Ordering::Relaxed);
         self.health.progressed();
         tracing::info!(
-            pods = snapshot.pods.len(),
-            pod_source = snapshot.pod_source.as_str(),
+            pods = snapshot.pods.bound.len(),
+            pod_source = snapshot.pods.source.as_str(),
             findings = findings.len(),
             read,
             rescan = changes.rescan.as_deref().unwrap_or(""),

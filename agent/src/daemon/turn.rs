@@ -55,23 +55,23 @@ mod tests {
         let settings = nodemedic_rules::Settings::default();
         let mut snap = NodeSnapshot::empty("node-a", now);
         assert_eq!(next_turn(&snap, &settings), None, "nothing waits on the clock");
-        snap.pods = vec![waiting_driver(250, now)];
+        snap.pods.bound = vec![waiting_driver(250, now)];
         let left = seconds_until(next_turn(&snap, &settings)).unwrap();
         assert!((50.0..52.0).contains(&left), "the grace (300 s) passes in 51 s: {left}");
-        snap.pods = vec![waiting_driver(1000, now)];
+        snap.pods.bound = vec![waiting_driver(1000, now)];
         let left = seconds_until(next_turn(&snap, &settings)).unwrap();
         assert!(
             (800.0..802.0).contains(&left),
             "then the critical time (1800 s): {left}"
         );
-        snap.pods = vec![waiting_driver(5000, now)];
+        snap.pods.bound = vec![waiting_driver(5000, now)];
         assert_eq!(next_turn(&snap, &settings), None, "both passed");
         // A driver bound elsewhere, or running, is not waiting here.
         let mut elsewhere = waiting_driver(250, now);
         elsewhere.node_name = Some("node-b".into());
         let mut running = waiting_driver(250, now);
         running.containers[0].state = Some("running".into());
-        snap.pods = vec![elsewhere, running];
+        snap.pods.bound = vec![elsewhere, running];
         assert_eq!(next_turn(&snap, &settings), None);
     }
 }

@@ -397,7 +397,7 @@ impl Metrics {
                 self.findings.with_label_values(&[rule.id, sev.as_str()]).set(n as i64);
             }
         }
-        let state = snap.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
+        let state = snap.host.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
         if let Some(state) = state {
             let exclusive = state
                 .assignments
@@ -426,7 +426,7 @@ impl Metrics {
             metric.set(i64::try_from((gauge.value)(&its)).unwrap_or(i64::MAX));
         }
         if let Ok(mut seen) = self.counted_rejections.lock() {
-            let here: std::collections::HashSet<&str> = snap.pods.iter().map(|p| p.uid.as_str()).collect();
+            let here: std::collections::HashSet<&str> = snap.pods.bound.iter().map(|p| p.uid.as_str()).collect();
             for r in &facts.rejections {
                 if seen.insert(r.pod.uid.clone()) {
                     let reason = facts::metric_reason(r.reason);
@@ -444,7 +444,7 @@ impl Metrics {
         let saturating = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.memory_manager_bytes.reset();
         self.memory_manager_stale_bytes.reset();
-        if let Some(state) = snap.managers.memory.ok().and_then(|f| f.accepted_state()) {
+        if let Some(state) = snap.host.managers.memory.ok().and_then(|f| f.accepted_state()) {
             for numa in &state.numa_nodes {
                 let id = numa.id.to_string();
                 for t in &numa.resources {
@@ -467,7 +467,7 @@ impl Metrics {
             }
         }
         self.devices_checkpointed.reset();
-        if let Some(state) = snap.managers.devices.ok().and_then(|f| f.accepted_state()) {
+        if let Some(state) = snap.host.managers.devices.ok().and_then(|f| f.accepted_state()) {
             // Distinct device IDs: a device on two NUMA nodes is listed under each.
             let mut ids: std::collections::BTreeMap<(&str, &str), BTreeSet<&str>> = Default::default();
             for (resource, registered) in &state.registered {
@@ -504,10 +504,10 @@ impl Metrics {
         };
         // Two files of one driver format (two installs) add up.
         let mut totals: std::collections::BTreeMap<&str, usize> = Default::default();
-        if let Some(state) = snap.managers.dra.ok().and_then(|f| f.accepted_state()) {
+        if let Some(state) = snap.host.managers.dra.ok().and_then(|f| f.accepted_state()) {
             totals.insert("kubelet", state.claims.len());
         }
-        for d in &snap.managers.drivers {
+        for d in &snap.host.managers.drivers {
             if let Some(claims) = d.claims.ok() {
                 *totals.entry(d.format.name()).or_default() += claims.len();
             }
@@ -558,7 +558,7 @@ mod tests {
         let m = Metrics::new().unwrap();
         let snap = NodeSnapshot::empty("n", 0);
         let mut records = Records::default();
-        records.observe("checkpoint", || snap.checkpoint.clone());
+        records.observe("checkpoint", || snap.host.checkpoint.clone());
         m.observe_scan(
             &snap,
             &facts::derive(&snap, &nodemedic_rules::Settings::default()),

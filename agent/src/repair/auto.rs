@@ -139,7 +139,7 @@ pub async fn auto_repair(
     local: Option<LocalDirTarget<'_>>,
 ) -> Vec<ActionRecord> {
     let mut out = vec![];
-    if !policy.any() || snapshot.pod_source != PodSource::Api {
+    if !policy.any() || snapshot.pods.source != PodSource::Api {
         return out;
     }
     state.limiter.set_max_per_hour(policy.max_actions_per_hour);

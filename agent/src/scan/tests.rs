@@ -292,7 +292,7 @@ fn statuses(records: &Records) -> Vec<(&'static str, String)> {
 
 /// The UIDs of the snapshot's pods.
 fn uids(snapshot: &NodeSnapshot) -> Vec<String> {
-    snapshot.pods.iter().map(|p| p.uid.clone()).collect()
+    snapshot.pods.bound.iter().map(|p| p.uid.clone()).collect()
 }
 
 /// Offline options for `node`: no API, no PodResources socket in the trees.
@@ -320,31 +320,31 @@ fn given_pods_are_the_snapshots_and_every_host_source_is_read() {
     let scanned = snapshot_blocking(&tree.host(), watched, &offline(None)).unwrap();
     let s = &scanned.snapshot;
     assert_eq!(s.node, NODE);
-    assert_eq!(s.pod_source, PodSource::Api);
+    assert_eq!(s.pods.source, PodSource::Api);
     assert_eq!(uids(s), [uid("live"), uid("done")], "away is bound to worker-2");
-    let file = s.checkpoint.ok().unwrap();
+    let file = s.host.checkpoint.ok().unwrap();
     assert_eq!(file.path, "/var/lib/kubelet/cpu_manager_state");
     assert!(file.age_seconds.unwrap() >= 3599.0, "{:?}", file.age_seconds);
     assert_eq!(file.state.as_ref().unwrap().assignments.len(), 2);
     assert_eq!(
-        s.cpus.ok().unwrap().all(),
+        s.host.cpus.ok().unwrap().all(),
         nodemedic_rules::CpuSet::parse("0-7").unwrap()
     );
-    let tree_read = s.cgroups.ok().unwrap();
+    let tree_read = s.host.cgroups.ok().unwrap();
     assert_eq!(tree_read.kubepods, "/sys/fs/cgroup/cpuset/kubepods");
     assert_eq!(tree_read.pods.len(), 2);
     assert_eq!(tree_read.pod(&uid("live")).unwrap().process_count(), 1);
     assert_eq!(tree_read.pod(&uid("done")).unwrap().process_count(), 0);
-    assert_eq!(s.kubelet.ok().unwrap().cpu_manager.policy, "static");
-    assert_eq!(s.procfs, Observed::Ok(()));
+    assert_eq!(s.host.kubelet.ok().unwrap().cpu_manager.policy, "static");
+    assert_eq!(s.host.procfs, Observed::Ok(()));
     assert_eq!(
-        s.kubelet_view,
+        s.host.kubelet_view,
         Observed::Missing {
             path: "/var/lib/kubelet/pod-resources/kubelet.sock".into()
         }
     );
     assert_eq!(
-        s.pod_list,
+        s.pods.list,
         Observed::NotApplicable {
             reason: "no pod list given".into()
         }
@@ -391,7 +391,7 @@ fn a_pods_file_gives_this_nodes_pods_and_names_the_node() {
     let path = tree.pods_file(&pods());
     let scanned = snapshot_blocking(&tree.host(), Pods::File(path.clone()), &offline(Some(NODE))).unwrap();
     assert_eq!(scanned.snapshot.node, NODE);
-    assert_eq!(scanned.snapshot.pod_source, PodSource::File);
+    assert_eq!(scanned.snapshot.pods.source, PodSource::File);
     assert_eq!(uids(&scanned.snapshot), [uid("live"), uid("done")]);
     assert_eq!(scanned.records.get("pods").unwrap().status, "file");
 
@@ -418,11 +418,11 @@ fn cgroups_alone_name_no_pods_and_keep_the_callers_reason() {
     };
     let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
     assert_eq!(scanned.snapshot.node, NODE);
-    assert_eq!(scanned.snapshot.pod_source, PodSource::Cgroups);
-    assert!(scanned.snapshot.pods.is_empty());
-    assert_eq!(scanned.snapshot.pod_list, why);
+    assert_eq!(scanned.snapshot.pods.source, PodSource::Cgroups);
+    assert!(scanned.snapshot.pods.bound.is_empty());
+    assert_eq!(scanned.snapshot.pods.list, why);
     assert_eq!(scanned.records.get("pods").unwrap().status, "cgroups");
-    assert_eq!(scanned.snapshot.cgroups.ok().unwrap().pods.len(), 2);
+    assert_eq!(scanned.snapshot.host.cgroups.ok().unwrap().pods.len(), 2);
 }
 
 /// `LocalDirs::Skip`: the local dirs are not measured (`not applicable: not measured this
@@ -434,7 +434,7 @@ fn local_dirs_skipped_are_left_unmeasured() {
     opts.host.local_dirs = collect::LocalDirs::Skip;
     let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
     assert_eq!(
-        scanned.snapshot.local_dirs,
+        scanned.snapshot.host.local_dirs,
         Observed::NotApplicable {
             reason: "not measured this cycle".into()
         }
@@ -474,6 +474,7 @@ fn readings_given_are_used_instead_of_reading_the_host() {
     assert_eq!(
         scanned
             .snapshot
+            .host
             .checkpoint
             .ok()
             .unwrap()
@@ -488,7 +489,7 @@ fn readings_given_are_used_instead_of_reading_the_host() {
 
     let scanned = snapshot_blocking(&host, Pods::Cgroups, &offline(Some(NODE))).unwrap();
     assert_eq!(
-        scanned.snapshot.checkpoint,
+        scanned.snapshot.host.checkpoint,
         Observed::Missing {
             path: "/var/lib/kubelet/cpu_manager_state".into()
         }
@@ -533,12 +534,16 @@ fn a_missing_kubelet_dir_is_missing_and_the_rest_is_read() {
     let scanned = snapshot_blocking(&tree.host(), Pods::File(path), &offline(Some(NODE))).unwrap();
     let s = &scanned.snapshot;
     assert_eq!(
-        s.checkpoint,
+        s.host.checkpoint,
         Observed::Missing {
             path: "/var/lib/kubelet/cpu_manager_state".into()
         }
     );
-    assert!(matches!(&s.kubelet, Observed::Missing { .. }), "{:?}", s.kubelet);
+    assert!(
+        matches!(&s.host.kubelet, Observed::Missing { .. }),
+        "{:?}",
+        s.host.kubelet
+    );
     assert_eq!(
         statuses(&scanned.records),
         [
@@ -555,7 +560,7 @@ fn a_missing_kubelet_dir_is_missing_and_the_rest_is_read() {
             ("kubelet_version", "unknown".into()),
         ]
     );
-    assert_eq!(s.cgroups.ok().unwrap().pods.len(), 2);
+    assert_eq!(s.host.cgroups.ok().unwrap().pods.len(), 2);
     assert_eq!(uids(s), [uid("live"), uid("done")]);
 }
 
@@ -566,14 +571,14 @@ fn a_checkpoint_that_is_not_json_is_read_as_unparsable() {
     let tree = node_tree();
     tree.checkpoint(b"{\"policyName\":\"static\",\"defaultCpuSet\":\"0-");
     let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &offline(Some(NODE))).unwrap();
-    let file = scanned.snapshot.checkpoint.ok().unwrap();
+    let file = scanned.snapshot.host.checkpoint.ok().unwrap();
     let e = file.content.as_ref().unwrap_err().to_string();
     assert!(e.starts_with("invalid JSON"), "{e}");
     assert_eq!(file.state.as_ref().unwrap_err().to_string(), e);
     let records = statuses(&scanned.records);
     assert_eq!(records[0], ("checkpoint", "ok".to_string()));
     assert_eq!(records[4], ("cgroups", "ok".to_string()));
-    assert_eq!(scanned.snapshot.cgroups.ok().unwrap().pods.len(), 2);
+    assert_eq!(scanned.snapshot.host.cgroups.ok().unwrap().pods.len(), 2);
 }
 
 /// No cgroup hierarchy: `cgroups` is `missing` with the path looked for, and the checkpoint
@@ -585,7 +590,7 @@ fn no_cgroup_tree_is_missing_and_the_rest_is_read() {
     let path = tree.pods_file(&pods());
     let scanned = snapshot_blocking(&tree.host(), Pods::File(path), &offline(Some(NODE))).unwrap();
     assert_eq!(
-        scanned.snapshot.cgroups,
+        scanned.snapshot.host.cgroups,
         Observed::Missing {
             path: "/sys/fs/cgroup".into()
         }
@@ -621,7 +626,7 @@ async fn the_blocking_pool_and_inline_reads_agree() {
     // Taken a moment apart: the clock and the file's age differ.
     b.taken_at = a.taken_at;
     for f in [&mut a, &mut b] {
-        if let Observed::Ok(file) = &mut f.checkpoint {
+        if let Observed::Ok(file) = &mut f.host.checkpoint {
             file.age_seconds = None;
         }
     }
@@ -642,13 +647,13 @@ fn pods_only_reads_no_host_file() {
     let scanned = snapshot_blocking(&tree.host(), Pods::File(path), &opts).unwrap();
     assert_eq!(uids(&scanned.snapshot), [uid("live"), uid("done")]);
     assert_eq!(
-        scanned.snapshot.checkpoint,
+        scanned.snapshot.host.checkpoint,
         Observed::Missing {
             path: "/var/lib/kubelet/cpu_manager_state".into()
         }
     );
     assert_eq!(
-        scanned.snapshot.cgroups,
+        scanned.snapshot.host.cgroups,
         Observed::Missing {
             path: "/sys/fs/cgroup".into()
         }
@@ -675,7 +680,7 @@ fn pods_only_takes_the_node_the_known_pods_name() {
     };
     let scanned = snapshot_blocking(&tree.host(), pods, &opts).unwrap();
     assert_eq!(scanned.snapshot.node, "worker-2");
-    assert_eq!(scanned.snapshot.pod_source, PodSource::Api);
+    assert_eq!(scanned.snapshot.pods.source, PodSource::Api);
     assert_eq!(uids(&scanned.snapshot), [uid("away")]);
     assert_eq!(
         statuses(&scanned.records),
@@ -692,7 +697,7 @@ fn roots_measured_without_a_pod_list_are_noted_only_when_measured() {
     let mut opts = offline(Some(NODE));
     opts.host.local_dir_roots = vec!["/mnt/spark".into()];
     let scanned = snapshot_blocking(&tree.host(), Pods::Cgroups, &opts).unwrap();
-    assert_eq!(scanned.snapshot.pod_source, PodSource::Cgroups);
+    assert_eq!(scanned.snapshot.pods.source, PodSource::Cgroups);
     assert_eq!(
         scanned
             .snapshot

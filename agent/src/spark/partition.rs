@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodPhase};
+use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodPhase, PodsSnapshot};
 use nodemedic_rules::spark;
 
 use super::{LookupError, PodDirectory};
@@ -117,14 +117,14 @@ pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<P
 
 /// What [`partition_inputs`] reads of a scan: its node and time, the pods bound to the node, and
 /// whether the kubelet set up the drivers' configuration volumes
-/// ([`NodeSnapshot::conf_mounts`]).
+/// ([`PodsSnapshot::conf_mounts`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PodsAt<'a> {
     pub node: &'a str,
     /// Unix seconds.
     pub now: i64,
-    pub pods: &'a [PodInfo],
-    pub conf_mounts: &'a BTreeMap<String, nodemedic_rules::snapshot::ConfMount>,
+    /// The snapshot's pods part: the pods and their drivers' configuration volumes.
+    pub pods: &'a PodsSnapshot,
 }
 
 impl<'a> PodsAt<'a> {
@@ -134,26 +134,24 @@ impl<'a> PodsAt<'a> {
             node: &snapshot.node,
             now: snapshot.taken_at,
             pods: &snapshot.pods,
-            conf_mounts: &snapshot.conf_mounts,
         }
     }
 }
 
 /// Reads through `dir` the Events and nodes `driver-blocked-by-partition` needs for the drivers
 /// among the scan's pods (on its node, at its time), the Events of the pods with
-/// ResourceClaims when `claims_prepared`, the ResourceClaims `claims`, and the Events of the
+/// ResourceClaims when the node holds prepared claims, the ResourceClaims `claims` names, and the Events of the
 /// drivers whose configuration volume the kubelet did not set up (see the module documentation
 /// for what is read and when).
 pub async fn partition_inputs<D: PodDirectory>(
     dir: &D,
     at: PodsAt<'_>,
     app_drivers: &BTreeMap<String, Vec<PodInfo>>,
-    claims_prepared: bool,
-    claims: &[String],
+    claims: &nodemedic_rules::facts::ClaimsToAsk,
 ) -> PartitionInputs {
-    let (pods, node, now) = (at.pods, at.node, at.now);
+    let (pods, node, now) = (&at.pods.bound, at.node, at.now);
     let mut out = PartitionInputs::default();
-    for key in claims {
+    for key in &claims.names {
         let Some((namespace, name)) = key.split_once('/') else {
             continue;
         };
@@ -164,7 +162,7 @@ pub async fn partition_inputs<D: PodDirectory>(
         };
         out.resource_claims.insert(key.clone(), object);
     }
-    if claims_prepared {
+    if claims.prepared {
         for pod in waiting_for_claims(pods, node, now) {
             out.read_events(dir, pod).await;
         }
@@ -201,7 +199,7 @@ pub async fn partition_inputs<D: PodDirectory>(
             out.read_events(dir, driver).await;
         }
     }
-    unconfigured_driver_events(dir, pods, at.conf_mounts, node, &mut out).await;
+    unconfigured_driver_events(dir, pods, &at.pods.conf_mounts, node, &mut out).await;
     out
 }
 
@@ -290,7 +288,7 @@ mod tests {
     /// node-a at [`NOW`] with `pods`.
     fn snapshot(pods: &[PodInfo]) -> NodeSnapshot {
         let mut s = NodeSnapshot::empty("node-a", NOW);
-        s.pods = pods.to_vec();
+        s.pods.bound = pods.to_vec();
         s
     }
 
@@ -381,8 +379,7 @@ mod tests {
             &cluster,
             PodsAt::of(&snapshot(&pods)),
             &app_drivers,
-            false,
-            &[],
+            &Default::default(),
         ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2", "events new"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["new"]);
@@ -396,8 +393,7 @@ mod tests {
             &cluster,
             PodsAt::of(&snapshot(&pods)),
             &app_drivers,
-            false,
-            &[],
+            &Default::default(),
         ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["node worker-2"]);
         assert!(got.pod_events.is_empty());
@@ -414,14 +410,15 @@ mod tests {
         ];
         let mut snap = snapshot(&pods);
         for uid in ["unconfigured", "elsewhere"] {
-            snap.conf_mounts.insert(
+            snap.pods.conf_mounts.insert(
                 uid.into(),
                 ConfMount::Missing {
                     path: format!("/var/lib/kubelet/pods/{uid}"),
                 },
             );
         }
-        snap.conf_mounts
+        snap.pods
+            .conf_mounts
             .insert("mounted".into(), ConfMount::Mounted { path: "/m".into() });
         let mut cluster = Cluster::default();
         cluster.events.insert("unconfigured".into(), vec![PodEvent::default()]);
@@ -429,8 +426,7 @@ mod tests {
             &cluster,
             PodsAt::of(&snap),
             &BTreeMap::new(),
-            false,
-            &[],
+            &Default::default(),
         ));
         assert_eq!(*cluster.asked.lock().unwrap(), ["events unconfigured"]);
         assert_eq!(got.pod_events.keys().collect::<Vec<_>>(), ["unconfigured"]);
@@ -458,8 +454,7 @@ mod tests {
             &cluster,
             PodsAt::of(&snapshot(&pods)),
             &app_drivers,
-            false,
-            &[],
+            &Default::default(),
         ));
         assert!(good.nodes.contains_key("worker-2") && good.pod_events.contains_key("new"));
 
@@ -468,8 +463,7 @@ mod tests {
             &cluster,
             PodsAt::of(&snapshot(&pods)),
             &app_drivers,
-            false,
-            &[],
+            &Default::default(),
         ));
         assert!(failed.failed());
         assert!(failed.nodes_failed["worker-2"].contains("HTTP 503"));

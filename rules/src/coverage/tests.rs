@@ -93,7 +93,7 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
     let cases: Vec<(&str, Break, Vec<&str>)> = vec![
         (
             "checkpoint",
-            Box::new(|s| s.checkpoint = error("cpu_manager_state: permission denied")),
+            Box::new(|s| s.host.checkpoint = error("cpu_manager_state: permission denied")),
             vec![
                 "checkpoint-invalid-state",
                 "checkpoint-unreadable",
@@ -107,7 +107,7 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
         (
             "kubelet config missing",
             Box::new(|s| {
-                s.kubelet = Observed::Missing {
+                s.host.kubelet = Observed::Missing {
                     path: "/var/lib/kubelet/config.yaml".into(),
                 }
             }),
@@ -115,17 +115,17 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
         ),
         (
             "cpus",
-            Box::new(|s| s.cpus = error("online: EIO")),
+            Box::new(|s| s.host.cpus = error("online: EIO")),
             vec!["checkpoint-invalid-state", "exclusive-cpu-shortage"],
         ),
         (
             "cgroups",
-            Box::new(|s| s.cgroups = error("kubepods: EACCES")),
+            Box::new(|s| s.host.cgroups = error("kubepods: EACCES")),
             vec!["cpuset-drift"],
         ),
         (
             "memory state",
-            Box::new(|s| s.managers.memory = error("memory_manager_state: EACCES")),
+            Box::new(|s| s.host.managers.memory = error("memory_manager_state: EACCES")),
             vec![
                 "checkpoint-unreadable",
                 "device-admission-failure",
@@ -135,19 +135,19 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
         ),
         (
             "podresources hangs",
-            Box::new(|s| s.kubelet_view = error("kubelet.sock: List did not answer within 2 s")),
+            Box::new(|s| s.host.kubelet_view = error("kubelet.sock: List did not answer within 2 s")),
             vec!["kubelet-state-divergence"],
         ),
         (
             "local dirs",
-            Box::new(|s| s.local_dirs = error("pods dir: EIO")),
+            Box::new(|s| s.host.local_dirs = error("pods dir: EIO")),
             vec!["orphaned-local-dir"],
         ),
         (
             "pod list failed",
             Box::new(|s| {
-                s.pod_source = PodSource::Cgroups;
-                s.pod_list = error("LIST pods: connection refused");
+                s.pods.source = PodSource::Cgroups;
+                s.pods.list = error("LIST pods: connection refused");
             }),
             vec![
                 "admission-rejection",
@@ -184,11 +184,11 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
 fn liveness_needs_one_of_its_sources() {
     // No pod list (offline) and cgroups failed: stale-cpu-assignment cannot judge.
     let mut snap = node();
-    snap.pod_source = PodSource::Cgroups;
-    snap.pod_list = Observed::NotApplicable {
+    snap.pods.source = PodSource::Cgroups;
+    snap.pods.list = Observed::NotApplicable {
         reason: "--offline".into(),
     };
-    snap.cgroups = error("kubepods: EACCES");
+    snap.host.cgroups = error("kubepods: EACCES");
     let j = judge(&snap, &Settings::default());
     assert_eq!(
         j.coverage["stale-cpu-assignment"],
@@ -207,8 +207,8 @@ fn liveness_needs_one_of_its_sources() {
         }
     );
     // The kubelet's PodResources list is enough.
-    snap.kubelet_view = Observed::Ok(crate::rules::testkit::kubelet_view(vec![], Some("0-7")));
-    snap.pod_source = PodSource::PodResources;
+    snap.host.kubelet_view = Observed::Ok(crate::rules::testkit::kubelet_view(vec![], Some("0-7")));
+    snap.pods.source = PodSource::PodResources;
     assert!(judge(&snap, &Settings::default()).coverage["stale-cpu-assignment"].judged());
 }
 
@@ -217,25 +217,25 @@ fn missing_counts_per_source() {
     // No checkpoint: a node without the static policy; the checkpoint rules judged it,
     // even with the kubelet's configuration not found.
     let mut snap = node();
-    snap.checkpoint = Observed::Missing {
+    snap.host.checkpoint = Observed::Missing {
         path: "/var/lib/kubelet/cpu_manager_state".into(),
     };
-    snap.kubelet = Observed::Missing {
+    snap.host.kubelet = Observed::Missing {
         path: "/var/lib/kubelet/config.yaml".into(),
     };
     assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
     // A missing PodResources socket: absent without a running kubelet, unknown with one.
     let mut snap = node();
-    snap.kubelet_view = Observed::Missing {
+    snap.host.kubelet_view = Observed::Missing {
         path: "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
     };
     assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
-    if let Observed::Ok(k) = &mut snap.kubelet {
+    if let Observed::Ok(k) = &mut snap.host.kubelet {
         k.started_at = Some(1_700_000_000);
     }
     assert_eq!(unknown_ids(&snap), ["kubelet-state-divergence"]);
     // A kubelet without the call: not applicable.
-    snap.kubelet_view = Observed::NotApplicable {
+    snap.host.kubelet_view = Observed::NotApplicable {
         reason: "Unimplemented".into(),
     };
     assert_eq!(not_judged(&snap)["kubelet-state-divergence"].0, "not_applicable");
@@ -248,7 +248,7 @@ fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
     let mut snap = SnapshotBuilder::static_node("0-1", &[])
         .with_raw_checkpoint(b"{}")
         .build();
-    snap.kubelet = Observed::Missing {
+    snap.host.kubelet = Observed::Missing {
         path: "/var/lib/kubelet/config.yaml".into(),
     };
     let j = judge(&snap, &Settings::default());
@@ -267,7 +267,7 @@ fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
         .collect();
     assert_eq!(found, [serde_json::json!("unknown-policy")]);
     // A rule without partial needs does not run at all (cpuset-drift, cgroups failed).
-    snap.cgroups = error("EACCES");
+    snap.host.cgroups = error("EACCES");
     let drift = &judge(&snap, &Settings::default()).coverage["cpuset-drift"];
     assert_eq!(drift.status(), "unknown");
     assert!(!drift.runs(&rules::by_id("cpuset-drift").unwrap().needs));

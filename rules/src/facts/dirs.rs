@@ -36,7 +36,7 @@ enum Owner {
 }
 
 fn judge_dir_owner(snap: &NodeSnapshot, uid: &str) -> Owner {
-    match snap.pod_source {
+    match snap.pods.source {
         PodSource::Api | PodSource::File => match snap.pod(uid) {
             None => Owner::Dead(format!("pod {uid} is not bound to node {} any more", snap.node)),
             Some(p) if p.deleting => Owner::Unknown,
@@ -47,13 +47,14 @@ fn judge_dir_owner(snap: &NodeSnapshot, uid: &str) -> Owner {
         // the rest is judged by cgroups, as without any list.
         PodSource::PodResources
             if snap
+                .host
                 .kubelet_view
                 .ok()
                 .is_some_and(|v| v.pods.iter().any(|p| p.uids.iter().any(|u| u == uid))) =>
         {
             Owner::Alive
         }
-        PodSource::PodResources | PodSource::Cgroups => match &snap.cgroups {
+        PodSource::PodResources | PodSource::Cgroups => match &snap.host.cgroups {
             Observed::Ok(tree) => match tree.pod(uid) {
                 Some(pc) if pc.alive() => Owner::Alive,
                 Some(_) => Owner::Dead(format!("the cgroup of pod {uid} has no processes left")),
@@ -79,7 +80,7 @@ pub(crate) fn overlaps(a: &str, b: &str) -> bool {
 /// The orphaned scratch dirs on this node, grouped by pod and by hostPath root.
 pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<OrphanedDirs<'a>> {
     crate::facts::count("orphaned_dirs");
-    let Observed::Ok(all) = &snap.local_dirs else {
+    let Observed::Ok(all) = &snap.host.local_dirs else {
         return vec![];
     };
     let idle = |d: &LocalDir| d.newest_mtime.map(|t| snap.taken_at - t);
@@ -109,12 +110,13 @@ pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orp
     }
 
     // Who mounts a hostPath root can only be read from a pod list.
-    if !snap.pod_source.is_pod_list() {
+    if !snap.pods.source.is_pod_list() {
         return out;
     }
     for (root, dirs) in by_root {
         let users: Vec<&PodInfo> = snap
             .pods
+            .bound
             .iter()
             .filter(|p| !p.is_terminal())
             .filter(|p| {

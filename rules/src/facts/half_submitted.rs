@@ -71,9 +71,9 @@ fn sibling<'a>(snap: &'a NodeSnapshot, pod: &PodInfo) -> Option<Sibling<'a>> {
     let created = pod.created_at?;
     let selector = non_empty_label(pod, APP_SELECTOR);
     let name = non_empty_label(pod, APP_NAME);
-    let local = snap.pods.iter().filter(|p| spark::is_driver(p));
+    let local = snap.pods.bound.iter().filter(|p| spark::is_driver(p));
     let mut best: Option<Sibling<'a>> = None;
-    for other in snap.lookups.app_drivers.values().flatten().chain(local) {
+    for other in snap.api.lookups.app_drivers.values().flatten().chain(local) {
         let Some(other_created) = other.created_at else {
             continue;
         };
@@ -99,7 +99,7 @@ fn sibling<'a>(snap: &'a NodeSnapshot, pod: &PodInfo) -> Option<Sibling<'a>> {
 
 /// The exclusive CPUs the CPU manager checkpoint gives `uid`'s containers.
 fn exclusive_cpus(snap: &NodeSnapshot, uid: &str) -> CpuSet {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return CpuSet::new();
     };
     let Ok(state) = &file.state else {
@@ -117,6 +117,7 @@ fn exclusive_cpus(snap: &NodeSnapshot, uid: &str) -> CpuSet {
 /// What `half-submitted-driver` judges, and what its clock deadline counts from.
 pub fn waiting_drivers(snap: &NodeSnapshot) -> impl Iterator<Item = (&PodInfo, i64)> {
     snap.pods
+        .bound
         .iter()
         .filter(|p| driver_waits_to_start(p, &snap.node))
         .filter_map(|p| Some((p, snap.taken_at - p.scheduled_at.or(p.created_at)?)))
@@ -130,7 +131,7 @@ pub fn half_submitted_drivers<'a>(snap: &'a NodeSnapshot, settings: &Settings) -
         if waited < settings.half_submitted_grace_seconds {
             continue;
         }
-        let missing_volume_path = match (pod.conf_volume.as_ref(), snap.conf_mounts.get(&pod.uid)) {
+        let missing_volume_path = match (pod.conf_volume.as_ref(), snap.pods.conf_mounts.get(&pod.uid)) {
             (Some(_), Some(ConfMount::Missing { path })) => Some(path.as_str()),
             _ => None,
         };
@@ -156,6 +157,7 @@ pub fn half_submitted_drivers<'a>(snap: &'a NodeSnapshot, settings: &Settings) -
             _ => continue,
         };
         let mount_events = snap
+            .api
             .lookups
             .pod_events
             .get(&pod.uid)

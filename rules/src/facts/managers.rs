@@ -42,6 +42,7 @@ fn stale<T>(snap: &NodeSnapshot, entry: T, uid: &str, verdict: Verdict) -> Optio
         return None;
     };
     let still_running = snap
+        .host
         .cgroups
         .ok()
         .and_then(|t| t.pod(uid))
@@ -88,7 +89,7 @@ fn holds_memory(pod: &KubeletPod, entry: &MemoryAssignment) -> Holds {
 /// file is absent, unreadable or refused by its checksum (then `checkpoint-unreadable` speaks).
 pub fn stale_memory(snap: &NodeSnapshot, settings: &Settings) -> Vec<Stale<MemoryAssignment>> {
     crate::facts::count("stale_memory");
-    let Observed::Ok(file) = &snap.managers.memory else {
+    let Observed::Ok(file) = &snap.host.managers.memory else {
         return vec![];
     };
     let Some(state) = file.accepted_state() else {
@@ -150,7 +151,7 @@ fn holds_devices(pod: &KubeletPod, entry: &DeviceEntry) -> Holds {
 /// file's entries count.
 pub fn stale_devices(snap: &NodeSnapshot, settings: &Settings) -> Vec<Stale<DeviceEntry>> {
     crate::facts::count("stale_devices");
-    let Observed::Ok(file) = &snap.managers.devices else {
+    let Observed::Ok(file) = &snap.host.managers.devices else {
         return vec![];
     };
     let Some(state) = file.accepted_state() else {
@@ -182,7 +183,7 @@ impl ClaimSource<'_> {
     /// The checkpoint's host path.
     pub fn path(&self, snap: &NodeSnapshot) -> String {
         match self {
-            ClaimSource::Kubelet => match &snap.managers.dra {
+            ClaimSource::Kubelet => match &snap.host.managers.dra {
                 Observed::Ok(f) => f.path.clone(),
                 Observed::Missing { path } => path.clone(),
                 _ => "/var/lib/kubelet/dra_manager_state".to_string(),
@@ -245,7 +246,7 @@ impl StaleClaim<'_> {
 
 /// The API server's answer for the ResourceClaim `namespace/name`, when asked.
 fn claim_object(snap: &NodeSnapshot, claim: Option<&str>) -> Option<ClaimObject> {
-    snap.lookups.resource_claims.get(claim?).cloned()
+    snap.api.lookups.resource_claims.get(claim?).cloned()
 }
 
 /// Judges a claim by its pods: stale when none is alive and each is known to be gone.
@@ -276,7 +277,7 @@ fn claim_verdict(
 pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<StaleClaim<'a>> {
     crate::facts::count("stale_claims");
     let mut out = Vec::new();
-    let kubelet_claims = match &snap.managers.dra {
+    let kubelet_claims = match &snap.host.managers.dra {
         Observed::Ok(file) => file.accepted_state().map(|s| (s, file.age_seconds)),
         _ => None,
     };
@@ -302,7 +303,7 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
         }
     }
     let grace = settings.reconcile_grace(snap);
-    for file in &snap.managers.drivers {
+    for file in &snap.host.managers.drivers {
         let Observed::Ok(claims) = &file.claims else { continue };
         for c in claims {
             let claim = match (&c.namespace, &c.claim_name) {
@@ -363,12 +364,22 @@ pub fn stale_claims<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Stal
 /// The most ResourceClaims [`claims_to_ask`] names per pass.
 pub const CLAIMS_ASKED: usize = 20;
 
-/// The ResourceClaims (`namespace/name`) whose objects `stale-dra-claim` reads: those of the
+/// What the API is asked about DRA claims for `stale-dra-claim` ([`claims_to_ask`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimsToAsk {
+    /// The node holds prepared claims: the Events of its pods that wait for claims are read.
+    pub prepared: bool,
+    /// The ResourceClaims (`namespace/name`) whose objects are read.
+    pub names: Vec<String>,
+}
+
+/// What the API is asked about claims: whether the node holds prepared claims, and the
+/// ResourceClaims (`namespace/name`) whose objects `stale-dra-claim` reads: those of the
 /// stale claims, and of the drivers' claims with no pod recorded (gone objects make them
 /// stale); at most [`CLAIMS_ASKED`], sorted. `stale` is [`crate::facts::Facts::stale_claims`].
-pub fn claims_to_ask(snap: &NodeSnapshot, stale: &[StaleClaim]) -> Vec<String> {
+pub fn claims_to_ask(snap: &NodeSnapshot, stale: &[StaleClaim]) -> ClaimsToAsk {
     let mut names: Vec<String> = stale.iter().filter_map(|c| c.claim.clone()).collect();
-    for file in &snap.managers.drivers {
+    for file in &snap.host.managers.drivers {
         let Observed::Ok(claims) = &file.claims else { continue };
         names.extend(
             claims
@@ -380,7 +391,10 @@ pub fn claims_to_ask(snap: &NodeSnapshot, stale: &[StaleClaim]) -> Vec<String> {
     names.sort();
     names.dedup();
     names.truncate(CLAIMS_ASKED);
-    names
+    ClaimsToAsk {
+        prepared: snap.host.managers.holds_prepared_claims(),
+        names,
+    }
 }
 
 /// Memory held by stale entries, by (NUMA nodes of the block, resource): bytes.

@@ -135,7 +135,7 @@ pub fn counts() -> BTreeMap<&'static str, u64> {
 
 /// The checkpoint's host path, or the default.
 pub(crate) fn checkpoint_path(snapshot: &NodeSnapshot) -> String {
-    match &snapshot.checkpoint {
+    match &snapshot.host.checkpoint {
         Observed::Ok(f) => f.path.clone(),
         Observed::Missing { path } => path.clone(),
         _ => "/var/lib/kubelet/cpu_manager_state".to_string(),

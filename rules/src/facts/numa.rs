@@ -48,8 +48,8 @@ pub enum ReservedFrom {
 /// force or the CPUs or checkpoint could not be read.
 pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, stale: &CpuSet) -> Option<(Vec<NumaCpus>, ReservedFrom)> {
     crate::facts::count("exclusive_cpus_by_numa");
-    let topo = snap.cpus.ok()?;
-    let state = snap.checkpoint.ok()?.state.as_ref().ok()?;
+    let topo = snap.host.cpus.ok()?;
+    let state = snap.host.checkpoint.ok()?.state.as_ref().ok()?;
     if state.policy_name != "static" {
         return None;
     }
@@ -79,7 +79,10 @@ pub fn exclusive_cpus_by_numa(snap: &NodeSnapshot, stale: &CpuSet) -> Option<(Ve
 /// configured list as written when the CPUs are unknown).
 pub fn reserved_cpus(snap: &NodeSnapshot) -> (CpuSet, ReservedFrom) {
     let config = snap.cpu_manager();
-    match (snap.cpus.ok(), snap.kubelet_view.ok().map(|v| &v.allocatable_cpus)) {
+    match (
+        snap.host.cpus.ok(),
+        snap.host.kubelet_view.ok().map(|v| &v.allocatable_cpus),
+    ) {
         // Before 1.26 the kubelet's answer leaves out the CPUs assigned when it started
         // (kubernetes#112913): taken as reserved, they would be wrong.
         (Some(topo), Some(Observed::Ok(allocatable)))
@@ -136,7 +139,7 @@ mod tests {
         .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
         .with_pod_list(&[pod("live", "exec-1", "Running", &[("app", "c1")])])
         .build();
-        snap.cpus = Observed::Ok(CpuTopology::uniform(2, 4, 1));
+        snap.host.cpus = Observed::Ok(CpuTopology::uniform(2, 4, 1));
         snap
     }
 
@@ -164,11 +167,11 @@ mod tests {
     #[test]
     fn the_kubelets_allocatable_decides_what_is_reserved() {
         let mut snap = two_numa();
-        snap.kubelet_view = Observed::Ok(kubelet_view(vec![], Some("2-7")));
+        snap.host.kubelet_view = Observed::Ok(kubelet_view(vec![], Some("2-7")));
         // A kubelet not known to be 1.26 or later may leave assigned CPUs out of its answer.
         let (_, from) = crate::facts::derive(&snap, &Settings::default()).numa.unwrap();
         assert_eq!(from, ReservedFrom::Config);
-        snap.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
+        snap.api.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
             version: crate::kubelet_version::KubeletVersion::parse("v1.26.0").unwrap(),
             source: crate::kubelet_version::NODE_STATUS.into(),
             read_at: snap.taken_at,

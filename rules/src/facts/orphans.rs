@@ -80,7 +80,7 @@ impl LocalData<'_> {
 
 /// `pod`'s scratch data on this node.
 fn local_data<'a>(snap: &'a NodeSnapshot, pod: &'a PodInfo) -> LocalData<'a> {
-    let (dirs, measured): (Vec<&LocalDir>, bool) = match &snap.local_dirs {
+    let (dirs, measured): (Vec<&LocalDir>, bool) = match &snap.host.local_dirs {
         Observed::Ok(all) => (
             all.iter()
                 .filter(|d| d.pod_uid.as_deref() == Some(pod.uid.as_str()))
@@ -105,7 +105,7 @@ fn local_data<'a>(snap: &'a NodeSnapshot, pod: &'a PodInfo) -> LocalData<'a> {
 /// The exclusive CPUs the CPU manager checkpoint holds for `pod` (container, pod-level and
 /// V1 container-id entries), when the checkpoint is readable and holds any.
 fn exclusive_cpus(snap: &NodeSnapshot, pod: &PodInfo) -> Option<CpuSet> {
-    let state = snap.checkpoint.ok()?.state.as_ref().ok()?;
+    let state = snap.host.checkpoint.ok()?.state.as_ref().ok()?;
     let ids: Vec<&str> = pod
         .containers
         .iter()
@@ -156,12 +156,12 @@ fn not_its_driver(executor: &PodInfo, found: &PodInfo) -> Option<String> {
 pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orphan<'a>> {
     crate::facts::count("orphaned_executors");
     let mut out = Vec::new();
-    for exec in snap.pods.iter().filter(|p| is_executor(p) && !p.deleting) {
+    for exec in snap.pods.bound.iter().filter(|p| is_executor(p) && !p.deleting) {
         let local = local_data(snap, exec);
         if exec.is_terminal() && !local.held() {
             continue;
         }
-        let Some(lookup) = snap.lookups.drivers.get(&exec.uid) else {
+        let Some(lookup) = snap.api.lookups.drivers.get(&exec.uid) else {
             continue;
         };
         let owner_uid = exec.owner_refs.iter().find(|o| o.kind == "Pod").map(|o| o.uid.clone());

@@ -130,6 +130,7 @@ pub fn metric_reason(reason: &str) -> &str {
 pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
     crate::facts::count("rejections");
     snap.pods
+        .bound
         .iter()
         .filter_map(|pod| {
             let reason = rejected_reason(pod)?;
@@ -145,7 +146,7 @@ pub fn rejections(snap: &NodeSnapshot) -> Vec<Rejection<'_>> {
 /// Whether a rejection counts now: from the live API only pods created within
 /// `rejection_window_seconds` (a pod with no creation time counts); from a file all.
 pub(crate) fn is_recent(snap: &NodeSnapshot, settings: &Settings, r: &Rejection) -> bool {
-    snap.pod_source != PodSource::Api
+    snap.pods.source != PodSource::Api
         || r.pod
             .created_at
             .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)

@@ -48,7 +48,7 @@ struct Clock {
 
 impl Clock {
     fn of(snap: &NodeSnapshot, settings: &Settings) -> Self {
-        Self::for_file(snap, settings, snap.checkpoint.ok().and_then(|f| f.age_seconds))
+        Self::for_file(snap, settings, snap.host.checkpoint.ok().and_then(|f| f.age_seconds))
     }
 
     fn for_file(snap: &NodeSnapshot, settings: &Settings, checkpoint_age: Option<f64>) -> Self {
@@ -91,7 +91,7 @@ fn judge_entry_pod(
     container: Option<&str>,
     listed: impl FnOnce(&KubeletView) -> Listed<'_>,
 ) -> Verdict {
-    match snap.pod_source {
+    match snap.pods.source {
         PodSource::Api | PodSource::File => match snap.pod(uid) {
             None => Verdict::Stale(format!("pod {uid} is not bound to node {}", snap.node), None),
             Some(p) if p.is_terminal() && clock.too_recent(snap, p.finished_at) => Verdict::Unknown,
@@ -109,7 +109,7 @@ fn judge_entry_pod(
         },
         // Whole pods only: the kubelet does not list init containers, whose entries a live pod
         // may still have.
-        PodSource::PodResources => match snap.kubelet_view.ok().map(|v| (v, listed(v))) {
+        PodSource::PodResources => match snap.host.kubelet_view.ok().map(|v| (v, listed(v))) {
             Some((_, Listed::Pod(..))) => Verdict::Alive,
             Some((view, Listed::NotListed)) if !view.checkpoint_changed && !clock.checkpoint_recent() => {
                 Verdict::Stale(
@@ -125,7 +125,7 @@ fn judge_entry_pod(
 }
 
 fn judge_pod_by_cgroups(snap: &NodeSnapshot, clock: &Clock, uid: &str) -> Verdict {
-    let Observed::Ok(tree) = &snap.cgroups else {
+    let Observed::Ok(tree) = &snap.host.cgroups else {
         return Verdict::Unknown;
     };
     match tree.pod(uid) {
@@ -137,10 +137,11 @@ fn judge_pod_by_cgroups(snap: &NodeSnapshot, clock: &Clock, uid: &str) -> Verdic
 }
 
 fn judge_entry_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Verdict {
-    match snap.pod_source {
+    match snap.pods.source {
         PodSource::Api | PodSource::File => {
             let owner = snap
                 .pods
+                .bound
                 .iter()
                 .find(|p| p.containers.iter().any(|c| c.container_id.as_deref() == Some(id)));
             match owner {
@@ -155,7 +156,7 @@ fn judge_entry_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Ver
         }
         // The kubelet lists no container IDs: V1 entries are judged by their cgroups.
         PodSource::PodResources | PodSource::Cgroups => {
-            let Observed::Ok(tree) = &snap.cgroups else {
+            let Observed::Ok(tree) = &snap.host.cgroups else {
                 return Verdict::Unknown;
             };
             match tree.container(id) {
@@ -171,7 +172,7 @@ fn judge_entry_container_id(snap: &NodeSnapshot, clock: &Clock, id: &str) -> Ver
 /// The stale entries of the checkpoint's state; empty when the checkpoint is unreadable or
 /// liveness cannot be judged.
 pub fn stale_entries(snap: &NodeSnapshot, settings: &Settings) -> Vec<StaleEntry> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let Ok(state) = &file.state else { return vec![] };
@@ -183,11 +184,11 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
     crate::facts::count("stale_entries_of");
     let clock = Clock::of(snap, settings);
     let processes = |uid: Option<&str>| -> Option<usize> {
-        let tree = snap.cgroups.ok()?;
+        let tree = snap.host.cgroups.ok()?;
         tree.pod(uid?).map(|p| p.process_count())
     };
     let still_running = |uid: Option<&str>| -> Option<String> {
-        let tree = snap.cgroups.ok()?;
+        let tree = snap.host.cgroups.ok()?;
         tree.pod(uid?)?.alive_because()
     };
     let mut out = Vec::new();
@@ -249,10 +250,16 @@ pub fn stale_entries_of(snap: &NodeSnapshot, settings: &Settings, state: &CpuSta
 /// that judges liveness.
 pub fn grace_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
     let grace = settings.reconcile_grace(snap);
-    let checkpoint = snap.checkpoint.ok().and_then(|f| f.age_seconds).map(|age| grace - age);
+    let checkpoint = snap
+        .host
+        .checkpoint
+        .ok()
+        .and_then(|f| f.age_seconds)
+        .map(|age| grace - age);
     // Finish times are whole seconds: a second more makes sure the grace is over.
     let pods = snap
         .pods
+        .bound
         .iter()
         .filter(|p| p.is_terminal())
         .filter_map(|p| p.finished_at)

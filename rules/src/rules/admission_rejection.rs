@@ -100,7 +100,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settin
         }
         by_reason.entry(r.reason).or_default().push(r);
     }
-    let live = snap.pod_source == PodSource::Api;
+    let live = snap.pods.source == PodSource::Api;
     by_reason
         .into_iter()
         .filter_map(|(reason, mut pods)| {
@@ -230,7 +230,7 @@ mod tests {
         );
 
         // A pods file is judged as captured: the old one counts too, no window in evidence.
-        let file = SnapshotBuilder::spark_node(&snap.pods)
+        let file = SnapshotBuilder::spark_node(&snap.pods.bound)
             .pod_source(PodSource::File)
             .build();
         let f = crate::rules::testkit::judged(check, &file, &Settings::default());

@@ -141,11 +141,12 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
 
     let drivers: Vec<Value> = snap
         .pods
+        .bound
         .iter()
         .filter(|p| is_driver(p) && !p.is_terminal())
         .map(|p| json!({"pod": p.display(), "uid": p.uid, "app_id": p.spark_app()}))
         .collect();
-    let drivers_known = snap.pod_source.is_pod_list();
+    let drivers_known = snap.pods.source.is_pod_list();
 
     let last_success = match api.last_success_at {
         Some(t) => format!(
@@ -339,7 +340,7 @@ mod tests {
         assert_eq!(f[0].evidence["drivers_at_risk"], json!([]));
         assert!(!f[0].remedy.contains("self-fencing"));
         let mut cgroups_only = snap.clone();
-        cgroups_only.pod_source = PodSource::Cgroups;
+        cgroups_only.pods.source = PodSource::Cgroups;
         assert!(
             crate::rules::testkit::judged(check, &cgroups_only, &s)[0]
                 .evidence
@@ -348,7 +349,7 @@ mod tests {
             "unknown, not none"
         );
         let mut offline = snap;
-        offline.api = Observed::NotApplicable {
+        offline.api.server = Observed::NotApplicable {
             reason: "offline".into(),
         };
         assert!(crate::rules::testkit::judged(check, &offline, &s).is_empty());

@@ -55,7 +55,7 @@ fn holds_whatever_is_reserved(problem: &StateProblem, online: &CpuSet, strict: O
 }
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let Ok(state) = &file.state else { return vec![] };
@@ -63,7 +63,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
     let remedy = reset_checkpoint_remedy(&snap.node, &path);
     let mut findings = Vec::new();
 
-    if let Observed::Ok(kubelet) = &snap.kubelet {
+    if let Observed::Ok(kubelet) = &snap.host.kubelet {
         let configured = &kubelet.cpu_manager.policy;
         if *configured != state.policy_name {
             let message = format!(
@@ -88,7 +88,8 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
             return findings;
         }
     }
-    if snap.kubelet.ok().is_none() && !crate::validate::CPU_MANAGER_POLICIES.contains(&state.policy_name.as_str()) {
+    if snap.host.kubelet.ok().is_none() && !crate::validate::CPU_MANAGER_POLICIES.contains(&state.policy_name.as_str())
+    {
         // Whatever the kubelet's configuration, its policy is one of these: a file written by
         // no policy of theirs (`{}`, a pods list) is refused at every start.
         let message = format!(
@@ -118,14 +119,14 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
     if state.policy_name != "static" {
         return findings;
     }
-    let Observed::Ok(topology) = &snap.cpus else {
+    let Observed::Ok(topology) = &snap.host.cpus else {
         return findings;
     };
     let online = topology.all();
     // The reserved CPUs and `strict-cpu-reservation` are the kubelet's configuration's. When
     // they are unknown, the checks that depend on them are not judged (never against "no
     // reserved CPUs"), and the evidence says why.
-    let (reserved, strict, unknown) = match &snap.kubelet {
+    let (reserved, strict, unknown) = match &snap.host.kubelet {
         Observed::Ok(k) => {
             let strict = k.cpu_manager.strict_cpu_reservation();
             match k.cpu_manager.reserved_cpus(topology) {
@@ -247,7 +248,7 @@ mod tests {
     #[test]
     fn unknown_kubelet_config_judges_only_what_holds_whatever_is_reserved() {
         let missing = |mut snap: NodeSnapshot| {
-            snap.kubelet = Observed::Missing {
+            snap.host.kubelet = Observed::Missing {
                 path: "/var/lib/kubelet/config.yaml".into(),
             };
             snap

@@ -90,9 +90,9 @@ fn kubelet_error(reason: &str, path: &str) -> String {
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
     let mut findings = cpu(snap, settings);
-    findings.extend(manager(snap, &snap.managers.memory));
-    findings.extend(manager(snap, &snap.managers.devices));
-    findings.extend(manager(snap, &snap.managers.dra));
+    findings.extend(manager(snap, &snap.host.managers.memory));
+    findings.extend(manager(snap, &snap.host.managers.devices));
+    findings.extend(manager(snap, &snap.host.managers.dra));
     findings
 }
 
@@ -182,7 +182,7 @@ fn manager<C: KubeletCheckpoint>(snap: &NodeSnapshot, file: &Observed<ManagerFil
 }
 
 fn cpu(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let path = checkpoint_path(snap);
@@ -282,7 +282,7 @@ mod tests {
             let mut snap = SnapshotBuilder::static_node("0-3", &[])
                 .with_raw_checkpoint(bytes)
                 .build();
-            snap.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
+            snap.api.kubelet_version = Observed::Ok(crate::kubelet_version::VersionReading {
                 version: crate::kubelet_version::KubeletVersion::parse(version).unwrap(),
                 source: crate::kubelet_version::NODE_STATUS.into(),
                 read_at: snap.taken_at,
@@ -362,17 +362,17 @@ mod tests {
         use crate::managers::dra::DraCheckpoint;
         use crate::managers::memory::MemoryCheckpoint;
         let mut snap = NodeSnapshot::empty("node-a", 0);
-        snap.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
+        snap.host.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
             "/var/lib/kubelet/memory_manager_state".into(),
             Some(60.0),
             MemoryCheckpoint::parse(b"{\"policyName\":"),
         ));
-        snap.managers.devices = Observed::Ok(ManagerFile::<DeviceCheckpoint>::new(
+        snap.host.managers.devices = Observed::Ok(ManagerFile::<DeviceCheckpoint>::new(
             "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint".into(),
             Some(60.0),
             DeviceCheckpoint::parse(b"[]"),
         ));
-        snap.managers.dra = Observed::Ok(ManagerFile::<DraCheckpoint>::new(
+        snap.host.managers.dra = Observed::Ok(ManagerFile::<DraCheckpoint>::new(
             "/var/lib/kubelet/dra_manager_state".into(),
             Some(60.0),
             DraCheckpoint::parse(b""),

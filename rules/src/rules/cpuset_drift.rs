@@ -92,14 +92,14 @@ fn actual(leaf: &ContainerCgroup) -> Option<&CpuSet> {
 }
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let Ok(state) = &file.state else { return vec![] };
     if state.policy_name != "static" {
         return vec![];
     }
-    let Observed::Ok(tree) = &snap.cgroups else {
+    let Observed::Ok(tree) = &snap.host.cgroups else {
         return vec![];
     };
     let grace = settings.reconcile_grace(snap);
@@ -107,10 +107,10 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
 
     // (pod, container name, leaf)
     let mut judged: Vec<(Option<&PodInfo>, Option<String>, &ContainerCgroup)> = Vec::new();
-    match snap.pod_source {
+    match snap.pods.source {
         PodSource::Api | PodSource::File => {
             let leaves = tree.containers_by_id();
-            for pod in snap.pods.iter().filter(|p| !p.is_terminal()) {
+            for pod in snap.pods.bound.iter().filter(|p| !p.is_terminal()) {
                 for c in &pod.containers {
                     if let Some((_, leaf)) = c.container_id.as_deref().and_then(|id| leaves.get(id)) {
                         judged.push((Some(pod), Some(c.name.clone()), leaf));
@@ -151,7 +151,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
         let kind = if want.exclusive { "exclusive" } else { "shared" };
         // The third view: the CPUs the kubelet holds for the container in memory (its
         // PodResources API; empty on the shared pool).
-        let kubelet_cpus = match (snap.kubelet_view.ok(), pod, container.as_deref()) {
+        let kubelet_cpus = match (snap.host.kubelet_view.ok(), pod, container.as_deref()) {
             (Some(view), Some(p), Some(c)) => view
                 .pods
                 .iter()
@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn v2_inherited_cpuset_uses_effective() {
         let mut snap = node("2-3", "0-1", 3600.0);
-        if let Observed::Ok(tree) = &mut snap.cgroups {
+        if let Observed::Ok(tree) = &mut snap.host.cgroups {
             let l = &mut tree.pods[0].containers[0];
             l.cpus = None;
             l.effective_cpus = Some(CpuSet::parse("0-3").unwrap());
@@ -344,7 +344,7 @@ mod tests {
     fn the_kubelets_view_is_the_third_column() {
         use crate::rules::testkit::{kubelet_pod, kubelet_view};
         let mut snap = node("2,5", "0-1", 3600.0);
-        snap.kubelet_view = Observed::Ok(kubelet_view(
+        snap.host.kubelet_view = Observed::Ok(kubelet_view(
             vec![kubelet_pod("default", "exec-1", &[], &[("app", "2,5")])],
             None,
         ));
@@ -364,7 +364,7 @@ mod tests {
         assert!(f[0].remedy.contains("kubelet-state-divergence"), "{}", f[0].remedy);
         assert!(!f[0].remedy.contains("systemctl restart kubelet"), "{}", f[0].remedy);
         // Without the kubelet's view, no third column.
-        snap.kubelet_view = Observed::Missing { path: "x".into() };
+        snap.host.kubelet_view = Observed::Missing { path: "x".into() };
         assert_eq!(
             crate::rules::testkit::judged(check, &snap, &Settings::default())[0]
                 .evidence

@@ -47,7 +47,7 @@ pub const RULE: RuleInfo = RuleInfo {
 };
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let Ok(state) = &file.state else { return vec![] };

@@ -133,7 +133,9 @@ fn device_refusals(snap: &NodeSnapshot, facts: &Facts, settings: &Settings, out:
             refused.entry(resource).or_default().push(r.pod);
         }
     }
-    let Some(file) = snap.managers.devices.ok() else { return };
+    let Some(file) = snap.host.managers.devices.ok() else {
+        return;
+    };
     for (resource, pods) in refused {
         let holding: Vec<_> = stale.iter().filter(|s| s.entry.resource == resource).collect();
         if holding.is_empty() {
@@ -205,10 +207,10 @@ fn topology_refusals(snap: &NodeSnapshot, facts: &Facts, settings: &Settings, ou
         held.push(format!("{} {}{on}", s.entry.devices.len(), s.entry.resource));
     }
     let mut remedies = Vec::new();
-    if let (false, Some(file)) = (memory.is_empty(), snap.managers.memory.ok()) {
+    if let (false, Some(file)) = (memory.is_empty(), snap.host.managers.memory.ok()) {
         remedies.push(memory_state_remedy(&snap.node, &file.path));
     }
-    if let (Some(first), Some(file)) = (devices.first(), snap.managers.devices.ok()) {
+    if let (Some(first), Some(file)) = (devices.first(), snap.host.managers.devices.ok()) {
         remedies.push(device_state_remedy(&snap.node, &file.path, &first.entry.resource));
     }
     let summary = format!(
@@ -248,7 +250,7 @@ fn dra_refusals(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings, out: &
     if claims.is_empty() {
         return;
     }
-    for (uid, events) in &snap.lookups.pod_events {
+    for (uid, events) in &snap.api.lookups.pod_events {
         let Some(pod) = snap.pod(uid) else { continue };
         let Some((event, (device, claim_uid))) = events
             .iter()

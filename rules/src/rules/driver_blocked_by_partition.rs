@@ -144,7 +144,7 @@ fn old_drivers<'a>(snap: &'a NodeSnapshot, drivers: &[&'a PodInfo], blocked: &Po
         .filter(|d| d.uid != blocked.uid)
         .filter_map(|d| {
             let node_name = d.node_name.as_deref().filter(|n| *n != snap.node)?;
-            let node = snap.lookups.nodes.get(node_name)?;
+            let node = snap.api.lookups.nodes.get(node_name)?;
             if !matches!(node.ready.as_deref(), Some("Unknown" | "False")) {
                 return None;
             }
@@ -202,17 +202,18 @@ fn remedy(old: &OldDriver) -> String {
 }
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    if snap.lookups.pod_events.is_empty() || snap.lookups.nodes.is_empty() {
+    if snap.api.lookups.pod_events.is_empty() || snap.api.lookups.nodes.is_empty() {
         return vec![];
     }
     let drivers = alive_drivers(snap);
     let mut findings = Vec::new();
     for blocked in snap
         .pods
+        .bound
         .iter()
         .filter(|p| crate::spark::driver_waits_to_start(p, &snap.node))
     {
-        let Some(events) = snap.lookups.pod_events.get(&blocked.uid) else {
+        let Some(events) = snap.api.lookups.pod_events.get(&blocked.uid) else {
             continue;
         };
         let blocks: Vec<(&PodEvent, Block, Vec<String>)> = events

@@ -95,7 +95,7 @@ struct Pool<'a> {
 }
 
 fn pool<'a>(snap: &'a NodeSnapshot, facts: &Facts) -> Option<Pool<'a>> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return None;
     };
     let state = file.state.as_ref().ok()?;
@@ -132,13 +132,18 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
 
     // Refused pods stay in the API until deleted: from the live API only recent ones say the
     // shortage is now. A pods file is a capture of one moment and is judged as it stands.
-    let live = snap.pod_source == PodSource::Api;
+    let live = snap.pods.source == PodSource::Api;
     let recent = |p: &PodInfo| {
         !live
             || p.created_at
                 .is_none_or(|t| snap.taken_at - t <= settings.rejection_window_seconds)
     };
-    let rejected: Vec<&PodInfo> = snap.pods.iter().filter(|p| rejected_for_cpus(p) && recent(p)).collect();
+    let rejected: Vec<&PodInfo> = snap
+        .pods
+        .bound
+        .iter()
+        .filter(|p| rejected_for_cpus(p) && recent(p))
+        .collect();
     if !rejected.is_empty() {
         let names: Vec<String> = rejected.iter().take(LISTED).map(|p| p.display()).collect();
         let stale = pool.as_ref().map(|p| p.stale.clone()).unwrap_or_default();
@@ -176,6 +181,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
     };
     for pod in snap
         .pods
+        .bound
         .iter()
         .filter(|p| p.phase == PodPhase::Pending && !rejected_for_cpus(p) && !allocated(&p.uid))
     {
@@ -257,7 +263,7 @@ fn numa_refusal(
     need: usize,
     free_stale: &dyn Fn() -> String,
 ) -> Option<Finding> {
-    let config = snap.kubelet.ok()?;
+    let config = snap.host.kubelet.ok()?;
     let policy = config.topology_manager_policy.as_str();
     if !matches!(policy, "single-numa-node" | "restricted") {
         return None;
@@ -435,7 +441,7 @@ mod tests {
             1,
             "a pods file is judged as captured"
         );
-        snap.pod_source = PodSource::Api;
+        snap.pods.source = PodSource::Api;
         assert!(
             crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty(),
             "live: two hours old is history"
@@ -444,7 +450,7 @@ mod tests {
         let mut snap = SnapshotBuilder::static_node("0-3", &[])
             .with_pod_list(&[rejected])
             .build();
-        snap.pod_source = PodSource::Api;
+        snap.pods.source = PodSource::Api;
         assert_eq!(
             crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
             1
@@ -460,7 +466,7 @@ mod tests {
             crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
             1
         );
-        snap.checkpoint = Observed::Missing {
+        snap.host.checkpoint = Observed::Missing {
             path: "/var/lib/kubelet/cpu_manager_state".into(),
         };
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
@@ -504,8 +510,8 @@ mod tests {
             .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
             .with_pod_list(&[guaranteed("busy", "Running", &[2000], &[]), pending])
             .build();
-        snap.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(2, 4, 1));
-        if let Observed::Ok(k) = &mut snap.kubelet {
+        snap.host.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(2, 4, 1));
+        if let Observed::Ok(k) = &mut snap.host.kubelet {
             k.topology_manager_policy = policy.into();
             k.topology_manager_scope = scope.into();
         }
@@ -599,7 +605,7 @@ mod tests {
             "container",
             guaranteed("p", "Pending", &[3000], &[]),
         );
-        snap.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(4, 2, 1));
+        snap.host.cpus = Observed::Ok(crate::topology::CpuTopology::uniform(4, 2, 1));
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1, "{f:#?}");
         assert!(

@@ -83,10 +83,10 @@ fn exec_order(pod: &PodInfo) -> (u64, String) {
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
     let mut apps: BTreeMap<(&str, &str), Vec<&PodInfo>> = BTreeMap::new();
-    for p in snap
-        .pods
-        .iter()
-        .filter(|p| is_executor(p) && !p.is_terminal() && !p.deleting && !p.owner_refs.iter().any(|o| o.kind == "Pod"))
+    for p in
+        snap.pods.bound.iter().filter(|p| {
+            is_executor(p) && !p.is_terminal() && !p.deleting && !p.owner_refs.iter().any(|o| o.kind == "Pod")
+        })
     {
         apps.entry((p.namespace.as_str(), p.spark_app().unwrap_or("")))
             .or_default()
@@ -97,7 +97,10 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
         execs.sort_by_key(|p| exec_order(p));
         let first = execs[0];
         // The first decisive lookup among the executors: a pod beats outside beats unknown.
-        let lookups: Vec<&DriverLookup> = execs.iter().filter_map(|e| snap.lookups.drivers.get(&e.uid)).collect();
+        let lookups: Vec<&DriverLookup> = execs
+            .iter()
+            .filter_map(|e| snap.api.lookups.drivers.get(&e.uid))
+            .collect();
         let found = lookups.iter().find_map(|l| match l {
             DriverLookup::Found { by, driver } => Some((*by, driver.as_ref())),
             _ => None,

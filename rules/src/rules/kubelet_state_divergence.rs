@@ -154,7 +154,7 @@ fn restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &str) -> S
 }
 
 pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(view) = &snap.kubelet_view else {
+    let Observed::Ok(view) = &snap.host.kubelet_view else {
         return vec![];
     };
     let mut findings = cpus(snap, view);
@@ -165,7 +165,7 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
 }
 
 fn cpus(snap: &NodeSnapshot, view: &KubeletView) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.checkpoint else {
+    let Observed::Ok(file) = &snap.host.checkpoint else {
         return vec![];
     };
     let Ok(state) = &file.state else { return vec![] };
@@ -215,7 +215,7 @@ fn show_blocks(blocks: &[Block]) -> String {
 }
 
 fn memory(snap: &NodeSnapshot, view: &KubeletView, grace: f64) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.managers.memory else {
+    let Observed::Ok(file) = &snap.host.managers.memory else {
         return vec![];
     };
     let Some(state) = file.accepted_state() else {
@@ -305,7 +305,7 @@ fn blocks_json(blocks: &[Block]) -> serde_json::Value {
 
 fn devices(snap: &NodeSnapshot, view: &KubeletView, grace: f64) -> Vec<Finding> {
     use std::collections::{BTreeMap, BTreeSet};
-    let Observed::Ok(file) = &snap.managers.devices else {
+    let Observed::Ok(file) = &snap.host.managers.devices else {
         return vec![];
     };
     let Some(state) = file.accepted_state() else {
@@ -406,7 +406,11 @@ fn manager_restart_remedy(snap: &NodeSnapshot, path: &str, what_restart_does: &s
 }
 
 fn started(snap: &NodeSnapshot) -> Option<String> {
-    snap.kubelet.ok().and_then(|k| k.started_at).and_then(unix_to_rfc3339)
+    snap.host
+        .kubelet
+        .ok()
+        .and_then(|k| k.started_at)
+        .and_then(unix_to_rfc3339)
 }
 
 fn containers(
@@ -519,7 +523,7 @@ fn containers(
 /// What the report says about the comparisons this rule could not make: the allocatable CPUs
 /// of a kubelet not known to be 1.26 or later. Empty when there was nothing to compare.
 pub fn notes(snap: &NodeSnapshot) -> Vec<String> {
-    let Observed::Ok(view) = &snap.kubelet_view else {
+    let Observed::Ok(view) = &snap.host.kubelet_view else {
         return vec![];
     };
     let Observed::Ok(kubelet_has) = &view.allocatable_cpus else {
@@ -541,8 +545,8 @@ fn allocatable(snap: &NodeSnapshot, view: &KubeletView, path: &str) -> Option<Fi
     };
     // Before 1.26 the answer is the CPUs unassigned at the kubelet's start: no comparison.
     kubelet_version::allocatable_is_all_cpus(snap).ok()?;
-    let topo = snap.cpus.ok()?;
-    let config = snap.kubelet.ok()?;
+    let topo = snap.host.cpus.ok()?;
+    let config = snap.host.kubelet.ok()?;
     let reserved = config.cpu_manager.reserved_cpus(topo).ok()?;
     let expected = topo.all().difference(&reserved);
     if *kubelet_has == expected {

@@ -338,7 +338,7 @@ mod tests {
                 },
             )
             .build();
-        snap.pod_source = crate::snapshot::PodSource::Api;
+        snap.pods.source = crate::snapshot::PodSource::Api;
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["exclusive_cpus"], "2-5");

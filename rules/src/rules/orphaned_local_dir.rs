@@ -153,7 +153,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
                         ),
                     )
                 }
-                (None, Some(uid), _) if !snap.pod_source.is_pod_list() => (
+                (None, Some(uid), _) if !snap.pods.source.is_pod_list() => (
                     Subject::pod_uid(uid),
                     format!("of pod {uid}"),
                     format!(
@@ -217,7 +217,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
             .with("app_id", o.pod.and_then(|p| p.spark_app()))
             .with("spark_role", o.pod.and_then(|p| p.spark_role()))
             .with("reason", o.reason.as_str())
-            .with("liveness_source", snap.pod_source.as_str())
+            .with("liveness_source", snap.pods.source.as_str())
             .with("roots", roots)
             .with("bytes", bytes)
             .with("dir_count", o.dirs.len())

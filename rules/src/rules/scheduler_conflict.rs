@@ -64,8 +64,9 @@ fn capacity_reason(reason: &str) -> bool {
 
 /// The pods bound to this node within the window (all pods from a file).
 fn bound_recently<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<&'a PodInfo> {
-    let live = snap.pod_source == PodSource::Api;
+    let live = snap.pods.source == PodSource::Api;
     snap.pods
+        .bound
         .iter()
         .filter(|p| !p.annotations.contains_key(MIRROR))
         .filter(|p| {
@@ -108,7 +109,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settin
         .iter()
         .filter(|p| p.annotations.contains_key(VOLCANO_GROUP))
         .count();
-    let live = snap.pod_source == PodSource::Api;
+    let live = snap.pods.source == PodSource::Api;
     let names: Vec<&str> = schedulers.keys().copied().collect();
     let listed = names
         .iter()

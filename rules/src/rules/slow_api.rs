@@ -260,7 +260,7 @@ mod tests {
         );
         let mut offline = SnapshotBuilder::spark_node(&[]).build();
         assert!(crate::rules::testkit::judged(check, &offline, &Settings::default()).is_empty());
-        offline.api = Observed::Error {
+        offline.api.server = Observed::Error {
             reason: "no credentials".into(),
         };
         assert!(crate::rules::testkit::judged(check, &offline, &Settings::default()).is_empty());

@@ -63,11 +63,12 @@ pub const RULE: RuleInfo = RuleInfo {
 fn local_drivers(snap: &NodeSnapshot) -> Vec<(String, Option<String>)> {
     let mut out: Vec<(String, Option<String>)> = snap
         .pods
+        .bound
         .iter()
         .filter(|p| is_driver(p) && !p.is_terminal())
         .map(|p: &PodInfo| (p.display(), p.spark_version().map(|(v, _)| v)))
         .collect();
-    for (uid, conf) in &snap.spark_confs {
+    for (uid, conf) in &snap.pods.spark_confs {
         let (name, alive) = driver_name(snap, uid);
         if alive && !out.iter().any(|(n, _)| *n == name) {
             out.push((name, conf.version.clone()));

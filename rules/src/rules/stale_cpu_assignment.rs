@@ -98,7 +98,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
                 (None, Some(id)) => format!("container {id}"),
                 (None, None) => subject.display(),
             };
-            let list = if snap.pod_source == PodSource::PodResources {
+            let list = if snap.pods.source == PodSource::PodResources {
                 "the kubelet's list"
             } else {
                 "the pod list"
@@ -122,7 +122,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
                 .with("container_id", e.container_id.clone())
                 .with("cpus", e.cpus.to_string())
                 .with("reason", e.reason.clone())
-                .with("liveness_source", snap.pod_source.as_str())
+                .with("liveness_source", snap.pods.source.as_str())
                 .with("pod_cgroup_processes", e.cgroup_processes)
                 .with("note", still_running)
                 .with("path", path.as_str())
@@ -135,8 +135,8 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
 /// the entry before they are stopped. `None` when liveness came from the cgroups themselves,
 /// or the pod runs (its cgroups hold its other containers: no news).
 fn running_despite_the_list(snap: &NodeSnapshot, e: &StaleEntry) -> Option<String> {
-    let by_list = snap.pod_source != PodSource::Cgroups;
-    let gone = if snap.pod_source == PodSource::PodResources {
+    let by_list = snap.pods.source != PodSource::Cgroups;
+    let gone = if snap.pods.source == PodSource::PodResources {
         "the kubelet no longer lists the pod as active but its containers are not gone"
     } else {
         "the pod object is gone but its containers are not (force-deleted?)"
@@ -488,7 +488,7 @@ mod tests {
     #[test]
     fn unknown_liveness_reports_nothing() {
         let mut snap = SnapshotBuilder::static_node("0-1", &entries()).build();
-        snap.cgroups = Observed::Error {
+        snap.host.cgroups = Observed::Error {
             reason: "permission denied".into(),
         };
         assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());
@@ -548,9 +548,9 @@ mod tests {
             // The gone pod's cgroup still has a process: the kubelet decides, and the note says.
             .with_pod_cgroups(vec![pod_cgroup("gone", vec![leaf("c9", "4-5", 1)])])
             .build();
-        snap.pod_source = PodSource::PodResources;
+        snap.pods.source = PodSource::PodResources;
         // "live" is found by its CPUs, "named" by its UID.
-        snap.kubelet_view = Observed::Ok(kubelet_view(
+        snap.host.kubelet_view = Observed::Ok(kubelet_view(
             vec![
                 kubelet_pod("spark", "exec-1", &[], &[("app", "2-3")]),
                 kubelet_pod("spark", "exec-2", &["named"], &[("app", "6")]),
@@ -573,7 +573,7 @@ mod tests {
             f[0].summary
         );
         // A file rewritten while the kubelet was asked: nothing is judged stale by it.
-        if let Observed::Ok(v) = &mut snap.kubelet_view {
+        if let Observed::Ok(v) = &mut snap.host.kubelet_view {
             v.checkpoint_changed = true;
         }
         assert!(stale(&snap).is_empty());
@@ -655,7 +655,7 @@ mod tests {
         let mut snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "4-5")])
             .with_pod_list(&[])
             .build();
-        snap.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
+        snap.host.managers.memory = Observed::Ok(ManagerFile::<MemoryCheckpoint>::new(
             "/var/lib/kubelet/memory_manager_state".into(),
             Some(60.0),
             MemoryCheckpoint::parse(b"{\"policyName\":"),

@@ -56,11 +56,11 @@ pub const RULE: RuleInfo = RuleInfo {
 };
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    let Some(file) = snap.managers.devices.ok() else {
+    let Some(file) = snap.host.managers.devices.ok() else {
         return vec![];
     };
     // The devices the kubelet's memory holds for live containers (PodResources List).
-    let kubelet_holds = snap.kubelet_view.ok().map(|v| {
+    let kubelet_holds = snap.host.kubelet_view.ok().map(|v| {
         v.pods
             .iter()
             .flat_map(|p| &p.containers)
@@ -128,7 +128,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
                 .with("numa_nodes", json!(numa))
                 .with("held_by_kubelet", in_memory)
                 .with("reason", s.reason.clone())
-                .with("liveness_source", snap.pod_source.as_str())
+                .with("liveness_source", snap.pods.source.as_str())
                 .with("note", note)
                 .with("path", file.path.as_str())
         })

@@ -124,7 +124,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
                 .with("pod_uids", json!(c.pod_uids))
                 .with("devices", json!(c.devices))
                 .with("reason", c.reason.clone())
-                .with("liveness_source", snap.pod_source.as_str())
+                .with("liveness_source", snap.pods.source.as_str())
                 .with("path", path)
         })
         .collect()
@@ -255,10 +255,11 @@ mod tests {
         // claim the kubelet holds stays the kubelet's to judge (it holds c-known for a live pod).
         let mut asked = snap.clone();
         asked
+            .api
             .lookups
             .resource_claims
             .insert("spark/claim-c-known".into(), ClaimObject::Gone);
-        asked.lookups.resource_claims.insert(
+        asked.api.lookups.resource_claims.insert(
             "spark/claim-c-gone-pod".into(),
             ClaimObject::Exists {
                 uid: "c-gone-pod".into(),
@@ -285,16 +286,17 @@ mod tests {
         // Without the kubelet's file a claim with no pod cannot be judged by it, only by its
         // ResourceClaim: gone (or recreated under the name) makes it stale, not asked leaves it.
         let mut snap = snap;
-        snap.managers.dra = crate::snapshot::Observed::Missing {
+        snap.host.managers.dra = crate::snapshot::Observed::Missing {
             path: "/var/lib/kubelet/dra_manager_state".into(),
         };
         let f = crate::rules::testkit::judged(check, &snap, &Settings::default());
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].evidence["claim_uid"], "c-gone-pod");
-        snap.lookups
+        snap.api
+            .lookups
             .resource_claims
             .insert("spark/claim-c-known".into(), ClaimObject::Gone);
-        snap.lookups.resource_claims.insert(
+        snap.api.lookups.resource_claims.insert(
             "spark/claim-c-forgotten".into(),
             ClaimObject::Exists {
                 uid: "another-uid".into(),

@@ -52,7 +52,7 @@ pub const RULE: RuleInfo = RuleInfo {
 };
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    let Some(file) = snap.managers.memory.ok() else {
+    let Some(file) = snap.host.managers.memory.ok() else {
         return vec![];
     };
     facts
@@ -99,7 +99,7 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Setti
                         .collect::<Vec<_>>(),
                 )
                 .with("reason", s.reason.clone())
-                .with("liveness_source", snap.pod_source.as_str())
+                .with("liveness_source", snap.pods.source.as_str())
                 .with("note", note)
                 .with("path", file.path.as_str())
         })
@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn a_file_the_kubelet_refuses_or_a_fresh_one_is_not_judged() {
         let mut snap = node().with_pod_list(&[]).build();
-        if let crate::snapshot::Observed::Ok(f) = &mut snap.managers.memory {
+        if let crate::snapshot::Observed::Ok(f) = &mut snap.host.managers.memory {
             f.verification = Some(crate::Verification::Mismatch {
                 stored: 1,
                 computed: vec![],
@@ -254,7 +254,7 @@ mod tests {
             crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
             3
         );
-        if let crate::snapshot::Observed::Ok(f) = &mut snap.managers.memory {
+        if let crate::snapshot::Observed::Ok(f) = &mut snap.host.managers.memory {
             f.age_seconds = Some(1.0);
         }
         assert!(crate::rules::testkit::judged(check, &snap, &Settings::default()).is_empty());

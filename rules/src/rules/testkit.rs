@@ -126,13 +126,13 @@ impl SnapshotBuilder {
         let topo = flat_topology(&online);
         let content = crate::Checkpoint::parse(state.to_checkpoint_json().as_bytes());
         let mut snap = NodeSnapshot::empty("node-a", 1_700_000_000);
-        snap.checkpoint = Observed::Ok(CheckpointFile::new(
+        snap.host.checkpoint = Observed::Ok(CheckpointFile::new(
             "/var/lib/kubelet/cpu_manager_state".into(),
             Some(3600.0),
             content,
         ));
-        snap.cpus = Observed::Ok(topo);
-        snap.kubelet = Observed::Ok(KubeletConfig {
+        snap.host.cpus = Observed::Ok(topo);
+        snap.host.kubelet = Observed::Ok(KubeletConfig {
             path: Some("/var/lib/kubelet/config.yaml".into()),
             found_by: FoundBy::DefaultPath,
             cpu_manager: CpuManagerConfig {
@@ -145,51 +145,51 @@ impl SnapshotBuilder {
             topology_manager_scope: "container".into(),
             started_at: None,
         });
-        snap.cgroups = Observed::Ok(CgroupTree {
+        snap.host.cgroups = Observed::Ok(CgroupTree {
             version: CgroupVersion::V1,
             driver: "cgroupfs".into(),
             kubepods: "/sys/fs/cgroup/cpuset/kubepods".into(),
             pods: vec![],
         });
-        snap.procfs = Observed::Ok(());
+        snap.host.procfs = Observed::Ok(());
         SnapshotBuilder { snap }
     }
 
     /// Uses a pod list (source `file`).
     pub fn with_pod_list(mut self, pods: &[PodInfo]) -> Self {
-        self.snap.pod_source = PodSource::File;
-        self.snap.pods = pods.to_vec();
+        self.snap.pods.source = PodSource::File;
+        self.snap.pods.bound = pods.to_vec();
         self
     }
 
     pub fn with_pod_cgroups(mut self, pods: Vec<PodCgroup>) -> Self {
-        if let Observed::Ok(tree) = &mut self.snap.cgroups {
+        if let Observed::Ok(tree) = &mut self.snap.host.cgroups {
             tree.pods = pods;
         }
         self
     }
 
     pub fn with_cpu_manager(mut self, f: impl FnOnce(&mut CpuManagerConfig)) -> Self {
-        if let Observed::Ok(k) = &mut self.snap.kubelet {
+        if let Observed::Ok(k) = &mut self.snap.host.kubelet {
             f(&mut k.cpu_manager);
         }
         self
     }
 
     pub fn with_online(mut self, online: &str) -> Self {
-        self.snap.cpus = Observed::Ok(flat_topology(&cpus(online)));
+        self.snap.host.cpus = Observed::Ok(flat_topology(&cpus(online)));
         self
     }
 
     pub fn checkpoint_age(mut self, seconds: f64) -> Self {
-        if let Observed::Ok(f) = &mut self.snap.checkpoint {
+        if let Observed::Ok(f) = &mut self.snap.host.checkpoint {
             f.age_seconds = Some(seconds);
         }
         self
     }
 
     pub fn with_raw_checkpoint(mut self, bytes: &[u8]) -> Self {
-        if let Observed::Ok(f) = &mut self.snap.checkpoint {
+        if let Observed::Ok(f) = &mut self.snap.host.checkpoint {
             *f = CheckpointFile::new(f.path.clone(), f.age_seconds, crate::Checkpoint::parse(bytes));
         }
         self
@@ -324,38 +324,38 @@ impl SnapshotBuilder {
     /// A node `node-a` at [`NOW`] with no CPU manager inputs and pods from the live API.
     pub fn spark_node(pods: &[PodInfo]) -> Self {
         let mut snap = NodeSnapshot::empty("node-a", NOW);
-        snap.pod_source = PodSource::Api;
-        snap.pods = pods.to_vec();
+        snap.pods.source = PodSource::Api;
+        snap.pods.bound = pods.to_vec();
         SnapshotBuilder { snap }
     }
 
     /// The driver lookup of executor `executor_uid`.
     pub fn with_driver(mut self, executor_uid: &str, lookup: DriverLookup) -> Self {
-        self.snap.lookups.drivers.insert(executor_uid.into(), lookup);
+        self.snap.api.lookups.drivers.insert(executor_uid.into(), lookup);
         self
     }
 
     /// Every driver pod of application `app`, wherever it runs.
     pub fn with_app_drivers(mut self, app: &str, drivers: &[PodInfo]) -> Self {
-        self.snap.lookups.app_drivers.insert(app.into(), drivers.to_vec());
+        self.snap.api.lookups.app_drivers.insert(app.into(), drivers.to_vec());
         self
     }
 
     /// The Spark scratch dirs found on the node.
     pub fn with_local_dirs(mut self, dirs: Vec<LocalDir>) -> Self {
-        self.snap.local_dirs = Observed::Ok(dirs);
+        self.snap.host.local_dirs = Observed::Ok(dirs);
         self
     }
 
     /// Changes where the pod list came from.
     pub fn pod_source(mut self, source: PodSource) -> Self {
-        self.snap.pod_source = source;
+        self.snap.pods.source = source;
         self
     }
 
     /// Uses a cgroup tree (v1, cgroupfs) with these pod cgroups.
     pub fn with_cgroup_tree(mut self, pods: Vec<PodCgroup>) -> Self {
-        self.snap.cgroups = Observed::Ok(CgroupTree {
+        self.snap.host.cgroups = Observed::Ok(CgroupTree {
             version: CgroupVersion::V1,
             driver: "cgroupfs".into(),
             kubepods: "/sys/fs/cgroup/cpuset/kubepods".into(),
@@ -449,7 +449,7 @@ impl SnapshotBuilder {
     /// successful sample's start, webhooks listed (none).
     pub fn with_api(mut self, samples: Vec<ProbeSample>) -> Self {
         let last_success_at = samples.iter().filter(|s| s.ok).map(|s| s.at).max();
-        self.snap.api = Observed::Ok(ApiObservation {
+        self.snap.api.server = Observed::Ok(ApiObservation {
             samples,
             probing_since: NOW - 3600,
             last_success_at,
@@ -462,7 +462,7 @@ impl SnapshotBuilder {
 
     /// Changes the API observation (after [`Self::with_api`]).
     pub fn api(mut self, f: impl FnOnce(&mut ApiObservation)) -> Self {
-        if let Observed::Ok(api) = &mut self.snap.api {
+        if let Observed::Ok(api) = &mut self.snap.api.server {
             f(api);
         }
         self
@@ -475,7 +475,7 @@ impl SnapshotBuilder {
 
     /// The Spark configuration of driver pod `uid`.
     pub fn with_spark_conf(mut self, uid: &str, conf: SparkConf) -> Self {
-        self.snap.spark_confs.insert(uid.into(), conf);
+        self.snap.pods.spark_confs.insert(uid.into(), conf);
         self
     }
 }
@@ -523,18 +523,18 @@ impl SnapshotBuilder {
     /// The Warning Events of pod `uid`.
     /// What the collector found of driver `uid`'s configuration volume on this node.
     pub fn with_conf_mount(mut self, uid: &str, mount: crate::snapshot::ConfMount) -> Self {
-        self.snap.conf_mounts.insert(uid.to_string(), mount);
+        self.snap.pods.conf_mounts.insert(uid.to_string(), mount);
         self
     }
 
     pub fn with_pod_events(mut self, uid: &str, events: Vec<PodEvent>) -> Self {
-        self.snap.lookups.pod_events.insert(uid.into(), events);
+        self.snap.api.lookups.pod_events.insert(uid.into(), events);
         self
     }
 
     /// Another node as the API server shows it.
     pub fn with_node(mut self, node: NodeStatus) -> Self {
-        self.snap.lookups.nodes.insert(node.name.clone(), node);
+        self.snap.api.lookups.nodes.insert(node.name.clone(), node);
         self
     }
 }
@@ -692,7 +692,7 @@ impl SnapshotBuilder {
             assignments: entries,
             pod_assignments: vec![],
         };
-        self.snap.managers.memory = Observed::Ok(manager_file(state, 3600.0));
+        self.snap.host.managers.memory = Observed::Ok(manager_file(state, 3600.0));
         self
     }
 
@@ -711,20 +711,20 @@ impl SnapshotBuilder {
                 .map(|(r, ids)| (r.to_string(), ids.iter().map(|i| i.to_string()).collect()))
                 .collect(),
         };
-        self.snap.managers.devices = Observed::Ok(manager_file(state, 3600.0));
+        self.snap.host.managers.devices = Observed::Ok(manager_file(state, 3600.0));
         self
     }
 
     /// A DRA manager checkpoint with `claims`.
     pub fn with_dra_claims(mut self, claims: Vec<crate::managers::dra::DraClaim>) -> Self {
         let state = crate::managers::dra::DraState { layout: "V1", claims };
-        self.snap.managers.dra = Observed::Ok(manager_file(state, 3600.0));
+        self.snap.host.managers.dra = Observed::Ok(manager_file(state, 3600.0));
         self
     }
 
     /// A configured NVIDIA GPU driver checkpoint with `claims`.
     pub fn with_driver_claims(mut self, claims: Vec<crate::managers::drivers::DriverClaim>) -> Self {
-        self.snap.managers.drivers.push(DriverFile {
+        self.snap.host.managers.drivers.push(DriverFile {
             format: crate::managers::drivers::DriverFormat::NvidiaGpu,
             path: "/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json".into(),
             age_seconds: Some(3600.0),
@@ -735,8 +735,8 @@ impl SnapshotBuilder {
 
     /// The kubelet's PodResources list as the liveness source.
     pub fn with_kubelet_view(mut self, view: crate::kubelet_view::KubeletView) -> Self {
-        self.snap.pod_source = PodSource::PodResources;
-        self.snap.kubelet_view = Observed::Ok(view);
+        self.snap.pods.source = PodSource::PodResources;
+        self.snap.host.kubelet_view = Observed::Ok(view);
         self
     }
 }

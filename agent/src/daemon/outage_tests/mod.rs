@@ -147,20 +147,20 @@ fn start(fake: &FakeApi, who: Who, flags: Flags, node_pods: &[Value]) -> Loops {
     tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
 
     let mut snapshot = nodemedic_rules::snapshot::NodeSnapshot::empty(node, 0);
-    snapshot.pod_source = nodemedic_rules::snapshot::PodSource::Api;
-    snapshot.pods = node_pods
+    snapshot.pods.source = nodemedic_rules::snapshot::PodSource::Api;
+    snapshot.pods.bound = node_pods
         .iter()
         .filter_map(|p| serde_json::from_value(p.clone()).ok())
         .filter_map(|p| crate::collect::pods::pod_info(&p))
         .collect();
-    assert_eq!(snapshot.pods.len(), node_pods.len(), "every pod converts");
+    assert_eq!(snapshot.pods.bound.len(), node_pods.len(), "every pod converts");
     let interval = effective.scan_interval;
     let outcome = Arc::new(ScanOutcome {
         kept: KeptScan::keep(snapshot, effective.repair.any()),
         findings: vec![],
         coverage: BTreeMap::new(),
         effective,
-        claims: (false, vec![]),
+        claims: Default::default(),
     });
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);

@@ -592,7 +592,7 @@ fn recheck(plan: &Plan) -> Result<(), ApplyError> {
         .map_err(ApplyError::Rescan)?
         .snapshot;
     let stale = stale_entries_of(&snap, &plan.settings, state);
-    let tree = snap.cgroups.ok();
+    let tree = snap.host.cgroups.ok();
     for r in &plan.removals {
         let Some(e) = stale
             .iter()

@@ -265,12 +265,12 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
     };
     // Without a pod list the rescan asks the kubelet again (or, once the repair has stopped
     // it, the cgroups alone: an entry must then still be stale by its cgroups).
-    let rescan = match snapshot.pod_source {
+    let rescan = match snapshot.pods.source {
         PodSource::Cgroups | PodSource::PodResources => Pods::Cgroups,
         _ => Pods::Given {
             node: snapshot.node.clone(),
-            pods: snapshot.pods.clone(),
-            source: snapshot.pod_source.clone(),
+            pods: snapshot.pods.bound.clone(),
+            source: snapshot.pods.source.clone(),
         },
     };
     let mut plan = Plan {
@@ -283,7 +283,7 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
         layout: None,
         verification: None,
         policy: None,
-        pod_source: snapshot.pod_source.clone(),
+        pod_source: snapshot.pods.source.clone(),
         notes,
         kubelet,
         removals: vec![],
@@ -347,12 +347,12 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
     plan.state = Some(state.clone());
 
     // Liveness must be judgeable, and the stale entries' cgroups readable.
-    if snap.pod_source == PodSource::Cgroups && snap.cgroups.ok().is_none() {
+    if snap.pods.source == PodSource::Cgroups && snap.host.cgroups.ok().is_none() {
         return refuse(
             plan,
             format!(
                 "no pod list (--pods, or the API) and the cgroups are not readable ({}): cannot tell which entries are stale",
-                snap.cgroups.status()
+                snap.host.cgroups.status()
             ),
         );
     }
@@ -385,7 +385,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
             reason: format!(
                 "no stale entries in {} (liveness from {})",
                 plan.shown,
-                snap.pod_source.as_str()
+                snap.pods.source.as_str()
             ),
         };
         plan.kept = kept_entries(&cp, &state, &[]);
@@ -393,7 +393,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
     }
 
     // The removals, with their cgroups' processes counted again.
-    let tree = snap.cgroups.ok();
+    let tree = snap.host.cgroups.ok();
     for e in &stale {
         let Some(target) = target_of_stale(e) else { continue };
         let (cgroup, processes, still_running) = match tree {
@@ -417,7 +417,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
     if tree.is_none() {
         reasons.push(format!(
             "the cgroups are not readable ({}): cannot check that the stale entries' pods have no processes left",
-            snap.cgroups.status()
+            snap.host.cgroups.status()
         ));
     }
     for r in &plan.removals {
@@ -426,7 +426,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
                 "{} is stale by {} ({}) but its cgroup {} shows {why}: something still runs there; not freeing its CPUs \
                  (stop its containers first: crictl ps --label io.kubernetes.pod.uid=<uid>, crictl stop)",
                 r.target.display(),
-                liveness_words(&snap.pod_source),
+                liveness_words(&snap.pods.source),
                 r.reason,
                 r.cgroup.as_deref().unwrap_or("?"),
             ));
@@ -438,7 +438,7 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
             state.policy_name
         ));
     }
-    if let Observed::Ok(k) = &snap.kubelet {
+    if let Observed::Ok(k) = &snap.host.kubelet {
         if k.cpu_manager.policy != state.policy_name {
             reasons.push(format!(
                 "the kubelet is configured with policy {:?} but the file has {:?} (configured policy \"{}\" differs from state checkpoint policy \"{}\"): \
@@ -489,10 +489,10 @@ fn compute(plan: &mut Plan, snap: &NodeSnapshot, force_unknown_layout: bool) {
 /// kubelet's configuration they are unknown: never "no reserved CPUs".
 // A plain-text reason, embedded into the plan's refusal reasons and notes in this module.
 fn kubelet_view(snap: &NodeSnapshot) -> Result<(CpuSet, CpuSet, bool), String> {
-    let Observed::Ok(topology) = &snap.cpus else {
-        return Err(format!("the online CPUs are unknown ({})", snap.cpus.status()));
+    let Observed::Ok(topology) = &snap.host.cpus else {
+        return Err(format!("the online CPUs are unknown ({})", snap.host.cpus.status()));
     };
-    let kubelet = match &snap.kubelet {
+    let kubelet = match &snap.host.kubelet {
         Observed::Ok(k) => k,
         other => {
             let why = match other {

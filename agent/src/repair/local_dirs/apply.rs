@@ -140,13 +140,13 @@ pub fn apply(
     mut limiter: Option<&mut RateLimiter>,
 ) -> Vec<ActionRecord> {
     let mut base = snapshot.clone();
-    base.pods = fresh
+    base.pods.bound = fresh
         .pods
         .iter()
         .filter(|p| p.node_name.as_deref() == Some(snapshot.node.as_str()))
         .cloned()
         .collect();
-    base.pod_source = fresh.source.clone();
+    base.pods.source = fresh.source.clone();
     let roots: BTreeMap<&str, &RootState> = plan.roots.iter().map(|r| (r.root.as_str(), r)).collect();
     let mut out = vec![];
     for c in &plan.remove {
@@ -156,7 +156,7 @@ pub fn apply(
         let judge = |dir: &LocalDir| -> Option<String> {
             let mut snap = base.clone();
             snap.taken_at = now_unix();
-            snap.local_dirs = Observed::Ok(vec![dir.clone()]);
+            snap.host.local_dirs = Observed::Ok(vec![dir.clone()]);
             let orphaned = facts::orphaned_dirs(&snap, settings);
             if orphaned.iter().any(|o| o.dirs.iter().any(|d| d.path == dir.path)) {
                 None

@@ -193,8 +193,8 @@ impl LocalDirs<'_> {
                 RepairError::CouldNotRun(format!("{e} (local-dirs needs a pod list: the API, or --pods FILE)"))
             })?;
         Ok(FreshPods {
-            pods: scanned.snapshot.pods,
-            source: scanned.snapshot.pod_source,
+            pods: scanned.snapshot.pods.bound,
+            source: scanned.snapshot.pods.source,
         })
     }
 }

@@ -42,13 +42,13 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
         };
         plan.roots.push(state);
     }
-    match &snapshot.local_dirs {
+    match &snapshot.host.local_dirs {
         Observed::Ok(_) => {}
         other => plan
             .notes
             .push(format!("Spark local dirs were not measured: {}", other.status())),
     }
-    if snapshot.pod_source == PodSource::Cgroups {
+    if snapshot.pods.source == PodSource::Cgroups {
         plan.notes.push(
             "no pod list (API or --pods): who uses a hostPath root cannot be judged, so nothing under one is removed"
                 .into(),
@@ -122,7 +122,7 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
                 evidence.insert("idle_seconds".into(), json!(snapshot.taken_at - t));
             }
             evidence.insert("reason".into(), json!(o.reason));
-            evidence.insert("liveness_source".into(), json!(snapshot.pod_source.as_str()));
+            evidence.insert("liveness_source".into(), json!(snapshot.pods.source.as_str()));
             if !o.root_users.is_empty() {
                 evidence.insert(
                     "root_users".into(),

@@ -68,7 +68,7 @@ pub async fn refresh_snapshot(
             let mut lookup = crate::spark::resolve_driver(&directory, p).await;
             if matches!(lookup, DriverLookup::External { .. }) {
                 if let Some(before @ (DriverLookup::Gone { .. } | DriverLookup::Replaced { .. })) =
-                    base.lookups.drivers.get(&p.uid)
+                    base.api.lookups.drivers.get(&p.uid)
                 {
                     lookup = before.clone();
                 }
@@ -86,9 +86,9 @@ pub async fn refresh_snapshot(
         })?;
     let mut fresh = base.clone();
     fresh.taken_at = now_unix();
-    fresh.pod_source = PodSource::Api;
-    fresh.pods = pods;
-    fresh.lookups.drivers = drivers;
+    fresh.pods.source = PodSource::Api;
+    fresh.pods.bound = pods;
+    fresh.api.lookups.drivers = drivers;
     Ok(fresh)
 }
 

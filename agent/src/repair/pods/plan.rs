@@ -122,12 +122,12 @@ impl PodPlan {
 
 /// Whether the pods of `snapshot` may be acted on: only a live pod list from the API.
 fn live_pods(snapshot: &NodeSnapshot, plan: &mut PodPlan) -> bool {
-    if snapshot.pod_source == PodSource::Api {
+    if snapshot.pods.source == PodSource::Api {
         return true;
     }
     plan.notes.push(format!(
         "the pod list is not from the live API ({}): pods are deleted only on its word",
-        snapshot.pod_source.as_str()
+        snapshot.pods.source.as_str()
     ));
     false
 }

@@ -4,13 +4,13 @@ use super::*;
 use crate::rules::testkit::{SnapshotBuilder, kubelet_pod as listed, kubelet_view, pod};
 
 fn with_view(mut snap: NodeSnapshot, pods: Vec<KubeletPod>, allocatable: Option<&str>) -> NodeSnapshot {
-    snap.kubelet_view = Observed::Ok(kubelet_view(pods, allocatable));
+    snap.host.kubelet_view = Observed::Ok(kubelet_view(pods, allocatable));
     snap
 }
 
 /// `snap` with the kubelet's version read from its Node, long after the kubelet started.
 fn at_version(mut snap: NodeSnapshot, version: &str) -> NodeSnapshot {
-    snap.kubelet_version = Observed::Ok(kubelet_version::VersionReading {
+    snap.api.kubelet_version = Observed::Ok(kubelet_version::VersionReading {
         version: kubelet_version::KubeletVersion::parse(version).unwrap(),
         source: kubelet_version::NODE_STATUS.into(),
         read_at: snap.taken_at,
@@ -79,7 +79,7 @@ fn memory_and_devices_compared_for_pods_of_known_uid() {
 
     // A file written a moment ago may be a write in flight.
     let mut snap = build(1, "GPU-b");
-    if let Observed::Ok(m) = &mut snap.managers.memory {
+    if let Observed::Ok(m) = &mut snap.host.managers.memory {
         m.age_seconds = Some(2.0);
     }
     assert_eq!(
@@ -311,7 +311,7 @@ fn a_file_rewritten_during_the_comparison_or_not_static_is_not_judged() {
         crate::rules::testkit::judged(check, &snap, &Settings::default()).len(),
         2
     );
-    if let Observed::Ok(v) = &mut snap.kubelet_view {
+    if let Observed::Ok(v) = &mut snap.host.kubelet_view {
         v.checkpoint_changed = true;
     }
     assert_eq!(

@@ -47,11 +47,11 @@ fn gone() -> DriverLookup {
 
 fn snapshot(pods: Vec<PodInfo>) -> NodeSnapshot {
     let mut s = NodeSnapshot::empty("n1", NOW);
-    s.pod_source = PodSource::Api;
+    s.pods.source = PodSource::Api;
     for p in pods.iter().filter(|p| nodemedic_rules::spark::is_executor(p)) {
-        s.lookups.drivers.insert(p.uid.clone(), gone());
+        s.api.lookups.drivers.insert(p.uid.clone(), gone());
     }
-    s.pods = pods;
+    s.pods.bound = pods;
     s
 }
 
@@ -69,7 +69,7 @@ fn orphans_running_ones_only_when_asked() {
     assert!(all.kept.is_empty());
     // Only from the live API.
     let mut file = snap.clone();
-    file.pod_source = PodSource::File;
+    file.pods.source = PodSource::File;
     let none = plan_orphans(&file, &Settings::default(), true);
     assert!(none.delete.is_empty());
     assert_eq!(none.notes.len(), 1);
