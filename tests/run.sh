@@ -23,6 +23,8 @@
 #   - rustfmt and clippy: rustup components; the lint step
 #   - cargo-nextest: the machine's, else crates.io; runs the tests, a process each, in parallel
 #     (.config/nextest.toml)
+#   - a container engine: Debian's docker.io (dockerd 20.10), started and stopped by
+#     tests/image.sh, which builds daemonset/Dockerfile and runs the image as the DaemonSet does
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -102,3 +104,8 @@ echo "== the test suite"
 # then the examples in the documentation comments, which nextest does not run.
 cargo nextest run --workspace
 cargo test --workspace --doc
+
+echo "== the image"
+# daemonset/Dockerfile built on a local stand-in of its runtime base, and run as the DaemonSet
+# runs it on the bundled example (tests/image.sh says how).
+tests/image.sh

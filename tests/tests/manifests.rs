@@ -842,7 +842,21 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     run(Command::new(hadolint).arg(&dockerfile));
     let text = std::fs::read_to_string(&dockerfile).unwrap();
     let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
-    assert_eq!(froms.len(), 2, "a build stage and a runtime stage");
+    assert_eq!(
+        froms,
+        [
+            "FROM ${RUST_IMAGE} AS build",
+            "FROM scratch AS prebuilt",
+            "FROM ${BINARY_FROM} AS binary",
+            "FROM ${RUNTIME_IMAGE}"
+        ],
+        "a build stage, a stage taking a binary built already, the choice, and the runtime"
+    );
+    assert!(text.contains("ARG BINARY_FROM=build"), "a plain `docker build` compiles");
+    assert!(text.contains("COPY --from=binary /out/nodemedic /usr/local/bin/nodemedic"));
+    // No `# syntax=` line: it makes BuildKit pull a frontend image, which an offline or
+    // mirrored registry lacks; the built-in frontend has cache mounts.
+    assert!(!text.contains("# syntax="));
     assert!(text.contains("ARG RUST_IMAGE=docker.io/library/rust:1.95.0-bookworm"));
     assert!(text.contains("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
     // The image ships the `dist` build (fat LTO), the one docs/performance.md measures.
@@ -860,6 +874,26 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     );
     assert!(text.contains("ENTRYPOINT [\"/usr/local/bin/nodemedic\"]"));
     assert!(text.contains("org.opencontainers.image.source"));
+    // The context the Dockerfile documents: the workspace without what the build never reads.
+    let ignore = std::fs::read_to_string(repo().join(".dockerignore")).expect("a .dockerignore at the root");
+    let ignored: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+    for dir in ["target/", ".git/", "docs/", "examples/"] {
+        assert!(ignored.contains(&dir), "{dir} is not in .dockerignore: {ignored:?}");
+    }
+    for kept in ["agent/", "rules/", "tests/", "Cargo.toml", "Cargo.lock"] {
+        assert!(
+            !ignored.iter().any(|i| i.trim_end_matches('/') == kept.trim_end_matches('/')),
+            "{kept} is a workspace member's or the lock file: the build needs it"
+        );
+    }
+}
+
+#[test]
+fn the_repositorys_shell_scripts_pass_shellcheck() {
+    let shellcheck = require("shellcheck", "apt-get install shellcheck");
+    for script in [".ci/run", "tests/run.sh", "tests/image.sh"] {
+        run(Command::new(&shellcheck).arg(repo().join(script)));
+    }
 }
 
 // -------------------------------------------------------------------------------------- docs
