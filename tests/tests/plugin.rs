@@ -36,7 +36,10 @@ fn plugin() -> PathBuf {
 ///  - `delete`: exit 0;
 ///  - `exec`: prints "fake exec", exits $FAKE_EXIT saying "command terminated with exit code N"
 ///    as kubectl does, or, with $FAKE_EXEC_FAILS, fails as kubectl itself does (Forbidden);
-///  - `logs` of the agent, `get nodes`, `get lease`, `get pods` (status): as before.
+///  - `logs` of the agent, `get nodes`, `get lease`, `get pods` (status): as before; `get nodes`
+///    is Forbidden with $FAKE_NODES_FORBIDDEN;
+///  - with $FAKE_API_DOWN, any call fails as kubectl does when the API server does not answer:
+///    five client-go log lines (one per discovery retry), then kubectl's own summary.
 struct FakeKubectl {
     dir: tempfile::TempDir,
 }
@@ -46,6 +49,13 @@ set -euo pipefail
 for a in "$@"; do printf '%s\n' "$a"; done >>"$FAKE_DIR/calls.log"
 echo "--END--" >>"$FAKE_DIR/calls.log"
 args=" $* "
+if [[ -n "${FAKE_API_DOWN:-}" ]]; then
+  for _ in 1 2 3 4 5; do
+    echo 'E1128 14:32:44.192268    6430 memcache.go:265] "Unhandled Error" err="couldn'"'"'t get current server API group list: Get \"https://10.0.0.1:6443/api?timeout=32s\": dial tcp 10.0.0.1:6443: connect: connection refused"' >&2
+  done
+  echo "The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?" >&2
+  exit 1
+fi
 n="$(cat "$FAKE_DIR/pods" 2>/dev/null || echo 0)"
 current="$FAKE_DIR/created-$n.yaml"
 is_apply() { grep -q -- '"--apply"' "$current"; }
@@ -101,7 +111,12 @@ case "$args" in
   *" get configmap "*)
     key="$(sed -n 's/.*index \.data "\([a-z-]*\)\.yaml".*/\1/p' <<<"$*")"
     cat "$FAKE_TEMPLATES/$key.yaml" ;;
-  *" get nodes "*) printf '%s' "${FAKE_NODES:-}" ;;
+  *" get nodes "*)
+    if [[ -n "${FAKE_NODES_FORBIDDEN:-}" ]]; then
+      echo 'Error from server (Forbidden): nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope' >&2
+      exit 1
+    fi
+    printf '%s' "${FAKE_NODES:-}" ;;
   *" get lease "*) printf '%s' "${FAKE_LEASE:-}"; exit "${FAKE_LEASE_EXIT:-0}" ;;
   *" get pods "*"go-template="*) printf '%s' "${FAKE_PODS:-}" ;;
   *" get pods "*"jsonpath="*) printf '%s' "${FAKE_POD_NODES:-}" ;;
@@ -1129,6 +1144,83 @@ fn status_lists_agents_and_nodes_without_one() {
         "{}",
         r.stdout
     );
+}
+
+#[test]
+fn status_says_in_one_line_what_failed_and_never_calls_unknown_nothing() {
+    let fake = FakeKubectl::new();
+    // The API server does not answer: kubectl's retries are not shown, one line says why.
+    let r = fake.run(&["status"], &[("FAKE_API_DOWN", "1")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        "kubectl-nodemedic: could not list the agent pods in namespace nodemedic: The connection to the server \
+         10.0.0.1:6443 was refused - did you specify the right host or port?\n"
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    // The nodes cannot be listed (RBAC): which lack an agent is unknown, not "none".
+    let r = fake.run(
+        &["status"],
+        &[
+            ("FAKE_POD_NODES", "worker-1\n"),
+            ("FAKE_NODES", "worker-1\nworker-2\n"),
+            ("FAKE_NODES_FORBIDDEN", "1"),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(
+            "nodes without an agent: unknown, the nodes could not be listed: Error from server (Forbidden): nodes is \
+             forbidden: User \"alice\" cannot list resource \"nodes\" in API group \"\" at the cluster scope\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+    // An agent lookup against an API that does not answer: the same one line, kubectl's own.
+    let r = fake.run(&["scan", "worker-1"], &[("FAKE_API_DOWN", "1")]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.ends_with("could not list the agent pods in namespace nodemedic: The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?\n"), "{}", r.stderr);
+}
+
+#[test]
+fn every_command_has_its_help_and_never_takes_it_for_a_name() {
+    let fake = FakeKubectl::new();
+    for (args, usage, entry) in [
+        (&["scan", "--help"][..], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
+        (&["scan", "-h"], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
+        (&["status", "--help"], "kubectl nodemedic [OPTIONS] status", "  status "),
+        (&["repair", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
+        (&["repair", "worker-1", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
+        (&["probe", "--help"], "probe NODE [api] [PROBE ARGS...]", "  probe NODE [ARGS]"),
+        (&["logs", "--help"], "logs NODE [KUBECTL LOGS ARGS...]", "  logs NODE [ARGS]"),
+        (&["help", "logs"], "logs NODE [KUBECTL LOGS ARGS...]", "  logs NODE [ARGS]"),
+        (&["--context=prod", "scan", "--help"], "scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
+    ] {
+        let r = fake.run(args, &[]);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert!(r.calls.is_empty(), "{args:?} called kubectl: {:?}", r.calls);
+        assert!(r.stdout.starts_with("Usage:\n"), "{args:?}: {}", r.stdout);
+        assert!(r.stdout.contains(usage), "{args:?}: {}", r.stdout);
+        assert!(r.stdout.contains(entry), "{args:?}: {}", r.stdout);
+        assert!(r.stdout.contains("--kubeconfig FILE"), "{args:?}: the options are part of it");
+        // Only that command: no other command's entry.
+        let others = ["  scan NODE [ARGS]", "  repair NODE ACTION", "  probe NODE [ARGS]", "  logs NODE [ARGS]", "  status "];
+        for other in others.iter().filter(|o| **o != entry) {
+            assert!(!r.stdout.contains(other), "{args:?} shows {other:?}: {}", r.stdout);
+        }
+    }
+    // An option where the node goes is a usage error, never a node name looked up.
+    for args in [&["scan", "-x"][..], &["scan", "--format", "json"], &["logs", "-f"], &["probe", "--count"], &["repair", "-n", "cpu-state"]] {
+        let r = fake.run(args, &[]);
+        assert_eq!(r.code, 2, "{args:?}");
+        assert!(r.stderr.contains("usage: kubectl nodemedic [OPTIONS]"), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--help"), "{args:?}: {}", r.stderr);
+        assert!(r.calls.is_empty(), "{args:?} called kubectl: {:?}", r.calls);
+    }
+    let r = fake.run(&["help", "frobnicate"], &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.calls.is_empty());
 }
 
 #[test]
