@@ -92,3 +92,53 @@ fn readme_first_command_shows_the_incident() {
     assert_eq!(report["findings"][0]["evidence"]["stale_cpus"], "6-7,14");
     assert!(report["notes"].as_array().unwrap().is_empty());
 }
+
+/// README's sample of the first command's output is the real output, with every cut marked:
+/// each line of the sample is a line of the real text report (its time aside), in order; where
+/// the sample leaves real lines out, a line of its own says `...` (indented or not); a line
+/// shortened at its end ends with `...`.
+#[test]
+fn readme_sample_is_the_real_output_with_its_cuts_marked() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let start = readme
+        .find("this is what it prints")
+        .and_then(|i| readme[i..].find("```text\n").map(|j| i + j + "```text\n".len()))
+        .expect("README shows the first command's output in a ```text block after 'this is what it prints'");
+    let sample: Vec<&str> = readme[start..].split("\n```").next().unwrap().lines().collect();
+    let dir = example_dir();
+    let pods = dir.join("pods.json");
+    let run = nodemedic(&["scan", "--host-root", dir.to_str().unwrap(), "--pods", pods.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let real: Vec<&str> = run.stdout.lines().collect();
+    let time = |l: &str| match l.rfind(" at ") {
+        Some(i) if l.starts_with("nodemedic ") => l[..i].to_string(),
+        _ => l.to_string(),
+    };
+    let mut at = 0; // the next real line the sample may show
+    let mut cut = false; // a `...` line since the last shown line
+    for line in &sample {
+        if line.trim() == "..." {
+            cut = true;
+            continue;
+        }
+        let matches = |r: &&str| match line.strip_suffix("...") {
+            Some(prefix) => time(r).starts_with(&time(prefix)),
+            None => time(r) == time(line),
+        };
+        let Some(found) = real[at..].iter().position(matches) else {
+            panic!("README's sample line is not in the real output (after line {at}):\n{line}\n\nreal output:\n{}", run.stdout);
+        };
+        assert!(
+            found == 0 || cut,
+            "README's sample leaves out {found} real lines before this one without a `...` line:\n{line}\nleft out:\n{}",
+            real[at..at + found].join("\n")
+        );
+        at += found + 1;
+        cut = false;
+    }
+    assert!(
+        at == real.len() || cut,
+        "README's sample ends before the real output does without a `...` line"
+    );
+    assert!(sample.len() >= 10, "the sample shows the report, not a line of it");
+}
