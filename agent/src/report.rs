@@ -34,6 +34,11 @@ pub struct Report {
     /// Node object was read; absent when unknown (`sources.kubelet_version` says `unknown`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_version: Option<nodemedic_rules::kubelet_version::VersionReading>,
+    /// The node's CPUs, one entry per CPU: `cpu`, `socket`, `numa_node`, `state` (`reserved`,
+    /// `shared`, `live`, `stale`, `offline`, `unknown`) and `holder` where one holds it
+    /// ([`nodemedic_rules::cpu_map`]); absent when the CPUs could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_map: Option<Vec<nodemedic_rules::cpu_map::CpuCell>>,
 }
 
 impl Report {
@@ -56,13 +61,21 @@ impl Report {
             coverage: BTreeMap::new(),
             notes: snapshot.notes.iter().map(ToString::to_string).collect(),
             kubelet_version: snapshot.api.kubelet_version.ok().cloned(),
+            cpu_map: None,
         }
     }
 
-    /// The report of a judgement: its findings and its coverage.
-    pub fn judged(snapshot: &NodeSnapshot, judgement: Judgement, records: &Records) -> Self {
+    /// The report of a judgement: its findings, its coverage, and the map of the node's CPUs
+    /// drawn from the same facts.
+    pub fn judged(
+        snapshot: &NodeSnapshot,
+        facts: &nodemedic_rules::facts::Facts,
+        judgement: Judgement,
+        records: &Records,
+    ) -> Self {
         let mut report = Report::new(snapshot, judgement.findings, records);
         report.coverage = judgement.coverage;
+        report.cpu_map = nodemedic_rules::cpu_map::cpu_map(snapshot, facts);
         report
     }
 
@@ -208,6 +221,9 @@ impl Report {
             );
         }
         self.coverage_text(&mut out);
+        if let Some(map) = &self.cpu_map {
+            let _ = write!(out, "\n{}", nodemedic_rules::cpu_map::draw(map));
+        }
         for severity in [Severity::Critical, Severity::Warning, Severity::Info] {
             let group: Vec<&Finding> = self.findings.iter().filter(|f| f.severity == severity).collect();
             if group.is_empty() {
@@ -223,6 +239,8 @@ impl Report {
                 let _ = writeln!(out, "    {}", f.summary);
                 for (k, v) in &f.evidence {
                     let v = match v {
+                        // A CPU list (`6-7,14`, `15`) in brackets, never read as a count.
+                        Value::String(s) if k.ends_with("cpus") => format!("[{s}]"),
                         Value::String(s) => s.clone(),
                         Value::Array(items) => items
                             .iter()

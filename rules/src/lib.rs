@@ -34,6 +34,7 @@
 pub mod admission;
 pub mod checkpoint;
 pub mod coverage;
+pub mod cpu_map;
 pub mod cpuset;
 pub mod eviction;
 pub mod facts;

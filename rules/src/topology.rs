@@ -23,10 +23,13 @@ pub struct CpuInfo {
     pub numa: u32,
 }
 
-/// The online CPUs with their cores and sockets, sorted by CPU id.
+/// The online CPUs with their cores and sockets, sorted by CPU id, and the offline ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CpuTopology {
     pub cpus: Vec<CpuInfo>,
+    /// The CPUs present but offline (sysfs `offline`); the kernel keeps no topology for them.
+    #[serde(skip_serializing_if = "CpuSet::is_empty")]
+    pub offline: CpuSet,
 }
 
 type CoreKey = (u32, u32); // (socket, core)
@@ -36,7 +39,10 @@ impl CpuTopology {
     pub fn new(mut cpus: Vec<CpuInfo>) -> Self {
         cpus.sort_by_key(|c| c.cpu);
         cpus.dedup_by_key(|c| c.cpu);
-        CpuTopology { cpus }
+        CpuTopology {
+            cpus,
+            offline: CpuSet::new(),
+        }
     }
 
     /// A machine with `sockets` x `cores` x `threads`, numbered like Linux on x86: the first

@@ -127,7 +127,18 @@ fn text_report_groups_by_severity_with_evidence_and_remedy() {
     let warn = t.find("WARNING (2)").expect("warning group");
     assert!(crit < warn, "critical first:\n{t}");
     assert!(t.contains("[stale-cpu-assignment] pod "), "{t}");
-    assert!(t.contains("      cpus: 3,7"), "{t}");
+    // A CPU list never reads as a count.
+    assert!(t.contains("      cpus: [3,7]"), "{t}");
+    // The CPU map, before the findings: which CPUs the stale entry keeps, and from whom.
+    let map = t.find("cpu map (8 CPUs;").expect("a cpu map");
+    assert!(map < crit, "{t}");
+    assert!(
+        t.contains(
+            "  socket 0, NUMA node 0   cpu  0  1  2  3  4  5  6  7\n                               R  L  L  S  R  L  L  S\n"
+        ),
+        "{t}"
+    );
+    assert!(t.contains("  S 3,7          pod "), "{t}");
     assert!(
         t.contains(
             "    remedy: restart the kubelet (systemctl restart kubelet on worker-3): from 1.18 its first reconcile"

@@ -337,7 +337,7 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     .map_err(|e| format!("tokio runtime: {e}"))??;
     let snapshot = scanned.snapshot;
     let facts = nodemedic_rules::facts::derive(&snapshot, &settings);
-    let report = Report::judged(&snapshot, rules::judge(&snapshot, &facts, &settings), &scanned.records);
+    let report = Report::judged(&snapshot, &facts, rules::judge(&snapshot, &facts, &settings), &scanned.records);
     match args.format.get() {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),

@@ -81,7 +81,19 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
             host.display(&cpu_dir)
         ));
     }
-    Observed::Ok(CpuTopology::new(cpus))
+    let mut topology = CpuTopology::new(cpus);
+    // Present but offline (an empty line when none; the file is absent on kernels without CPU
+    // hotplug).
+    let offline_path = cpu_dir.join("offline");
+    match read_text(&offline_path, &host.shown(&offline_path), SMALL_FILE) {
+        Ok(None) => {}
+        Ok(Some(text)) => match CpuSet::parse(&text) {
+            Ok(set) => topology.offline = set,
+            Err(e) => notes.push(format!("{}: {e}: offline CPUs not shown", host.display(&offline_path))),
+        },
+        Err(e) => notes.push(format!("{e}: offline CPUs not shown")),
+    }
+    Observed::Ok(topology)
 }
 
 /// The NUMA node of the CPU whose sysfs directory is `dir`: the number in the name of its
@@ -196,6 +208,37 @@ pub fn parse_node_mem_total(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod numa_memory_tests {
     use super::*;
+
+    #[test]
+    fn offline_cpus_are_read_and_a_bad_list_is_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu = dir.path().join("sys/devices/system/cpu");
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("online"), "0-1\n").unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let read = |notes: &mut Vec<String>| match read_cpus(&host, notes) {
+            Observed::Ok(topo) => topo,
+            other => panic!("{other:?}"),
+        };
+        // No `offline` file (a kernel without CPU hotplug), and an empty one: none offline.
+        let mut notes = vec![];
+        assert!(read(&mut notes).offline.is_empty());
+        std::fs::write(cpu.join("offline"), "\n").unwrap();
+        assert!(read(&mut notes).offline.is_empty());
+        std::fs::write(cpu.join("offline"), "2-3,6\n").unwrap();
+        assert_eq!(read(&mut notes).offline.to_string(), "2-3,6");
+        let only_gaps = notes.iter().all(|n| n.contains("no readable topology"));
+        assert!(only_gaps, "{notes:?}");
+        std::fs::write(cpu.join("offline"), "2-x\n").unwrap();
+        let mut notes = vec![];
+        let topo = read(&mut notes);
+        assert!(topo.offline.is_empty());
+        assert_eq!(topo.all().to_string(), "0-1", "the online CPUs stand");
+        assert!(
+            notes.iter().any(|n| n.starts_with("/sys/devices/system/cpu/offline: ") && n.ends_with(": offline CPUs not shown")),
+            "{notes:?}"
+        );
+    }
 
     #[test]
     fn node_meminfo() {
