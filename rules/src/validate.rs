@@ -145,11 +145,13 @@ fn owner(key: &EntryKey) -> String {
     }
 }
 
-/// What a kubelet does with a CPU manager checkpoint file at its next start: the findings of
-/// the checks a scan runs on it (`checkpoint-unreadable`, then `checkpoint-invalid-state`),
-/// with the kubelet's configuration and the online CPUs where known (a check that needs what
-/// is not known is skipped). `checkpoint verify` calls this, so it never calls valid a file a
-/// scan reports; no finding means no kubelet would refuse the file for what could be checked.
+/// What a kubelet does with a CPU manager checkpoint file at its next start: the judgement a
+/// scan makes on it ([`crate::facts::checkpoint_refusals`]), with the kubelet's configuration
+/// and the online CPUs where known (a check that needs what is not known is skipped), said as
+/// the scan's rules say it: the `checkpoint-unreadable` findings when the kubelet cannot read
+/// the file, else the `checkpoint-invalid-state` ones. `checkpoint verify` calls this, so it
+/// never calls valid a file a scan reports; no finding means no kubelet would refuse the file
+/// for what could be checked.
 pub fn file_refusals(
     file: crate::snapshot::CheckpointFile,
     kubelet: crate::snapshot::Observed<crate::snapshot::KubeletConfig>,
@@ -160,13 +162,15 @@ pub fn file_refusals(
     snap.host.checkpoint = crate::snapshot::Observed::Ok(file);
     snap.host.kubelet = kubelet;
     snap.host.cpus = cpus;
-    let settings = crate::Settings::default();
-    let facts = crate::facts::derive(&snap, &settings);
-    let mut findings = crate::rules::checkpoint_unreadable::check(&snap, &facts, &settings);
-    if findings.is_empty() {
-        findings = crate::rules::checkpoint_invalid_state::check(&snap, &facts, &settings);
+    let refusals = crate::facts::checkpoint_refusals(&snap);
+    let say = |rule: fn(&crate::snapshot::NodeSnapshot, &crate::facts::CheckpointRefusal) -> Option<crate::Finding>| {
+        refusals.iter().filter_map(|r| rule(&snap, r)).collect::<Vec<_>>()
+    };
+    let unreadable = say(crate::rules::checkpoint_unreadable::finding);
+    if !unreadable.is_empty() {
+        return unreadable;
     }
-    findings
+    say(crate::rules::checkpoint_invalid_state::finding)
 }
 
 /// Checks a static-policy state against the online and reserved CPUs.

@@ -24,7 +24,12 @@
 //!   [`HalfSubmitted`], [`half_submitted_drivers`] (rule `half-submitted-driver`; `repair
 //!   half-submitted`; the `nodemedic_half_submitted_drivers` gauge);
 //! - Spark scratch dirs nothing will read again: [`OrphanedDirs`], [`orphaned_dirs`] (rule
-//!   `orphaned-local-dir`; `repair local-dirs`).
+//!   `orphaned-local-dir`; `repair local-dirs`);
+//! - the checkpoints the kubelet will not restore at its next start, and whether it then
+//!   refuses to start: [`CheckpointRefusal`], [`checkpoint_refusals`] (rules
+//!   `checkpoint-unreadable`, `checkpoint-invalid-state`; `stale-cpu-assignment` and
+//!   `exclusive-cpu-shortage`, whose remedy is no kubelet restart while one is refused;
+//!   `checkpoint verify`).
 //!
 //! Each rule's module documentation says how its judgement is made and why.
 //!
@@ -39,6 +44,7 @@ mod half_submitted;
 mod managers;
 mod numa;
 mod orphans;
+mod refusals;
 mod rejections;
 mod stale;
 
@@ -47,6 +53,7 @@ pub use half_submitted::*;
 pub use managers::*;
 pub use numa::*;
 pub use orphans::*;
+pub use refusals::*;
 pub use rejections::*;
 pub use stale::*;
 
@@ -84,6 +91,9 @@ pub struct Facts<'a> {
     pub half_submitted: Vec<HalfSubmitted<'a>>,
     /// Spark scratch dirs nothing will read again ([`orphaned_dirs`]).
     pub orphaned_dirs: Vec<OrphanedDirs<'a>>,
+    /// The checkpoints the kubelet will not restore at its next start
+    /// ([`checkpoint_refusals`]), files it cannot read first.
+    pub refusals: Vec<CheckpointRefusal>,
 }
 
 /// Makes every shared judgement about `snap` once, under `settings` (the effective settings
@@ -104,6 +114,7 @@ pub fn derive<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Facts<'a> {
         orphans: orphaned_executors(snap, settings),
         half_submitted: half_submitted_drivers(snap, settings),
         orphaned_dirs: orphaned_dirs(snap, settings),
+        refusals: checkpoint_refusals(snap),
     }
 }
 
@@ -164,6 +175,55 @@ mod tests {
             stale_cpus(&stale_entries(&snap, &Settings::default())).to_string(),
             "2-7"
         );
+    }
+
+    /// A judgement cycle over a node whose CPU manager checkpoint the kubelet would refuse (CPU
+    /// 7 went offline) and whose stale entry holds CPUs a pending pod needs judges the refusal
+    /// once: the checkpoint rule, `stale-cpu-assignment` and `exclusive-cpu-shortage` (whose
+    /// remedies say not to restart the kubelet) all read it. Before, `stale-cpu-assignment` ran
+    /// both checkpoint rules again for its own findings and once more for
+    /// `exclusive-cpu-shortage`'s remedy: three judgements a cycle.
+    #[test]
+    fn a_judgement_cycle_judges_the_refused_checkpoint_once() {
+        use crate::snapshot::{ContainerInfo, ContainerKind};
+        let mut pending = crate::rules::testkit::pod("new", "etl", "Pending", &[]);
+        pending.containers.push(ContainerInfo {
+            name: "app".into(),
+            kind: Some(ContainerKind::Regular),
+            cpu_request_millis: Some(4000),
+            ..Default::default()
+        });
+        let snap = SnapshotBuilder::static_node("0-1", &[("gone", "app", "6-7")])
+            .with_pod_list(&[pending])
+            .with_online("0-6")
+            .build();
+        let settings = Settings::default();
+        let before = counts().get("checkpoint_refusals").copied().unwrap_or(0);
+        let findings = crate::rules::judge(&snap, &derive(&snap, &settings), &settings).findings;
+        let after = counts().get("checkpoint_refusals").copied().unwrap_or(0);
+        assert_eq!(after - before, 1);
+        let remedy_of = |rule: &str| {
+            let f = findings.iter().find(|f| f.rule == rule);
+            f.map(|f| f.remedy.clone())
+                .unwrap_or_else(|| panic!("no {rule}: {findings:#?}"))
+        };
+        assert_eq!(
+            findings
+                .iter()
+                .find(|f| f.rule == "checkpoint-invalid-state")
+                .map(|f| &f.evidence["problem"]),
+            Some(&serde_json::json!("cpus-mismatch"))
+        );
+        for rule in ["stale-cpu-assignment", "exclusive-cpu-shortage"] {
+            let remedy = remedy_of(rule);
+            assert!(
+                remedy.contains(
+                    "do not restart the kubelet to clear this: at its next start it would refuse \
+                                 /var/lib/kubelet/cpu_manager_state (current set of available CPUs"
+                ),
+                "{rule}: {remedy}"
+            );
+        }
     }
 
     #[test]

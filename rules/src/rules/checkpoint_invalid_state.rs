@@ -2,16 +2,21 @@
 //! (docs/kubelet.md, "Why a kubelet refuses to start"), or the kubelet is configured with
 //! another policy than the file's.
 //! Either way the kubelet refuses to start after its next restart.
+//!
+//! The judgement is [`crate::facts::checkpoint_refusals`] (the refusals that are not
+//! [`CheckpointRefusal::unreadable`]: a policy mismatch, a policy no kubelet runs, a failed
+//! static-policy check, with what the checks were run against), which `stale-cpu-assignment`,
+//! `exclusive-cpu-shortage` and `checkpoint verify` share; this rule says each one as a finding.
 
 use crate::CpuSet;
 use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
-use crate::facts::checkpoint_path;
+use crate::facts::{CheckpointRefusal, Facts, Problem};
 use crate::finding::{Finding, Severity, Subject};
 use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
-use crate::snapshot::{NodeSnapshot, Observed};
+use crate::snapshot::NodeSnapshot;
 use crate::text::reset_checkpoint_remedy;
-use crate::validate::{StateProblem, validate_static_state};
+use crate::validate::CPU_MANAGER_POLICIES;
 
 pub const ID: &str = "checkpoint-invalid-state";
 
@@ -41,149 +46,65 @@ pub const RULE: RuleInfo = RuleInfo {
     next_judgement: None,
 };
 
-/// Whether `problem`, found with no reserved CPUs, breaks the kubelet's checks whatever its
-/// reserved CPUs are: an empty default set or an assignment inside it always does; CPUs that
-/// do not add up to the online ones do when `strict-cpu-reservation` is known to be off, or
-/// when the state holds CPUs that are not online (with it on, the reserved CPUs are rightly
-/// missing from the state).
-fn holds_whatever_is_reserved(problem: &StateProblem, online: &CpuSet, strict: Option<bool>) -> bool {
-    match problem {
-        StateProblem::EmptyDefault | StateProblem::OverlapsDefault { .. } => true,
-        StateProblem::CpusMismatch { in_state, .. } => strict == Some(false) || !in_state.is_subset(online),
-        StateProblem::ReservedNotInDefault { .. } | StateProblem::ReservedInDefault { .. } => false,
-    }
+pub fn check(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings) -> Vec<Finding> {
+    facts.refusals.iter().filter_map(|r| finding(snap, r)).collect()
 }
 
-pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.host.checkpoint else {
-        return vec![];
+/// The finding that says `refusal`, or `None` for one of a file the kubelet cannot read
+/// (`checkpoint-unreadable`'s). `checkpoint verify` formats its judgement through this too.
+pub(crate) fn finding(snap: &NodeSnapshot, refusal: &CheckpointRefusal) -> Option<Finding> {
+    let path = refusal.path.as_str();
+    let remedy = reset_checkpoint_remedy(&snap.node, path);
+    let finding = |summary: String, problem: &str| {
+        Finding::new(ID, Severity::Critical, Subject::node(&snap.node), summary, remedy)
+            .with("problem", problem)
+            .with("kubelet_error", refusal.kubelet_error())
     };
-    let Ok(state) = &file.state else { return vec![] };
-    let path = checkpoint_path(snap);
-    let remedy = reset_checkpoint_remedy(&snap.node, &path);
-    let mut findings = Vec::new();
-
-    if let Observed::Ok(kubelet) = &snap.host.kubelet {
-        let configured = &kubelet.cpu_manager.policy;
-        if *configured != state.policy_name {
-            let message = format!(
-                "configured policy \"{configured}\" differs from state checkpoint policy \"{}\"",
-                state.policy_name
-            );
-            findings.push(
-                Finding::new(
-                    ID,
-                    Severity::Critical,
-                    Subject::node(&snap.node),
-                    format!("The kubelet is configured with CPU manager policy {configured} but {path} was written by policy {}: the kubelet will refuse to restart", state.policy_name),
-                    remedy.clone(),
-                )
-                .with("problem", "policy-mismatch")
-                .with("kubelet_error", message)
-                .with("configured_policy", configured.as_str())
-                .with("checkpoint_policy", state.policy_name.as_str())
-                .with("path", path.as_str()),
-            );
-            // The other checks are those of a policy this kubelet will not run.
-            return findings;
-        }
-    }
-    if snap.host.kubelet.ok().is_none() && !crate::validate::CPU_MANAGER_POLICIES.contains(&state.policy_name.as_str())
-    {
-        // Whatever the kubelet's configuration, its policy is one of these: a file written by
-        // no policy of theirs (`{}`, a pods list) is refused at every start.
-        let message = format!(
-            "configured policy \"<{}>\" differs from state checkpoint policy \"{}\"",
-            crate::validate::CPU_MANAGER_POLICIES.join("|"),
-            state.policy_name
-        );
-        findings.push(
-            Finding::new(
-                ID,
-                Severity::Critical,
-                Subject::node(&snap.node),
-                format!(
-                    "{path} names CPU manager policy \"{}\", which no kubelet runs (it runs {}): the kubelet will refuse to restart",
-                    state.policy_name,
-                    crate::validate::CPU_MANAGER_POLICIES.join(" or ")
-                ),
-                remedy.clone(),
-            )
-            .with("problem", "unknown-policy")
-            .with("kubelet_error", message)
-            .with("checkpoint_policy", state.policy_name.as_str())
-            .with("path", path.as_str()),
-        );
-        return findings;
-    }
-    if state.policy_name != "static" {
-        return findings;
-    }
-    let Observed::Ok(topology) = &snap.host.cpus else {
-        return findings;
-    };
-    let online = topology.all();
-    // The reserved CPUs and `strict-cpu-reservation` are the kubelet's configuration's. When
-    // they are unknown, the checks that depend on them are not judged (never against "no
-    // reserved CPUs"), and the evidence says why.
-    let (reserved, strict, unknown) = match &snap.host.kubelet {
-        Observed::Ok(k) => {
-            let strict = k.cpu_manager.strict_cpu_reservation();
-            match k.cpu_manager.reserved_cpus(topology) {
-                Ok(r) => (Some(r), Some(strict), None),
-                Err(e) => (
-                    None,
-                    Some(strict),
-                    Some(format!("the reserved CPUs cannot be computed ({e})")),
-                ),
-            }
-        }
-        other => {
-            let why = match other {
-                Observed::Missing { path } => format!("was not found (nor at {path})"),
-                Observed::Error { reason } => format!("could not be read ({reason})"),
-                _ => format!("was not read ({})", other.status()),
-            };
-            let note = format!("the kubelet's configuration {why}: its reserved CPUs and policy options are unknown");
-            (None, None, Some(note))
-        }
-    };
-    let none = CpuSet::new();
-    let problems = validate_static_state(
-        state,
-        &online,
-        reserved.as_ref().unwrap_or(&none),
-        strict.unwrap_or(false),
-    );
-    for problem in problems
-        .into_iter()
-        .filter(|p| reserved.is_some() || holds_whatever_is_reserved(p, &online, strict))
-    {
-        findings.push(
-            Finding::new(
-                ID,
-                Severity::Critical,
-                Subject::node(&snap.node),
-                format!(
-                    "The CPU manager state in {path} is inconsistent ({}): the kubelet will refuse to restart",
-                    problem.kubelet_message()
-                ),
-                remedy.clone(),
-            )
-            .with("problem", problem.code())
-            .with("kubelet_error", problem.kubelet_message())
-            .with("default_cpus", state.default_cpus.human())
-            .with("online_cpus", online.human())
-            .with(
-                "reserved_cpus",
-                reserved.as_ref().map_or_else(|| "unknown".to_string(), CpuSet::human),
-            )
-            .with("reserved_cpus_note", unknown.clone())
-            .with("strict_cpu_reservation", strict)
-            .with("path", path.as_str()),
-        );
-    }
-    findings
+    Some(match &refusal.problem {
+        Problem::PolicyMismatch { configured, checkpoint } => finding(
+            format!(
+                "The kubelet is configured with CPU manager policy {configured} but {path} was written by policy \
+                 {checkpoint}: the kubelet will refuse to restart"
+            ),
+            "policy-mismatch",
+        )
+        .with("configured_policy", configured.as_str())
+        .with("checkpoint_policy", checkpoint.as_str())
+        .with("path", path),
+        Problem::UnknownPolicy { checkpoint } => finding(
+            format!(
+                "{path} names CPU manager policy \"{checkpoint}\", which no kubelet runs (it runs {}): the kubelet \
+                 will refuse to restart",
+                CPU_MANAGER_POLICIES.join(" or ")
+            ),
+            "unknown-policy",
+        )
+        .with("checkpoint_policy", checkpoint.as_str())
+        .with("path", path),
+        Problem::InvalidState { problem, checked } => finding(
+            format!(
+                "The CPU manager state in {path} is inconsistent ({}): the kubelet will refuse to restart",
+                problem.kubelet_message()
+            ),
+            problem.code(),
+        )
+        .with("default_cpus", checked.default_cpus.human())
+        .with("online_cpus", checked.online.human())
+        .with(
+            "reserved_cpus",
+            checked
+                .reserved
+                .as_ref()
+                .map_or_else(|| "unknown".to_string(), CpuSet::human),
+        )
+        .with(
+            "reserved_cpus_note",
+            checked.reserved_unknown.as_ref().map(ToString::to_string),
+        )
+        .with("strict_cpu_reservation", checked.strict)
+        .with("path", path),
+        Problem::Unreadable(_) | Problem::ChecksumMismatch { .. } | Problem::BadValue(_) => return None,
+    })
 }
 
 #[cfg(test)]
@@ -191,6 +112,7 @@ mod tests {
     use super::*;
     use crate::CpuSet;
     use crate::rules::testkit::SnapshotBuilder;
+    use crate::snapshot::Observed;
 
     fn problems(snap: &NodeSnapshot) -> Vec<String> {
         crate::rules::testkit::judged(check, snap, &Settings::default())

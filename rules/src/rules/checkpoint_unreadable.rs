@@ -6,19 +6,19 @@
 //! about it: the memory manager and the DRA manager refuse to start like the CPU manager; the
 //! device manager logs the error and starts with no record of which container holds which
 //! device, so devices in use can be handed out again (a warning, since nothing stops).
+//!
+//! The judgement is [`crate::facts::checkpoint_refusals`] (the refusals that are
+//! [`CheckpointRefusal::unreadable`]), which `stale-cpu-assignment`, `exclusive-cpu-shortage`
+//! and `checkpoint verify` share; this rule says each one as a finding.
 
 use serde_json::json;
 
-use crate::checkpoint::Verification;
 use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
-use crate::facts::checkpoint_path;
+use crate::facts::{AtStart, CheckpointRefusal, Facts, Manager, Problem};
 use crate::finding::{Finding, Severity, Subject};
-use crate::managers::KubeletCheckpoint;
-use crate::managers::devices::DeviceCheckpoint;
 use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
-use crate::snapshot::ManagerFile;
-use crate::snapshot::{NodeSnapshot, Observed};
+use crate::snapshot::NodeSnapshot;
 use crate::text::reset_checkpoint_remedy;
 
 pub const ID: &str = "checkpoint-unreadable";
@@ -79,40 +79,48 @@ pub const RULE: RuleInfo = RuleInfo {
     next_judgement: None,
 };
 
-/// The line the kubelet logs before exiting on a checksum mismatch. (For bad JSON or a bad
-/// cpuset it logs Go's own decoder error, which we do not imitate.)
-fn kubelet_error(reason: &str, path: &str) -> String {
-    format!(
-        "could not restore state from checkpoint: {reason}, please drain this node and delete the CPU manager \
-         checkpoint file \"{path}\" before restarting Kubelet"
-    )
+pub fn check(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings) -> Vec<Finding> {
+    facts
+        .refusals
+        .iter()
+        .filter(|r| r.unreadable())
+        .filter_map(|r| finding(snap, r))
+        .collect()
 }
 
-pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Settings) -> Vec<Finding> {
-    let mut findings = cpu(snap, settings);
-    findings.extend(manager(snap, &snap.host.managers.memory));
-    findings.extend(manager(snap, &snap.host.managers.devices));
-    findings.extend(manager(snap, &snap.host.managers.dra));
-    findings
+/// The finding that says `refusal` (one of [`CheckpointRefusal::unreadable`]'s), or `None` for
+/// a refusal of the other kind. `checkpoint verify` formats its judgement through this too.
+pub(crate) fn finding(snap: &NodeSnapshot, refusal: &CheckpointRefusal) -> Option<Finding> {
+    if !refusal.unreadable() {
+        return None;
+    }
+    Some(match refusal.manager {
+        Manager::Cpu => cpu(snap, refusal),
+        _ => manager(snap, refusal),
+    })
 }
 
-/// What the kubelet does at its next start with a file of manager `C` it cannot read.
-fn consequence<C: KubeletCheckpoint>() -> (Severity, &'static str) {
-    if C::FILE == DeviceCheckpoint::FILE {
-        (
+/// The severity and the words for what the kubelet does at its next start.
+fn consequence(at_start: &AtStart) -> (Severity, &'static str) {
+    match at_start {
+        AtStart::StartsWithout => (
             Severity::Warning,
             "the kubelet starts without it: its device manager forgets which container holds which device, so devices \
              in use can be allocated to new pods",
-        )
-    } else {
-        (Severity::Critical, "the kubelet will refuse to restart")
+        ),
+        AtStart::Refuses | AtStart::Unsure { .. } => (Severity::Critical, "the kubelet will refuse to restart"),
     }
 }
 
-fn manager<C: KubeletCheckpoint>(snap: &NodeSnapshot, file: &Observed<ManagerFile<C>>) -> Option<Finding> {
-    let Observed::Ok(file) = file else { return None };
-    let (severity, outcome) = consequence::<C>();
-    let remedy = if C::FILE == DeviceCheckpoint::FILE {
+/// The computed checksums as evidence: layout and type name to checksum.
+fn computed_evidence(computed: &[(String, u32)]) -> serde_json::Map<String, serde_json::Value> {
+    computed.iter().map(|(name, sum)| (name.clone(), json!(sum))).collect()
+}
+
+fn manager(snap: &NodeSnapshot, refusal: &CheckpointRefusal) -> Finding {
+    let (severity, outcome) = consequence(&refusal.at_start);
+    let (path, name) = (&refusal.path, refusal.manager.name());
+    let remedy = if refusal.manager == Manager::Devices {
         format!(
             "the running kubelet works from memory and overwrites {path} at its next device allocation, which repairs \
              it; until then do not restart the kubelet while pods use devices (it would start with no record of them \
@@ -120,150 +128,106 @@ fn manager<C: KubeletCheckpoint>(snap: &NodeSnapshot, file: &Observed<ManagerFil
              Do not delete the file: with no device checkpoint the kubelet takes the node for a new one and resets \
              its extended resources. nodemedic does not edit this file",
             node = snap.node,
-            path = file.path,
         )
     } else {
         format!(
             "kubectl drain {node} --ignore-daemonsets --delete-emptydir-data; then on the node: systemctl stop \
-             kubelet && mv {path} {path}.bak && systemctl start kubelet (the {manager} starts from an empty state); \
+             kubelet && mv {path} {path}.bak && systemctl start kubelet (the {name} starts from an empty state); \
              then kubectl uncordon {node}. nodemedic does not edit this file",
             node = snap.node,
-            path = file.path,
-            manager = C::MANAGER,
         )
     };
-    let finding = |summary: String, error: String| {
-        Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy.clone())
-            .with("path", file.path.as_str())
-            .with("manager", C::MANAGER)
-            .with("error", error)
-    };
-    let verification = match (&file.content, &file.verification) {
-        (Err(e), _) => {
-            return Some(finding(
-                format!(
-                    "The {} checkpoint {} cannot be read: {e}; {outcome}",
-                    C::MANAGER,
-                    file.path
-                ),
-                e.to_string(),
-            ));
+    let reason = refusal.problem.reason();
+    let summary = match &refusal.problem {
+        Problem::ChecksumMismatch { stored, .. } => {
+            format!("The checksum of {path} ({stored}) matches no kubelet layout of the {name} checkpoint: {outcome}")
         }
-        (Ok(_), Some(v)) => v,
-        (Ok(_), None) => return None,
+        Problem::BadValue(e) => {
+            format!("The {name} checkpoint {path} holds a value the kubelet cannot use: {e}; {outcome}")
+        }
+        _ => format!("The {name} checkpoint {path} cannot be read: {reason}; {outcome}"),
     };
-    if let Verification::Mismatch { stored, computed } = verification {
-        let computed: serde_json::Map<String, serde_json::Value> =
-            computed.iter().map(|(name, sum)| (name.clone(), json!(sum))).collect();
-        return Some(
-            finding(
-                format!(
-                    "The checksum of {} ({stored}) matches no kubelet layout of the {} checkpoint: {outcome}",
-                    file.path,
-                    C::MANAGER
-                ),
-                "checkpoint is corrupted".to_string(),
-            )
+    let finding = Finding::new(ID, severity, Subject::node(&snap.node), summary, remedy)
+        .with("path", path.as_str())
+        .with("manager", name)
+        .with("error", reason);
+    match &refusal.problem {
+        Problem::ChecksumMismatch { stored, computed, .. } => finding
             .with("stored_checksum", *stored)
-            .with("computed_checksums", computed),
-        );
-    }
-    match &file.state {
-        Err(e) => Some(finding(
-            format!(
-                "The {} checkpoint {} holds a value the kubelet cannot use: {e}; {outcome}",
-                C::MANAGER,
-                file.path
-            ),
-            e.to_string(),
-        )),
-        Ok(_) => None,
+            .with("computed_checksums", computed_evidence(computed)),
+        _ => finding,
     }
 }
 
-fn cpu(snap: &NodeSnapshot, _settings: &Settings) -> Vec<Finding> {
-    let Observed::Ok(file) = &snap.host.checkpoint else {
-        return vec![];
-    };
-    let path = checkpoint_path(snap);
-    let finding = |summary: String, reason: String| {
+fn cpu(snap: &NodeSnapshot, refusal: &CheckpointRefusal) -> Finding {
+    let path = &refusal.path;
+    let reason = refusal.problem.reason();
+    let finding = |summary: String| {
         Finding::new(
             ID,
             Severity::Critical,
             Subject::node(&snap.node),
             summary,
-            reset_checkpoint_remedy(&snap.node, &path),
+            reset_checkpoint_remedy(&snap.node, path),
         )
-        .with("path", path.clone())
+        .with("path", path.as_str())
+        .with("error", reason.clone())
+    };
+    let (stored, computed, layout) = match &refusal.problem {
+        Problem::ChecksumMismatch {
+            stored,
+            computed,
+            layout,
+        } => (*stored, computed_evidence(computed), *layout),
+        Problem::BadValue(e) => {
+            return finding(format!(
+                "The CPU manager checkpoint {path} has an unreadable cpuset: {e}"
+            ));
+        }
+        _ => return finding(format!("The CPU manager checkpoint {path} cannot be read: {reason}")),
+    };
+    // A kubelet newer than every layout nodemedic knows may sign its file another way: the
+    // mismatch can be a version difference, so no drain-and-delete on it.
+    if let AtStart::Unsure { kubelet: v } = &refusal.at_start {
+        let (major, minor) = crate::kubelet_version::NEWEST_KNOWN_LAYOUTS;
+        return Finding::new(
+            ID,
+            Severity::Warning,
+            Subject::node(&snap.node),
+            format!(
+                "The checksum of {path} ({stored}) matches no kubelet layout nodemedic knows, but the kubelet is {v}, \
+                 newer than those (to {major}.{minor}): it may write a layout nodemedic cannot check"
+            ),
+            format!(
+                "do not drain the node or delete the file on this finding alone: the running kubelet wrote it, and a \
+                 newer layout would explain the difference. Upgrade nodemedic to one that knows {v}'s layout; the \
+                 kubelet's own verdict comes at its next start (journalctl -u kubelet: \"checkpoint is corrupted\" \
+                 means it refuses the file, and only then: {})",
+                reset_checkpoint_remedy(&snap.node, path)
+            ),
+        )
+        .with("path", path.as_str())
         .with("error", reason)
-    };
-    let cp = match &file.content {
-        Err(e) => {
-            return vec![finding(
-                format!("The CPU manager checkpoint {path} cannot be read: {e}"),
-                e.to_string(),
-            )];
-        }
-        Ok(cp) => cp,
-    };
-    if let Verification::Mismatch { stored, computed } = cp.verify() {
-        let computed: serde_json::Map<String, serde_json::Value> =
-            computed.into_iter().map(|(name, sum)| (name, json!(sum))).collect();
-        // A kubelet newer than every layout nodemedic knows may sign its file another way:
-        // the mismatch can be a version difference, so no drain-and-delete on it.
-        if let Some(v) = crate::kubelet_version::newer_than_known_layouts(snap) {
-            let (major, minor) = crate::kubelet_version::NEWEST_KNOWN_LAYOUTS;
-            return vec![
-                Finding::new(
-                    ID,
-                    Severity::Warning,
-                    Subject::node(&snap.node),
-                    format!(
-                        "The checksum of {path} ({stored}) matches no kubelet layout nodemedic knows, but the kubelet \
-                         is {v}, newer than those (to {major}.{minor}): it may write a layout nodemedic cannot check"
-                    ),
-                    format!(
-                        "do not drain the node or delete the file on this finding alone: the running kubelet wrote \
-                         it, and a newer layout would explain the difference. Upgrade nodemedic to one that knows \
-                         {v}'s layout; the kubelet's own verdict comes at its next start (journalctl -u kubelet: \
-                         \"checkpoint is corrupted\" means it refuses the file, and only then: {})",
-                        reset_checkpoint_remedy(&snap.node, &path)
-                    ),
-                )
-                .with("path", path.clone())
-                .with("error", "checkpoint is corrupted")
-                .with("kubelet_version", v.to_string())
-                .with("layout", cp.layout())
-                .with("stored_checksum", stored)
-                .with("computed_checksums", computed),
-            ];
-        }
-        return vec![
-            finding(
-                format!(
-                    "The checksum of {path} ({stored}) matches no kubelet layout: the kubelet will refuse to restart"
-                ),
-                "checkpoint is corrupted".to_string(),
-            )
-            .with("kubelet_error", kubelet_error("checkpoint is corrupted", &path))
-            .with("layout", cp.layout())
-            .with("stored_checksum", stored)
-            .with("computed_checksums", computed),
-        ];
+        .with("kubelet_version", v.to_string())
+        .with("layout", layout)
+        .with("stored_checksum", stored)
+        .with("computed_checksums", computed);
     }
-    match &file.state {
-        Err(e) => vec![finding(
-            format!("The CPU manager checkpoint {path} has an unreadable cpuset: {e}"),
-            e.to_string(),
-        )],
-        Ok(_) => vec![],
-    }
+    finding(format!(
+        "The checksum of {path} ({stored}) matches no kubelet layout: the kubelet will refuse to restart"
+    ))
+    .with("kubelet_error", refusal.kubelet_error())
+    .with("layout", layout)
+    .with("stored_checksum", stored)
+    .with("computed_checksums", computed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::managers::devices::DeviceCheckpoint;
     use crate::rules::testkit::SnapshotBuilder;
+    use crate::snapshot::{ManagerFile, Observed};
 
     fn run(bytes: &[u8]) -> Vec<Finding> {
         crate::rules::testkit::judged(

@@ -113,11 +113,11 @@ fn pool<'a>(snap: &'a NodeSnapshot, facts: &Facts) -> Option<Pool<'a>> {
 pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
     let pool = pool(snap, facts);
     let path = checkpoint_path(snap);
-    // How to free the stale entries: the same for every finding here, and not cheap (it asks
-    // whether a kubelet would refuse the checkpoint at its next start), so made once, when a
+    // How to free the stale entries: the same for every finding here (whether a kubelet would
+    // refuse a checkpoint at its next start is a fact of the snapshot), so worded once, when a
     // finding first needs it.
     let freeing = std::cell::OnceCell::new();
-    let free_stale = || freeing.get_or_init(|| remedy_for_all(snap, facts, settings)).clone();
+    let free_stale = || freeing.get_or_init(|| remedy_for_all(snap, facts)).clone();
     let remedy = |pool: Option<&Pool>| match pool {
         None => format!(
             "the CPU manager checkpoint could not be read to count free CPUs: see the checkpoint findings and `nodemedic checkpoint show {path}`"

@@ -27,10 +27,12 @@
 //! clear or where the kubelet would refuse to start: V1 entries, keyed by container ID, which
 //! a kubelet from 1.18 cannot migrate once their container is gone, and a node where any
 //! checkpoint would fail the kubelet's start-up checks. Containers that still run are stopped
-//! first either way.
+//! first either way. Whether a kubelet would refuse a checkpoint at its next start is
+//! [`crate::facts::checkpoint_refusals`], the judgement `checkpoint-unreadable` and
+//! `checkpoint-invalid-state` report.
 
 use crate::coverage::{Comparison, KubeletVersions, Need, Need::One, Needs, Source};
-use crate::facts::{Facts, StaleEntry, checkpoint_path};
+use crate::facts::{CheckpointRefusal, Facts, Manager, StaleEntry, checkpoint_path};
 use crate::finding::{Finding, Severity, Subject, SubjectKind};
 use crate::rules::{CPU_MANAGER_STATE_STALE, RuleInfo};
 use crate::settings::Settings;
@@ -74,13 +76,13 @@ pub const RULE: RuleInfo = RuleInfo {
     next_judgement: Some(crate::facts::grace_turn),
 };
 
-pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Finding> {
+pub fn check(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings) -> Vec<Finding> {
     let path = checkpoint_path(snap);
     let entries = &facts.stale_cpu;
     if entries.is_empty() {
         return vec![];
     }
-    let refusal = refusal_at_start(snap, facts, settings);
+    let refusal = refusal_at_start(facts);
     entries
         .iter()
         .map(|e| {
@@ -150,43 +152,47 @@ fn running_despite_the_list(snap: &NodeSnapshot, e: &StaleEntry) -> Option<Strin
     }
 }
 
-/// A checkpoint the kubelet would refuse at its next start: the first finding of
-/// `checkpoint-unreadable` or `checkpoint-invalid-state` on this snapshot, any manager's file.
+/// A checkpoint the kubelet would refuse at its next start: the first of the snapshot's
+/// [`crate::facts::checkpoint_refusals`], any manager's file (files it cannot read first, as
+/// `checkpoint-unreadable` reports them, then states `checkpoint-invalid-state` reports).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refusal {
-    /// The rule that found it.
+    /// The rule that reports it.
     pub rule: String,
     /// The refused file, as the host sees it.
     pub path: String,
-    /// What the kubelet would say, or the finding's summary.
+    /// What the kubelet would say, else what is wrong with the file
+    /// ([`CheckpointRefusal::message`]).
     pub error: String,
     /// Whether the refused file is the CPU manager checkpoint, which `repair cpu-state` rewrites.
     pub cpu_file: bool,
 }
 
+impl From<&CheckpointRefusal> for Refusal {
+    fn from(r: &CheckpointRefusal) -> Self {
+        let rule = if r.unreadable() {
+            crate::rules::checkpoint_unreadable::ID
+        } else {
+            crate::rules::checkpoint_invalid_state::ID
+        };
+        Refusal {
+            rule: rule.to_string(),
+            path: r.path.clone(),
+            error: r.message(),
+            cpu_file: r.manager == Manager::Cpu,
+        }
+    }
+}
+
 /// What a kubelet start would refuse now, if anything (see [`Refusal`]).
-pub(crate) fn refusal_at_start(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Option<Refusal> {
-    let cpu_path = checkpoint_path(snap);
-    let found = crate::rules::checkpoint_unreadable::check(snap, facts, settings)
-        .into_iter()
-        .chain(crate::rules::checkpoint_invalid_state::check(snap, facts, settings))
-        .next()?;
-    let text = |key: &str| found.evidence.get(key).and_then(|v| v.as_str()).map(str::to_string);
-    let path = text("path").unwrap_or_else(|| cpu_path.clone());
-    Some(Refusal {
-        rule: found.rule.clone(),
-        cpu_file: path == cpu_path,
-        error: text("kubelet_error")
-            .or_else(|| text("error"))
-            .unwrap_or_else(|| found.summary.clone()),
-        path,
-    })
+pub(crate) fn refusal_at_start(facts: &Facts) -> Option<Refusal> {
+    facts.refusals.first().map(Refusal::from)
 }
 
 /// The remedy for every stale entry of the snapshot at once (`exclusive-cpu-shortage`'s
 /// "free them").
-pub(crate) fn remedy_for_all(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> String {
-    Remedy::choose(snap, refusal_at_start(snap, facts, settings).as_ref(), &facts.stale_cpu).text(snap)
+pub(crate) fn remedy_for_all(snap: &NodeSnapshot, facts: &Facts) -> String {
+    Remedy::choose(snap, refusal_at_start(facts).as_ref(), &facts.stale_cpu).text(snap)
 }
 
 /// The least invasive fix for stale CPU entries, chosen from what the snapshot says.
@@ -582,11 +588,7 @@ mod tests {
     fn remedy_of(snap: &NodeSnapshot) -> (Remedy, String) {
         let settings = Settings::default();
         let facts = crate::facts::derive(snap, &settings);
-        let chosen = Remedy::choose(
-            snap,
-            refusal_at_start(snap, &facts, &settings).as_ref(),
-            &facts.stale_cpu,
-        );
+        let chosen = Remedy::choose(snap, refusal_at_start(&facts).as_ref(), &facts.stale_cpu);
         let f = crate::rules::testkit::judged(check, snap, &settings);
         assert_eq!(f.len(), 1, "{f:#?}");
         (chosen, f[0].remedy.clone())

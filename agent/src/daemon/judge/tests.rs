@@ -97,6 +97,7 @@ fn a_judgement_cycle_makes_each_shared_judgement_once() {
         .filter(|(_, n)| *n > 0)
         .collect();
     let once: std::collections::BTreeMap<&str, u64> = [
+        "checkpoint_refusals",
         "exclusive_cpus_by_numa",
         "half_submitted_drivers",
         "orphaned_dirs",
