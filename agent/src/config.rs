@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use nodemedic_rules::Settings;
 
-use crate::collect::managers::DriverCheckpoint;
-use crate::collect::read::read_text;
-use crate::fence::FencePolicy;
+use crate::collect::managers::{DriverCheckpoint, DriverCheckpointError};
+use crate::collect::read::{ReadError, read_text};
+use crate::fence::{FencePolicy, PolicyError};
 use crate::output::Format;
 use crate::repair::auto::AutoRepairPolicy;
 use nodemedic_rules::rules;
@@ -65,8 +65,8 @@ pub fn driver_checkpoints_from_flags(values: &[String]) -> Result<Vec<DriverChec
         .iter()
         .map(|v| {
             DriverCheckpoint::parse(v).map_err(|e| ConfigError::Flag {
-                flag: "--dra-driver-checkpoint".into(),
-                message: e.to_string(),
+                flag: "--dra-driver-checkpoint",
+                problem: Problem::DriverCheckpoint(e),
             })
         })
         .collect()
@@ -79,23 +79,83 @@ fn driver_checkpoints_from_file(entries: &[DriverCheckpointConfig]) -> Result<Ve
         .enumerate()
         .map(|(i, e)| {
             DriverCheckpoint::new(&e.format, &e.path)
-                .map_err(|m| key(&format!("dra_driver_checkpoints[{i}]"), m.to_string()))
+                .map_err(|e| key(&format!("dra_driver_checkpoints[{i}]"), Problem::DriverCheckpoint(e)))
         })
         .collect()
 }
 
 /// What is wrong with a configuration: the file, the key or the flag, and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file cannot be read or parsed (the message names the key where it can).
-    #[error("{file}: {message}")]
-    File { file: String, message: String },
-    /// A key's value is wrong.
-    #[error("{key}: {message}")]
-    Key { key: String, message: String },
+    /// There is no file at the path given.
+    #[error("{file}: no such file")]
+    Missing { file: String },
+    /// The file cannot be read (a directory, permission denied, too large, not UTF-8); the
+    /// error names it.
+    #[error(transparent)]
+    Read(ReadError),
+    /// The text is not YAML of the configuration's shape (an unknown key, a value of the
+    /// wrong type): the parser's own words, which name the key where they can.
+    #[error("the configuration: {reason}")]
+    Yaml { reason: String },
+    /// What is wrong inside the file `file`.
+    #[error("{file}: {source}")]
+    InFile { file: String, source: Box<ConfigError> },
+    /// A key's value is wrong (`key` as written in the file, `repair: ...` under a section).
+    #[error("{key}: {problem}")]
+    Key { key: String, problem: Problem },
     /// A flag's value is wrong.
-    #[error("{flag}: {message}")]
-    Flag { flag: String, message: String },
+    #[error("{flag}: {problem}")]
+    Flag { flag: &'static str, problem: Problem },
+}
+
+/// What is wrong with one key's or flag's value.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// A number of seconds that is zero, negative or not finite.
+    #[error("{0} is not a positive number of seconds")]
+    NotPositive(f64),
+    /// `lease_duration_seconds` below 3.
+    #[error("{0} is too short: the holder renews every third of it (3 s at least)")]
+    LeaseTooShort(f64),
+    /// `listen` is not a socket address.
+    #[error("{0:?} is not an address:port like 0.0.0.0:9904")]
+    NotAnAddress(String),
+    /// `log_format` is not `text` or `json`.
+    #[error("{0:?} is not text or json")]
+    NotALogFormat(String),
+    /// A host path that is not absolute.
+    #[error("{0:?} is not an absolute host path")]
+    RelativePath(String),
+    /// A number that may not be negative.
+    #[error("{0} is negative")]
+    Negative(i64),
+    /// The rule settings (`rules`, `--rule-setting`) are invalid.
+    #[error(transparent)]
+    Settings(nodemedic_rules::settings::SettingsError),
+    /// A `--rule-setting` pair without `=`.
+    #[error("{0:?}: expected KEY=VALUE")]
+    NotKeyValue(String),
+    /// A `--rule-setting` key or value the settings do not take (the deserializer's words).
+    #[error(transparent)]
+    SettingValue(serde_json::Error),
+    /// A `--disable-rule` id no rule has.
+    #[error("unknown rule id {0:?} (see `nodemedic rules`)")]
+    UnknownRule(String),
+    /// The fencing policy is invalid.
+    #[error(transparent)]
+    Fencing(PolicyError),
+    /// A DRA driver checkpoint entry is invalid.
+    #[error(transparent)]
+    DriverCheckpoint(DriverCheckpointError),
+    /// `apiserver-unreachable` could fire with no failed probe: its window is not above the
+    /// time between two API samples.
+    #[error(
+        "{unreachable} s is not above the time between two API samples ({period:.0} s: the larger of \
+         probe_interval_seconds and four fifths of lease_duration_seconds); the rule would fire \
+         with no failed probe"
+    )]
+    UnreachableWithinSample { unreachable: i64, period: f64 },
 }
 
 impl From<ConfigError> for String {
@@ -104,24 +164,23 @@ impl From<ConfigError> for String {
     }
 }
 
-fn key(key: &str, message: impl Into<String>) -> ConfigError {
+fn key(key: &str, problem: Problem) -> ConfigError {
     ConfigError::Key {
         key: key.to_string(),
-        message: message.into(),
+        problem,
     }
 }
 
 /// Reads and checks a configuration file; errors name the file and the key.
 pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let shown = path.display().to_string();
-    let file = |message: String| ConfigError::File {
-        file: shown.clone(),
-        message,
-    };
     let text = read_text(path, &shown, CONFIG_LIMIT)
-        .map_err(|e| file(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
-        .ok_or_else(|| file("no such file".into()))?;
-    parse(&text).map_err(|e| file(e.to_string()))
+        .map_err(ConfigError::Read)?
+        .ok_or_else(|| ConfigError::Missing { file: shown.clone() })?;
+    parse(&text).map_err(|e| ConfigError::InFile {
+        file: shown,
+        source: Box::new(e),
+    })
 }
 
 /// Parses and checks a configuration text.
@@ -129,13 +188,10 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     let cfg: FileConfig = if text.trim().is_empty() {
         FileConfig::default()
     } else {
-        serde_saphyr::from_str(text).map_err(|e| ConfigError::File {
-            file: "the configuration".into(),
-            message: e.to_string(),
-        })?
+        serde_saphyr::from_str(text).map_err(|e| ConfigError::Yaml { reason: e.to_string() })?
     };
     let positive = |name: &str, v: Option<f64>| match v {
-        Some(s) if !(s.is_finite() && s > 0.0) => Err(key(name, format!("{s} is not a positive number of seconds"))),
+        Some(s) if !(s.is_finite() && s > 0.0) => Err(key(name, Problem::NotPositive(s))),
         _ => Ok(()),
     };
     positive("scan_interval_seconds", cfg.scan_interval_seconds)?;
@@ -150,40 +206,37 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     positive("lease_duration_seconds", cfg.lease_duration_seconds)?;
     if let Some(d) = cfg.lease_duration_seconds {
         if d < 3.0 {
-            return Err(key(
-                "lease_duration_seconds",
-                format!("{d} is too short: the holder renews every third of it (3 s at least)"),
-            ));
+            return Err(key("lease_duration_seconds", Problem::LeaseTooShort(d)));
         }
     }
     if let Some(listen) = &cfg.listen {
         listen
             .parse::<std::net::SocketAddr>()
-            .map_err(|_| key("listen", format!("{listen:?} is not an address:port like 0.0.0.0:9904")))?;
+            .map_err(|_| key("listen", Problem::NotAnAddress(listen.clone())))?;
     }
     if let Some(f) = &cfg.log_format {
         if f != "text" && f != "json" {
-            return Err(key("log_format", format!("{f:?} is not text or json")));
+            return Err(key("log_format", Problem::NotALogFormat(f.clone())));
         }
     }
     for root in cfg.local_dir_roots.iter().flatten() {
         if !root.starts_with('/') {
-            return Err(key("local_dir_roots", format!("{root:?} is not an absolute host path")));
+            return Err(key("local_dir_roots", Problem::RelativePath(root.clone())));
         }
     }
     if let Some(r) = &cfg.repair {
         if r.failed_pods_older_than_seconds < 0 {
             return Err(key(
                 "repair: failed_pods_older_than_seconds",
-                format!("{} is negative", r.failed_pods_older_than_seconds),
+                Problem::Negative(r.failed_pods_older_than_seconds),
             ));
         }
     }
     if let Some(rules) = &cfg.rules {
-        rules.validate().map_err(|e| key("rules", e.to_string()))?;
+        rules.validate().map_err(|e| key("rules", Problem::Settings(e)))?;
     }
     if let Some(f) = &cfg.fencing {
-        f.validate().map_err(|e| key("fencing", e.to_string()))?;
+        f.validate().map_err(|e| key("fencing", Problem::Fencing(e)))?;
     }
     driver_checkpoints_from_file(cfg.dra_driver_checkpoints.as_deref().unwrap_or_default())?;
     Ok(cfg)
@@ -267,8 +320,8 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         if let Some(s) = v {
             if !(s.is_finite() && s > 0.0) {
                 return Err(ConfigError::Flag {
-                    flag: flag.to_string(),
-                    message: format!("{s} is not a positive number of seconds"),
+                    flag,
+                    problem: Problem::NotPositive(s),
                 });
             }
         }
@@ -383,11 +436,7 @@ impl Effective {
         if (unreachable as f64) <= period {
             return Err(key(
                 "rules: apiserver_unreachable_seconds",
-                format!(
-                    "{unreachable} s is not above the time between two API samples ({period:.0} s: the larger of \
-                     probe_interval_seconds and four fifths of lease_duration_seconds); the rule would fire \
-                     with no failed probe"
-                ),
+                Problem::UnreachableWithinSample { unreachable, period },
             ));
         }
         Ok(self)
@@ -426,32 +475,28 @@ fn setting_value(text: &str) -> serde_json::Value {
 /// `base` with `--rule-setting KEY=VALUE` pairs applied over it and `--disable-rule` ids
 /// added; an unknown key, a bad value or an unknown rule id is an error naming it.
 pub fn settings_from(base: Settings, pairs: &[String], disabled: Vec<String>) -> Result<Settings, ConfigError> {
-    let flag = |name: &str, message: String| ConfigError::Flag {
-        flag: name.to_string(),
-        message,
-    };
+    let flag = |flag: &'static str, problem: Problem| ConfigError::Flag { flag, problem };
     let mut obj = match serde_json::to_value(&base) {
         Ok(serde_json::Value::Object(m)) => m,
         _ => serde_json::Map::new(),
     };
     for pair in pairs {
         let Some((key, value)) = pair.split_once('=') else {
-            return Err(flag("--rule-setting", format!("{pair:?}: expected KEY=VALUE")));
+            return Err(flag("--rule-setting", Problem::NotKeyValue(pair.clone())));
         };
         obj.insert(key.trim().to_string(), setting_value(value.trim()));
     }
-    let mut settings: Settings =
-        serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| flag("--rule-setting", e.to_string()))?;
+    let mut settings: Settings = serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| flag("--rule-setting", Problem::SettingValue(e)))?;
     for id in disabled {
         if rules::by_id(&id).is_none() {
-            return Err(flag(
-                "--disable-rule",
-                format!("unknown rule id {id:?} (see `nodemedic rules`)"),
-            ));
+            return Err(flag("--disable-rule", Problem::UnknownRule(id)));
         }
         settings.disabled_rules.insert(id);
     }
-    settings.validate().map_err(|e| flag("--rule-setting", e.to_string()))?;
+    settings
+        .validate()
+        .map_err(|e| flag("--rule-setting", Problem::Settings(e)))?;
     Ok(settings)
 }
 
@@ -648,6 +693,105 @@ mod settings_tests {
         assert!(err(&["novalue"], &[]).contains("expected KEY=VALUE"));
         assert!(err(&[], &["no-such-rule"]).contains("unknown rule id"));
         assert_eq!(setting_value("[a, b]"), serde_json::json!(["a", "b"]));
+    }
+
+    /// Each failure is its own variant, naming the file, key or flag, and reads as it always
+    /// has.
+    #[test]
+    fn errors_are_typed_and_read_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        let shown = p.display().to_string();
+        let e = read_file(&p).unwrap_err();
+        assert!(matches!(&e, ConfigError::Missing { file } if *file == shown), "{e:?}");
+        assert_eq!(e.to_string(), format!("{shown}: no such file"));
+        let e = read_file(dir.path()).unwrap_err();
+        assert!(matches!(&e, ConfigError::Read(ReadError::IsDir { .. })), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("{}: is a directory, not a file", dir.path().display())
+        );
+        std::fs::write(&p, "scan_interval_seconds: 0\n").unwrap();
+        let e = read_file(&p).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InFile { file, source } if *file == shown
+                && matches!(&**source, ConfigError::Key { key, problem: Problem::NotPositive(v) }
+                    if key == "scan_interval_seconds" && *v == 0.0)),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("{shown}: scan_interval_seconds: 0 is not a positive number of seconds")
+        );
+        std::fs::write(&p, "[1, 2").unwrap();
+        let e = read_file(&p).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InFile { source, .. } if matches!(**source, ConfigError::Yaml { .. })),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!("{shown}: the configuration: ")),
+            "{e}"
+        );
+
+        let e = parse("listen: nowhere").unwrap_err();
+        assert!(matches!(&e, ConfigError::Key { problem: Problem::NotAnAddress(a), .. } if a == "nowhere"));
+        assert_eq!(
+            e.to_string(),
+            "listen: \"nowhere\" is not an address:port like 0.0.0.0:9904"
+        );
+        let e = parse("fencing:\n  journal: relative\n").unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Key { key, problem: Problem::Fencing(_) } if key == "fencing"),
+            "{e:?}"
+        );
+
+        let flags = Flags {
+            scan_interval_seconds: Some(-1.0),
+            ..Default::default()
+        };
+        let e = effective(&flags, &FileConfig::default()).unwrap_err();
+        assert!(matches!(
+            &e,
+            ConfigError::Flag {
+                flag: "--scan-interval-seconds",
+                problem: Problem::NotPositive(_)
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "--scan-interval-seconds: -1 is not a positive number of seconds"
+        );
+        let e = settings_from(Settings::default(), &["novalue".into()], vec![]).unwrap_err();
+        assert!(matches!(
+            &e,
+            ConfigError::Flag {
+                flag: "--rule-setting",
+                problem: Problem::NotKeyValue(_)
+            }
+        ));
+        assert_eq!(e.to_string(), "--rule-setting: \"novalue\": expected KEY=VALUE");
+        let e = settings_from(Settings::default(), &[], vec!["nope".into()]).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Flag { flag: "--disable-rule", problem: Problem::UnknownRule(id) } if id == "nope")
+        );
+        assert_eq!(
+            e.to_string(),
+            "--disable-rule: unknown rule id \"nope\" (see `nodemedic rules`)"
+        );
+        let e = driver_checkpoints_from_flags(&["nvidia-gpu".into()]).unwrap_err();
+        assert!(matches!(
+            &e,
+            ConfigError::Flag {
+                flag: "--dra-driver-checkpoint",
+                problem: Problem::DriverCheckpoint(_)
+            }
+        ));
+        assert!(
+            e.to_string()
+                .starts_with("--dra-driver-checkpoint: \"nvidia-gpu\": expected FORMAT=PATH"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -332,7 +332,7 @@ pub async fn node_kubelet_version(
 ) -> nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading> {
     read_kubelet_version(client, node)
         .await
-        .unwrap_or_else(|reason| nodemedic_rules::snapshot::Observed::Error { reason })
+        .unwrap_or_else(|e| nodemedic_rules::snapshot::Observed::Error { reason: e.to_string() })
 }
 
 /// [`node_kubelet_version`], with a GET that got no usable answer as `Err`: what is worth
@@ -340,13 +340,16 @@ pub async fn node_kubelet_version(
 async fn read_kubelet_version(
     client: &Client,
     node: &str,
-) -> Result<nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading>, String> {
+) -> Result<nodemedic_rules::snapshot::Observed<nodemedic_rules::kubelet_version::VersionReading>, Error> {
     use crate::collect::node_object::{NodeObject, kubelet_version};
     use nodemedic_rules::snapshot::Observed;
     let uri = format!("/api/v1/nodes/{}?resourceVersion=0", percent_encode(node));
-    let request = http::Request::get(&uri)
-        .body(Vec::new())
-        .map_err(|e| format!("GET nodes/{node}: {e}"))?;
+    let request = http::Request::get(&uri).body(Vec::new()).map_err(|e| Error::Request {
+        verb: "GET",
+        resource: format!("nodes/{node}"),
+        message: e.to_string(),
+        status: None,
+    })?;
     let read_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -355,7 +358,7 @@ async fn read_kubelet_version(
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Observed::Missing {
             path: format!("nodes/{node}"),
         }),
-        Err(e) => Err(Error::request("GET", format!("nodes/{node}"), &e).to_string()),
+        Err(e) => Err(Error::request("GET", format!("nodes/{node}"), &e)),
     }
 }
 
@@ -380,7 +383,7 @@ pub async fn track_kubelet_version(client: Client, node: String, slot: KubeletVe
     loop {
         let read = read_kubelet_version(&client, &node).await;
         let failed = read.is_err();
-        let read = read.unwrap_or_else(|reason| Observed::Error { reason });
+        let read = read.unwrap_or_else(|e| Observed::Error { reason: e.to_string() });
         if let Ok(mut known) = slot.lock() {
             if read.ok().is_some() || known.ok().is_none() {
                 *known = read;

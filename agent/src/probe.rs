@@ -156,8 +156,8 @@ impl Target {
                 &config.auth_info.client_key_data,
             ) {
                 (Some(cert), Some(key)) => {
-                    let cert = decode_b64_pem(cert).map_err(config_error)?;
-                    let key = decode_b64_pem(key.expose_secret()).map_err(config_error)?;
+                    let cert = decode_b64_pem(cert)?;
+                    let key = decode_b64_pem(key.expose_secret())?;
                     let certs = pem_or_der_certs(&pem_blocks(&cert));
                     let key =
                         pem_private_key(&key).ok_or_else(|| config_error("client key: no PEM private key".into()))?;
@@ -442,9 +442,9 @@ fn pem_private_key(pem: &[u8]) -> Option<rustls::pki_types::PrivateKeyDer<'stati
 }
 
 /// kubeconfig `*-data` fields are base64 of PEM.
-fn decode_b64_pem(data: &str) -> Result<Vec<u8>, String> {
+fn decode_b64_pem(data: &str) -> Result<Vec<u8>, ProbeError> {
     base64_decode(&data.split_whitespace().collect::<String>())
-        .ok_or_else(|| "invalid base64 in kubeconfig".to_string())
+        .ok_or_else(|| ProbeError::Config("invalid base64 in kubeconfig".to_string()))
 }
 
 /// Standard base64 (with or without padding).

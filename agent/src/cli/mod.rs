@@ -48,6 +48,8 @@ pub enum CliError {
     Probe(#[from] crate::probe::ProbeError),
     #[error(transparent)]
     Daemon(#[from] crate::daemon::DaemonError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::collect::checkpoint::NamedFileError),
     #[error("{0}")]
     Other(String),
 }

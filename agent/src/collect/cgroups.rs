@@ -92,10 +92,18 @@ pub fn parse_leaf_name(name: &str) -> LeafName {
     LeafName::Other
 }
 
+/// Why a `cgroup.procs` text is not a list of pids (the caller adds the file's host path).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcsError {
+    /// A word that is not a pid, as found.
+    #[error("not a pid: {0:?}")]
+    NotAPid(String),
+}
+
 /// The pids of a `cgroup.procs` file.
-pub fn parse_cgroup_procs(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cgroup_procs(text: &str) -> Result<Vec<u32>, ProcsError> {
     text.split_whitespace()
-        .map(|t| t.parse::<u32>().map_err(|_| format!("not a pid: {t:?}")))
+        .map(|t| t.parse::<u32>().map_err(|_| ProcsError::NotAPid(t.to_string())))
         .collect()
 }
 
@@ -234,7 +242,7 @@ impl Walk<'_> {
                     cpus_allowed: None,
                 }),
                 Err(e) => {
-                    self.notes.push(e);
+                    self.notes.push(e.to_string());
                     out.push(ProcessInfo {
                         pid,
                         cpus_allowed: None,
@@ -714,7 +722,9 @@ mod tests {
     fn procs_files() {
         assert_eq!(parse_cgroup_procs("12\n345\n"), Ok(vec![12, 345]));
         assert_eq!(parse_cgroup_procs(""), Ok(vec![]));
-        assert!(parse_cgroup_procs("12\nabc\n").unwrap_err().contains("\"abc\""));
+        let err = parse_cgroup_procs("12\nabc\n").unwrap_err();
+        assert_eq!(err, ProcsError::NotAPid("abc".into()));
+        assert!(err.to_string().contains("\"abc\""));
     }
 
     proptest::proptest! {

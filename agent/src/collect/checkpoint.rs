@@ -109,22 +109,32 @@ pub fn read_checkpoint(host: &HostPaths, kubelet_dir: &Path, now: SystemTime) ->
     Observed::Ok(file)
 }
 
+/// Why a checkpoint file named on the command line cannot be read at all: the path as given.
+#[derive(Debug, thiserror::Error)]
+pub enum NamedFileError {
+    /// Nothing at that path.
+    #[error("{path}: no such file")]
+    Missing { path: String },
+    /// It cannot be read (a directory, permission denied, larger than any checkpoint).
+    #[error(transparent)]
+    Read(ReadError),
+}
+
 /// Reads a checkpoint file named on the command line (`nodemedic checkpoint verify FILE`):
 /// `Err` when it cannot be read at all.
-pub fn read_checkpoint_file(path: &Path) -> Result<Result<Checkpoint, CheckpointError>, String> {
+pub fn read_checkpoint_file(path: &Path) -> Result<Result<Checkpoint, CheckpointError>, NamedFileError> {
     read_named_file(path).map(|bytes| bytes.and_then(|b| Checkpoint::parse(&b)))
 }
 
 /// Reads any checkpoint file named on the command line: `Err` when it cannot be read at all,
 /// a [`CheckpointError`] for a directory or an absurd size (what the kubelet could not read
 /// either).
-pub fn read_named_file(path: &Path) -> Result<Result<Vec<u8>, CheckpointError>, String> {
+pub fn read_named_file(path: &Path) -> Result<Result<Vec<u8>, CheckpointError>, NamedFileError> {
     let shown = path.display().to_string();
     match read_bytes(path, &shown, MAX_CHECKPOINT_BYTES) {
-        Ok(None) => Err(format!("{shown}: no such file")),
+        Ok(None) => Err(NamedFileError::Missing { path: shown }),
         Ok(Some(bytes)) => Ok(Ok(bytes)),
-        Err(ReadError::IsDir { .. }) => Err(format!("{shown}: is a directory, not a file")),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(NamedFileError::Read(e)),
     }
 }
 
@@ -160,15 +170,11 @@ mod tests {
             panic!()
         };
         assert_eq!(f.content, Err(CheckpointError::NotAFile));
-        assert!(
-            read_checkpoint_file(&kdir.join(FILE_NAME))
-                .unwrap_err()
-                .ends_with("is a directory, not a file")
-        );
-        assert!(
-            read_checkpoint_file(&kdir.join("nope"))
-                .unwrap_err()
-                .ends_with("nope: no such file")
-        );
+        let err = read_checkpoint_file(&kdir.join(FILE_NAME)).unwrap_err();
+        assert!(matches!(&err, NamedFileError::Read(ReadError::IsDir { .. })), "{err:?}");
+        assert!(err.to_string().ends_with("is a directory, not a file"));
+        let err = read_checkpoint_file(&kdir.join("nope")).unwrap_err();
+        assert!(matches!(&err, NamedFileError::Missing { .. }), "{err:?}");
+        assert!(err.to_string().ends_with("nope: no such file"));
     }
 }

@@ -59,8 +59,20 @@ pub enum UnitError {
     Read(#[from] ReadError),
     #[error("{dir}: {source}")]
     List { dir: String, source: std::io::Error },
-    #[error("{file}: ExecStart: {message}")]
-    ExecStart { file: String, message: String },
+    /// The `ExecStart=` line in force (in `file`, a host path) cannot be split into words.
+    #[error("{file}: ExecStart: {source}")]
+    ExecStart { file: String, source: SplitError },
+}
+
+/// Why a command line cannot be split into words as systemd would (`ExecStart=`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A backslash is the last character: it escapes nothing.
+    #[error("a backslash ends the line")]
+    TrailingBackslash,
+    /// A quote (`"` or `'`) opened and never closed.
+    #[error("unterminated {0} quote")]
+    UnterminatedQuote(char),
 }
 
 /// One word of a command line, and the host path of the file it came from (the unit line
@@ -203,7 +215,7 @@ fn valid_name(name: &str) -> bool {
 /// resolving backslash escapes (`\n`, `\t`, `\\`, `\"`, `\'`, `\ `; any other escaped character
 /// stands for itself). `relax`: an unterminated quote ends at the end of the text (how systemd
 /// splits a variable's value); otherwise it is an error (how it splits `ExecStart=`).
-pub fn split_words(text: &str, relax: bool) -> Result<Vec<String>, String> {
+pub fn split_words(text: &str, relax: bool) -> Result<Vec<String>, SplitError> {
     let mut words = Vec::new();
     let mut word: Option<String> = None;
     let mut quote: Option<char> = None;
@@ -223,7 +235,7 @@ pub fn split_words(text: &str, relax: bool) -> Result<Vec<String>, String> {
                     Some('t') => '\t',
                     Some(other) => other,
                     None if relax => '\\',
-                    None => return Err("a backslash ends the line".into()),
+                    None => return Err(SplitError::TrailingBackslash),
                 };
                 word.get_or_insert_with(String::new).push(escaped);
             }
@@ -231,7 +243,7 @@ pub fn split_words(text: &str, relax: bool) -> Result<Vec<String>, String> {
         }
     }
     if let (Some(q), false) = (quote, relax) {
-        return Err(format!("unterminated {q} quote"));
+        return Err(SplitError::UnterminatedQuote(q));
     }
     words.extend(word);
     Ok(words)
@@ -317,7 +329,7 @@ pub fn parse_env_file(text: &str) -> (Vec<(String, String)>, usize) {
 /// The command line of `ExecStart=` (`line`, in `file`) with the variables in `env`
 /// ((value, file it came from) by name). Prefixes that change how systemd runs the program
 /// (`-`, `+`, `!`, `:`) are dropped; with `@` the second word is argv\[0\] and is dropped too.
-pub fn command_line(line: &str, file: &str, env: &BTreeMap<String, (String, String)>) -> Result<Vec<Word>, String> {
+pub fn command_line(line: &str, file: &str, env: &BTreeMap<String, (String, String)>) -> Result<Vec<Word>, SplitError> {
     let mut rest = line.trim_start();
     let mut at = false;
     while let Some(c) = rest.chars().next().filter(|c| matches!(c, '-' | '+' | '!' | ':' | '@')) {
@@ -508,9 +520,9 @@ pub fn read_unit(host: &HostPaths) -> Result<Option<UnitCommand>, UnitError> {
         }
     }
     let words = match &service.exec_start {
-        Some((line, file)) => command_line(line, file, &env).map_err(|message| UnitError::ExecStart {
+        Some((line, file)) => command_line(line, file, &env).map_err(|source| UnitError::ExecStart {
             file: file.clone(),
-            message,
+            source,
         })?,
         None => vec![],
     };
@@ -677,10 +689,17 @@ ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELE
         assert_eq!(texts(&at), ["/usr/bin/kubelet", "--v=1"]);
         // Malformed: an unterminated quote or a trailing backslash.
         assert_eq!(
-            command_line("/usr/bin/kubelet \"--config=/x", "u", &env),
+            command_line("/usr/bin/kubelet \"--config=/x", "u", &env).map_err(|e| e.to_string()),
             Err("unterminated \" quote".into())
         );
-        assert!(command_line("/usr/bin/kubelet \\", "u", &env).is_err());
+        assert_eq!(
+            command_line("/usr/bin/kubelet \"--config=/x", "u", &env),
+            Err(SplitError::UnterminatedQuote('"'))
+        );
+        assert_eq!(
+            command_line("/usr/bin/kubelet \\", "u", &env),
+            Err(SplitError::TrailingBackslash)
+        );
     }
 
     #[test]
@@ -726,7 +745,10 @@ ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELE
         assert_eq!(split_words("x=\"\"", false).unwrap(), ["x="]);
         assert_eq!(split_words("\"\"", false).unwrap(), [""]);
         assert_eq!(split_words("'open", true).unwrap(), ["open"]);
-        assert!(split_words("'open", false).is_err());
+        assert_eq!(
+            split_words("'open", false).map_err(|e| e.to_string()),
+            Err("unterminated ' quote".into())
+        );
     }
 
     proptest::proptest! {

@@ -263,6 +263,8 @@ async fn call<T>(
 }
 
 /// A client on a fresh connection to the socket.
+// Err: a plain-text reason naming the socket (`shown`), which the caller in this file puts
+// into the source's `Observed::Error`.
 async fn connect(socket: &Path, shown: &str) -> Result<PodResourcesListerClient<tonic::transport::Channel>, String> {
     let path = socket.to_path_buf();
     // The URI is required by the API and never used: the connector below ignores it.

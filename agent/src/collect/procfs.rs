@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::ProcessInfo;
+use nodemedic_rules::{CpuSet, CpuSetError};
 
-use super::read::{read_bytes, read_text, trace};
+use super::read::{ReadError, read_bytes, read_text, trace};
 use crate::host::HostPaths;
 
 /// `/proc/<pid>/status` is about 1.5 KiB; anything past this is not a status file.
@@ -17,14 +17,33 @@ const STATUS_LIMIT: u64 = 64 * 1024;
 /// The kernel caps a command line at the argument space; 1 MiB is plenty.
 const CMDLINE_LIMIT: u64 = 1024 * 1024;
 
+/// Why a `/proc/<pid>/status` text says nothing usable about the process's affinity: the
+/// field and its bad value (the caller adds the file's host path).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatusError {
+    /// `Cpus_allowed_list` is not a cpuset.
+    #[error("Cpus_allowed_list: {0}")]
+    CpusAllowed(#[source] CpuSetError),
+}
+
+/// Why one process's affinity could not be read: the file's host path, and whether it could
+/// not be read or says something unreadable.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// `/proc/<pid>/status` could not be read (not because the process exited).
+    #[error(transparent)]
+    Read(ReadError),
+    /// It was read, and its content is bad.
+    #[error("{path}: {source}")]
+    Status { path: String, source: StatusError },
+}
+
 /// `Cpus_allowed_list` of a `/proc/<pid>/status` text. `Ok(None)` when the line is absent
 /// (very old kernels); `Err` names the bad value.
-pub fn parse_status_cpus_allowed(status: &str) -> Result<Option<CpuSet>, String> {
+pub fn parse_status_cpus_allowed(status: &str) -> Result<Option<CpuSet>, StatusError> {
     for line in status.lines() {
         if let Some(value) = line.strip_prefix("Cpus_allowed_list:") {
-            return CpuSet::parse(value.trim())
-                .map(Some)
-                .map_err(|e| format!("Cpus_allowed_list: {e}"));
+            return CpuSet::parse(value.trim()).map(Some).map_err(StatusError::CpusAllowed);
         }
     }
     Ok(None)
@@ -111,18 +130,21 @@ pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
 }
 
 /// One process's affinity; `Ok(None)` when it has exited.
-pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, String> {
+pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, ProcessError> {
     let path = host.proc().join(pid.to_string()).join("status");
     read_process_at(&path, &host.shown(&path), pid)
 }
 
-fn read_process_at(path: &Path, shown: &dyn std::fmt::Display, pid: u32) -> Result<Option<ProcessInfo>, String> {
+fn read_process_at(path: &Path, shown: &dyn std::fmt::Display, pid: u32) -> Result<Option<ProcessInfo>, ProcessError> {
     match read_text(path, shown, STATUS_LIMIT) {
         Ok(None) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ProcessError::Read(e)),
         Ok(Some(text)) => {
-            let cpus_allowed = parse_status_cpus_allowed(&text).map_err(|e| format!("{shown}: {e}"))?;
+            let cpus_allowed = parse_status_cpus_allowed(&text).map_err(|source| ProcessError::Status {
+                path: shown.to_string(),
+                source,
+            })?;
             Ok(Some(ProcessInfo { pid, cpus_allowed }))
         }
     }
@@ -152,7 +174,7 @@ mod tests {
             let got = parse_status_cpus_allowed(text);
             match (got, want) {
                 (Ok(g), Ok(w)) => assert_eq!(g.map(|c| c.to_string()).as_deref(), *w, "{text:?}"),
-                (Err(g), Err(w)) => assert!(g.starts_with(w), "{g}"),
+                (Err(g), Err(w)) => assert!(g.to_string().starts_with(w), "{g}"),
                 (g, w) => panic!("{text:?}: got {g:?}, want {w:?}"),
             }
         }
@@ -177,10 +199,32 @@ mod tests {
     #[test]
     fn exited_process_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
+        assert!(matches!(
             read_process_at(&dir.path().join("status"), &"/proc/9/status", 9),
             Ok(None)
+        ));
+    }
+
+    /// A status file with a bad affinity names the file (as the host sees it) and the field;
+    /// one that cannot be read is the read's own error.
+    #[test]
+    fn process_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status");
+        std::fs::write(&path, "Name:\tjava\nCpus_allowed_list:\t1.3\n").unwrap();
+        let e = read_process_at(&path, &"/proc/9/status", 9).unwrap_err();
+        assert!(
+            matches!(&e, ProcessError::Status { path, source: StatusError::CpusAllowed(_) } if path == "/proc/9/status"),
+            "{e:?}"
         );
+        assert!(
+            e.to_string()
+                .starts_with("/proc/9/status: Cpus_allowed_list: invalid cpuset token \"1.3\""),
+            "{e}"
+        );
+        let e = read_process_at(dir.path(), &"/proc/9/status", 9).unwrap_err();
+        assert!(matches!(&e, ProcessError::Read(ReadError::IsDir { .. })), "{e:?}");
+        assert_eq!(e.to_string(), "/proc/9/status: is a directory, not a file");
     }
 
     proptest::proptest! {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use nodemedic_rules::snapshot::CgroupVersion;
 use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
 
-use crate::collect::cgroups::{parse_cgroup_procs, subdirs};
+use crate::collect::cgroups::{ProcsError, parse_cgroup_procs, subdirs};
 
 /// At most this many directories of a pod's subtree are listed (a pathological tree cannot
 /// keep the fence busy).
@@ -57,22 +57,40 @@ impl Stopped {
     }
 }
 
+/// Why a pod's subtree could not be listed in full: the cgroup directory or the
+/// `cgroup.procs` file, as the agent sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The subtree has more cgroups than are listed ([`MAX_DIRS`]).
+    #[error("{}: more than {MAX_DIRS} cgroups below it", dir.display())]
+    TooManyCgroups { dir: PathBuf },
+    /// A `cgroup.procs` file could not be read (the pod's own: not even when it is missing).
+    #[error("{}: {source}", file.display())]
+    Read { file: PathBuf, source: std::io::Error },
+    /// A `cgroup.procs` file holds something that is not a pid.
+    #[error("{}: {source}", file.display())]
+    BadProcs { file: PathBuf, source: ProcsError },
+}
+
 /// Every process of the subtree at `dir`, and whether all of it could be listed.
-pub fn processes(dir: &Path) -> Result<BTreeSet<u32>, String> {
+pub fn processes(dir: &Path) -> Result<BTreeSet<u32>, ListError> {
     let mut out = BTreeSet::new();
     let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
     let mut seen = 0;
     while let Some(d) = stack.pop() {
         seen += 1;
         if seen > MAX_DIRS {
-            return Err(format!("{}: more than {MAX_DIRS} cgroups below it", dir.display()));
+            return Err(ListError::TooManyCgroups { dir: dir.to_path_buf() });
         }
         let file = d.join("cgroup.procs");
         match std::fs::read_to_string(&file) {
-            Ok(text) => out.extend(parse_cgroup_procs(&text).map_err(|e| format!("{}: {e}", file.display()))?),
+            Ok(text) => match parse_cgroup_procs(&text) {
+                Ok(pids) => out.extend(pids),
+                Err(source) => return Err(ListError::BadProcs { file, source }),
+            },
             // Removed while we walked (its processes exited): nothing there.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != dir => continue,
-            Err(e) => return Err(format!("{}: {e}", file.display())),
+            Err(source) => return Err(ListError::Read { file, source }),
         }
         stack.extend(subdirs(&d).into_iter().map(|(_, p)| p));
     }
@@ -81,7 +99,7 @@ pub fn processes(dir: &Path) -> Result<BTreeSet<u32>, String> {
 
 /// [`processes`] again while stopping: a pod cgroup removed meanwhile (its processes exited and
 /// the runtime cleaned up) is empty, not an error.
-fn relist(dir: &Path) -> Result<BTreeSet<u32>, String> {
+fn relist(dir: &Path) -> Result<BTreeSet<u32>, ListError> {
     match processes(dir) {
         Err(_) if !dir.is_dir() => Ok(BTreeSet::new()),
         other => other,
@@ -97,7 +115,7 @@ pub fn stop_pod(dir: &Path, version: CgroupVersion, grace: Duration, patience: D
     let first = match processes(dir) {
         Ok(p) => p,
         Err(e) => {
-            out.error = Some(e);
+            out.error = Some(e.to_string());
             out.method = "signals";
             return out;
         }
@@ -122,7 +140,7 @@ pub fn stop_pod(dir: &Path, version: CgroupVersion, grace: Duration, patience: D
                 }
                 Ok(_) => std::thread::sleep(POLL),
                 Err(e) => {
-                    out.error = Some(e);
+                    out.error = Some(e.to_string());
                     break;
                 }
             }
@@ -172,7 +190,7 @@ fn signal_until_empty(
         let now_listed = match relist(dir) {
             Ok(p) => p,
             Err(e) => {
-                out.error = Some(e);
+                out.error = Some(e.to_string());
                 out.remaining = listed.into_iter().collect();
                 break;
             }
@@ -197,7 +215,7 @@ fn signal_until_empty(
             listed = match relist(dir) {
                 Ok(p) => p,
                 Err(e) => {
-                    out.error = Some(e);
+                    out.error = Some(e.to_string());
                     out.remaining = listed.into_iter().collect();
                     break;
                 }
@@ -230,8 +248,14 @@ mod tests {
             [11, 12, 13, 14]
         );
         let err = processes(&dir.path().join("gone")).unwrap_err();
-        assert!(err.contains("gone/cgroup.procs"), "{err}");
+        assert!(matches!(&err, ListError::Read { .. }), "{err:?}");
+        assert!(err.to_string().contains("gone/cgroup.procs"), "{err}");
         std::fs::write(pod.join("c2/cgroup.procs"), "x\n").unwrap();
-        assert!(processes(&pod).unwrap_err().contains("c2/cgroup.procs"));
+        let err = processes(&pod).unwrap_err();
+        assert!(matches!(&err, ListError::BadProcs { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!("{}: not a pid: \"x\"", pod.join("c2/cgroup.procs").display())
+        );
     }
 }

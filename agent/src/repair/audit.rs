@@ -94,11 +94,32 @@ impl ActionResult {
     }
 }
 
+/// The kind of object an action was about, as the report's `target.kind` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum TargetKind {
+    /// A pod (`namespace`, `name`, `uid`): orphans, failed pods.
+    Pod,
+    /// A directory (`path`, a host path): local dirs.
+    Directory,
+    /// The node (`name`): the CPU manager checkpoint.
+    Node,
+}
+
+impl TargetKind {
+    /// `Pod`, `Directory` or `Node`: the Kubernetes kind for `Pod` and `Node`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Pod => "Pod",
+            TargetKind::Directory => "Directory",
+            TargetKind::Node => "Node",
+        }
+    }
+}
+
 /// What an action was about.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ActionTarget {
-    /// `Pod` or `Directory`.
-    pub kind: String,
+    pub kind: TargetKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,7 +135,7 @@ impl ActionTarget {
     /// A pod.
     pub fn pod(namespace: &str, name: &str, uid: &str) -> Self {
         ActionTarget {
-            kind: "Pod".into(),
+            kind: TargetKind::Pod,
             namespace: Some(namespace.into()),
             name: Some(name.into()),
             uid: Some(uid.into()),
@@ -125,9 +146,22 @@ impl ActionTarget {
     /// A directory (host path).
     pub fn directory(path: &str) -> Self {
         ActionTarget {
-            kind: "Directory".into(),
+            kind: TargetKind::Directory,
+            namespace: None,
+            name: None,
+            uid: None,
             path: Some(path.into()),
-            ..Default::default()
+        }
+    }
+
+    /// The node `name`.
+    pub fn node(name: &str) -> Self {
+        ActionTarget {
+            kind: TargetKind::Node,
+            namespace: None,
+            name: Some(name.into()),
+            uid: None,
+            path: None,
         }
     }
 
@@ -136,7 +170,7 @@ impl ActionTarget {
         match (&self.namespace, &self.name, &self.uid, &self.path) {
             (Some(ns), Some(name), Some(uid), _) => format!("pod {ns}/{name} (uid {uid})"),
             (_, _, _, Some(path)) => path.clone(),
-            _ => self.kind.clone(),
+            _ => self.kind.as_str().to_string(),
         }
     }
 }
@@ -320,7 +354,7 @@ impl Audit {
         }
         let (namespace, event) = EventSpec {
             regarding: regarding(
-                &t.kind,
+                t.kind.as_str(),
                 t.namespace.as_deref(),
                 t.name.as_deref(),
                 t.uid.as_deref(),
@@ -550,5 +584,26 @@ mod tests {
         assert_eq!(RepairAction::HalfSubmitted.event_reason(), "HalfSubmittedDriverDeleted");
         assert_eq!(RepairAction::HalfSubmitted.as_str(), "half-submitted");
         assert_eq!(crate::events::note_text("é".repeat(600)).len(), 1023);
+    }
+
+    #[test]
+    fn target_kinds_are_written_as_before() {
+        let json = |t: &ActionTarget| serde_json::to_value(t).unwrap();
+        let pod = ActionTarget::pod("spark", "etl-exec-1", "u1");
+        assert_eq!(
+            json(&pod),
+            serde_json::json!({"kind": "Pod", "namespace": "spark", "name": "etl-exec-1", "uid": "u1"})
+        );
+        let dir = ActionTarget::directory("/mnt/spark/blockmgr-1");
+        assert_eq!(
+            json(&dir),
+            serde_json::json!({"kind": "Directory", "path": "/mnt/spark/blockmgr-1"})
+        );
+        let node = ActionTarget::node("worker-3");
+        assert_eq!(json(&node), serde_json::json!({"kind": "Node", "name": "worker-3"}));
+        assert_eq!(node.display(), "Node");
+        for t in [&pod, &dir, &node] {
+            assert_eq!(json(t)["kind"], t.kind.as_str());
+        }
     }
 }

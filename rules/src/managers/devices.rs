@@ -583,6 +583,8 @@ fn decode_byte(slot: &mut u8, field: &str, v: &Value) -> Result<(), CheckpointEr
 /// Go's `base64.StdEncoding.Decode`: the standard alphabet, `=` padding required, `\r` and
 /// `\n` skipped anywhere, nothing but line breaks after the padding, and the unused low bits
 /// of the last symbol ignored (the encoding is not strict). Errors read like Go's.
+// Err: Go's own message as text, which the one caller puts into `CheckpointError::Value` with
+// the field's name at once.
 fn go_std_base64(text: &str) -> Result<Vec<u8>, String> {
     let illegal = |offset: usize| format!("illegal base64 data at input byte {offset}");
     let symbols: Vec<(usize, u8)> = text

@@ -51,6 +51,7 @@ fn readme_table() -> String {
 
 /// Checks (or with `bless`, writes) the generated block named `name` of `file`: `Err` says
 /// what differs.
+// Err: a test's failure message (this file is test code), printed by the test that calls it.
 fn check_block(file: &Path, name: &str, want: &str, bless: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let open = format!("<!-- generated: {name} ");

@@ -487,7 +487,7 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
     match read_file(&plan.checkpoint, &plan.shown) {
         Ok(Some((bytes, _, _))) if bytes == plan.new_bytes => {}
         other => {
-            let what = other.map_or_else(|e| e, |b| format!("{} bytes", b.map_or(0, |b| b.0.len())));
+            let what = other.map_or_else(|e| e.to_string(), |b| format!("{} bytes", b.map_or(0, |b| b.0.len())));
             return abort(
                 rec,
                 ApplyOutcome::Failed,
@@ -530,6 +530,8 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> ApplyReport {
 }
 
 /// An exclusive lock on the checkpoint's directory: one repair of it at a time.
+// Err: the OS's reason alone, as text: both callers (in this file) say which directory could
+// not be locked and what that means for them.
 fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     std::fs::File::open(dir).map_err(|e| e.to_string()).and_then(|f| {
         nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.to_string())

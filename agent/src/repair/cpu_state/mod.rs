@@ -202,11 +202,7 @@ fn record_event(opts: &Options, report: &ApplyReport) {
     let mut rec = ActionRecord::new(
         RepairAction::CpuState,
         ActionResult::Applied,
-        ActionTarget {
-            kind: "Node".into(),
-            name: Some(report.node.clone()),
-            ..Default::default()
-        },
+        ActionTarget::node(&report.node),
         format!(
             "rewrote {} without {} stale entr{}, CPUs {} back to the default set",
             report.checkpoint,

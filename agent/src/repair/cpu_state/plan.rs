@@ -12,7 +12,7 @@ use nodemedic_rules::{CpuSet, Settings, Verification};
 use super::Options;
 use crate::collect;
 use crate::collect::checkpoint::FILE_NAME;
-use crate::collect::read::read_bytes;
+use crate::collect::read::{ReadError, read_bytes};
 use crate::host::HostPaths;
 use crate::repair::command::RepairError;
 use crate::repair::kubelet::{KubeletProcess, running_kubelet};
@@ -161,13 +161,17 @@ impl Plan {
 /// A file's bytes, permission bits and `(uid, gid)`.
 type FileRead = (Vec<u8>, u32, (u32, u32));
 
-/// Reads the checkpoint's bytes and attributes; `Ok(None)` when there is no file.
-pub(super) fn read_file(path: &Path, shown: &str) -> Result<Option<FileRead>, String> {
+/// Reads the checkpoint's bytes and attributes; `Ok(None)` when there is no file. The error
+/// names `shown`, the file as the host sees it.
+pub(super) fn read_file(path: &Path, shown: &str) -> Result<Option<FileRead>, ReadError> {
     use std::os::unix::fs::MetadataExt as _;
-    let Some(bytes) = read_bytes(path, &shown, MAX_CHECKPOINT_BYTES).map_err(|e| e.to_string())? else {
+    let Some(bytes) = read_bytes(path, &shown, MAX_CHECKPOINT_BYTES)? else {
         return Ok(None);
     };
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(|source| ReadError::Io {
+        path: shown.to_string(),
+        source,
+    })?;
     Ok(Some((bytes, meta.mode() & 0o7777, (meta.uid(), meta.gid()))))
 }
 
@@ -236,13 +240,13 @@ fn compute_plan(opts: &Options) -> Result<Plan, String> {
         scan_opts.notes.extend(resolved.note);
         let mut attempt = 0;
         loop {
-            let before = read_file(&path, &shown)?.ok_or_else(|| {
+            let before = read_file(&path, &shown).map_err(|e| e.to_string())?.ok_or_else(|| {
                 format!("{shown}: no such file (no CPU manager checkpoint on this node; is --kubelet-dir right?)")
             })?;
             let scanned = scan::snapshot::<ListDirectory>(&host, pods.clone(), None, &scan_opts)
                 .await
                 .map_err(|e| scan::blame_kubeconfig(kubeconfig.as_deref(), e).to_string())?;
-            let after = read_file(&path, &shown)?.map(|(b, _, _)| b);
+            let after = read_file(&path, &shown).map_err(|e| e.to_string())?.map(|(b, _, _)| b);
             if after.as_deref() == Some(before.0.as_slice()) {
                 return Ok::<_, String>((scanned.snapshot, before));
             }

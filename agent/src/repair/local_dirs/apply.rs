@@ -71,7 +71,7 @@ fn remove_one(
     let measured = open_child(&root.fd, name, &st, &root, "left alone").and_then(|fd| measure(fd, &st, &root));
     let m = match measured {
         Ok(m) => m,
-        Err(e) => return skip(rec, e),
+        Err(e) => return skip(rec, e.to_string()),
     };
     rec.evidence.insert("bytes_measured".into(), json!(m.bytes));
     rec.evidence.insert("entries".into(), json!(m.entries));
@@ -113,7 +113,7 @@ fn remove_one(
         })
         .and_then(|()| {
             nix::unistd::unlinkat(root.fd.as_fd(), name, UnlinkatFlags::RemoveDir)
-                .map_err(|e| format!("rmdir: {}", errno(e)))
+                .map_err(|errno| WalkError::RmdirTop { errno })
         });
     rec.bytes_freed = Some(freed);
     match result {

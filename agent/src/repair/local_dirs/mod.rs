@@ -424,7 +424,7 @@ mod tests {
             ("/", "root directory"),
             ("/var/lib/kubelet/spark", "inside the kubelet's directory"),
         ] {
-            let e = open_root(&host, bad).unwrap_err();
+            let e = open_root(&host, bad).unwrap_err().to_string();
             assert!(e.contains(want), "{bad}: {e}");
         }
     }

@@ -36,7 +36,7 @@ pub fn plan(host: &HostPaths, roots: &[String], snapshot: &NodeSnapshot, setting
             Err(problem) => RootState {
                 root: normalize(root),
                 usable: false,
-                problem: Some(problem),
+                problem: Some(problem.to_string()),
                 identity: None,
             },
         };
