@@ -13,6 +13,16 @@ use crate::snapshot::PodInfo;
 /// How many names or paths a finding lists.
 pub(crate) const LISTED: usize = 20;
 
+/// A CPU list as the subject of a sentence, so that it never reads as a count: `CPU 7 is`,
+/// `CPUs 6,14 are`.
+pub fn cpus_subject(cpus: &crate::CpuSet) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {cpus} is")
+    } else {
+        format!("CPUs {} are", cpus.human())
+    }
+}
+
 /// Human size: `1.5 GiB` (binary units, one decimal; bytes as they are below 1 KiB).
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -209,6 +219,15 @@ pub(crate) fn dra_claim_remedy(node: &str, path: &str, driver: Option<&str>, cla
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cpu_list_is_never_read_as_a_count() {
+        let subject = |text: &str| super::cpus_subject(&crate::CpuSet::parse(text).unwrap());
+        assert_eq!(subject("7"), "CPU 7 is");
+        assert_eq!(subject("6,14"), "CPUs 6,14 are");
+        assert_eq!(subject("4-7"), "CPUs 4-7 are");
+        assert_eq!(subject(""), "CPUs none are");
+    }
+
     use super::*;
 
     #[test]

@@ -104,7 +104,8 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, _settings: &Sett
                     Severity::Critical,
                     subject,
                     format!(
-                        "CPUs {shared} are pinned exclusively to both {} and {}",
+                        "{} pinned exclusively to both {} and {}",
+                        crate::text::cpus_subject(&shared),
                         name(uid_a),
                         name(uid_b)
                     ),
@@ -159,7 +160,7 @@ mod tests {
         assert_eq!(f.evidence["containers"], serde_json::json!(["app", "exec"]));
         assert_eq!(
             f.summary,
-            "CPUs 3 are pinned exclusively to both default/driver and default/exec-1"
+            "CPU 3 is pinned exclusively to both default/driver and default/exec-1"
         );
     }
 

@@ -168,6 +168,7 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Vec<Fin
             .with("pods", names)
             .with("message", rejected[0].message.clone())
             .with("free_exclusive_cpus", pool.as_ref().map(|p| p.free.to_string()))
+            .with("free_exclusive_cpu_count", pool.as_ref().map(|p| p.free.len()))
             .with("stale_cpus", pool.as_ref().map(|p| p.stale.to_string())),
         );
     }
@@ -395,6 +396,9 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Critical);
         assert_eq!(f[0].evidence["stale_cpus"], "2-5");
+        // The free CPUs as a list, and how many under a name of their own: "1" is CPU 1.
+        assert_eq!(f[0].evidence["free_exclusive_cpus"], "0-1");
+        assert_eq!(f[0].evidence["free_exclusive_cpu_count"], 2);
         assert_eq!(f[0].evidence["pods"], serde_json::json!(["default/exec-9"]));
         assert!(
             f[0].remedy.starts_with(

@@ -108,13 +108,15 @@ pub fn check(snap: &NodeSnapshot, facts: &Facts, _settings: &Settings) -> Vec<Fi
             let still_running = running_despite_the_list(snap, e);
             let summary = match &still_running {
                 Some(why) if e.pod_uid.is_some() => format!(
-                    "CPUs {} are held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
+                    "{} held for {whose}, which is not alive by {list} ({}), yet {why}: stop its \
                      containers before freeing the CPUs",
-                    e.cpus, e.reason
+                    crate::text::cpus_subject(&e.cpus),
+                    e.reason
                 ),
                 _ => format!(
-                    "CPUs {} are held for {whose}, which no longer runs on this node: {}",
-                    e.cpus, e.reason
+                    "{} held for {whose}, which no longer runs on this node: {}",
+                    crate::text::cpus_subject(&e.cpus),
+                    e.reason
                 ),
             };
             let remedy = Remedy::choose(snap, refusal.as_ref(), std::slice::from_ref(e)).text(snap);
