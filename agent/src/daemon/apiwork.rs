@@ -173,7 +173,51 @@ fn unix_now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// The API work's gate: after a pass the API server did not serve, the next waits a pause
+/// drawn from the upper half of a ceiling that doubles from this...
+const GATE_FIRST: Duration = Duration::from_secs(2);
+/// ... up to this.
+const GATE_CAP: Duration = Duration::from_secs(300);
+/// The seed of the gate's jitter.
+const GATE_SEED: u64 = 0xa91;
+
 impl ApiWork {
+    /// The API work of `agent` through `client`, with `effective`'s driver cache, Event series
+    /// interval, condition heartbeat and repair limit (a reload reaches it through each
+    /// [`ScanOutcome`]); cluster-level Events name the Lease of `agent`'s namespace. Its
+    /// [`DriverView`] starts empty.
+    pub fn new(
+        client: kube::Client,
+        host: HostPaths,
+        agent: &super::wiring::Agent,
+        effective: &Effective,
+        shared: &super::wiring::Shared,
+    ) -> Self {
+        let (ttl, budget) = (effective.driver_cache_ttl, effective.driver_lookup_budget);
+        let (node, instance) = (&agent.node, &agent.instance);
+        ApiWork {
+            directory: driver_directory(client.clone(), ttl, budget),
+            directory_settings: (ttl, budget),
+            driver_memory: spark::DriverMemory::default(),
+            events: EventRecorder::new(client.clone(), node, instance, effective.event_series_interval)
+                .with_cluster_object(crate::events::lease_reference(
+                    &agent.namespace,
+                    crate::leader::LEASE_NAME,
+                )),
+            conditions: NodeConditions::new(client.clone(), node, effective.condition_heartbeat),
+            auto_repair: AutoRepairState::new(effective.repair.max_actions_per_hour),
+            repair_audit: Audit::new(Some(client.clone()), node, instance),
+            metrics: shared.metrics.clone(),
+            view: Arc::new(Mutex::new(DriverView::default())),
+            last_good: Default::default(),
+            wake: shared.wake.clone(),
+            gate: Gate::new(GATE_FIRST, GATE_CAP, GATE_SEED),
+            store: shared.store.clone(),
+            client,
+            host,
+        }
+    }
+
     /// Takes outcomes until the scan loop goes away. `api_back` changes when the API server
     /// serves again after trouble (`ApiContact::back_signal`), and the pause is cut short.
     pub async fn run(

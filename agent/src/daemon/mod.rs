@@ -21,33 +21,28 @@
 //! exponential backoff, so a slow or absent API server costs a bounded number of requests and
 //! never delays a host scan. The pod watch, the probes and fencing are supervised tasks
 //! ([`supervise`]): one that ends or panics is logged, counted in
-//! `nodemedic_task_restarts_total{task}` and started again with backoff.
+//! `nodemedic_task_restarts_total{task}` and started again with backoff. One function starts
+//! the pod watch, the probes and the API work ([`wiring::start_api_loops`]): this daemon, and
+//! the tests that prove their request schedules under a paused clock.
 //!
 //! SIGTERM or SIGINT ends the daemon at once, whatever it is doing: a scan in progress is
 //! abandoned, requests in flight are dropped, and the runtime gives blocking host reads half
 //! a second before the process exits.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use nodemedic_rules::snapshot::{Observed, PodSource};
 use tokio::sync::Notify;
 
-use crate::conditions::NodeConditions;
 use crate::config::{Effective, Flags};
 use crate::contact::ApiContact;
-use crate::events::EventRecorder;
 use crate::host::HostPaths;
 use crate::kube_api::{self, ApiDirectory};
-use crate::leader::{ElectionConfig, Elector, LEASE_NAME};
 use crate::metrics::Metrics;
-use crate::repair::audit::Audit;
-use crate::repair::auto::AutoRepairState;
-use crate::retry::Gate;
 use crate::scan::{self, Pods};
-use crate::spark;
 
 pub mod apiwork;
 pub mod fence;
@@ -60,12 +55,14 @@ pub mod supervise;
 pub mod topology;
 mod turn;
 pub mod watch;
+pub mod wiring;
 
-use apiwork::{ApiWork, DriverView, ScanOutcome};
+use apiwork::{DriverView, ScanOutcome};
 use hostwatch::{Changes, HostWatch};
 use serve::Health;
 use turn::next_turn;
-use watch::{PodStore, SharedStore, WatchSignals};
+use watch::SharedStore;
+use wiring::{Agent, ApiLoops, Clients, Loop, Probes, Shared};
 
 /// Everything the daemon is configured with.
 #[derive(Debug)]
@@ -103,8 +100,14 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     // Every request of the daemon tells `contact` whether the API server answered.
     let contact = Arc::new(ApiContact::new());
     let client = kube_api::observed_client(config.clone(), cfg.effective.request_timeout, true, &contact)?;
-    let metrics = Metrics::new()?;
-    let health = Arc::new(Health::default());
+    let shared = Shared::new(contact, Metrics::new()?);
+    let Shared {
+        contact,
+        metrics,
+        health,
+        store,
+        wake,
+    } = shared.clone();
     health
         .scan_interval_ms
         .store(cfg.effective.scan_interval.as_millis() as u64, Ordering::Relaxed);
@@ -126,124 +129,36 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut sighup = signal(tokio::signal::unix::SignalKind::hangup())?;
 
-    // One watch: the pods bound to this node (its own client, without a read timeout).
+    // The pod watch has a client of its own, without a read timeout; the other loops share one.
     let watch_client = kube_api::observed_client(config.clone(), cfg.effective.request_timeout, false, &contact)?;
-    let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
-    let wake = Arc::new(Notify::new());
-    let api_back = contact.back_signal();
-    contact.wake_on_back(wake.clone());
-    contact.export_up(metrics.api_up.clone());
-    {
-        let signals = WatchSignals {
-            health: health.clone(),
-            metrics: metrics.clone(),
-            wake: wake.clone(),
-            contact: contact.clone(),
-        };
-        let (store, node, deadline) = (store.clone(), cfg.node.clone(), cfg.effective.request_timeout);
-        supervise::spawn("pod_watch", metrics.clone(), health.clone(), move || {
-            watch::run(
-                watch_client.clone(),
-                node.clone(),
-                store.clone(),
-                signals.clone(),
-                deadline,
-            )
-        });
-    }
-
-    // The API server as this node sees it, and the election of the agent that probes
-    // admission for the cluster: one task, never in the scan's way.
-    let api_observation = Arc::new(std::sync::Mutex::new(None));
-    let election = Arc::new(std::sync::Mutex::new(crate::apimon::ElectionView::default()));
-    let (stop_probes, stop_rx) = tokio::sync::watch::channel(false);
-    let released = Arc::new(Notify::new());
-    let lease_namespace = config.default_namespace.clone();
-    match crate::probe::Target::from_config(&config, &config.default_namespace, &cfg.node) {
-        Ok(target) => {
-            let outputs = crate::apimon::ProbeOutputs {
-                observation: api_observation.clone(),
-                election: election.clone(),
-                stop: stop_rx,
-                released: released.clone(),
-                api_back: api_back.subscribe(),
-                prober: metrics.prober.clone(),
-            };
-            let election_cfg = ElectionConfig {
-                namespace: lease_namespace.clone(),
-                name: LEASE_NAME.into(),
-                identity: format!("{}/{}", cfg.instance, cfg.node),
-                duration: cfg.effective.lease_duration,
-                timeout: cfg.effective.request_timeout,
-            };
-            let (client, store, interval, timeout) = (
-                client.clone(),
-                store.clone(),
-                cfg.effective.probe_interval,
-                cfg.effective.probe_timeout,
-            );
-            let probe_metrics = metrics.clone();
-            let probe_contact = contact.clone();
-            supervise::spawn("api_probes", metrics.clone(), health.clone(), move || {
-                let monitor = crate::apimon::ApiMonitor::new(target.clone(), client.clone(), timeout);
-                let elector = Elector::new(election_cfg.clone(), client.clone(), target.clone());
-                let reader = store.clone();
-                let spark_pods = move || spark_pods(&reader);
-                let m = probe_metrics.clone();
-                let c = probe_contact.clone();
-                crate::apimon::run(
-                    monitor,
-                    elector,
-                    interval,
-                    move |round| {
-                        m.observe_probes(round);
-                        for s in round {
-                            c.observe(s.status, s.error.as_deref());
-                        }
-                    },
-                    spark_pods,
-                    outputs.clone(),
-                )
-            });
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "API probes and the prober election disabled");
-            released.notify_one();
-        }
-    }
-
-    // The API work, beside the scan loop.
-    let view = Arc::new(std::sync::Mutex::new(DriverView::default()));
-    let (outcomes, outcome_rx) = tokio::sync::watch::channel(None);
-    let host = HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone());
-    let work = ApiWork {
-        client: client.clone(),
-        host: host.clone(),
-        directory: kube_api::driver_directory(
-            client.clone(),
-            cfg.effective.driver_cache_ttl,
-            cfg.effective.driver_lookup_budget,
-        ),
-        directory_settings: (cfg.effective.driver_cache_ttl, cfg.effective.driver_lookup_budget),
-        driver_memory: spark::DriverMemory::default(),
-        events: EventRecorder::new(
-            client.clone(),
-            &cfg.node,
-            &cfg.instance,
-            cfg.effective.event_series_interval,
-        )
-        .with_cluster_object(crate::events::lease_reference(&lease_namespace, LEASE_NAME)),
-        conditions: NodeConditions::new(client.clone(), &cfg.node, cfg.effective.condition_heartbeat),
-        auto_repair: AutoRepairState::new(cfg.effective.repair.max_actions_per_hour),
-        repair_audit: Audit::new(Some(client.clone()), &cfg.node, &cfg.instance),
-        metrics: metrics.clone(),
-        view: view.clone(),
-        last_good: Default::default(),
-        wake: wake.clone(),
-        gate: Gate::new(Duration::from_secs(2), Duration::from_secs(300), 0xa91),
-        store: store.clone(),
+    let clients: Clients = {
+        let client = client.clone();
+        Arc::new(move |l| {
+            if l == Loop::Watch {
+                watch_client.clone()
+            } else {
+                client.clone()
+            }
+        })
     };
-    tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
+    let agent = Agent {
+        node: cfg.node.clone(),
+        instance: cfg.instance.clone(),
+        namespace: config.default_namespace.clone(),
+    };
+    let host = HostPaths::new(&cfg.host_root, cfg.kubelet_dir.clone());
+    let target = crate::probe::Target::from_config(&config, &agent.namespace, &agent.node);
+    let ApiLoops {
+        probes:
+            Probes {
+                observation: api_observation,
+                stop: stop_probes,
+                released,
+                ..
+            },
+        outcomes,
+        view,
+    } = wiring::start_api_loops(&shared, &agent, &cfg.effective, host.clone(), target, clients);
 
     // Driver fencing: its own task, with its own clock (off unless configured).
     let layout = Arc::new(std::sync::Mutex::new(None));
@@ -436,16 +351,6 @@ async fn host_changes(watch: &mut Option<HostWatch>) -> Changes {
 fn stopping() -> Result<(), DaemonError> {
     tracing::info!("nodemedic daemon stopping");
     Ok(())
-}
-
-/// The namespace and labels of each Spark pod in the store (for webhook matching).
-fn spark_pods(store: &SharedStore) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
-    let Ok(store) = store.read() else { return vec![] };
-    store
-        .pods()
-        .filter(|p| p.labels.contains_key(nodemedic_rules::spark::ROLE))
-        .map(|p| (p.namespace.clone(), p.labels.clone()))
-        .collect()
 }
 
 /// The scan loop's state.

@@ -3,18 +3,36 @@
 
 use std::time::{Duration, Instant};
 
+use nodemedic_rules::Settings;
+use nodemedic_rules::rules::{NextJudgementFn, RuleInfo};
+use nodemedic_rules::snapshot::NodeSnapshot;
+
 /// When a judgement of `snapshot` turns by the clock alone: the nearest of the enabled rules'
 /// own deadlines ([`nodemedic_rules::rules::RuleInfo::next_judgement`]: the grace the kubelet is
 /// given after the checkpoint was written or a pod finished, a Spark driver's wait to start, ...).
 /// `None` when nothing waits on it.
-pub(super) fn next_turn(
-    snapshot: &nodemedic_rules::snapshot::NodeSnapshot,
-    settings: &nodemedic_rules::Settings,
-) -> Option<Instant> {
-    nodemedic_rules::rules::ALL
+pub(super) fn next_turn(snapshot: &NodeSnapshot, settings: &Settings) -> Option<Instant> {
+    next_turn_of(nodemedic_rules::rules::ALL, snapshot, settings)
+}
+
+/// [`next_turn`] over `rules`. A deadline function several rules share (every rule that
+/// judges liveness declares `facts::grace_turn`) is evaluated once: the same function of the
+/// same snapshot and settings gives the same answer.
+fn next_turn_of(rules: &[RuleInfo], snapshot: &NodeSnapshot, settings: &Settings) -> Option<Instant> {
+    let mut distinct: Vec<NextJudgementFn> = Vec::new();
+    let declared = rules
         .iter()
         .filter(|r| settings.enabled(r.id))
-        .filter_map(|r| r.next_judgement)
+        .filter_map(|r| r.next_judgement);
+    for next in declared {
+        // Two addresses of one function (codegen units) only cost a second evaluation; two
+        // functions folded into one address have the same code, so the same answer.
+        if !distinct.iter().any(|d| std::ptr::fn_addr_eq(*d, next)) {
+            distinct.push(next);
+        }
+    }
+    distinct
+        .iter()
         .filter_map(|next| next(snapshot, settings))
         .min_by(f64::total_cmp)
         .map(|left| Instant::now() + Duration::from_secs_f64(left + 0.05))
@@ -43,6 +61,54 @@ mod tests {
             scheduled_at: Some(now - ago),
             ..Default::default()
         }
+    }
+
+    /// How many times [`counted_grace_turn`] ran.
+    static GRACE_TURNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn counted_grace_turn(snap: &NodeSnapshot, settings: &nodemedic_rules::Settings) -> Option<f64> {
+        GRACE_TURNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        nodemedic_rules::facts::grace_turn(snap, settings)
+    }
+
+    /// Every rule that judges liveness declares the same deadline (the kubelet's grace after
+    /// the checkpoint was written or a pod finished): a turn evaluates it once, not once per
+    /// rule (6 times before), and finds the same deadline. The catalogue's rules, each
+    /// `facts::grace_turn` swapped for a counting copy.
+    #[test]
+    fn a_deadline_several_rules_share_is_evaluated_once_a_turn() {
+        let grace: NextJudgementFn = nodemedic_rules::facts::grace_turn;
+        let counted: NextJudgementFn = counted_grace_turn;
+        let mut rules = nodemedic_rules::rules::ALL.to_vec();
+        let mut sharing = 0;
+        for r in &mut rules {
+            if r.next_judgement.is_some_and(|f| std::ptr::fn_addr_eq(f, grace)) {
+                r.next_judgement = Some(counted);
+                sharing += 1;
+            }
+        }
+        assert!(sharing >= 2, "{sharing} rules declare the grace's deadline");
+        let now = 1_800_000_000;
+        let settings = nodemedic_rules::Settings::default();
+        let mut snap = NodeSnapshot::empty("node-a", now);
+        // A pod that finished 10 s ago: the grace (60 s by default) runs out later.
+        snap.pods.bound = vec![PodInfo {
+            uid: "p1".into(),
+            namespace: "spark".into(),
+            name: "done".into(),
+            node_name: Some("node-a".into()),
+            phase: "Succeeded".into(),
+            finished_at: Some(now - 10),
+            ..Default::default()
+        }];
+        let expected = nodemedic_rules::facts::grace_turn(&snap, &settings).expect("the grace runs out later");
+        let before = GRACE_TURNS.load(std::sync::atomic::Ordering::SeqCst);
+        let left = seconds_until(next_turn_of(&rules, &snap, &settings)).unwrap();
+        assert_eq!(GRACE_TURNS.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
+        assert!((expected..expected + 0.1).contains(&left), "{left} s, not {expected} s");
+        // The catalogue as it is: the same turn.
+        let left = seconds_until(next_turn(&snap, &settings)).unwrap();
+        assert!((expected..expected + 0.1).contains(&left), "{left} s, not {expected} s");
     }
 
     fn seconds_until(turn: Option<Instant>) -> Option<f64> {

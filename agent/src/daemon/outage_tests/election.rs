@@ -5,11 +5,11 @@
 //! default 60 s one).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::fake::{FakeApi, Mode, Sent};
-use super::{IDENTITY, NODE, Who, assert_backoff, secs, show, start_probes};
+use super::{IDENTITY, NODE, Probes, Shared, Who, assert_backoff, secs, show, start_probes};
 use crate::config::{Effective, FileConfig, Flags};
 use crate::contact::ApiContact;
 use crate::leader::{ElectionConfig, Elector, LEASE_NAME, Role};
@@ -142,7 +142,8 @@ async fn a_holder_that_cannot_renew_steps_down_at_40_s_and_reads_at_most_every_1
 struct Member {
     identity: String,
     metrics: Metrics,
-    stop: tokio::sync::watch::Sender<bool>,
+    /// `stop`: SIGTERM.
+    probes: Probes,
     task: tokio::task::JoinHandle<()>,
     alive: bool,
 }
@@ -250,21 +251,18 @@ async fn thirty_agents_elect_one_prober_keep_their_periods_and_fail_over() {
     };
     // Started one after another over one read period, as a DaemonSet's pods come up.
     for i in 0..N {
-        let identity = format!("nodemedic-{i}/worker-{i}");
-        let contact = Arc::new(ApiContact::new());
-        let metrics = Metrics::new().expect("metrics");
-        let store = Arc::new(RwLock::new(super::PodStore::default()));
-        let node = format!("worker-{i}");
+        let (instance, node) = (format!("nodemedic-{i}"), format!("worker-{i}"));
+        let shared = Shared::new(Arc::new(ApiContact::new()), Metrics::new().expect("metrics"));
         let who = Who {
             agent: i,
-            identity: &identity,
+            instance: &instance,
             node: &node,
         };
-        let (stop, task) = start_probes(&fake, who, &effective, &contact, &metrics, &store);
+        let (probes, task) = start_probes(&fake, who, &effective, &shared);
         fleet.members.push(Member {
-            identity,
-            metrics,
-            stop,
+            identity: who.wiring().identity(),
+            metrics: shared.metrics,
+            probes,
             task,
             alive: true,
         });
@@ -383,7 +381,7 @@ async fn thirty_agents_elect_one_prober_keep_their_periods_and_fail_over() {
 
     // SIGTERM of the holder: it releases the Lease; another agent takes it at its next read.
     let s = secs(fake.now());
-    let _ = fleet.members[second].stop.send(true);
+    let _ = fleet.members[second].probes.stop.send(true);
     fleet.run_for(Duration::from_millis(250)).await;
     assert!(
         fleet.members[second].task.is_finished(),

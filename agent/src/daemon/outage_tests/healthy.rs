@@ -32,22 +32,22 @@ async fn a_healthy_250_pod_node_costs_under_two_requests_a_minute() {
     // The prober first, on a node of its own, so that the 250-pod agent follows.
     let prober = Who {
         agent: 0,
-        identity: "nodemedic-p/prober-node",
+        instance: "nodemedic-p",
         node: "prober-node",
     };
     let prober = start(&fake, prober, Flags::default(), &[]);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(prober.metrics.prober.get(), 1, "the prober holds the Lease");
+    assert_eq!(prober.shared.metrics.prober.get(), 1, "the prober holds the Lease");
     let agent = Who {
         agent: 1,
-        identity: "nodemedic-b/bench-node",
+        instance: "nodemedic-b",
         node: BENCH,
     };
     let agent = start(&fake, agent, Flags::default(), &node_pods);
     // Warm-up (the e2e test's 15 s): the first list, the first driver lookups, the first
     // condition patch.
     tokio::time::sleep(Duration::from_secs(150)).await;
-    assert!(agent.health.watch_up.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(agent.shared.health.watch_up.load(std::sync::atomic::Ordering::Relaxed));
     let w0 = secs(fake.now());
     let window = 1200.0;
     tokio::time::sleep(Duration::from_secs_f64(window)).await;
@@ -63,7 +63,7 @@ async fn a_healthy_250_pod_node_costs_under_two_requests_a_minute() {
     };
 
     // The follower.
-    assert_eq!(agent.metrics.prober.get(), 0);
+    assert_eq!(agent.shared.metrics.prober.get(), 0);
     let (watches, requests): (Vec<&Sent>, Vec<&Sent>) = of(1).into_iter().partition(|r| r.kind() == "watch pods");
     let per_minute = requests.len() as f64 / minutes;
     eprintln!(

@@ -1,11 +1,11 @@
 //! The request schedules of the daemon's API loops, proved under tokio's paused clock: the
 //! pod watch ([`super::watch::run`]), the API work ([`super::apiwork::ApiWork::run`]), the
 //! election and the probes ([`crate::apimon::run`] with its [`crate::leader::Elector`]), each the
-//! real loop, wired as [`super::run`] wires them, against a fake API server ([`fake`]) that
-//! records every request. Minutes of an outage run in milliseconds, and the tests assert the
-//! request sequences that the headers of the end-to-end tests `outage.rs`, `budget.rs` and
-//! `fleet.rs` compute by hand: when each loop asks (relative to the outage's start), what, and
-//! the per-minute totals.
+//! real loop, started by the functions [`super::run`] starts them with ([`super::wiring`]),
+//! against a fake API server ([`fake`]) that records every request. Minutes of an outage run
+//! in milliseconds, and the tests assert the request sequences that the headers of the
+//! end-to-end tests `outage.rs`, `budget.rs` and `fleet.rs` compute by hand: when each loop
+//! asks (relative to the outage's start), what, and the per-minute totals.
 //!
 //! Each pause of a backoff is drawn from the upper half `[c/2, c]` of a ceiling `c` that doubles
 //! ([`crate::retry`]): the tests assert every gap between two attempts of a loop against its
@@ -16,29 +16,22 @@ mod fake;
 mod healthy;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
-use super::apiwork::{ApiWork, DriverView, KeptScan, ScanOutcome};
-use super::serve::Health;
-use super::watch::{self, PodStore, SharedStore, WatchSignals};
-use crate::apimon::{ApiMonitor, ElectionView, ProbeOutputs};
-use crate::conditions::NodeConditions;
+use super::apiwork::{KeptScan, ScanOutcome};
+use super::wiring::{self, Agent, ApiLoops, Clients, Loop, ProbeTask, Probes, Shared};
 use crate::config::{Effective, FileConfig, Flags};
 use crate::contact::ApiContact;
-use crate::events::EventRecorder;
-use crate::leader::{ElectionConfig, Elector, LEASE_NAME};
 use crate::metrics::Metrics;
 use crate::probe::Target;
-use crate::repair::audit::Audit;
-use crate::repair::auto::AutoRepairState;
-use crate::retry::Gate;
 use fake::{FakeApi, Mode, Sent};
 
 const NODE: &str = "worker-1";
+const INSTANCE: &str = "nodemedic-abcde";
+/// `INSTANCE` on `NODE` in the election.
 const IDENTITY: &str = "nodemedic-abcde/worker-1";
 
 /// A Spark executor on `node`, owned by its driver `driver` (on another node).
@@ -71,82 +64,76 @@ fn driver(namespace: &str, app: &str) -> Value {
     })
 }
 
-/// One agent: its index in the fake's log, its identity in the election, its node.
+/// One agent: its index in the fake's log, its pod name, its node.
 #[derive(Debug, Clone, Copy)]
 struct Who<'a> {
     agent: usize,
-    identity: &'a str,
+    instance: &'a str,
     node: &'a str,
+}
+
+impl Who<'_> {
+    /// The agent as the daemon knows itself, in the fake's namespace.
+    fn wiring(&self) -> Agent {
+        Agent {
+            node: self.node.into(),
+            instance: self.instance.into(),
+            namespace: "default".into(),
+        }
+    }
+
+    /// Its probe target: the probes' requests go through a client of their own on `fake`,
+    /// which does not report to the contact (the probe task reports their outcomes, as in the
+    /// daemon).
+    fn target(&self, fake: &FakeApi) -> Target {
+        Target::through(fake.client_of(self.agent, "target", None), "default", self.node)
+    }
+
+    /// The clients of its loops on `fake`, each tagged with the loop's name (so each loop's
+    /// requests are told apart) and reporting to `contact` as the daemon's clients do.
+    fn clients(&self, fake: &FakeApi, contact: &Arc<ApiContact>) -> Clients {
+        let (fake, contact, agent) = (fake.clone(), contact.clone(), self.agent);
+        Arc::new(move |l: Loop| fake.client_of(agent, l.as_str(), Some(&contact)))
+    }
 }
 
 /// The agent's API loops, running against a [`FakeApi`].
 struct Loops {
-    contact: Arc<ApiContact>,
-    health: Arc<Health>,
-    metrics: Metrics,
-    /// Kept: dropping it would stop the probe task.
-    _stop: tokio::sync::watch::Sender<bool>,
+    shared: Shared,
+    /// Kept: dropping it would stop the probe task and the API work.
+    api: ApiLoops,
 }
 
 /// Starts the pod watch, the probe task (election and probes) and the API work of `who` as
-/// the daemon does (`daemon::run`), each with a client of its own on `fake` (so each loop's
-/// requests are told apart), and a stand-in for the scan loop that hands the API work an
-/// outcome with `node_pods` at every scan interval.
+/// the daemon does ([`wiring::start_api_loops`]), each with a client of its own on `fake`,
+/// and a stand-in for the scan loop that hands the API work an outcome with `node_pods` at
+/// every scan interval.
 fn start(fake: &FakeApi, who: Who, flags: Flags, node_pods: &[Value]) -> Loops {
-    let Who { agent, identity, node } = who;
+    start_with(fake, who, flags, node_pods, Ok(who.target(fake)))
+}
+
+/// [`start`] with the probe target `target` (an error: none, as when the daemon cannot build
+/// one from its client configuration).
+fn start_with(
+    fake: &FakeApi,
+    who: Who,
+    flags: Flags,
+    node_pods: &[Value],
+    target: Result<Target, crate::probe::ProbeError>,
+) -> Loops {
     let effective: Effective = crate::config::effective(&flags, &FileConfig::default()).expect("valid flags");
-    let contact = Arc::new(ApiContact::new());
-    let metrics = Metrics::new().expect("metrics");
-    let health = Arc::new(Health::default());
-    let store: SharedStore = Arc::new(RwLock::new(PodStore::default()));
-    let wake = Arc::new(Notify::new());
-    let api_back = contact.back_signal();
-    contact.wake_on_back(wake.clone());
-    contact.export_up(metrics.api_up.clone());
+    let shared = Shared::new(Arc::new(ApiContact::new()), Metrics::new().expect("metrics"));
+    let agent = who.wiring();
+    let loops = wiring::start_api_loops(
+        &shared,
+        &agent,
+        &effective,
+        crate::host::HostPaths::new(std::path::Path::new("/nonexistent"), None),
+        target,
+        who.clients(fake, &shared.contact),
+    );
 
-    let signals = WatchSignals {
-        health: health.clone(),
-        metrics: metrics.clone(),
-        wake: wake.clone(),
-        contact: contact.clone(),
-    };
-    tokio::spawn(watch::run(
-        fake.client_of(agent, "watch", Some(&contact)),
-        node.into(),
-        store.clone(),
-        signals,
-        effective.request_timeout,
-    ));
-
-    let (stop, _) = start_probes(fake, who, &effective, &contact, &metrics, &store);
-
-    let client = fake.client_of(agent, "apiwork", Some(&contact));
-    let work = ApiWork {
-        client: client.clone(),
-        host: crate::host::HostPaths::new(std::path::Path::new("/nonexistent"), None),
-        directory: crate::kube_api::driver_directory(
-            client.clone(),
-            effective.driver_cache_ttl,
-            effective.driver_lookup_budget,
-        ),
-        directory_settings: (effective.driver_cache_ttl, effective.driver_lookup_budget),
-        driver_memory: crate::spark::DriverMemory::default(),
-        events: EventRecorder::new(client.clone(), node, identity, effective.event_series_interval),
-        conditions: NodeConditions::new(client.clone(), node, effective.condition_heartbeat),
-        auto_repair: AutoRepairState::new(effective.repair.max_actions_per_hour),
-        repair_audit: Audit::new(Some(client.clone()), node, identity),
-        metrics: metrics.clone(),
-        view: Arc::new(std::sync::Mutex::new(DriverView::default())),
-        last_good: Default::default(),
-        wake: wake.clone(),
-        // As `daemon::run` builds it.
-        gate: Gate::new(Duration::from_secs(2), Duration::from_secs(300), 0xa91),
-        store: store.clone(),
-    };
-    let (outcomes, outcome_rx) = tokio::sync::watch::channel(None);
-    tokio::spawn(work.run(outcome_rx, api_back.subscribe()));
-
-    let mut snapshot = nodemedic_rules::snapshot::NodeSnapshot::empty(node, 0);
+    let mut snapshot = nodemedic_rules::snapshot::NodeSnapshot::empty(&agent.node, 0);
     snapshot.pods.source = nodemedic_rules::snapshot::PodSource::Api;
     snapshot.pods.bound = node_pods
         .iter()
@@ -162,6 +149,7 @@ fn start(fake: &FakeApi, who: Who, flags: Flags, node_pods: &[Value]) -> Loops {
         effective,
         claims: Default::default(),
     });
+    let outcomes = loops.outcomes.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
@@ -171,67 +159,30 @@ fn start(fake: &FakeApi, who: Who, flags: Flags, node_pods: &[Value]) -> Loops {
             }
         }
     });
-    Loops {
-        contact,
-        health,
-        metrics,
-        _stop: stop,
-    }
+    Loops { shared, api: loops }
 }
 
 /// Starts the probe task of `who` (the election and, while it holds the Lease, the probes) as
-/// `daemon::run` does: [`crate::apimon::run`] over an [`ApiMonitor`] and an [`Elector`], their
-/// requests through `fake`. Sending `true` on the returned sender stops it as SIGTERM does
-/// (the holder releases the Lease); aborting the task kills it.
+/// the daemon does ([`ProbeTask`]), its requests through `fake`, on a task of its own (not
+/// supervised: aborting it kills it, as SIGKILL kills the agent). Sending `true` on the
+/// returned [`Probes::stop`] stops it as SIGTERM does (the holder releases the Lease).
 fn start_probes(
     fake: &FakeApi,
     who: Who,
     effective: &Effective,
-    contact: &Arc<ApiContact>,
-    metrics: &Metrics,
-    store: &SharedStore,
-) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-    // The probes' and the Lease reads' own requests are reported through `on_round`, not by
-    // their client (as in the daemon).
-    let Who { agent, identity, node } = who;
-    let target = Target::through(fake.client_of(agent, "target", None), "default", node);
-    let monitor = ApiMonitor::new(
-        target.clone(),
-        fake.client_of(agent, "monitor", Some(contact)),
-        effective.probe_timeout,
+    shared: &Shared,
+) -> (Probes, tokio::task::JoinHandle<()>) {
+    let probes = Probes::default();
+    let task = ProbeTask::new(
+        shared,
+        &who.wiring(),
+        effective,
+        who.target(fake),
+        who.clients(fake, &shared.contact),
+        &probes,
     );
-    let election = ElectionConfig {
-        namespace: "default".into(),
-        name: LEASE_NAME.into(),
-        identity: identity.into(),
-        duration: effective.lease_duration,
-        timeout: effective.request_timeout,
-    };
-    let elector = Elector::new(election, fake.client_of(agent, "election", Some(contact)), target);
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let outputs = ProbeOutputs {
-        observation: Arc::new(std::sync::Mutex::new(None)),
-        election: Arc::new(std::sync::Mutex::new(ElectionView::default())),
-        stop: stop_rx,
-        released: Arc::new(Notify::new()),
-        api_back: contact.back_signal().subscribe(),
-        prober: metrics.prober.clone(),
-    };
-    let observed = contact.clone();
-    let reader = store.clone();
-    let task = tokio::spawn(crate::apimon::run(
-        monitor,
-        elector,
-        effective.probe_interval,
-        move |round| {
-            for s in round {
-                observed.observe(s.status, s.error.as_deref());
-            }
-        },
-        move || super::spark_pods(&reader),
-        outputs,
-    ));
-    (stop, task)
+    let task = tokio::spawn(task.run());
+    (probes, task)
 }
 
 /// Seconds, for the assertions.
@@ -321,7 +272,7 @@ async fn an_outage_costs_the_budget_the_backoff_schedules_compute() {
     fake.switch_after_updates(2, Mode::Refusing);
     let who = Who {
         agent: 0,
-        identity: IDENTITY,
+        instance: INSTANCE,
         node: NODE,
     };
     let loops = start(&fake, who, flags, &node_pods);
@@ -488,8 +439,52 @@ async fn an_outage_costs_the_budget_the_backoff_schedules_compute() {
             "{kind} came back {back} s after the API server, the watch {watch_back} s\n{context}"
         );
     }
-    assert!(loops.health.watch_up.load(std::sync::atomic::Ordering::Relaxed));
-    assert_eq!(loops.metrics.prober.get(), 1, "the prober again");
+    let shared = &loops.shared;
+    assert!(shared.health.watch_up.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(shared.metrics.prober.get(), 1, "the prober again");
     assert_eq!(fake.holder().as_deref(), Some(IDENTITY));
-    assert_eq!(loops.contact.reach(), crate::contact::Reach::Reachable);
+    assert_eq!(shared.contact.reach(), crate::contact::Reach::Reachable);
+}
+
+/// Without a probe target (the daemon cannot build one from its client configuration), the
+/// agent's pod watch and API work run as ever, but it neither takes part in the election nor
+/// probes: every request comes from the watch or the API work, `nodemedic_prober` stays 0,
+/// and the probe task counts as released at once (SIGTERM does not wait for it).
+#[tokio::test(start_paused = true)]
+async fn without_a_probe_target_the_agent_watches_and_looks_up_but_neither_elects_nor_probes() {
+    let node_pods = vec![executor(NODE, "etl", "nightly", 1, "nightly-driver")];
+    let mut pods = node_pods.clone();
+    pods.push(driver("etl", "nightly"));
+    let fake = FakeApi::new(pods);
+    let who = Who {
+        agent: 0,
+        instance: INSTANCE,
+        node: NODE,
+    };
+    let flags = Flags {
+        scan_interval_seconds: Some(0.3),
+        driver_cache_ttl_seconds: Some(0.5),
+        ..Flags::default()
+    };
+    let no_target = Err(crate::probe::ProbeError::Config("server URL has no host".into()));
+    let loops = start_with(&fake, who, flags, &node_pods, no_target);
+    tokio::time::sleep(Duration::from_secs(300)).await;
+
+    let log = fake.log();
+    let context = show(&log, 0.0);
+    let kinds: std::collections::BTreeSet<&str> = log.iter().map(Sent::kind).collect();
+    for kind in ["list pods", "watch pods", "list drivers"] {
+        assert!(kinds.contains(kind), "no {kind}\n{context}");
+    }
+    assert!(
+        log.iter().all(|r| r.client == "watch" || r.client == "apiwork"),
+        "a request of the probe task\n{context}"
+    );
+    assert_eq!(fake.holder(), None, "nobody holds the Lease");
+    assert_eq!(loops.shared.metrics.prober.get(), 0);
+    assert!(loops.shared.health.watch_up.load(std::sync::atomic::Ordering::Relaxed));
+    let released = loops.api.probes.released.clone();
+    tokio::time::timeout(Duration::from_millis(1), released.notified())
+        .await
+        .expect("released at once");
 }
