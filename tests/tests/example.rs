@@ -142,3 +142,39 @@ fn readme_sample_is_the_real_output_with_its_cuts_marked() {
     );
     assert!(sample.len() >= 10, "the sample shows the report, not a line of it");
 }
+
+/// `scan --cpu-map` prints the map alone (what `kubectl nodemedic status NODE` shows), exits 0
+/// when it is drawn and 4 when the CPUs could not be read.
+#[test]
+fn the_cpu_map_alone() {
+    let dir = example_dir();
+    let pods = dir.join("pods.json");
+    let (root, pods) = (dir.to_str().unwrap(), pods.to_str().unwrap());
+    let text = nodemedic(&["scan", "--host-root", root, "--pods", pods, "--cpu-map"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines[0], "node worker-stale");
+    assert!(lines[1].starts_with("cpu map (16 CPUs; R reserved"), "{}", text.stdout);
+    assert_eq!(lines[3], "                               R  L  L  L  L  L  S  S  R  L  L  L  L  L  S  .");
+    assert!(lines.contains(&"  S 7            default/feature-backfill container app (stale entry)"), "{}", text.stdout);
+    assert!(!text.stdout.contains("CRITICAL"), "the map alone:\n{}", text.stdout);
+    let json = nodemedic(&["scan", "--host-root", root, "--pods", pods, "--cpu-map", "--format", "json"]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let map: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let states: Vec<&str> = map.as_array().unwrap().iter().map(|c| c["state"].as_str().unwrap()).collect();
+    assert_eq!(states.len(), 16);
+    assert_eq!(states[6], "stale");
+    assert_eq!(states[0], "reserved");
+    assert_eq!(map[7]["holder"], "default/feature-backfill container app");
+    // No sysfs CPUs under this root: no map, exit 4, and why.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bare.path().join("var/lib/kubelet")).unwrap();
+    let none = nodemedic(&["scan", "--host-root", bare.path().to_str().unwrap(), "--offline", "--cpu-map"]);
+    assert_eq!(none.code, 4, "{}\n{}", none.stdout, none.stderr);
+    assert!(none.stdout.is_empty(), "{}", none.stdout);
+    assert!(
+        none.stderr.contains("no CPU map of node") && none.stderr.contains("the CPUs could not be read (cpus: missing)"),
+        "{}",
+        none.stderr
+    );
+}

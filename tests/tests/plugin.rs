@@ -1147,6 +1147,25 @@ fn status_lists_agents_and_nodes_without_one() {
 }
 
 #[test]
+fn status_of_a_node_shows_its_agent_and_its_cpu_map() {
+    let fake = FakeKubectl::new();
+    let r = fake.run(&["status", "worker-1"], &[("FAKE_PODS", ONE_AGENT)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "node worker-1: agent pod/nodemedic-x7k2p\nfake exec\n");
+    assert!(is_lookup(&r.calls[0], "worker-1", "nodemedic"), "{:?}", r.calls);
+    assert_eq!(
+        r.calls[1],
+        args(&["exec", "-n", "nodemedic", "pod/nodemedic-x7k2p", "-c", "nodemedic", "--", "nodemedic", "scan", "--cpu-map"])
+    );
+    // The agent could not read the CPUs: its exit status (4), not a plugin failure.
+    let r = fake.run(&["status", "worker-1"], &[("FAKE_PODS", ONE_AGENT), ("FAKE_EXIT", "4")]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let r = fake.run(&["status", "worker-1", "extra"], &[("FAKE_PODS", ONE_AGENT)]);
+    assert_eq!(r.code, 2);
+    assert!(r.calls.is_empty());
+}
+
+#[test]
 fn status_says_in_one_line_what_failed_and_never_calls_unknown_nothing() {
     let fake = FakeKubectl::new();
     // The API server does not answer: kubectl's retries are not shown, one line says why.
@@ -1189,7 +1208,7 @@ fn every_command_has_its_help_and_never_takes_it_for_a_name() {
     for (args, usage, entry) in [
         (&["scan", "--help"][..], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
         (&["scan", "-h"], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
-        (&["status", "--help"], "kubectl nodemedic [OPTIONS] status", "  status "),
+        (&["status", "--help"], "kubectl nodemedic [OPTIONS] status [NODE]", "  status [NODE]"),
         (&["repair", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
         (&["repair", "worker-1", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
         (&["probe", "--help"], "probe NODE [api] [PROBE ARGS...]", "  probe NODE [ARGS]"),
@@ -1205,7 +1224,7 @@ fn every_command_has_its_help_and_never_takes_it_for_a_name() {
         assert!(r.stdout.contains(entry), "{args:?}: {}", r.stdout);
         assert!(r.stdout.contains("--kubeconfig FILE"), "{args:?}: the options are part of it");
         // Only that command: no other command's entry.
-        let others = ["  scan NODE [ARGS]", "  repair NODE ACTION", "  probe NODE [ARGS]", "  logs NODE [ARGS]", "  status "];
+        let others = ["  scan NODE [ARGS]", "  repair NODE ACTION", "  probe NODE [ARGS]", "  logs NODE [ARGS]", "  status [NODE]"];
         for other in others.iter().filter(|o| **o != entry) {
             assert!(!r.stdout.contains(other), "{args:?} shows {other:?}: {}", r.stdout);
         }

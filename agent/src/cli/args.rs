@@ -303,6 +303,12 @@ pub struct ScanArgs {
     pub rules: RuleArgs,
     #[command(flatten)]
     pub format: FormatArg,
+    /// Print only the map of the node's CPUs (each CPU's socket, NUMA node, and whether it is
+    /// reserved, in the shared pool, pinned by a live container or held by a stale entry): the
+    /// grid in text, the `cpu_map` array in JSON. Exit status 0 when it is drawn, 4 when the
+    /// CPUs could not be read (no map), 2 when the scan could not run.
+    #[arg(long)]
+    pub cpu_map: bool,
     /// For the floor bench (tests/src/bin/floor-bench.rs): after the scan, write to FILE every file it read, directory it listed and path it looked at, in order, one a line (`read|list|stat PATH`).
     #[arg(long, value_name = "FILE", hide = true)]
     pub record_reads: Option<PathBuf>,

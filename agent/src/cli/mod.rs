@@ -340,6 +340,9 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     let snapshot = scanned.snapshot;
     let facts = nodemedic_rules::facts::derive(&snapshot, &settings);
     let report = Report::judged(&snapshot, &facts, rules::judge(&snapshot, &facts, &settings), &scanned.records);
+    if args.cpu_map {
+        return Ok(print_cpu_map(&report, &snapshot, args.format.get()));
+    }
     match args.format.get() {
         Format::Json => print(&(report.to_json() + "\n")),
         Format::Text => print(&report.to_text(&snapshot)),
@@ -351,6 +354,29 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(scan_exit_code(&report))
+}
+
+/// `scan --cpu-map`: the map alone, and its exit code: 0 drawn, 4 without it (the CPUs could
+/// not be read: the line says why).
+fn print_cpu_map(report: &Report, snapshot: &nodemedic_rules::NodeSnapshot, format: Format) -> u8 {
+    match (&report.cpu_map, format) {
+        (Some(map), Format::Text) => {
+            print(&format!("node {}\n{}", report.node, nodemedic_rules::cpu_map::draw(map)));
+            EXIT_OK
+        }
+        (Some(map), Format::Json) => {
+            print(&(serde_json::to_string_pretty(map).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")) + "\n"));
+            EXIT_OK
+        }
+        (None, _) => {
+            eprintln!(
+                "nodemedic: no CPU map of node {}: the CPUs could not be read (cpus: {})",
+                report.node,
+                snapshot.host.cpus.status()
+            );
+            EXIT_INCOMPLETE
+        }
+    }
 }
 
 /// `scan`'s exit code: 1 with a finding at warning or above (it already says "look", whatever
