@@ -12,7 +12,11 @@
 //!   rule does not run: it raises nothing, and callers that remember findings keep its last
 //!   judged ones. (Except where its needs say it can do without a source in part
 //!   ([`Needs::partial`]): then it runs and reports only what does not depend on that
-//!   source, and is still `unknown`.);
+//!   source, and is still `unknown`, unless it also lacks by choice a need it cannot do
+//!   without: then it is `not_applicable` and does not run.) A partial need suits a source
+//!   whose absence can only make the verdict worse: `slow-pod-admission` without a driver's
+//!   `spark.properties` (`spark_conf`) knows a timeout at least as large as the one in force,
+//!   so what it finds holds, and finding nothing means nothing;
 //! - `not_applicable`: the user chose not to look (`--offline`, no pod list given, the API not
 //!   configured), or the source does not apply here (a kubelet without the PodResources call);
 //! - `disabled`: switched off by configuration.
@@ -57,6 +61,9 @@ pub enum Source {
     Podresources,
     /// The Spark local dirs on the node.
     LocalDirs,
+    /// The Spark configuration (`spark.properties`) of the drivers on the node: whether each
+    /// was read ([`crate::snapshot::SparkConfRead`]).
+    SparkConf,
     /// The API server's probes.
     Api,
 }
@@ -76,6 +83,7 @@ impl Source {
         Source::Pods,
         Source::Podresources,
         Source::LocalDirs,
+        Source::SparkConf,
         Source::Api,
     ];
 
@@ -94,6 +102,7 @@ impl Source {
             Source::Pods => "pods",
             Source::Podresources => "podresources",
             Source::LocalDirs => "local_dirs",
+            Source::SparkConf => "spark_conf",
             Source::Api => "api",
         }
     }
@@ -285,7 +294,10 @@ pub enum SourceStatus {
 /// manager that is not enabled writes no file); `kubelet_config`, `cpus`, `cgroups`, `procfs`:
 /// unknown (every node has them: the host root or the kubelet's configuration was not found);
 /// `podresources`: unknown while a kubelet process runs (its socket should be there), absent
-/// otherwise (no kubelet, no memory to compare).
+/// otherwise (no kubelet, no memory to compare). `spark_conf` has no `Missing`: it is unknown
+/// when the `spark.properties` of a live driver here failed to be read (naming each), read
+/// when one was read, else absent (no driver, or none with a file to read: see
+/// [`crate::snapshot::SparkConfRead::NotThere`]).
 pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
     fn of<T>(o: &Observed<T>, missing_is_unknown: bool, what: &str) -> SourceStatus {
         match o {
@@ -343,6 +355,33 @@ pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
             }
         }
         Source::LocalDirs => of(&snap.host.local_dirs, false, "local dirs"),
+        Source::SparkConf => {
+            let unread = crate::submission::unread_confs(snap);
+            if !unread.is_empty() {
+                SourceStatus::Unknown(
+                    unread
+                        .iter()
+                        .map(|u| {
+                            format!(
+                                "the configuration of driver {} could not be read ({}): the Spark client timeout it \
+                                 sets is unknown",
+                                u.driver, u.reason
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            } else if snap
+                .pods
+                .spark_conf_reads
+                .values()
+                .any(|r| matches!(r, crate::snapshot::SparkConfRead::Read { .. }))
+            {
+                SourceStatus::Read
+            } else {
+                SourceStatus::Absent
+            }
+        }
         Source::Api => of(&snap.api.server, false, "API"),
     }
 }
@@ -444,7 +483,11 @@ pub fn coverage(snap: &NodeSnapshot, needs: &Needs) -> Coverage {
             .join("; ");
         (missing, reason)
     };
-    if !unknown.is_empty() {
+    // A rule that lacks by choice a need it cannot do without does not run: what it can do
+    // without in part (`partial`) then changes nothing, and is no reason to say `unknown`.
+    let only_partial_unknown = unknown.iter().all(|(s, _)| needs.partial.contains(s));
+    let not_run_anyway = only_partial_unknown && !not_looked.is_empty();
+    if !unknown.is_empty() && !not_run_anyway {
         let (missing, reason) = join(unknown);
         Coverage::Unknown { missing, reason }
     } else if !not_looked.is_empty() {

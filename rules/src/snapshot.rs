@@ -31,7 +31,7 @@ pub use pods::{
     ConfMount, ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodPhase, PodSource,
     QosClass, SparkRole, spark_version_of_image,
 };
-pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf};
+pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf, SparkConfRead};
 
 /// One input of the snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +117,10 @@ pub struct PodsSnapshot {
     pub bound: Vec<PodInfo>,
     /// Spark configurations of the driver pods on this node, by pod UID.
     pub spark_confs: BTreeMap<String, SparkConf>,
+    /// Whether the `spark.properties` of each unfinished driver bound here was read, by pod
+    /// UID (the `spark_conf` collector; empty without a pod list). Decides the coverage of
+    /// `slow-pod-admission` ([`crate::coverage::Source::SparkConf`]).
+    pub spark_conf_reads: BTreeMap<String, SparkConfRead>,
     /// Whether the kubelet set up the configuration volume of the drivers here that wait to
     /// start, by pod UID.
     pub conf_mounts: BTreeMap<String, ConfMount>,
@@ -211,6 +215,7 @@ impl NodeSnapshot {
                 },
                 bound: Vec::new(),
                 spark_confs: BTreeMap::new(),
+                spark_conf_reads: BTreeMap::new(),
                 conf_mounts: BTreeMap::new(),
             },
             api: ApiSnapshot {

@@ -115,6 +115,36 @@ pub(crate) fn driver_name(snap: &NodeSnapshot, uid: &str) -> (String, bool) {
     }
 }
 
+/// A live driver on this node whose `spark.properties` could not be read: the client timeout
+/// it sets is unknown, and may be smaller than any known one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadConf {
+    /// The driver as people name it (`ns/name`, or `pod <uid>` when the pod list lacks it).
+    pub driver: String,
+    /// Where and why the read failed.
+    pub reason: String,
+}
+
+/// The live drivers here whose `spark.properties` failed to be read
+/// ([`crate::snapshot::SparkConfRead::Failed`]), in pod UID order. A driver with nothing to
+/// read (no conf volume, or not set up yet) is not one.
+pub fn unread_confs(snap: &NodeSnapshot) -> Vec<UnreadConf> {
+    snap.pods
+        .spark_conf_reads
+        .iter()
+        .filter_map(|(uid, read)| match read {
+            crate::snapshot::SparkConfRead::Failed { reason } => {
+                let (driver, alive) = driver_name(snap, uid);
+                alive.then(|| UnreadConf {
+                    driver,
+                    reason: reason.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Splits JVM options the way Spark splits `extraJavaOptions` (`Utils.splitCommandString`):
 /// on whitespace, with single quotes literal, double quotes grouping and backslash escaping
 /// the next character outside single quotes.
@@ -212,7 +242,8 @@ fn spark2_timeout(conf: &crate::snapshot::SparkConf) -> Option<(&'static str, St
 /// drivers here set (`spark.kubernetes.submission.requestTimeout` or
 /// `spark.kubernetes.driver.requestTimeout` on Spark 3.0+; `-Dkubernetes.request.timeout` or
 /// `KUBERNETES_REQUEST_TIMEOUT` on Spark 2.4; milliseconds), else
-/// `spark_client_timeout_seconds`.
+/// `spark_client_timeout_seconds`. Drivers whose configuration could not be read
+/// ([`unread_confs`]) are not in it: the caller says so.
 pub fn client_timeout(snap: &NodeSnapshot, settings: &Settings) -> ClientTimeout {
     let mut found: Option<(u64, String, &'static str, String)> = None;
     for (uid, conf) in &snap.pods.spark_confs {
@@ -256,8 +287,13 @@ pub fn client_timeout(snap: &NodeSnapshot, settings: &Settings) -> ClientTimeout
         },
         None => ClientTimeout {
             seconds: settings.spark_client_timeout_seconds,
-            source: "no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms"
-                .to_string(),
+            source: if unread_confs(snap).is_empty() {
+                "no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms"
+            } else {
+                "no driver here whose configuration was read sets one: spark_client_timeout_seconds, after Spark's \
+                 default of 10000 ms"
+            }
+            .to_string(),
             driver: None,
             key: None,
         },

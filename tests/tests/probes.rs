@@ -247,6 +247,78 @@ async fn a_2_second_admission_is_fine_at_default_settings() {
     assert!(of_rule(&findings, "slow-api").is_empty(), "{findings:#?}");
 }
 
+/// A driver whose spark.properties cannot be read may set a timeout far below the default:
+/// creates that would be fine against 10 s are not judged fine. The report says
+/// `slow-pod-admission` is unknown because of `spark_conf`, naming the driver, and the scan
+/// exits 4 (incomplete), not 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_driver_conf_leaves_slow_pod_admission_unknown_not_fine() {
+    let api = ApiServer::start().await.unwrap();
+    api.store().create(webhooks("None"));
+    api.faults().set_latency("create", "pods", Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let root = spark_node(&api, dir.path());
+    // A directory where the driver's spark.properties should be: a read error.
+    let conf = std::path::Path::new(&root).join(
+        "var/lib/kubelet/pods/drv-uid-1/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties",
+    );
+    std::fs::remove_file(&conf).unwrap();
+    std::fs::create_dir(&conf).unwrap();
+    let driver = api
+        .store()
+        .list("pods")
+        .iter()
+        .find(|p| p["metadata"]["uid"] == "drv-uid-1")
+        .map(|p| format!("etl/{}", p["metadata"]["name"].as_str().unwrap()))
+        .unwrap();
+    let api = std::sync::Arc::new(api);
+    let run = tokio::task::spawn_blocking({
+        let api = api.clone();
+        move || {
+            let kc_dir = tempfile::tempdir().unwrap();
+            let kc = kc_dir.path().join("kubeconfig");
+            api.write_kubeconfig(&kc, true).unwrap();
+            nodemedic_tests::nodemedic(&[
+                "scan",
+                "--host-root",
+                &root,
+                "--kubeconfig",
+                kc.to_str().unwrap(),
+                "--node",
+                NODE,
+                "--format",
+                "json",
+            ])
+        }
+    })
+    .await
+    .unwrap();
+    let report: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    let shown =
+        "/var/lib/kubelet/pods/drv-uid-1/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties";
+    assert_eq!(
+        report["sources"]["spark_conf"],
+        format!("error: driver {driver}: {shown}: is a directory, not a file"),
+        "{report:#}"
+    );
+    let findings = report["findings"].as_array().unwrap();
+    assert!(of_rule(findings, "slow-pod-admission").is_empty(), "{findings:#?}");
+    assert_eq!(
+        report["coverage"]["slow-pod-admission"],
+        json!({
+            "status": "unknown",
+            "missing": ["spark_conf"],
+            "reason": format!(
+                "spark_conf: the configuration of driver {driver} could not be read ({shown}: is a \
+                 directory, not a file): the Spark client timeout it sets is unknown"
+            ),
+        }),
+        "{report:#}"
+    );
+    assert_eq!(run.code, 4, "could not look is never 0: {}\n{report:#}", run.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_with_unknown_side_effects_is_its_own_finding_not_a_latency_alarm() {
     let api = ApiServer::start().await.unwrap();

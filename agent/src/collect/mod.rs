@@ -482,6 +482,7 @@ pub fn assemble(
                     },
                     bound: pods,
                     spark_confs: drivers.confs,
+                    spark_conf_reads: drivers.reads,
                     conf_mounts: drivers.mounts,
                 },
                 api: ApiSnapshot {

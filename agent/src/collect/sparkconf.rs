@@ -10,12 +10,22 @@
 //! updates. [`read_spark_conf`] reads `spark.properties` through those links, refusing a file
 //! that resolves outside its volume, and [`parse_spark_properties`] reads the Java properties
 //! format Spark writes it in (`java.util.Properties.store`).
+//!
+//! [`read_drivers`] says of every unfinished driver whether its configuration was read, is
+//! not there to read, or failed ([`SparkConfRead`]). Not there, normally: a pod without a Spark
+//! conf volume (client mode; Spark 2.3, which passes the driver's configuration in
+//! `SPARK_JAVA_OPT_*` variables, has no such volume), a driver that waits to start (the kubelet
+//! sets the volume up before it starts any container: `WaitForAttachAndMount` precedes the
+//! runtime's `SyncPod` in kubernetes/kubernetes `pkg/kubelet/kubelet.go`), and a driver being
+//! deleted (the kubelet tears its volumes down). A driver that has started with its conf volume
+//! and has no `spark.properties` there is a failure: the agent is not looking where the kubelet
+//! keeps its pods.
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use nodemedic_rules::snapshot::{ConfMount, PodInfo, SparkConf};
+use nodemedic_rules::snapshot::{ConfMount, PodInfo, PodPhase, SparkConf, SparkConfRead};
 
 use crate::collect::read::{ReadError, read_text, trace};
 use crate::host::HostPaths;
@@ -36,6 +46,8 @@ pub enum SparkConfError {
     Read(#[from] ReadError),
     #[error("{path}: resolves to {target}, outside its volume")]
     OutsideVolume { path: String, target: String },
+    #[error("{path}: not there, although the driver has started with its conf volume {volume}")]
+    NotInVolume { path: String, volume: String },
 }
 
 /// Java's properties whitespace (`' '`, `'\t'`, `'\f'`).
@@ -222,36 +234,57 @@ pub fn find_spark_properties(
         .join(&pod.uid)
         .join("volumes/kubernetes.io~configmap");
     for volume in CONF_VOLUMES {
-        let dir = volumes.join(volume);
-        let file = dir.join(PROPERTIES_FILE);
-        let shown = host.display(&file);
-        let io = |path: &str, source: std::io::Error| {
-            SparkConfError::Read(ReadError::Io {
-                path: path.to_string(),
-                source,
-            })
-        };
-        // The key is a symlink to `..data/spark.properties`; follow it, but stay in the volume.
-        trace::stat(&file);
-        let target = match std::fs::canonicalize(&file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(io(&shown, e)),
-        };
-        trace::stat(&dir);
-        let root = std::fs::canonicalize(&dir).map_err(|e| io(&host.display(&dir), e))?;
-        if !target.starts_with(&root) {
-            return Err(SparkConfError::OutsideVolume {
-                path: shown,
-                target: target.display().to_string(),
-            });
-        }
-        // The kubelet may swap `..data` meanwhile: a vanished target is "not there this time".
-        if let Some(text) = read_text(&target, &shown, PROPERTIES_LIMIT)? {
-            return Ok(Some((shown, text)));
+        // The kubelet may swap `..data` between the resolution and the read: look again once.
+        for _ in 0..2 {
+            match find_in_volume(host, &volumes.join(volume))? {
+                Found::Text(shown, text) => return Ok(Some((shown, text))),
+                Found::Vanished => continue,
+                Found::NotThere => break,
+            }
         }
     }
     Ok(None)
+}
+
+/// What one conf volume held.
+enum Found {
+    /// `spark.properties` (host path, text).
+    Text(String, String),
+    /// It resolved, then vanished before it was read.
+    Vanished,
+    /// No `spark.properties` in this volume.
+    NotThere,
+}
+
+/// Reads `spark.properties` of the conf volume `dir`, never outside it.
+fn find_in_volume(host: &HostPaths, dir: &Path) -> Result<Found, SparkConfError> {
+    let file = dir.join(PROPERTIES_FILE);
+    let shown = host.display(&file);
+    let io = |path: &str, source: std::io::Error| {
+        SparkConfError::Read(ReadError::Io {
+            path: path.to_string(),
+            source,
+        })
+    };
+    // The key is a symlink to `..data/spark.properties`; follow it, but stay in the volume.
+    trace::stat(&file);
+    let target = match std::fs::canonicalize(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::NotThere),
+        Err(e) => return Err(io(&shown, e)),
+    };
+    trace::stat(dir);
+    let root = std::fs::canonicalize(dir).map_err(|e| io(&host.display(dir), e))?;
+    if !target.starts_with(&root) {
+        return Err(SparkConfError::OutsideVolume {
+            path: shown,
+            target: target.display().to_string(),
+        });
+    }
+    Ok(match read_text(&target, &shown, PROPERTIES_LIMIT)? {
+        Some(text) => Found::Text(shown, text),
+        None => Found::Vanished,
+    })
 }
 
 /// The Spark configuration of driver `pod` from its conf volume on this node, with the
@@ -265,12 +298,55 @@ pub fn read_spark_conf(
 ) -> Result<Option<SparkConf>, SparkConfError> {
     Ok(
         find_spark_properties(host, kubelet_dir, pod)?.map(|(_, text)| SparkConf {
-            version: pod.spark_version().map(|(v, _)| v),
+            version: pod_version(pod),
             properties: parse_spark_properties(&text),
             kubernetes_request_timeout_env: None,
             spark_submit_opts_env: None,
         }),
     )
+}
+
+/// The Spark version of `pod`, from its label or image.
+fn pod_version(pod: &PodInfo) -> Option<String> {
+    pod.spark_version().map(|(v, _)| v)
+}
+
+/// Why driver `pod` has no `spark.properties` here, when that is normal: it mounts no Spark
+/// conf volume, waits to start (no container has run: the kubelet mounts volumes before it
+/// starts any), or is being deleted. A driver that has started with its conf volume should have
+/// the file: its absence is [`SparkConfError::NotInVolume`].
+pub fn not_there(host: &HostPaths, kubelet_dir: &Path, pod: &PodInfo) -> Result<String, SparkConfError> {
+    let Some(volume) = &pod.conf_volume else {
+        return Ok(format!(
+            "its pod mounts no Spark conf volume ({}): client mode, or a Spark before 2.4",
+            CONF_VOLUMES.join(" or ")
+        ));
+    };
+    if pod.deleting {
+        return Ok("it is being deleted: the kubelet tears its volumes down".into());
+    }
+    let started = pod.phase == PodPhase::Running
+        || pod
+            .containers
+            .iter()
+            .any(|c| matches!(c.state.as_deref(), Some("running" | "terminated")));
+    if !started {
+        return Ok(format!(
+            "it waits to start: the kubelet has not set up its conf volume {} yet",
+            volume.volume
+        ));
+    }
+    Err(SparkConfError::NotInVolume {
+        path: host.display(
+            &kubelet_dir
+                .join("pods")
+                .join(&pod.uid)
+                .join("volumes/kubernetes.io~configmap")
+                .join(&volume.volume)
+                .join(PROPERTIES_FILE),
+        ),
+        volume: volume.volume.clone(),
+    })
 }
 
 /// What the `spark_conf` collector read: the Spark configuration of the drivers running on the
@@ -279,9 +355,11 @@ pub fn read_spark_conf(
 #[derive(Debug, Default)]
 pub struct DriverConfs {
     pub confs: BTreeMap<String, SparkConf>,
+    /// Whether each unfinished driver's `spark.properties` was read, by pod UID.
+    pub reads: BTreeMap<String, SparkConfRead>,
     pub mounts: BTreeMap<String, ConfMount>,
-    /// One line per driver whose `spark.properties` could not be read (a missing file is no
-    /// failure: the driver has no such volume here).
+    /// One line per driver whose `spark.properties` could not be read (one with nothing to
+    /// read is no failure: see [`not_there`]).
     pub errors: Vec<String>,
 }
 
@@ -305,16 +383,29 @@ pub fn read_drivers(host: &HostPaths, kubelet_dir: &Path, pods: &[PodInfo], node
         .iter()
         .filter(|p| nodemedic_rules::spark::is_driver(p) && !p.is_terminal())
     {
-        let mut conf = match read_spark_conf(host, kubelet_dir, p) {
-            Ok(found) => found.unwrap_or_default(),
+        let found = find_spark_properties(host, kubelet_dir, p).and_then(|found| match found {
+            Some(found) => Ok(Ok(found)),
+            None => not_there(host, kubelet_dir, p).map(Err),
+        });
+        let (mut conf, read) = match found {
+            Ok(Ok((path, text))) => (
+                SparkConf {
+                    version: pod_version(p),
+                    properties: parse_spark_properties(&text),
+                    ..Default::default()
+                },
+                SparkConfRead::Read { path },
+            ),
+            Ok(Err(reason)) => (SparkConf::default(), SparkConfRead::NotThere { reason }),
             Err(e) => {
                 out.errors.push(format!("driver {}/{}: {e}", p.namespace, p.name));
-                SparkConf::default()
+                (SparkConf::default(), SparkConfRead::Failed { reason: e.to_string() })
             }
         };
+        out.reads.insert(p.uid.clone(), read);
         conf.kubernetes_request_timeout_env = p.kubernetes_request_timeout_env.clone();
         conf.spark_submit_opts_env = p.spark_submit_opts_env.clone();
-        conf.version = conf.version.or_else(|| p.spark_version().map(|(v, _)| v));
+        conf.version = conf.version.or_else(|| pod_version(p));
         if !conf.properties.is_empty()
             || conf.kubernetes_request_timeout_env.is_some()
             || conf.spark_submit_opts_env.is_some()
@@ -673,6 +764,134 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(two.status(), ("error: a (and 2 more drivers)".to_string(), true));
+    }
+
+    /// Per driver, the snapshot says whether its configuration was read, is not there to read
+    /// (no conf volume; waiting to start; being deleted) or failed (a read error; a driver that
+    /// has started with its conf volume and has no `spark.properties` in it, which the
+    /// collector once counted as "no such volume here", hiding the failure behind `ok`).
+    #[test]
+    fn the_collector_says_per_driver_whether_its_conf_was_read() {
+        use nodemedic_rules::snapshot::{ConfVolume, ContainerInfo};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        configmap_volume(
+            root,
+            "read",
+            "spark-conf-volume-driver",
+            &[("spark.properties", "spark.kubernetes.driver.requestTimeout=5000\n")],
+        );
+        // A directory where the file should be: a read error.
+        let odd = configmap_volume(root, "unreadable", "spark-conf-volume-driver", &[]);
+        std::fs::create_dir_all(odd.join("..data/spark.properties")).unwrap();
+        symlink("..data/spark.properties", odd.join("spark.properties")).unwrap();
+        // The pod's directory, without its conf volume.
+        std::fs::create_dir_all(root.join("var/lib/kubelet/pods/started/volumes")).unwrap();
+        let host = HostPaths::new(root, None);
+        let kubelet = host.kubelet_dir(None);
+        let with_volume = |uid: &str, phase: PodPhase, container: Option<&str>| {
+            let mut p = driver(uid, Some("3.5.1"));
+            p.phase = phase;
+            p.conf_volume = Some(ConfVolume {
+                volume: "spark-conf-volume-driver".into(),
+                config_map: format!("spark-drv-{uid}-conf-map"),
+            });
+            p.containers = container
+                .map(|state| ContainerInfo {
+                    name: "spark-kubernetes-driver".into(),
+                    state: Some(state.into()),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect();
+            p
+        };
+        let mut deleting = with_volume("deleting", PodPhase::Running, Some("running"));
+        deleting.deleting = true;
+        let mut client_mode = driver("client-mode", None);
+        client_mode.phase = PodPhase::Running;
+        let pods = [
+            with_volume("read", PodPhase::Running, Some("running")),
+            with_volume("unreadable", PodPhase::Running, Some("running")),
+            with_volume("started", PodPhase::Running, Some("running")),
+            // Pending, but its container has run: the kubelet had mounted its volumes.
+            with_volume("restarted", PodPhase::Pending, Some("terminated")),
+            with_volume("waiting", PodPhase::Pending, Some("waiting")),
+            deleting,
+            client_mode,
+        ];
+
+        let got = read_drivers(&host, &kubelet, &pods, "worker-1");
+        let state = |uid: &str| got.reads.get(uid).cloned();
+        let conf_path = |uid: &str| {
+            format!(
+                "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties"
+            )
+        };
+        assert_eq!(
+            state("read"),
+            Some(SparkConfRead::Read {
+                path: conf_path("read")
+            })
+        );
+        assert_eq!(
+            got.confs["read"]
+                .properties
+                .get("spark.kubernetes.driver.requestTimeout")
+                .map(String::as_str),
+            Some("5000")
+        );
+        assert_eq!(
+            state("unreadable"),
+            Some(SparkConfRead::Failed {
+                reason: format!("{}: is a directory, not a file", conf_path("unreadable"))
+            })
+        );
+        let not_in_volume = |uid: &str| SparkConfRead::Failed {
+            reason: format!(
+                "{}: not there, although the driver has started with its conf volume spark-conf-volume-driver",
+                conf_path(uid)
+            ),
+        };
+        assert_eq!(state("started"), Some(not_in_volume("started")));
+        assert_eq!(state("restarted"), Some(not_in_volume("restarted")));
+        assert_eq!(
+            state("waiting"),
+            Some(SparkConfRead::NotThere {
+                reason: "it waits to start: the kubelet has not set up its conf volume spark-conf-volume-driver yet"
+                    .into()
+            })
+        );
+        assert_eq!(
+            state("deleting"),
+            Some(SparkConfRead::NotThere {
+                reason: "it is being deleted: the kubelet tears its volumes down".into()
+            })
+        );
+        assert_eq!(
+            state("client-mode"),
+            Some(SparkConfRead::NotThere {
+                reason: "its pod mounts no Spark conf volume (spark-conf-volume-driver or spark-conf-volume): client \
+                         mode, or a Spark before 2.4"
+                    .into()
+            })
+        );
+        assert_eq!(got.reads.len(), pods.len(), "every unfinished driver has a state");
+        // The record names the first failure and counts the others.
+        assert_eq!(got.errors.len(), 3, "{:?}", got.errors);
+        let (status, failed) = got.status();
+        assert!(failed);
+        assert_eq!(
+            status,
+            format!(
+                "error: driver spark-jobs/etl-driver: {}: is a directory, not a file (and 2 more drivers)",
+                conf_path("unreadable")
+            )
+        );
+        // A finished driver is not looked at.
+        let mut done = with_volume("started", PodPhase::Succeeded, Some("terminated"));
+        done.uid = "done".into();
+        assert!(read_drivers(&host, &kubelet, &[done], "worker-1").reads.is_empty());
     }
 
     #[test]

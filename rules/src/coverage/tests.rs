@@ -273,6 +273,88 @@ fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
     assert!(!drift.runs(&rules::by_id("cpuset-drift").unwrap().needs));
 }
 
+/// `spark_conf`: absent with nothing to read, read when a driver's file was, unknown (naming the
+/// driver) only when the file of a live driver failed; that makes exactly `slow-pod-admission`
+/// unknown, and it still runs. Offline it is not applicable: it lacks the API by choice.
+#[test]
+fn spark_conf_is_unknown_only_when_a_live_drivers_file_failed() {
+    use crate::rules::testkit::spark_driver;
+    use crate::snapshot::SparkConfRead;
+    let live = spark_driver("d1", "spark-a", "etl", "Running");
+    let done = spark_driver("d2", "spark-b", "old", "Failed");
+    let mut snap = SnapshotBuilder::spark_node(&[live, done]).with_api(vec![]).build();
+    let status = |snap: &NodeSnapshot| source_status(snap, Source::SparkConf);
+    assert_eq!(
+        status(&snap),
+        SourceStatus::Absent,
+        "no driver's state: nothing to read"
+    );
+    let reads = |snap: &mut NodeSnapshot, uid: &str, read: SparkConfRead| {
+        snap.pods.spark_conf_reads.insert(uid.into(), read);
+    };
+    reads(
+        &mut snap,
+        "d1",
+        SparkConfRead::NotThere {
+            reason: "client mode".into(),
+        },
+    );
+    assert_eq!(status(&snap), SourceStatus::Absent);
+    reads(&mut snap, "d1", SparkConfRead::Read { path: "/p".into() });
+    assert_eq!(status(&snap), SourceStatus::Read);
+    reads(
+        &mut snap,
+        "d2",
+        SparkConfRead::Failed {
+            reason: "EACCES".into(),
+        },
+    );
+    assert_eq!(
+        status(&snap),
+        SourceStatus::Read,
+        "a finished driver's timeout does not matter"
+    );
+    assert!(unknown_ids(&snap).is_empty(), "{:?}", unknown_ids(&snap));
+
+    reads(
+        &mut snap,
+        "d1",
+        SparkConfRead::Failed {
+            reason: "EACCES".into(),
+        },
+    );
+    // A driver the pod list does not name counts as live.
+    reads(&mut snap, "uid-9", SparkConfRead::Failed { reason: "EIO".into() });
+    let why = |driver: &str, reason: &str| {
+        format!(
+            "the configuration of driver {driver} could not be read ({reason}): the Spark client timeout it sets is \
+             unknown"
+        )
+    };
+    assert_eq!(
+        status(&snap),
+        SourceStatus::Unknown(format!(
+            "{}; {}",
+            why("spark-jobs/etl-driver", "EACCES"),
+            why("pod uid-9", "EIO")
+        ))
+    );
+    assert_eq!(unknown_ids(&snap), ["slow-pod-admission"]);
+    let needs = &rules::by_id("slow-pod-admission").unwrap().needs;
+    assert!(judge(&snap, &Settings::default()).coverage["slow-pod-admission"].runs(needs));
+
+    snap.api.server = Observed::NotApplicable {
+        reason: "--offline".into(),
+    };
+    assert_eq!(
+        judge(&snap, &Settings::default()).coverage["slow-pod-admission"],
+        Coverage::NotApplicable {
+            missing: vec![Source::Api],
+            reason: "api: --offline".into()
+        }
+    );
+}
+
 #[test]
 fn disabled_rules_are_disabled_not_unknown() {
     let mut settings = Settings::default();

@@ -18,6 +18,21 @@
 //! metrics) only when the matching webhooks' mean latencies explain at least half of the median
 //! create (mutating ones add up, validating ones run in parallel); otherwise it says that they
 //! do not, and lists what else can hold a create (unmeasured webhooks, the API server, etcd).
+//!
+//! A driver whose `spark.properties` could not be read (permission denied, a file outside its
+//! volume, a running driver whose conf volume holds none: [`crate::snapshot::SparkConfRead`])
+//! may set a timeout smaller than any known here: Spark declares both keys as plain `intConf`
+//! with a default and no `checkValue` (apache/spark `resource-managers/kubernetes/core/src/main/
+//! scala/org/apache/spark/deploy/k8s/Config.scala`), so a driver may set as little as 1 ms, and
+//! a median create well under half of the known timeout may be over half, or over all, of the
+//! unread one. The unread timeout can
+//! only lower the timeout in force (it is the smallest), so it can only make the verdict worse:
+//! a finding made with the known timeout holds as it is or worse, and no finding means nothing.
+//! So the rule needs `spark_conf` and can do without it in part ([`Needs::partial`]): it still
+//! runs on the configurations it read, its finding (when it makes one) names the drivers not
+//! read and says its severity is a lower bound, and its coverage is `unknown` naming them,
+//! never `judged`. It is not left out altogether, because what it does find is certain: a
+//! create at or past the known timeout is at or past the one in force.
 
 use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
@@ -30,7 +45,7 @@ pub use crate::submission::{
     DRIVER_TIMEOUT_KEY, FABRIC8_TIMEOUT_ENV, FABRIC8_TIMEOUT_PROPERTY, SUBMISSION_TIMEOUT_KEY, spark_client_timeout,
     timed_out,
 };
-use crate::submission::{client_timeout, driver_name, is_spark2, pod_creates, suggested_timeout_ms};
+use crate::submission::{client_timeout, driver_name, is_spark2, pod_creates, suggested_timeout_ms, unread_confs};
 use crate::text::ms;
 
 pub const ID: &str = "slow-pod-admission";
@@ -45,9 +60,9 @@ pub const RULE: RuleInfo = RuleInfo {
     fires_when: "the median dry-run pod create in the window takes half the Spark client timeout or more (warning; also when the slowest passes it) or the whole timeout (critical); names the webhooks that match pod CREATE and the slowest one when measurable",
     event_reason: "SlowPodAdmission",
     needs: Needs {
-        all: &[One(Source::Api)],
+        all: &[One(Source::Api), One(Source::SparkConf)],
         about: &[],
-        partial: &[],
+        partial: &[Source::SparkConf],
     },
     kubelet_versions: KubeletVersions::DoNotMatter(
         "it times dry-run pod creates and reads webhook configurations and API server metrics, in which the kubelet takes no part",
@@ -303,9 +318,22 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
         (None, None) => String::new(),
     };
     let n = creates.samples.len();
+    let unread: Vec<String> = unread_confs(snap).into_iter().map(|u| u.driver).collect();
+    let unread_note = match unread.as_slice() {
+        [] => String::new(),
+        [one] => format!(
+            "; the configuration of driver {one} could not be read: the timeout it sets may be smaller, and this \
+             verdict worse"
+        ),
+        many => format!(
+            "; the configurations of drivers {} could not be read: the timeouts they set may be smaller, and this \
+             verdict worse",
+            many.join(", ")
+        ),
+    };
     let summary = format!(
         "Creating a pod takes {median:.1} s (median of {n} dry-run create{}, slowest {max:.1} s), {how} the Spark \
-         client timeout of {t} s ({}){webhook_note}",
+         client timeout of {t} s ({}){webhook_note}{unread_note}",
         if n == 1 { "" } else { "s" },
         timeout.source
     );
@@ -332,6 +360,9 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
         .with("slowest_webhook", blamed.map(webhook_json));
     if !spark2.is_empty() {
         finding = finding.with("spark_2_drivers", spark2);
+    }
+    if !unread.is_empty() {
+        finding = finding.with("spark_conf_unread_drivers", unread);
     }
     vec![finding]
 }

@@ -65,3 +65,21 @@ pub struct SparkConf {
     /// `-Dkubernetes.request.timeout` from them).
     pub spark_submit_opts_env: Option<String>,
 }
+
+/// Whether the `spark.properties` of a driver on this node was read ([`super::PodsSnapshot`]'s
+/// `spark_conf_reads`, by pod UID): what `slow-pod-admission` may rely on when it takes the
+/// smallest client timeout the drivers here set.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SparkConfRead {
+    /// Read from this file (host path).
+    Read { path: String },
+    /// There is nothing to read, normally (why): the pod mounts no Spark conf volume (client
+    /// mode, or Spark before 2.4, which passes the driver's configuration in its environment),
+    /// or the driver waits to start and the kubelet has not set its volume up yet.
+    NotThere { reason: String },
+    /// It should be there and could not be read (where and why): permission denied, a file
+    /// outside its volume, too large, not UTF-8, or a driver that runs with its conf volume
+    /// and no `spark.properties` in it.
+    Failed { reason: String },
+}

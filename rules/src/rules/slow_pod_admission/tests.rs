@@ -514,3 +514,161 @@ fn without_latencies_or_webhooks() {
     assert!(f[0].remedy.contains("kubectl get mutatingwebhookconfigurations"));
     assert_eq!(NOW - 30, f[0].evidence["slowest_sample"]["at"].as_i64().unwrap());
 }
+
+/// `snap` with the `spark.properties` of driver `uid` in state `read`.
+fn with_read(mut snap: NodeSnapshot, uid: &str, read: crate::snapshot::SparkConfRead) -> NodeSnapshot {
+    snap.pods.spark_conf_reads.insert(uid.into(), read);
+    snap
+}
+
+fn failed(reason: &str) -> crate::snapshot::SparkConfRead {
+    crate::snapshot::SparkConfRead::Failed { reason: reason.into() }
+}
+
+/// The rule's coverage of `snap`, and its findings when it runs.
+fn judge_rule(snap: &NodeSnapshot) -> (crate::coverage::Coverage, Vec<Finding>) {
+    let s = Settings::default();
+    let judgement = crate::rules::judge(snap, &crate::facts::derive(snap, &s), &s);
+    let findings = judgement.findings.iter().filter(|f| f.rule == ID).cloned().collect();
+    (judgement.coverage[ID].clone(), findings)
+}
+
+/// A driver whose configuration could not be read may set a timeout as small as 1 ms (Spark
+/// bounds neither key): creates under half of the default are not "fine", the coverage is
+/// unknown naming the driver, and a finding made with the known timeout names it too.
+#[test]
+fn a_driver_whose_conf_failed_is_never_judged_fine() {
+    let d1 = spark_driver("d1", "spark-a", "etl", "Running");
+    let reason = "/var/lib/kubelet/pods/d1/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties: \
+                  Permission denied (os error 13)";
+    let snap = |totals: &[f64]| {
+        with_read(
+            SnapshotBuilder::spark_node(std::slice::from_ref(&d1))
+                .with_api(creates(totals))
+                .build(),
+            "d1",
+            failed(reason),
+        )
+    };
+
+    // 3 s: under half of the default 10 s, but maybe past a 2 s timeout d1 set.
+    let (coverage, findings) = judge_rule(&snap(&[3.0, 3.0, 3.0]));
+    assert!(findings.is_empty(), "{findings:?}");
+    assert_eq!(
+        coverage,
+        crate::coverage::Coverage::Unknown {
+            missing: vec![Source::SparkConf],
+            reason: format!(
+                "spark_conf: the configuration of driver spark-jobs/etl-driver could not be read ({reason}): the Spark \
+                 client timeout it sets is unknown"
+            ),
+        }
+    );
+    assert!(coverage.runs(&RULE.needs), "it still judges on what it read");
+
+    // 6 s: at least half of the default: the finding holds (or is worse) and says why.
+    let (coverage, findings) = judge_rule(&snap(&[6.0, 6.0, 6.0]));
+    assert_eq!(coverage.status(), "unknown");
+    let [f] = findings.as_slice() else {
+        panic!("{findings:?}")
+    };
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(
+        f.evidence["spark_conf_unread_drivers"],
+        json!(["spark-jobs/etl-driver"])
+    );
+    assert_eq!(f.evidence["spark_timeout_seconds"], 10.0);
+    assert!(
+        f.summary.ends_with(
+            "the Spark client timeout of 10 s (no driver here whose configuration was read sets one: \
+             spark_client_timeout_seconds, after Spark's default of 10000 ms); the configuration of driver \
+             spark-jobs/etl-driver could not be read: the timeout it sets may be smaller, and this verdict worse"
+        ),
+        "{}",
+        f.summary
+    );
+
+    // Offline (no API probes) the rule does not run whatever it read: not applicable, not
+    // unknown, so an offline scan's exit code does not change.
+    let mut offline = snap(&[6.0]);
+    offline.api.server = crate::snapshot::Observed::NotApplicable {
+        reason: "offline".into(),
+    };
+    let (coverage, findings) = judge_rule(&offline);
+    assert_eq!(coverage.status(), "not_applicable", "{coverage:?}");
+    assert!(findings.is_empty());
+
+    // A finished driver's unread configuration does not matter; nor does one with nothing to read.
+    let done = spark_driver("d1", "spark-a", "etl", "Succeeded");
+    let finished = with_read(
+        SnapshotBuilder::spark_node(&[done]).with_api(creates(&[3.0])).build(),
+        "d1",
+        failed(reason),
+    );
+    assert_eq!(judge_rule(&finished).0, crate::coverage::Coverage::Judged);
+    let waiting = with_read(
+        snap(&[3.0]),
+        "d1",
+        crate::snapshot::SparkConfRead::NotThere {
+            reason: "it waits to start".into(),
+        },
+    );
+    assert_eq!(judge_rule(&waiting), (crate::coverage::Coverage::Judged, vec![]));
+}
+
+/// A driver whose configuration was read and sets a smaller timeout is still the timeout in
+/// force; the unread one is named beside it.
+#[test]
+fn a_read_driver_with_a_smaller_timeout_still_wins() {
+    let d1 = spark_driver("d1", "spark-a", "etl", "Running");
+    let d2 = spark_driver("d2", "spark-b", "ml", "Running");
+    let snap = SnapshotBuilder::spark_node(&[d1, d2])
+        .with_api(creates(&[3.0, 3.0]))
+        .with_spark_conf("d1", spark_conf(Some("3.5.1"), &[(DRIVER_TIMEOUT_KEY, "4000")]))
+        .build();
+    let snap = with_read(
+        snap,
+        "d1",
+        crate::snapshot::SparkConfRead::Read {
+            path: "/var/lib/kubelet/pods/d1/volumes/kubernetes.io~configmap/spark-conf-volume-driver/spark.properties"
+                .into(),
+        },
+    );
+    let snap = with_read(snap, "d2", failed("spark.properties: not UTF-8 text"));
+    let (coverage, findings) = judge_rule(&snap);
+    assert_eq!(coverage.status(), "unknown");
+    let [f] = findings.as_slice() else {
+        panic!("{findings:?}")
+    };
+    assert_eq!(f.severity, Severity::Warning, "3 s is at least half of d1's 4 s");
+    assert_eq!(f.evidence["spark_timeout_seconds"], 4.0);
+    assert_eq!(f.evidence["spark_timeout_driver"], "spark-jobs/etl-driver");
+    assert_eq!(f.evidence["spark_conf_unread_drivers"], json!(["spark-jobs/ml-driver"]));
+    assert!(
+        f.summary.contains(
+            "timeout of 4 s (spark.kubernetes.driver.requestTimeout=4000 (ms) of driver spark-jobs/etl-driver, Spark \
+             3.5.1); the configuration of driver spark-jobs/ml-driver could not be read"
+        ),
+        "{}",
+        f.summary
+    );
+}
+
+/// No driver on the node: the default timeout, judged, as before.
+#[test]
+fn no_driver_judges_with_the_default() {
+    let (coverage, findings) = judge_rule(&node(creates(&[3.0, 4.0])).build());
+    assert_eq!(coverage, crate::coverage::Coverage::Judged);
+    assert!(findings.is_empty());
+    let (coverage, findings) = judge_rule(&node(creates(&[6.0])).build());
+    assert_eq!(coverage, crate::coverage::Coverage::Judged);
+    assert_eq!(findings[0].evidence["spark_timeout_seconds"], 10.0);
+    assert!(findings[0].evidence.get("spark_conf_unread_drivers").is_none());
+    assert!(
+        findings[0]
+            .summary
+            .ends_with("(no driver here sets one: spark_client_timeout_seconds, after Spark's default of 10000 ms)"),
+        "{}",
+        findings[0].summary
+    );
+}
