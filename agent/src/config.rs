@@ -326,6 +326,30 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
             }
         }
     }
+    // What the file's keys are checked for (`parse`), its flags are too: `run --check-config`
+    // says valid only for what `run` will take.
+    if let Some(d) = args.lease_duration_seconds {
+        if d < 3.0 {
+            return Err(ConfigError::Flag {
+                flag: "--lease-duration-seconds",
+                problem: Problem::LeaseTooShort(d),
+            });
+        }
+    }
+    if let Some(listen) = &args.listen {
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ConfigError::Flag {
+                flag: "--listen",
+                problem: Problem::NotAnAddress(listen.clone()),
+            });
+        }
+    }
+    if let Some(root) = args.local_dir_root.iter().find(|r| !r.starts_with('/')) {
+        return Err(ConfigError::Flag {
+            flag: "--local-dir-root",
+            problem: Problem::RelativePath(root.clone()),
+        });
+    }
     let settings = settings_from(
         file.rules.clone().unwrap_or_default(),
         &args.rule_setting,
@@ -762,6 +786,40 @@ mod settings_tests {
             e.to_string(),
             "--scan-interval-seconds: -1 is not a positive number of seconds"
         );
+        // The flags are checked for what the file's keys are: run would refuse them.
+        for (flags, message) in [
+            (
+                Flags {
+                    listen: Some("127.0.0.1:99999".into()),
+                    ..Default::default()
+                },
+                "--listen: \"127.0.0.1:99999\" is not an address:port like 0.0.0.0:9904",
+            ),
+            (
+                Flags {
+                    lease_duration_seconds: Some(1.0),
+                    ..Default::default()
+                },
+                "--lease-duration-seconds: ",
+            ),
+            (
+                Flags {
+                    local_dir_root: vec!["/data".into(), "scratch".into()],
+                    ..Default::default()
+                },
+                "--local-dir-root: ",
+            ),
+        ] {
+            let e = effective(&flags, &FileConfig::default()).unwrap_err();
+            assert!(e.to_string().starts_with(message), "{e}");
+        }
+        let fine = Flags {
+            listen: Some("[::]:9904".into()),
+            lease_duration_seconds: Some(3.0),
+            local_dir_root: vec!["/data".into()],
+            ..Default::default()
+        };
+        assert_eq!(effective(&fine, &FileConfig::default()).unwrap().listen, "[::]:9904");
         let e = settings_from(Settings::default(), &["novalue".into()], vec![]).unwrap_err();
         assert!(matches!(
             &e,

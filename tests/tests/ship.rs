@@ -285,6 +285,15 @@ fn check_config_and_the_configuration_reference() {
         "{}",
         run.stderr
     );
+    // What run would refuse, check-config refuses: a port that is no port (was "valid").
+    let run = nodemedic_tests::nodemedic(&["run", "--check-config", "--listen", "127.0.0.1:99999"]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("--listen: \"127.0.0.1:99999\" is not an address:port like 0.0.0.0:9904"),
+        "{}",
+        run.stderr
+    );
 
     // The documented file is valid and its tables name exactly the keys the code knows.
     let docs = std::fs::read_to_string(repo("docs/configuration.md")).unwrap();
