@@ -98,9 +98,15 @@ tar -C "$root" -c . | "$docker" import --change 'USER 65532:65532' \
 
 # ---------------------------------------------------------------- the image
 [ -x target/release/nodemedic ] || cargo build --release -p nodemedic
+# The context the Dockerfile's `prebuilt` stage reads: ARCH/nodemedic.
+case "$(uname -m)" in
+    x86_64) arch=amd64 ;;
+    aarch64) arch=arm64 ;;
+    *) fail "no image architecture for $(uname -m)" ;;
+esac
 ctx="$work/context"
-mkdir -p "$ctx"
-strip -o "$ctx/nodemedic" target/release/nodemedic
+mkdir -p "$ctx/$arch"
+strip -o "$ctx/$arch/nodemedic" target/release/nodemedic
 image=nodemedic-ci/nodemedic:test
 revision="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 "$docker" build --quiet -f daemonset/Dockerfile --build-arg BINARY_FROM=prebuilt \
@@ -126,9 +132,12 @@ for format in text json; do
     set -e
     [ "$rc_host" -eq 1 ] || { cat "$work/host.$format.err" >&2; fail "host scan ($format) exited $rc_host, not 1"; }
     [ "$rc_image" -eq "$rc_host" ] || { cat "$work/image.$format.err" >&2; fail "image scan ($format) exited $rc_image, host $rc_host"; }
-    # The two runs differ only in the moment they ran (the report's time): it is normalised
-    # before comparing.
-    normalise() { sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z/<time>/g' "$1"; }
+    # The two runs differ only in the moment they ran: the report's time, and the ages of the
+    # files it read (now minus their mtime) are normalised before comparing.
+    normalise() {
+        sed -E -e 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z/<time>/g' \
+            -e 's/(age_seconds"?: *)[0-9.]+/\1<age>/g' "$1"
+    }
     if ! diff <(normalise "$work/host.$format") <(normalise "$work/image.$format") >"$work/diff"; then
         cat "$work/diff" >&2
         fail "the image's $format scan differs from the host binary's"
@@ -136,4 +145,4 @@ for format in text json; do
     [ -s "$work/image.$format" ] || fail "the image's $format scan printed nothing"
 done
 size="$("$docker" image inspect --format '{{.Size}}' "$image")"
-echo "image ok: $image, $((size / 1000)) kB (binary $(($(stat -c %s "$ctx/nodemedic") / 1000)) kB), runs as the DaemonSet runs it, scans the example as the host binary does"
+echo "image ok: $image, $((size / 1000)) kB (binary $(($(stat -c %s "$ctx/$arch/nodemedic") / 1000)) kB), runs as the DaemonSet runs it, scans the example as the host binary does"

