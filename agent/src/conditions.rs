@@ -23,7 +23,7 @@ fn rules_of(condition: NodeCondition) -> Vec<&'static str> {
     rules::ALL
         .iter()
         .filter(|r| r.condition == Some(condition))
-        .map(|r| r.id)
+        .map(|r| r.id.as_str())
         .collect()
 }
 
@@ -75,7 +75,7 @@ pub fn wanted(findings: &[Finding], coverage: &BTreeMap<&'static str, Coverage>)
             let its_rules = rules_of(spec);
             let hits: Vec<&Finding> = findings
                 .iter()
-                .filter(|f| its_rules.contains(&f.rule.as_str()) && judged(&f.rule))
+                .filter(|f| its_rules.contains(&f.rule.as_str()) && judged(f.rule.as_str()))
                 .collect();
             let unknown: Vec<String> = its_rules
                 .iter()
@@ -229,9 +229,9 @@ mod tests {
     use super::*;
     use nodemedic_rules::finding::{Severity, Subject};
 
-    fn f(rule: &str) -> Finding {
+    fn f(rule: &'static str) -> Finding {
         Finding::new(
-            rule,
+            rule.into(),
             Severity::Critical,
             Subject::node("n"),
             format!("{rule} summary"),

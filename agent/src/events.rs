@@ -33,7 +33,7 @@ pub const REPORTING_CONTROLLER: &str = "nodemedic.io/agent";
 
 /// The Event reason of a finding: its rule's, from the catalogue.
 pub fn reason_of(f: &Finding) -> &'static str {
-    rules::by_id(&f.rule).map_or("NodemedicFinding", |r| r.event_reason)
+    rules::by_id(f.rule.as_str()).map_or("NodemedicFinding", |r| r.event_reason)
 }
 
 /// The longest Kubernetes object name (a DNS subdomain, RFC 1123).
@@ -130,7 +130,7 @@ pub struct EventRecorder {
 
 /// Rules about the cluster, not the node: only the elected prober raises them, and their
 /// Events are on its Lease, so the cluster has one series whichever agent probes.
-pub const CLUSTER_RULES: &[&str] = &[
+pub const CLUSTER_RULES: &[nodemedic_rules::RuleId] = &[
     nodemedic_rules::rules::slow_pod_admission::ID,
     nodemedic_rules::rules::webhook_blocks_dry_run::ID,
 ];
@@ -283,7 +283,7 @@ impl EventRecorder {
 
     fn reference(&self, f: &Finding) -> ObjectReference {
         match &self.cluster_object {
-            Some(o) if CLUSTER_RULES.contains(&f.rule.as_str()) => o.clone(),
+            Some(o) if CLUSTER_RULES.contains(&f.rule) => o.clone(),
             _ => reference(f, &self.node),
         }
     }
@@ -389,7 +389,7 @@ impl EventRecorder {
                 action: "Detected",
                 // What the text report prints: the finding, then what to do.
                 note: format!("{} Remedy: {}", f.summary, f.remedy),
-                label: ("nodemedic.io/rule", f.rule.clone()),
+                label: ("nodemedic.io/rule", f.rule.to_string()),
                 instance: self.instance.clone(),
             };
             let name = series_name(spec.regarding.name.as_deref().unwrap_or_default(), &self.identity(key));
@@ -515,7 +515,7 @@ impl EventRecorder {
     /// continues the one series.
     fn identity<'a>(&'a self, key: &'a FindingKey) -> Vec<&'a str> {
         match &self.cluster_object {
-            Some(o) if CLUSTER_RULES.contains(&key.rule.as_str()) => {
+            Some(o) if CLUSTER_RULES.contains(&key.rule) => {
                 let [rule, _, _, _, problem] = key.parts();
                 vec![
                     o.namespace.as_deref().unwrap_or_default(),

@@ -99,7 +99,7 @@ impl Report {
         let in_order = || {
             rules::ALL
                 .iter()
-                .filter_map(|r| self.coverage.get(r.id).map(|c| (r.id, c)))
+                .filter_map(|r| self.coverage.get(r.id.as_str()).map(|c| (r.id.as_str(), c)))
         };
         for (id, c) in in_order() {
             if let Coverage::Unknown { reason, .. } = c {
@@ -252,7 +252,7 @@ impl Report {
                     let _ = writeln!(out, "      {k}: {v}");
                 }
                 let _ = writeln!(out, "    remedy: {}", f.remedy);
-                if let Some(rule) = rules::by_id(&f.rule) {
+                if let Some(rule) = rules::by_id(f.rule.as_str()) {
                     let _ = writeln!(out, "    docs:   {}", rule.docs_path());
                 }
             }

@@ -154,13 +154,18 @@ pub fn cpu_map(snap: &NodeSnapshot, facts: &Facts) -> Option<Vec<CpuCell>> {
         })
         .collect();
     let online = topo.all();
-    cells.extend(topo.offline.iter().filter(|cpu| !online.contains(*cpu)).map(|cpu| CpuCell {
-        cpu,
-        socket: None,
-        numa_node: None,
-        used: CpuUse::Offline,
-        holder: None,
-    }));
+    cells.extend(
+        topo.offline
+            .iter()
+            .filter(|cpu| !online.contains(*cpu))
+            .map(|cpu| CpuCell {
+                cpu,
+                socket: None,
+                numa_node: None,
+                used: CpuUse::Offline,
+                holder: None,
+            }),
+    );
     cells.sort_by_key(|c| c.cpu);
     Some(cells)
 }
@@ -207,7 +212,12 @@ pub fn draw(cells: &[CpuCell]) -> String {
     }
     for (used, who, cpus) in holders {
         let what = if used == CpuUse::Stale { " (stale entry)" } else { "" };
-        let _ = writeln!(out, "  {} {:<12} {who}{what}", used.mark(), CpuSet::from_ids(cpus).to_string());
+        let _ = writeln!(
+            out,
+            "  {} {:<12} {who}{what}",
+            used.mark(),
+            CpuSet::from_ids(cpus).to_string()
+        );
     }
     out
 }

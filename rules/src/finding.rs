@@ -133,7 +133,7 @@ impl Subject {
 /// neither may ever change, or a restarted agent would not find its series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FindingKey {
-    pub rule: String,
+    pub rule: RuleId,
     pub kind: SubjectKind,
     /// The subject's UID, else its name; empty with neither.
     pub object: String,
@@ -147,7 +147,7 @@ impl FindingKey {
     /// Rule, kind, object, container, problem, as text.
     pub fn parts(&self) -> [&str; 5] {
         [
-            &self.rule,
+            self.rule.as_str(),
             self.kind.as_str(),
             &self.object,
             &self.container,
@@ -175,10 +175,48 @@ impl std::fmt::Display for FindingKey {
     }
 }
 
+/// A rule's stable id (`stale-cpu-assignment`): the name of its page under docs/rules/, its
+/// findings' `rule`, the `rule` label of its metrics. Each rule declares its own as a constant
+/// (`stale_cpu_assignment::ID`), and code that means a rule names that constant, so a rule id
+/// is never a free string compared by hand. Serialized as the plain string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(&'static str);
+
+impl RuleId {
+    /// The id `id` (a rule's constant; ids are lowercase words joined by `-`).
+    pub const fn new(id: &'static str) -> Self {
+        RuleId(id)
+    }
+
+    /// The id as text.
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+/// For tests and tables that name a rule by its text; rules declare theirs with [`RuleId::new`].
+impl From<&'static str> for RuleId {
+    fn from(id: &'static str) -> Self {
+        RuleId(id)
+    }
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl serde::Serialize for RuleId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
 /// One problem found, with the evidence to believe it and the command that fixes it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Finding {
-    pub rule: String,
+    pub rule: RuleId,
     pub severity: Severity,
     pub subject: Subject,
     pub summary: String,
@@ -188,9 +226,9 @@ pub struct Finding {
 
 impl Finding {
     /// A finding of `rule` with empty evidence.
-    pub fn new(rule: &str, severity: Severity, subject: Subject, summary: String, remedy: String) -> Self {
+    pub fn new(rule: RuleId, severity: Severity, subject: Subject, summary: String, remedy: String) -> Self {
         Finding {
-            rule: rule.to_string(),
+            rule,
             severity,
             subject,
             summary,
@@ -212,7 +250,7 @@ impl Finding {
     pub fn key(&self) -> FindingKey {
         let s = &self.subject;
         FindingKey {
-            rule: self.rule.clone(),
+            rule: self.rule,
             kind: s.kind,
             object: s.uid.clone().or_else(|| s.name.clone()).unwrap_or_default(),
             container: s.container.clone().unwrap_or_default(),
@@ -226,10 +264,10 @@ impl Finding {
     }
 
     /// A stable order: worst first, then rule, then subject.
-    pub fn sort_key(&self) -> (std::cmp::Reverse<Severity>, String, String, String, String) {
+    pub fn sort_key(&self) -> (std::cmp::Reverse<Severity>, RuleId, String, String, String) {
         (
             std::cmp::Reverse(self.severity),
-            self.rule.clone(),
+            self.rule,
             self.subject
                 .uid
                 .clone()
@@ -280,7 +318,14 @@ mod tests {
             ),
         ];
         for (subject, want) in cases {
-            let finding = Finding::new("r", Severity::Warning, subject, "s".into(), "fix".into()).with("cpus", "2-3");
+            let finding = Finding::new(
+                crate::finding::RuleId::new("r"),
+                Severity::Warning,
+                subject,
+                "s".into(),
+                "fix".into(),
+            )
+            .with("cpus", "2-3");
             assert_eq!(
                 serde_json::to_string(&finding).unwrap(),
                 format!(
@@ -312,13 +357,20 @@ mod tests {
             uid: Some("u1".into()),
             container: Some("c".into()),
         };
-        let f =
-            |subject: Subject| Finding::new("orphaned-executor", Severity::Warning, subject, "s".into(), "r".into());
+        let f = |subject: Subject| {
+            Finding::new(
+                crate::finding::RuleId::new("orphaned-executor"),
+                Severity::Warning,
+                subject,
+                "s".into(),
+                "r".into(),
+            )
+        };
         let key = f(pod.clone()).key();
         assert_eq!(
             key,
             FindingKey {
-                rule: "orphaned-executor".into(),
+                rule: crate::finding::RuleId::new("orphaned-executor"),
                 kind: SubjectKind::Pod,
                 object: "u1".into(),
                 container: "c".into(),
@@ -335,7 +387,7 @@ mod tests {
         same.summary = "else".into();
         assert_eq!(same.key(), key);
         let node = Finding::new(
-            "checkpoint-invalid-state",
+            RuleId::new("checkpoint-invalid-state"),
             Severity::Critical,
             Subject::node("n1"),
             "s".into(),
@@ -378,9 +430,15 @@ mod tests {
         // Without a UID the name identifies; a subject with neither has an empty object.
         assert_eq!(keys[2].object, "exec-1");
         assert_eq!(
-            Finding::new("r", Severity::Info, Subject::default(), "s".into(), "r".into())
-                .key()
-                .object,
+            Finding::new(
+                crate::finding::RuleId::new("r"),
+                Severity::Info,
+                Subject::default(),
+                "s".into(),
+                "r".into()
+            )
+            .key()
+            .object,
             ""
         );
         // Ordered by the parts as text: the kind by its name, so a Node sorts before a Pod.

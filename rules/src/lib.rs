@@ -57,6 +57,6 @@ pub mod validate;
 
 pub use checkpoint::{Checkpoint, CheckpointError, CpuState, Verification};
 pub use cpuset::{CpuSet, CpuSetError};
-pub use finding::{Finding, Severity, Subject};
+pub use finding::{Finding, RuleId, Severity, Subject};
 pub use settings::Settings;
 pub use snapshot::NodeSnapshot;

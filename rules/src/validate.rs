@@ -402,7 +402,7 @@ mod tests {
                 .into_iter()
                 .map(|f| {
                     (
-                        f.rule,
+                        f.rule.as_str().to_string(),
                         f.evidence
                             .get("problem")
                             .and_then(|p| p.as_str())

@@ -129,7 +129,7 @@ async fn a_create_that_landed_after_its_client_gave_up_is_continued_not_duplicat
     let recorder = |client| EventRecorder::new(client, NODE, "nodemedic-test", Duration::from_secs(600));
     let mut agent = recorder(client.clone());
     let finding = Finding::new(
-        "stale-cpu-assignment",
+        nodemedic_rules::rules::stale_cpu_assignment::ID,
         Severity::Critical,
         Subject::pod_uid("39b3c1d2"),
         "CPUs 2-3 are held for a pod that no longer runs on this node".into(),

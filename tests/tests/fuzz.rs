@@ -808,7 +808,7 @@ fn manager_node(files: &[Vec<u8>; 4], alive: &[bool]) -> nodemedic_rules::NodeSn
 fn finding_uids(findings: &[nodemedic_rules::Finding], rule: &str, key: &str) -> Vec<String> {
     let mut uids: Vec<String> = findings
         .iter()
-        .filter(|f| f.rule == rule)
+        .filter(|f| f.rule.as_str() == rule)
         .flat_map(|f| match &f.evidence[key] {
             Value::String(s) => vec![s.clone()],
             Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
@@ -844,7 +844,7 @@ proptest! {
         prop_assert_eq!(finding_uids(&findings, "stale-memory-assignment", "pod_uid"), gone.clone());
         prop_assert_eq!(finding_uids(&findings, "stale-device-assignment", "pod_uid"), gone.clone());
         prop_assert_eq!(finding_uids(&findings, "stale-dra-claim", "pod_uids"), gone);
-        prop_assert!(findings.iter().all(|f| f.rule != "checkpoint-unreadable"), "{findings:#?}");
+        prop_assert!(findings.iter().all(|f| f.rule.as_str() != "checkpoint-unreadable"), "{findings:#?}");
     }
 
     /// The same files mutated: the readers never panic, and neither do the rules on what they
@@ -885,7 +885,7 @@ proptest! {
         };
         let named = findings
             .iter()
-            .any(|f| f.rule == "checkpoint-unreadable" && f.evidence["path"].as_str().is_some_and(|p| p.ends_with(path)));
+            .any(|f| f.rule.as_str() == "checkpoint-unreadable" && f.evidence["path"].as_str().is_some_and(|p| p.ends_with(path)));
         prop_assert_eq!(named, !accepted, "{}", String::from_utf8_lossy(&files[which]));
     }
 }

@@ -339,7 +339,12 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
     .map_err(|e| format!("tokio runtime: {e}"))??;
     let snapshot = scanned.snapshot;
     let facts = nodemedic_rules::facts::derive(&snapshot, &settings);
-    let report = Report::judged(&snapshot, &facts, rules::judge(&snapshot, &facts, &settings), &scanned.records);
+    let report = Report::judged(
+        &snapshot,
+        &facts,
+        rules::judge(&snapshot, &facts, &settings),
+        &scanned.records,
+    );
     if args.cpu_map {
         return Ok(print_cpu_map(&report, &snapshot, args.format.get()));
     }
@@ -361,7 +366,11 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
 fn print_cpu_map(report: &Report, snapshot: &nodemedic_rules::NodeSnapshot, format: Format) -> u8 {
     match (&report.cpu_map, format) {
         (Some(map), Format::Text) => {
-            print(&format!("node {}\n{}", report.node, nodemedic_rules::cpu_map::draw(map)));
+            print(&format!(
+                "node {}\n{}",
+                report.node,
+                nodemedic_rules::cpu_map::draw(map)
+            ));
             EXIT_OK
         }
         (Some(map), Format::Json) => {

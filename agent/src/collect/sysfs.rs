@@ -235,7 +235,9 @@ mod numa_memory_tests {
         assert!(topo.offline.is_empty());
         assert_eq!(topo.all().to_string(), "0-1", "the online CPUs stand");
         assert!(
-            notes.iter().any(|n| n.starts_with("/sys/devices/system/cpu/offline: ") && n.ends_with(": offline CPUs not shown")),
+            notes
+                .iter()
+                .any(|n| n.starts_with("/sys/devices/system/cpu/offline: ") && n.ends_with(": offline CPUs not shown")),
             "{notes:?}"
         );
     }

@@ -583,7 +583,7 @@ mod tests {
         // The finding about e1 carries the staleness in its evidence.
         let mut findings = vec![
             Finding::new(
-                "orphaned-executor",
+                nodemedic_rules::rules::orphaned_executor::ID,
                 Severity::Warning,
                 Subject::node("n"),
                 "s".into(),

@@ -73,14 +73,17 @@ pub(super) fn hold_unjudged(
     for (rule, c) in &judgement.coverage {
         match c {
             Coverage::Judged => {
-                last.insert(rule, findings.iter().filter(|f| f.rule == *rule).cloned().collect());
+                last.insert(
+                    rule,
+                    findings.iter().filter(|f| f.rule.as_str() == *rule).cloned().collect(),
+                );
             }
             Coverage::Unknown { .. } => {
                 // A rule that runs in part reports now what does not depend on the source it
                 // lacks; its other findings are the last judged ones.
                 let now: std::collections::HashSet<nodemedic_rules::finding::FindingKey> = findings
                     .iter()
-                    .filter(|f| f.rule == *rule)
+                    .filter(|f| f.rule.as_str() == *rule)
                     .map(nodemedic_rules::Finding::key)
                     .collect();
                 let kept = last.get(rule).into_iter().flatten();

@@ -22,7 +22,7 @@ fn next_turn_of(rules: &[RuleInfo], snapshot: &NodeSnapshot, settings: &Settings
     let mut distinct: Vec<NextJudgementFn> = Vec::new();
     let declared = rules
         .iter()
-        .filter(|r| settings.enabled(r.id))
+        .filter(|r| settings.enabled(r.id.as_str()))
         .filter_map(|r| r.next_judgement);
     for next in declared {
         // Two addresses of one function (codegen units) only cost a second evaluation; two

@@ -3,8 +3,8 @@
 use super::*;
 use nodemedic_rules::finding::{Subject, SubjectKind};
 
-fn finding(rule: &str, subject: Subject) -> Finding {
-    Finding::new(rule, Severity::Critical, subject, "s".repeat(2000), "r".into())
+fn finding(rule: impl Into<nodemedic_rules::RuleId>, subject: Subject) -> Finding {
+    Finding::new(rule.into(), Severity::Critical, subject, "s".repeat(2000), "r".into())
 }
 
 #[test]
@@ -153,7 +153,7 @@ async fn admission_findings_are_recorded_on_the_prober_lease_the_rest_on_their_s
     let recorder = EventRecorder::new(client, "worker-3", "nodemedic-x", Duration::from_secs(600))
         .with_cluster_object(lease_reference("nodemedic", "nodemedic-prober"));
     for rule in CLUSTER_RULES {
-        let r = recorder.reference(&finding(rule, Subject::node("worker-3")));
+        let r = recorder.reference(&finding(*rule, Subject::node("worker-3")));
         assert_eq!(
             (
                 r.api_version.as_deref(),

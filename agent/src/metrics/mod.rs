@@ -190,7 +190,7 @@ impl Metrics {
             )?,
             rule_gauges: rules::ALL
                 .iter()
-                .filter_map(|r| Some((r.id, r.gauge?)))
+                .filter_map(|r| Some((r.id.as_str(), r.gauge?)))
                 .map(|(id, g)| Ok((id, g, IntGauge::with_opts(opts(g.name, g.help))?)))
                 .collect::<Result<_, prometheus::Error>>()?,
             events_emitted_total: IntCounterVec::new(
@@ -352,9 +352,9 @@ impl Metrics {
         }
         for rule in rules::ALL {
             m.events_emitted_total.with_label_values(&[rule.event_reason]);
-            m.rule_firing.with_label_values(&[rule.id]).set(0);
+            m.rule_firing.with_label_values(&[rule.id.as_str()]).set(0);
             for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
-                m.findings.with_label_values(&[rule.id, sev.as_str()]).set(0);
+                m.findings.with_label_values(&[rule.id.as_str(), sev.as_str()]).set(0);
             }
         }
         Ok(m)
@@ -387,14 +387,16 @@ impl Metrics {
         let firing: BTreeSet<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
         for rule in rules::ALL {
             self.rule_firing
-                .with_label_values(&[rule.id])
-                .set(i64::from(firing.contains(rule.id)));
+                .with_label_values(&[rule.id.as_str()])
+                .set(i64::from(firing.contains(rule.id.as_str())));
             for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
                 let n = findings
                     .iter()
                     .filter(|f| f.rule == rule.id && f.severity == sev)
                     .count();
-                self.findings.with_label_values(&[rule.id, sev.as_str()]).set(n as i64);
+                self.findings
+                    .with_label_values(&[rule.id.as_str(), sev.as_str()])
+                    .set(n as i64);
             }
         }
         let state = snap.host.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
@@ -422,7 +424,7 @@ impl Metrics {
         }
         self.observe_managers(snap, facts);
         for (rule, gauge, metric) in &self.rule_gauges {
-            let its: Vec<&Finding> = findings.iter().filter(|f| f.rule == *rule).collect();
+            let its: Vec<&Finding> = findings.iter().filter(|f| f.rule.as_str() == *rule).collect();
             metric.set(i64::try_from((gauge.value)(&its)).unwrap_or(i64::MAX));
         }
         if let Ok(mut seen) = self.counted_rejections.lock() {

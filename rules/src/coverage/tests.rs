@@ -73,7 +73,7 @@ fn every_rule_declares_needs_and_every_source_is_needed_by_one() {
 fn a_node_with_everything_read_judges_every_rule_but_the_offline_ones() {
     let snap = node();
     let j = judge(&snap, &Settings::default());
-    assert!(j.findings.iter().any(|f| f.rule == "stale-cpu-assignment"));
+    assert!(j.findings.iter().any(|f| f.rule.as_str() == "stale-cpu-assignment"));
     // The testkit's node has no API observation: not probed, which is not a failure.
     let not = not_judged(&snap);
     assert!(
@@ -169,7 +169,7 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
         let j = judge(&snap, &Settings::default());
         for id in &want {
             assert!(
-                j.findings.iter().all(|f| f.rule != *id),
+                j.findings.iter().all(|f| f.rule.as_str() != *id),
                 "{name}: {id} raised a finding"
             );
             let Some(Coverage::Unknown { reason, .. }) = j.coverage.get(id) else {
@@ -197,7 +197,7 @@ fn liveness_needs_one_of_its_sources() {
             reason: "cgroups: kubepods: EACCES".into()
         }
     );
-    assert!(j.findings.iter().all(|f| f.rule != "stale-cpu-assignment"));
+    assert!(j.findings.iter().all(|f| f.rule.as_str() != "stale-cpu-assignment"));
     // Offline, the rules that need a pod list are not applicable, not unknown.
     assert_eq!(
         j.coverage["orphaned-executor"],
@@ -262,7 +262,7 @@ fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
     let found: Vec<_> = j
         .findings
         .iter()
-        .filter(|f| f.rule == "checkpoint-invalid-state")
+        .filter(|f| f.rule.as_str() == "checkpoint-invalid-state")
         .map(|f| f.evidence["problem"].clone())
         .collect();
     assert_eq!(found, [serde_json::json!("unknown-policy")]);

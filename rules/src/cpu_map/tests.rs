@@ -26,10 +26,13 @@ fn two_sockets() -> CpuTopology {
 /// rest shared; the gone pod is in no pod list, the live one is.
 fn node() -> NodeSnapshot {
     let live = pod("uid-live", "exec-1", "Running", &[("executor", "cid-live")]);
-    let mut snap = SnapshotBuilder::static_node("0,3-4,6-7", &[("uid-live", "executor", "1-2"), ("uid-gone", "app", "5")])
-        .with_pod_list(&[live])
-        .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
-        .build();
+    let mut snap = SnapshotBuilder::static_node(
+        "0,3-4,6-7",
+        &[("uid-live", "executor", "1-2"), ("uid-gone", "app", "5")],
+    )
+    .with_pod_list(&[live])
+    .with_cpu_manager(|c| c.reserved_system_cpus = Some(CpuSet::parse("0").unwrap()))
+    .build();
     snap.host.cpus = Observed::Ok(two_sockets());
     snap
 }
@@ -143,6 +146,9 @@ fn a_wide_numa_node_wraps_at_16_cpus() {
     let text = draw(&cells);
     let rows: Vec<&str> = text.lines().skip(1).filter(|l| l.contains("cpu ")).collect();
     assert_eq!(rows.len(), 2, "{text}");
-    assert!(rows[0].starts_with("  socket 0, NUMA node 0") && rows[0].ends_with("15"), "{text}");
+    assert!(
+        rows[0].starts_with("  socket 0, NUMA node 0") && rows[0].ends_with("15"),
+        "{text}"
+    );
     assert!(rows[1].trim_start().starts_with("cpu 16 17 18 19"), "{text}");
 }

@@ -203,14 +203,14 @@ mod tests {
         let after = counts().get("checkpoint_refusals").copied().unwrap_or(0);
         assert_eq!(after - before, 1);
         let remedy_of = |rule: &str| {
-            let f = findings.iter().find(|f| f.rule == rule);
+            let f = findings.iter().find(|f| f.rule.as_str() == rule);
             f.map(|f| f.remedy.clone())
                 .unwrap_or_else(|| panic!("no {rule}: {findings:#?}"))
         };
         assert_eq!(
             findings
                 .iter()
-                .find(|f| f.rule == "checkpoint-invalid-state")
+                .find(|f| f.rule.as_str() == "checkpoint-invalid-state")
                 .map(|f| &f.evidence["problem"]),
             Some(&serde_json::json!("cpus-mismatch"))
         );

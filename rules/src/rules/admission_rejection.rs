@@ -27,7 +27,7 @@ use crate::snapshot::{NodeSnapshot, PodSource};
 use crate::spark::scheduler_of;
 use crate::text::{LISTED, cleanup_remedy, counts};
 
-pub const ID: &str = "admission-rejection";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("admission-rejection");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -24,7 +24,7 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::spark::is_driver;
 
-pub const ID: &str = "apiserver-unreachable";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("apiserver-unreachable");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -18,7 +18,7 @@ use crate::snapshot::NodeSnapshot;
 use crate::text::reset_checkpoint_remedy;
 use crate::validate::CPU_MANAGER_POLICIES;
 
-pub const ID: &str = "checkpoint-invalid-state";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("checkpoint-invalid-state");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -21,7 +21,7 @@ use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::text::reset_checkpoint_remedy;
 
-pub const ID: &str = "checkpoint-unreadable";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("checkpoint-unreadable");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

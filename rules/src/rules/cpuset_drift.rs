@@ -24,7 +24,7 @@ use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{CgroupTree, ContainerCgroup, NodeSnapshot, Observed, PodInfo, PodSource};
 
-pub const ID: &str = "cpuset-drift";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("cpuset-drift");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

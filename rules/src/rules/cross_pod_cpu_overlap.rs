@@ -18,7 +18,7 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::reset_checkpoint_remedy;
 
-pub const ID: &str = "cross-pod-cpu-overlap";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("cross-pod-cpu-overlap");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -46,7 +46,7 @@ fn device_refusal_remedy(node: &str, path: &str, resource: &str) -> String {
     )
 }
 
-pub const ID: &str = "device-admission-failure";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("device-admission-failure");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

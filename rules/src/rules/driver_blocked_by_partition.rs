@@ -31,7 +31,7 @@ use crate::snapshot::{NodeSnapshot, NodeStatus, PodEvent, PodInfo};
 use crate::spark::{self, APP_SELECTOR, alive_drivers};
 use crate::text::human_seconds;
 
-pub const ID: &str = "driver-blocked-by-partition";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("driver-blocked-by-partition");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -31,7 +31,7 @@ use crate::spark::{
     non_empty_label as non_empty, run_key,
 };
 
-pub const ID: &str = "duplicate-driver";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("duplicate-driver");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -23,7 +23,7 @@ use crate::settings::Settings;
 use crate::snapshot::{ContainerKind, NodeSnapshot, Observed, PodInfo, PodPhase, PodSource, QosClass};
 use crate::text::LISTED;
 
-pub const ID: &str = "exclusive-cpu-shortage";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("exclusive-cpu-shortage");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

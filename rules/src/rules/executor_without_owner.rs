@@ -26,7 +26,7 @@ use crate::snapshot::{DriverLookup, NodeSnapshot, PodInfo};
 use crate::spark::{self, is_executor, lookup_str};
 use crate::text::LISTED;
 
-pub const ID: &str = "executor-without-owner";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("executor-without-owner");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

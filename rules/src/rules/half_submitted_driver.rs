@@ -24,7 +24,7 @@ use crate::submission::{
 };
 use crate::text::{human_seconds, kubectl_delete, ms};
 
-pub const ID: &str = "half-submitted-driver";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("half-submitted-driver");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -41,7 +41,7 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed};
 use crate::text::{human_bytes, repair_cpu_state_remedy, unix_to_rfc3339};
 
-pub const ID: &str = "kubelet-state-divergence";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("kubelet-state-divergence");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -48,7 +48,7 @@ pub type CheckFn = fn(&NodeSnapshot, &Facts, &Settings) -> Vec<Finding>;
 #[derive(Debug, Clone, Copy)]
 pub struct RuleInfo {
     /// The stable id (docs/architecture.md), also the name of its page under docs/rules/.
-    pub id: &'static str,
+    pub id: crate::finding::RuleId,
     /// One line for people.
     pub title: &'static str,
     /// The severity of its usual finding (a rule may report some findings lower).
@@ -169,7 +169,7 @@ pub const ALL: &[RuleInfo] = &[
 
 /// The rule with `id`.
 pub fn by_id(id: &str) -> Option<&'static RuleInfo> {
-    ALL.iter().find(|r| r.id == id)
+    ALL.iter().find(|r| r.id.as_str() == id)
 }
 
 /// Runs every enabled rule that can judge ([`crate::coverage`]): its findings worst first, then
@@ -180,21 +180,21 @@ pub fn judge(snapshot: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Jud
     let mut coverage = std::collections::BTreeMap::new();
     let mut findings = Vec::new();
     for r in ALL {
-        let covered = if settings.enabled(r.id) {
+        let covered = if settings.enabled(r.id.as_str()) {
             crate::coverage::coverage(snapshot, &r.needs)
         } else {
             Coverage::Disabled
         };
         if covered.runs(&r.needs) {
             let mut found = (r.check)(snapshot, facts, settings);
-            if let Some(severity) = settings.severity_overrides.get(r.id) {
+            if let Some(severity) = settings.severity_overrides.get(r.id.as_str()) {
                 for f in &mut found {
                     f.severity = *severity;
                 }
             }
             findings.extend(found);
         }
-        coverage.insert(r.id, covered);
+        coverage.insert(r.id.as_str(), covered);
     }
     findings.sort_by_key(Finding::sort_key);
     Judgement { findings, coverage }
@@ -217,14 +217,18 @@ mod tests {
 
     #[test]
     fn catalogue_ids_are_unique_kebab_case_and_match_modules() {
-        let mut ids: Vec<&str> = ALL.iter().map(|r| r.id).collect();
+        let mut ids: Vec<&str> = ALL.iter().map(|r| r.id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), ALL.len());
         for r in ALL {
-            assert!(r.id.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{}", r.id);
+            assert!(
+                r.id.as_str().bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{}",
+                r.id
+            );
             assert!(r.event_reason.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
-            assert_eq!(by_id(r.id).map(|x| x.id), Some(r.id));
+            assert_eq!(by_id(r.id.as_str()).map(|x| x.id), Some(r.id));
         }
     }
 
@@ -240,7 +244,7 @@ mod tests {
         let f = evaluate(&snap, &settings);
         assert!(
             f.iter()
-                .filter(|f| f.rule == "stale-cpu-assignment")
+                .filter(|f| f.rule.as_str() == "stale-cpu-assignment")
                 .all(|f| f.severity == Severity::Info)
         );
         assert_eq!(settings.validate(), Ok(()));
@@ -270,13 +274,13 @@ mod tests {
             .with_pod_list(&[])
             .build();
         let all = evaluate(&snap, &Settings::default());
-        assert!(all.iter().any(|f| f.rule == "stale-cpu-assignment"));
+        assert!(all.iter().any(|f| f.rule.as_str() == "stale-cpu-assignment"));
         let mut settings = Settings::default();
         settings.disabled_rules.insert("stale-cpu-assignment".into());
         assert!(
             evaluate(&snap, &settings)
                 .iter()
-                .all(|f| f.rule != "stale-cpu-assignment")
+                .all(|f| f.rule.as_str() != "stale-cpu-assignment")
         );
     }
 }

@@ -37,7 +37,7 @@ use crate::snapshot::{NodeSnapshot, PodInfo};
 use crate::spark::{self, OPERATOR_APP_NAME, OPERATOR_SUBMISSION_ID, lookup_str, spark_container};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
 
-pub const ID: &str = "orphaned-executor";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("orphaned-executor");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -35,7 +35,7 @@ use crate::settings::Settings;
 use crate::snapshot::{LocalDir, NodeSnapshot, PodInfo};
 use crate::text::{LISTED, human_bytes, kubectl_delete};
 
-pub const ID: &str = "orphaned-local-dir";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("orphaned-local-dir");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -20,7 +20,7 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, ProbeSample};
 use crate::text::ms;
 
-pub const ID: &str = "slow-api";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("slow-api");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -48,7 +48,7 @@ pub use crate::submission::{
 use crate::submission::{client_timeout, driver_name, is_spark2, pod_creates, suggested_timeout_ms, unread_confs};
 use crate::text::ms;
 
-pub const ID: &str = "slow-pod-admission";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("slow-pod-admission");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

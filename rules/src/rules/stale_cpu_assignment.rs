@@ -39,7 +39,7 @@ use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, PodSource};
 use crate::text::{repair_cpu_state_remedy, stop_containers};
 
-pub const ID: &str = "stale-cpu-assignment";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("stale-cpu-assignment");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

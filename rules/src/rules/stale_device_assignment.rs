@@ -24,7 +24,7 @@ use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::text::{device_state_remedy, stale_subject, still_running_note, stop_containers};
 
-pub const ID: &str = "stale-device-assignment";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("stale-device-assignment");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -23,7 +23,7 @@ use crate::settings::Settings;
 use crate::snapshot::{ClaimObject, NodeSnapshot};
 use crate::text::{LISTED, dra_claim_remedy};
 
-pub const ID: &str = "stale-dra-claim";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("stale-dra-claim");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -20,7 +20,7 @@ use crate::settings::Settings;
 use crate::snapshot::NodeSnapshot;
 use crate::text::{admit_one_pod, human_bytes, stale_subject, still_running_note, stop_containers};
 
-pub const ID: &str = "stale-memory-assignment";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("stale-memory-assignment");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

@@ -21,7 +21,7 @@ use crate::rules::RuleInfo;
 use crate::settings::Settings;
 use crate::snapshot::{NodeSnapshot, Observed, ProbeSample, WebhookInfo};
 
-pub const ID: &str = "webhook-blocks-dry-run";
+pub const ID: crate::finding::RuleId = crate::finding::RuleId::new("webhook-blocks-dry-run");
 
 /// This rule in the catalogue ([`crate::rules::ALL`]): what it is, what it needs, from which
 /// kubelet versions it holds, and the sinks its findings reach.

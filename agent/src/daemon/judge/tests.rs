@@ -5,9 +5,9 @@ use nodemedic_rules::finding::{Finding, Severity, Subject};
 
 use super::hold_unjudged;
 
-fn finding(rule: &str, summary: &str) -> Finding {
+fn finding(rule: &'static str, summary: &str) -> Finding {
     Finding::new(
-        rule,
+        rule.into(),
         Severity::Critical,
         Subject::node("n"),
         summary.into(),
@@ -114,8 +114,18 @@ fn a_judgement_cycle_makes_each_shared_judgement_once() {
     assert_eq!(made, once);
     // And they found something: the example's stale entries reach the rules, the metrics and
     // the topology.
-    assert!(judged.findings.iter().any(|f| f.rule == "stale-cpu-assignment"));
-    assert!(judged.findings.iter().any(|f| f.rule == "exclusive-cpu-shortage"));
+    assert!(
+        judged
+            .findings
+            .iter()
+            .any(|f| f.rule.as_str() == "stale-cpu-assignment")
+    );
+    assert!(
+        judged
+            .findings
+            .iter()
+            .any(|f| f.rule.as_str() == "exclusive-cpu-shortage")
+    );
     assert!(
         metrics.render().contains("nodemedic_cpu_manager_stale_cpus 3"),
         "{}",

@@ -530,7 +530,7 @@ fn judge_rule(snap: &NodeSnapshot) -> (crate::coverage::Coverage, Vec<Finding>) 
     let s = Settings::default();
     let judgement = crate::rules::judge(snap, &crate::facts::derive(snap, &s), &s);
     let findings = judgement.findings.iter().filter(|f| f.rule == ID).cloned().collect();
-    (judgement.coverage[ID].clone(), findings)
+    (judgement.coverage[ID.as_str()].clone(), findings)
 }
 
 /// A driver whose configuration could not be read may set a timeout as small as 1 ms (Spark
