@@ -107,7 +107,13 @@ fn readme_sample_is_the_real_output_with_its_cuts_marked() {
     let sample: Vec<&str> = readme[start..].split("\n```").next().unwrap().lines().collect();
     let dir = example_dir();
     let pods = dir.join("pods.json");
-    let run = nodemedic(&["scan", "--host-root", dir.to_str().unwrap(), "--pods", pods.to_str().unwrap()]);
+    let run = nodemedic(&[
+        "scan",
+        "--host-root",
+        dir.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+    ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     let real: Vec<&str> = run.stdout.lines().collect();
     let time = |l: &str| match l.rfind(" at ") {
@@ -126,7 +132,10 @@ fn readme_sample_is_the_real_output_with_its_cuts_marked() {
             None => time(r) == time(line),
         };
         let Some(found) = real[at..].iter().position(matches) else {
-            panic!("README's sample line is not in the real output (after line {at}):\n{line}\n\nreal output:\n{}", run.stdout);
+            panic!(
+                "README's sample line is not in the real output (after line {at}):\n{line}\n\nreal output:\n{}",
+                run.stdout
+            );
         };
         assert!(
             found == 0 || cut,
@@ -155,13 +164,34 @@ fn the_cpu_map_alone() {
     let lines: Vec<&str> = text.stdout.lines().collect();
     assert_eq!(lines[0], "node worker-stale");
     assert!(lines[1].starts_with("cpu map (16 CPUs; R reserved"), "{}", text.stdout);
-    assert_eq!(lines[3], "                               R  L  L  L  L  L  S  S  R  L  L  L  L  L  S  .");
-    assert!(lines.contains(&"  S 7            default/feature-backfill container app (stale entry)"), "{}", text.stdout);
+    assert_eq!(
+        lines[3],
+        "                               R  L  L  L  L  L  S  S  R  L  L  L  L  L  S  ."
+    );
+    assert!(
+        lines.contains(&"  S 7            default/feature-backfill container app (stale entry)"),
+        "{}",
+        text.stdout
+    );
     assert!(!text.stdout.contains("CRITICAL"), "the map alone:\n{}", text.stdout);
-    let json = nodemedic(&["scan", "--host-root", root, "--pods", pods, "--cpu-map", "--format", "json"]);
+    let json = nodemedic(&[
+        "scan",
+        "--host-root",
+        root,
+        "--pods",
+        pods,
+        "--cpu-map",
+        "--format",
+        "json",
+    ]);
     assert_eq!(json.code, 0, "{}", json.stderr);
     let map: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    let states: Vec<&str> = map.as_array().unwrap().iter().map(|c| c["state"].as_str().unwrap()).collect();
+    let states: Vec<&str> = map
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"].as_str().unwrap())
+        .collect();
     assert_eq!(states.len(), 16);
     assert_eq!(states[6], "stale");
     assert_eq!(states[0], "reserved");
@@ -169,11 +199,18 @@ fn the_cpu_map_alone() {
     // No sysfs CPUs under this root: no map, exit 4, and why.
     let bare = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(bare.path().join("var/lib/kubelet")).unwrap();
-    let none = nodemedic(&["scan", "--host-root", bare.path().to_str().unwrap(), "--offline", "--cpu-map"]);
+    let none = nodemedic(&[
+        "scan",
+        "--host-root",
+        bare.path().to_str().unwrap(),
+        "--offline",
+        "--cpu-map",
+    ]);
     assert_eq!(none.code, 4, "{}\n{}", none.stdout, none.stderr);
     assert!(none.stdout.is_empty(), "{}", none.stdout);
     assert!(
-        none.stderr.contains("no CPU map of node") && none.stderr.contains("the CPUs could not be read (cpus: missing)"),
+        none.stderr.contains("no CPU map of node")
+            && none.stderr.contains("the CPUs could not be read (cpus: missing)"),
         "{}",
         none.stderr
     );

@@ -2,6 +2,7 @@
 //! API server double, the fake kubelet and real cgroup v1 hierarchies. One file per area, each
 //! a module of this one test binary (tests/README.md says what each covers).
 
+mod admission;
 mod apiserver;
 mod bad_input;
 mod budget;
@@ -28,8 +29,8 @@ mod podresources;
 mod privacy;
 mod probes;
 mod repair_cli;
-mod repair_cpu_state;
 mod release;
+mod repair_cpu_state;
 mod repair_local_dirs;
 mod repair_pods;
 mod repair_safety;

@@ -174,7 +174,8 @@ fn apiserver_metrics_component_renders_and_validates() {
 }
 
 /// components/node-resource-topology: one ClusterRole rule for the NodeResourceTopology objects,
-/// the switch on the agent's container and the NUMA nodes' memory, read-only; nothing else changes.
+/// the same objects in the node-writes admission policy, the switch on the agent's container
+/// and the NUMA nodes' memory, read-only; nothing else changes.
 #[test]
 fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
     let rendered = render_with_components(&["node-resource-topology"]);
@@ -199,8 +200,15 @@ fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
         mounts.contains(&json!({"name": "host-numa", "mountPath": "/host/sys/devices/system/node", "readOnly": true, "recursiveReadOnly": "IfPossible"})),
         "{mounts:?}"
     );
-    // Take all three away again: what is left is the base.
+    // Take all four away again (the fourth: its objects in the node-writes admission policy,
+    // whose decisions tests/tests/admission.rs evaluates): what is left is the base.
     for d in docs.iter_mut() {
+        if d["kind"] == "ValidatingAdmissionPolicy" && d["metadata"]["name"] == "nodemedic-own-node-writes" {
+            let rules = d["spec"]["matchConstraints"]["resourceRules"].as_array_mut().unwrap();
+            let before = rules.len();
+            rules.retain(|r| r["apiGroups"] != json!(["topology.node.k8s.io"]));
+            assert_eq!(rules.len(), before - 1, "one rule for the NodeResourceTopology objects");
+        }
         if d["kind"] == "ClusterRole" && d["metadata"]["name"] == "nodemedic" {
             d["rules"]
                 .as_array_mut()
@@ -852,7 +860,12 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
         ],
         "a build stage, a stage taking a binary built already, the choice, and the runtime"
     );
-    assert!(text.contains("ARG BINARY_FROM=build"), "a plain `docker build` compiles");
+    assert!(
+        text.contains("ARG BINARY_FROM=build"),
+        "a plain `docker build` compiles"
+    );
+    // One binary per architecture in the prebuilt context: a multi-arch image from binaries.
+    assert!(text.contains("ARG TARGETARCH\nCOPY ${TARGETARCH}/nodemedic /out/nodemedic"));
     assert!(text.contains("COPY --from=binary /out/nodemedic /usr/local/bin/nodemedic"));
     // No `# syntax=` line: it makes BuildKit pull a frontend image, which an offline or
     // mirrored registry lacks; the built-in frontend has cache mounts.
@@ -861,8 +874,6 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     assert!(text.contains("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
     // The image ships the `dist` build (fat LTO), the one docs/performance.md measures.
     assert!(text.contains("cargo build --profile dist -p nodemedic --locked"));
-    // One binary per architecture in the prebuilt context: a multi-arch image from binaries.
-    assert!(text.contains("ARG TARGETARCH\nCOPY ${TARGETARCH}/nodemedic /out/nodemedic"));
     assert!(text.contains("install -D -m 0755 target/dist/nodemedic /out/nodemedic"));
     let cargo_toml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml")).unwrap();
     let dist = cargo_toml
@@ -878,13 +889,18 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
     assert!(text.contains("org.opencontainers.image.source"));
     // The context the Dockerfile documents: the workspace without what the build never reads.
     let ignore = std::fs::read_to_string(repo().join(".dockerignore")).expect("a .dockerignore at the root");
-    let ignored: Vec<&str> = ignore.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
     for dir in ["target/", ".git/", "docs/", "examples/"] {
         assert!(ignored.contains(&dir), "{dir} is not in .dockerignore: {ignored:?}");
     }
     for kept in ["agent/", "rules/", "tests/", "Cargo.toml", "Cargo.lock"] {
         assert!(
-            !ignored.iter().any(|i| i.trim_end_matches('/') == kept.trim_end_matches('/')),
+            !ignored
+                .iter()
+                .any(|i| i.trim_end_matches('/') == kept.trim_end_matches('/')),
             "{kept} is a workspace member's or the lock file: the build needs it"
         );
     }

@@ -1155,7 +1155,18 @@ fn status_of_a_node_shows_its_agent_and_its_cpu_map() {
     assert!(is_lookup(&r.calls[0], "worker-1", "nodemedic"), "{:?}", r.calls);
     assert_eq!(
         r.calls[1],
-        args(&["exec", "-n", "nodemedic", "pod/nodemedic-x7k2p", "-c", "nodemedic", "--", "nodemedic", "scan", "--cpu-map"])
+        args(&[
+            "exec",
+            "-n",
+            "nodemedic",
+            "pod/nodemedic-x7k2p",
+            "-c",
+            "nodemedic",
+            "--",
+            "nodemedic",
+            "scan",
+            "--cpu-map"
+        ])
     );
     // The agent could not read the CPUs: its exit status (4), not a plugin failure.
     let r = fake.run(&["status", "worker-1"], &[("FAKE_PODS", ONE_AGENT), ("FAKE_EXIT", "4")]);
@@ -1206,15 +1217,51 @@ fn status_says_in_one_line_what_failed_and_never_calls_unknown_nothing() {
 fn every_command_has_its_help_and_never_takes_it_for_a_name() {
     let fake = FakeKubectl::new();
     for (args, usage, entry) in [
-        (&["scan", "--help"][..], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
-        (&["scan", "-h"], "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
-        (&["status", "--help"], "kubectl nodemedic [OPTIONS] status [NODE]", "  status [NODE]"),
-        (&["repair", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
-        (&["repair", "worker-1", "--help"], "repair NODE ACTION [--via pod|exec]", "  repair NODE ACTION"),
-        (&["probe", "--help"], "probe NODE [api] [PROBE ARGS...]", "  probe NODE [ARGS]"),
-        (&["logs", "--help"], "logs NODE [KUBECTL LOGS ARGS...]", "  logs NODE [ARGS]"),
-        (&["help", "logs"], "logs NODE [KUBECTL LOGS ARGS...]", "  logs NODE [ARGS]"),
-        (&["--context=prod", "scan", "--help"], "scan NODE [SCAN ARGS...]", "  scan NODE [ARGS]"),
+        (
+            &["scan", "--help"][..],
+            "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]",
+            "  scan NODE [ARGS]",
+        ),
+        (
+            &["scan", "-h"],
+            "kubectl nodemedic [OPTIONS] scan NODE [SCAN ARGS...]",
+            "  scan NODE [ARGS]",
+        ),
+        (
+            &["status", "--help"],
+            "kubectl nodemedic [OPTIONS] status [NODE]",
+            "  status [NODE]",
+        ),
+        (
+            &["repair", "--help"],
+            "repair NODE ACTION [--via pod|exec]",
+            "  repair NODE ACTION",
+        ),
+        (
+            &["repair", "worker-1", "--help"],
+            "repair NODE ACTION [--via pod|exec]",
+            "  repair NODE ACTION",
+        ),
+        (
+            &["probe", "--help"],
+            "probe NODE [api] [PROBE ARGS...]",
+            "  probe NODE [ARGS]",
+        ),
+        (
+            &["logs", "--help"],
+            "logs NODE [KUBECTL LOGS ARGS...]",
+            "  logs NODE [ARGS]",
+        ),
+        (
+            &["help", "logs"],
+            "logs NODE [KUBECTL LOGS ARGS...]",
+            "  logs NODE [ARGS]",
+        ),
+        (
+            &["--context=prod", "scan", "--help"],
+            "scan NODE [SCAN ARGS...]",
+            "  scan NODE [ARGS]",
+        ),
     ] {
         let r = fake.run(args, &[]);
         assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
@@ -1222,18 +1269,37 @@ fn every_command_has_its_help_and_never_takes_it_for_a_name() {
         assert!(r.stdout.starts_with("Usage:\n"), "{args:?}: {}", r.stdout);
         assert!(r.stdout.contains(usage), "{args:?}: {}", r.stdout);
         assert!(r.stdout.contains(entry), "{args:?}: {}", r.stdout);
-        assert!(r.stdout.contains("--kubeconfig FILE"), "{args:?}: the options are part of it");
+        assert!(
+            r.stdout.contains("--kubeconfig FILE"),
+            "{args:?}: the options are part of it"
+        );
         // Only that command: no other command's entry.
-        let others = ["  scan NODE [ARGS]", "  repair NODE ACTION", "  probe NODE [ARGS]", "  logs NODE [ARGS]", "  status [NODE]"];
+        let others = [
+            "  scan NODE [ARGS]",
+            "  repair NODE ACTION",
+            "  probe NODE [ARGS]",
+            "  logs NODE [ARGS]",
+            "  status [NODE]",
+        ];
         for other in others.iter().filter(|o| **o != entry) {
             assert!(!r.stdout.contains(other), "{args:?} shows {other:?}: {}", r.stdout);
         }
     }
     // An option where the node goes is a usage error, never a node name looked up.
-    for args in [&["scan", "-x"][..], &["scan", "--format", "json"], &["logs", "-f"], &["probe", "--count"], &["repair", "-n", "cpu-state"]] {
+    for args in [
+        &["scan", "-x"][..],
+        &["scan", "--format", "json"],
+        &["logs", "-f"],
+        &["probe", "--count"],
+        &["repair", "-n", "cpu-state"],
+    ] {
         let r = fake.run(args, &[]);
         assert_eq!(r.code, 2, "{args:?}");
-        assert!(r.stderr.contains("usage: kubectl nodemedic [OPTIONS]"), "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("usage: kubectl nodemedic [OPTIONS]"),
+            "{args:?}: {}",
+            r.stderr
+        );
         assert!(r.stderr.contains("--help"), "{args:?}: {}", r.stderr);
         assert!(r.calls.is_empty(), "{args:?} called kubectl: {:?}", r.calls);
     }

@@ -21,7 +21,9 @@ fn workflow() -> Value {
 
 /// The steps of `job`.
 fn steps<'a>(wf: &'a Value, job: &str) -> &'a Vec<Value> {
-    wf["jobs"][job]["steps"].as_array().unwrap_or_else(|| panic!("job {job} has steps"))
+    wf["jobs"][job]["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("job {job} has steps"))
 }
 
 /// The step of `job` that uses `action` (without its version).
@@ -40,7 +42,11 @@ fn actionlint_finds_nothing_and_would_find_a_mistake() {
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("release.yml");
     let text = std::fs::read_to_string(workflow_path()).unwrap();
-    std::fs::write(&broken, text.replacen("${{ matrix.target }}", "${{ matrix.triple }}", 1)).unwrap();
+    std::fs::write(
+        &broken,
+        text.replacen("${{ matrix.target }}", "${{ matrix.triple }}", 1),
+    )
+    .unwrap();
     let out = Command::new(&actionlint).arg(&broken).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let said = String::from_utf8_lossy(&out.stdout);
@@ -81,10 +87,16 @@ fn it_builds_signs_and_publishes_what_the_install_docs_promise() {
     // PyYAML reads the key `on` as YAML 1.1's true.
     let on = if wf["on"].is_null() { &wf["true"] } else { &wf["on"] };
     assert_eq!(on["push"]["tags"], serde_json::json!(["v*"]), "a version tag releases");
-    assert_eq!(wf["permissions"], serde_json::json!({"contents": "read"}), "least rights by default");
+    assert_eq!(
+        wf["permissions"],
+        serde_json::json!({"contents": "read"}),
+        "least rights by default"
+    );
 
     // The binaries: the dist profile (the one the image ships), for both architectures.
-    let matrix = wf["jobs"]["binaries"]["strategy"]["matrix"]["include"].as_array().unwrap();
+    let matrix = wf["jobs"]["binaries"]["strategy"]["matrix"]["include"]
+        .as_array()
+        .unwrap();
     let arches: Vec<&str> = matrix.iter().map(|m| m["arch"].as_str().unwrap()).collect();
     assert_eq!(arches, ["amd64", "arm64"]);
     let build = steps(&wf, "binaries")
@@ -92,7 +104,10 @@ fn it_builds_signs_and_publishes_what_the_install_docs_promise() {
         .filter_map(|s| s["run"].as_str())
         .find(|r| r.contains("cargo build"))
         .unwrap();
-    assert!(build.contains("--profile dist -p nodemedic --locked --target"), "{build}");
+    assert!(
+        build.contains("--profile dist -p nodemedic --locked --target"),
+        "{build}"
+    );
     assert!(build.contains("out/${{ matrix.arch }}/nodemedic"), "{build}");
 
     // The image: the Dockerfile's prebuilt stage over ARCH/nodemedic, both platforms, pushed
@@ -100,7 +115,10 @@ fn it_builds_signs_and_publishes_what_the_install_docs_promise() {
     let image = &wf["jobs"]["image"];
     assert_eq!(image["needs"], "binaries");
     assert_eq!(image["permissions"]["packages"], "write");
-    assert_eq!(image["permissions"]["id-token"], "write", "keyless signing needs the OIDC token");
+    assert_eq!(
+        image["permissions"]["id-token"], "write",
+        "keyless signing needs the OIDC token"
+    );
     let arrange = steps(&wf, "image")
         .iter()
         .filter_map(|s| s["run"].as_str())
@@ -121,7 +139,10 @@ fn it_builds_signs_and_publishes_what_the_install_docs_promise() {
         .filter_map(|s| s["run"].as_str())
         .find(|r| r.contains("cosign sign"))
         .expect("the image is signed");
-    assert!(sign.contains("--yes \"${IMAGE}@${DIGEST}\""), "signed by digest, not tag: {sign}");
+    assert!(
+        sign.contains("--yes \"${IMAGE}@${DIGEST}\""),
+        "signed by digest, not tag: {sign}"
+    );
     uses(&wf, "image", "sigstore/cosign-installer");
 
     // The release: binaries, checksums, the plugin and an SBOM attached.
@@ -132,7 +153,16 @@ fn it_builds_signs_and_publishes_what_the_install_docs_promise() {
         .filter_map(|s| s["run"].as_str())
         .find(|r| r.contains("SHA256SUMS"))
         .unwrap();
-    assert!(name.contains("dist/nodemedic-linux-$arch") && name.contains("dist/kubectl-nodemedic"), "{name}");
-    assert_eq!(uses(&wf, "release", "anchore/sbom-action")["with"]["output-file"], "dist/nodemedic.spdx.json");
-    assert_eq!(uses(&wf, "release", "softprops/action-gh-release")["with"]["files"], "dist/*");
+    assert!(
+        name.contains("dist/nodemedic-linux-$arch") && name.contains("dist/kubectl-nodemedic"),
+        "{name}"
+    );
+    assert_eq!(
+        uses(&wf, "release", "anchore/sbom-action")["with"]["output-file"],
+        "dist/nodemedic.spdx.json"
+    );
+    assert_eq!(
+        uses(&wf, "release", "softprops/action-gh-release")["with"]["files"],
+        "dist/*"
+    );
 }
