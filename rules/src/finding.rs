@@ -201,9 +201,10 @@ impl From<&'static str> for RuleId {
     }
 }
 
+/// The id, padded as a string is (`{:<26}`).
 impl std::fmt::Display for RuleId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
+        f.pad(self.0)
     }
 }
 
@@ -282,6 +283,17 @@ impl Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_id_prints_and_serializes_as_its_text() {
+        let id = RuleId::new("stale-cpu-assignment");
+        assert_eq!(format!("[{id:<22}]"), "[stale-cpu-assignment  ]");
+        assert_eq!(
+            serde_json::to_value(id).unwrap(),
+            serde_json::json!("stale-cpu-assignment")
+        );
+        assert_eq!(id.as_str(), "stale-cpu-assignment");
+    }
 
     /// The report's JSON of a finding is the contract: the subject's kind prints as the
     /// Kubernetes kind, byte for byte what the `String` field printed.
