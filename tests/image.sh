@@ -97,7 +97,11 @@ tar -C "$root" -c . | "$docker" import --change 'USER 65532:65532' \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$runtime" >/dev/null
 
 # ---------------------------------------------------------------- the image
-[ -x target/release/nodemedic ] || cargo build --release -p nodemedic
+# The binary: target/release/nodemedic (README's command 1 builds it; built here when
+# missing), or NODEMEDIC_IMAGE_BINARY (the dist build, to measure the image as it ships).
+binary="${NODEMEDIC_IMAGE_BINARY:-target/release/nodemedic}"
+if [ -z "${NODEMEDIC_IMAGE_BINARY:-}" ] && ! [ -x "$binary" ]; then cargo build --release -p nodemedic; fi
+[ -x "$binary" ] || fail "$binary: no such binary"
 # The context the Dockerfile's `prebuilt` stage reads: ARCH/nodemedic.
 case "$(uname -m)" in
     x86_64) arch=amd64 ;;
@@ -106,7 +110,7 @@ case "$(uname -m)" in
 esac
 ctx="$work/context"
 mkdir -p "$ctx/$arch"
-strip -o "$ctx/$arch/nodemedic" target/release/nodemedic
+strip -o "$ctx/$arch/nodemedic" "$binary"
 image=nodemedic-ci/nodemedic:test
 revision="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 "$docker" build --quiet -f daemonset/Dockerfile --build-arg BINARY_FROM=prebuilt \
@@ -118,12 +122,12 @@ user="$("$docker" image inspect --format '{{.Config.User}}' "$image")"
 example="$PWD/examples/worker-stale"
 as_daemonset=(run --rm --network none --user 0:0 --cap-drop ALL --security-opt no-new-privileges
     --read-only -v "$example:/example:ro" "$image")
-version_host="$(target/release/nodemedic --version)"
+version_host="$("$binary" --version)"
 version_image="$("$docker" "${as_daemonset[@]}" --version)"
 [ "$version_image" = "$version_host" ] || fail "--version: image '$version_image', host '$version_host'"
 for format in text json; do
     set +e
-    target/release/nodemedic scan --host-root "$example" --pods "$example/pods.json" --format "$format" \
+    "$binary" scan --host-root "$example" --pods "$example/pods.json" --format "$format" \
         >"$work/host.$format" 2>"$work/host.$format.err"
     rc_host=$?
     "$docker" "${as_daemonset[@]}" scan --host-root /example --pods /example/pods.json --format "$format" \
