@@ -147,3 +147,21 @@ pub fn strs(v: &Value) -> Vec<String> {
         .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
 }
+
+/// The base plus `components` (names under daemonset/components/), as a user's kustomization
+/// would take them.
+pub fn render_with_components(components: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path().canonicalize().unwrap();
+    let base = relative(&daemonset_dir().join("base"), &here);
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n",
+        base.display()
+    );
+    for c in components {
+        let path = relative(&daemonset_dir().join("components").join(c), &here);
+        text.push_str(&format!("  - {}\n", path.display()));
+    }
+    std::fs::write(here.join("kustomization.yaml"), text).unwrap();
+    kustomize(&here)
+}

@@ -50,7 +50,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use nodemedic_tests::manifests::{daemonset_dir, kustomize, relative, validate, yaml_docs};
+use nodemedic_tests::manifests::{daemonset_dir, kustomize, render_with_components, validate, yaml_docs};
 
 // ------------------------------------------------------------------------------- rendering
 
@@ -60,19 +60,7 @@ fn render(components: &[&str]) -> Vec<Value> {
     let rendered = if components.is_empty() {
         kustomize(&daemonset_dir().join("base"))
     } else {
-        let dir = tempfile::tempdir().unwrap();
-        let here = dir.path().canonicalize().unwrap();
-        let base = relative(&daemonset_dir().join("base"), &here);
-        let mut text = format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n",
-            base.display()
-        );
-        for c in components {
-            let path = relative(&daemonset_dir().join("components").join(c), &here);
-            text.push_str(&format!("  - {}\n", path.display()));
-        }
-        std::fs::write(here.join("kustomization.yaml"), text).unwrap();
-        kustomize(&here)
+        render_with_components(components)
     };
     let what = if components.is_empty() {
         "admission-base".to_string()

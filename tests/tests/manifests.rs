@@ -17,26 +17,8 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use nodemedic_tests::manifests::{
-    daemonset_dir, kustomize, python3, relative, repo, require, run, strs, validate, yaml_docs, yaml_file,
+    daemonset_dir, kustomize, python3, render_with_components, repo, require, run, strs, validate, yaml_docs, yaml_file,
 };
-
-/// The base plus `components` (names under daemonset/components/), as a user's kustomization
-/// would take them.
-fn render_with_components(components: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let here = dir.path().canonicalize().unwrap();
-    let base = relative(&daemonset_dir().join("base"), &here);
-    let mut text = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n",
-        base.display()
-    );
-    for c in components {
-        let path = relative(&daemonset_dir().join("components").join(c), &here);
-        text.push_str(&format!("  - {}\n", path.display()));
-    }
-    std::fs::write(here.join("kustomization.yaml"), text).unwrap();
-    kustomize(&here)
-}
 
 fn by_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()

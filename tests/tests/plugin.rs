@@ -213,6 +213,23 @@ fn args(s: &[&str]) -> Vec<String> {
     s.iter().map(|a| a.to_string()).collect()
 }
 
+/// The call that runs `nodemedic ARGS` in the agent `pod/nodemedic-x7k2p` of namespace
+/// nodemedic, stdin not attached.
+fn agent_exec(nodemedic_args: &[&str]) -> Vec<String> {
+    let mut call = args(&[
+        "exec",
+        "-n",
+        "nodemedic",
+        "pod/nodemedic-x7k2p",
+        "-c",
+        "nodemedic",
+        "--",
+        "nodemedic",
+    ]);
+    call.extend(args(nodemedic_args));
+    call
+}
+
 /// The verb of a call, after kubectl's global options.
 fn verb(call: &[String]) -> &str {
     let mut i = 0;
@@ -1020,22 +1037,7 @@ fn probe_execs_nodemedic_probe_api_in_the_nodes_agent() {
         assert_eq!(r.stdout, "fake exec\n");
         assert_eq!(
             r.calls[1],
-            args(&[
-                "exec",
-                "-n",
-                "nodemedic",
-                "pod/nodemedic-x7k2p",
-                "-c",
-                "nodemedic",
-                "--",
-                "nodemedic",
-                "probe",
-                "api",
-                "--count",
-                "10",
-                "--format",
-                "json",
-            ]),
+            agent_exec(&["probe", "api", "--count", "10", "--format", "json"]),
             "{given:?}"
         );
     }
@@ -1153,21 +1155,7 @@ fn status_of_a_node_shows_its_agent_and_its_cpu_map() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stdout, "node worker-1: agent pod/nodemedic-x7k2p\nfake exec\n");
     assert!(is_lookup(&r.calls[0], "worker-1", "nodemedic"), "{:?}", r.calls);
-    assert_eq!(
-        r.calls[1],
-        args(&[
-            "exec",
-            "-n",
-            "nodemedic",
-            "pod/nodemedic-x7k2p",
-            "-c",
-            "nodemedic",
-            "--",
-            "nodemedic",
-            "scan",
-            "--cpu-map"
-        ])
-    );
+    assert_eq!(r.calls[1], agent_exec(&["scan", "--cpu-map"]));
     // The agent could not read the CPUs: its exit status (4), not a plugin failure.
     let r = fake.run(&["status", "worker-1"], &[("FAKE_PODS", ONE_AGENT), ("FAKE_EXIT", "4")]);
     assert_eq!(r.code, 4, "{}", r.stderr);

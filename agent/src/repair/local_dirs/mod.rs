@@ -406,11 +406,7 @@ mod tests {
     fn roots_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        std::fs::create_dir_all(root.join("mnt/spark")).unwrap();
-        std::fs::create_dir_all(root.join("var/lib/kubelet/spark")).unwrap();
-        std::fs::write(root.join("mnt/file"), b"x").unwrap();
-        std::os::unix::fs::symlink(root.join("mnt/spark"), root.join("mnt/link")).unwrap();
-        std::os::unix::fs::symlink(root.join("mnt"), root.join("alias")).unwrap();
+        walk::plant_roots(root);
         let host = HostPaths::new(root, None);
         assert!(open_root(&host, "/mnt/spark").is_ok());
         assert!(open_root(&host, "/mnt/spark/").is_ok());

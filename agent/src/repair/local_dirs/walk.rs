@@ -407,6 +407,17 @@ impl HardLinks {
     }
 }
 
+/// A host tree for the root checks' tests: a root (`/mnt/spark`), the kubelet's directory
+/// below which a root may not be, a file, a link to the root and a link to its parent.
+#[cfg(test)]
+pub(super) fn plant_roots(root: &Path) {
+    std::fs::create_dir_all(root.join("mnt/spark")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/kubelet/spark")).unwrap();
+    std::fs::write(root.join("mnt/file"), b"x").unwrap();
+    std::os::unix::fs::symlink(root.join("mnt/spark"), root.join("mnt/link")).unwrap();
+    std::os::unix::fs::symlink(root.join("mnt"), root.join("alias")).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,11 +428,7 @@ mod tests {
     fn refusals_are_typed_and_name_the_root() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        std::fs::create_dir_all(root.join("mnt/spark")).unwrap();
-        std::fs::create_dir_all(root.join("var/lib/kubelet/spark")).unwrap();
-        std::fs::write(root.join("mnt/file"), b"x").unwrap();
-        std::os::unix::fs::symlink(root.join("mnt/spark"), root.join("mnt/link")).unwrap();
-        std::os::unix::fs::symlink(root.join("mnt"), root.join("alias")).unwrap();
+        plant_roots(root);
         let host = HostPaths::new(root, None);
         let refused = |r: &str| open_root(&host, r).unwrap_err();
         let e = refused("/mnt/link");
