@@ -867,6 +867,8 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
         dist.contains("lto = \"fat\"") && dist.contains("codegen-units = 1"),
         "{dist}"
     );
+    // ... and it ships stripped: no debug info, no symbol table in the image or the release.
+    assert!(dist.contains("strip = true") && dist.contains("debug = false"), "{dist}");
     assert!(text.contains("ENTRYPOINT [\"/usr/local/bin/nodemedic\"]"));
     assert!(text.contains("org.opencontainers.image.source"));
     // The context the Dockerfile documents: the workspace without what the build never reads.
