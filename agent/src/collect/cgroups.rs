@@ -484,7 +484,7 @@ pub fn locate(host: &HostPaths, config: Option<&KubeletConfig>) -> Result<Layout
     candidates
         .iter()
         .map(|(n, d)| (base.join(n), *d))
-        .find(|(p, _)| p.is_dir())
+        .find(|(p, _)| super::read::is_dir(p))
         .map(|(kubepods, driver)| Layout {
             kubepods,
             version,
@@ -547,7 +547,7 @@ pub fn read_pod(
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> Option<PodCgroup> {
-    if !dir.is_dir() {
+    if !super::read::is_dir(dir) {
         return None;
     }
     let mut walk = Walk {

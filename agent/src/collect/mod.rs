@@ -232,7 +232,7 @@ pub struct KeptHost {
 
 /// Reads every host source (not the pods).
 pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, CollectError> {
-    if !host.root().is_dir() {
+    if !read::is_dir(host.root()) {
         return Err(CollectError::HostRoot(host.root().display().to_string()));
     }
     let mut records = Records::default();
@@ -262,7 +262,7 @@ pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, Colle
         LocalDirs::Measure => localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes),
     });
     let procfs = records.observe("procfs", || {
-        if host.proc().is_dir() {
+        if read::is_dir(&host.proc()) {
             Observed::Ok(())
         } else {
             Observed::Missing {

@@ -80,7 +80,7 @@ pub fn status(view: &Observed<KubeletView>) -> (String, bool) {
 pub async fn read_kubelet_view(host: &HostPaths, inputs: &ViewInputs) -> Observed<KubeletView> {
     let socket = inputs.kubelet_dir.join(SOCKET);
     let shown = host.display(&socket);
-    match socket.symlink_metadata() {
+    match super::read::symlink_metadata(&socket) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Observed::Missing { path: shown },
         Err(e) => {
             return Observed::Error {
@@ -104,7 +104,7 @@ pub async fn read_kubelet_view(host: &HostPaths, inputs: &ViewInputs) -> Observe
     };
     let listed_at = SystemTime::now();
     let checkpoint_changed = inputs.checkpoint.as_ref().is_some_and(|(path, read_mtime)| {
-        let now = std::fs::metadata(path)
+        let now = super::read::metadata(path)
             .and_then(|m| m.modified())
             .ok()
             .map(unix_seconds);
@@ -316,7 +316,7 @@ fn connect_error(e: &tonic::transport::Error) -> String {
 /// directory is not visible.
 fn read_log_dirs(host: &HostPaths) -> BTreeMap<(String, String), Vec<String>> {
     let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(host.host(POD_LOGS)) else {
+    let Ok(entries) = super::read::list_dir(&host.host(POD_LOGS)) else {
         return out;
     };
     for entry in entries.filter_map(|e| e.ok()).take(MAX_LOG_DIRS) {

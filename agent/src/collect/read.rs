@@ -87,6 +87,30 @@ pub fn read_text(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<
     }
 }
 
+/// Lists `dir` (`std::fs::read_dir`), recorded as a listing (see [`trace`]).
+pub fn list_dir(dir: &Path) -> std::io::Result<std::fs::ReadDir> {
+    trace::dir(dir);
+    std::fs::read_dir(dir)
+}
+
+/// `path`'s own metadata (`std::fs::symlink_metadata`), recorded as a stat.
+pub fn symlink_metadata(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    trace::stat(path);
+    std::fs::symlink_metadata(path)
+}
+
+/// `path`'s metadata, following links (`std::fs::metadata`), recorded as a stat.
+pub fn metadata(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    trace::stat(path);
+    std::fs::metadata(path)
+}
+
+/// Whether `path` is a directory, following links (`Path::is_dir`), recorded as a stat.
+pub fn is_dir(path: &Path) -> bool {
+    trace::stat(path);
+    path.is_dir()
+}
+
 pub mod trace {
     //! What a scan did to the file system, in order, for the floor bench
     //! (`tests/src/bin/floor-bench.rs`): switched on by `nodemedic scan --record-reads FILE`
@@ -95,14 +119,22 @@ pub mod trace {
     //! The collectors call [`file()`] before opening a file to read it whole
     //! ([`read_bytes`](super::read_bytes) does for every bounded read), [`dir`] before listing a
     //! directory and [`stat`] before a metadata call (a link count, `is_dir`, `is_file`, a
-    //! `canonicalize`). An attempt is recorded whether or not it succeeds: a missing file costs
-    //! its lookup too.
+    //! `canonicalize`); [`list_dir`](super::list_dir), [`is_dir`](super::is_dir),
+    //! [`metadata`](super::metadata) and [`symlink_metadata`](super::symlink_metadata) record
+    //! and make the call in one. An attempt is recorded whether or not it succeeds: a missing
+    //! file costs its lookup too. `tests/tests/floor.rs` runs a scan under `strace` and fails
+    //! when it touches a path under the host root that is not recorded as often as it was
+    //! touched.
 
     use std::path::{Path, PathBuf};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     static ON: AtomicBool = AtomicBool::new(false);
+    /// Held by a test that starts and stops the recorder, which is process-wide, so that
+    /// another test's [`stop`] does not end its recording (under `cargo test`'s threads).
+    #[cfg(test)]
+    pub(crate) static TEST_LOCK: Mutex<()> = Mutex::new(());
     static OPS: Mutex<Vec<(Op, PathBuf)>> = Mutex::new(Vec::new());
 
     /// One kind of file-system operation.
@@ -241,6 +273,7 @@ mod tests {
         std::fs::write(&f, b"1").unwrap();
         // Off: nothing is kept.
         assert_eq!(read_text(&f, &"/f", 5).unwrap().as_deref(), Some("1"));
+        let _one_recording = trace::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         trace::start();
         assert_eq!(read_text(&f, &"/f", 5).unwrap().as_deref(), Some("1"));
         std::fs::create_dir(dir.path().join("proc")).unwrap();

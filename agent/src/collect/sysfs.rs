@@ -3,15 +3,17 @@
 //! `/sys/devices/system/cpu/online` lists the online CPUs; for each,
 //! `cpuN/topology/core_id` and `physical_package_id` place it. A missing topology file
 //! (some virtual machines) counts the CPU as its own core on socket 0, and says so. Its NUMA
-//! node is the name of the `cpuN/nodeM` link (only the name is read: the link points into
-//! `/sys/devices/system/node`, which the agent does not mount); a kernel without NUMA has no
-//! such link and every CPU is on node 0, as the kubelet counts them.
+//! node comes from `/sys/devices/system/node`: one listing for the `nodeM` directories and
+//! one read of each one's `cpulist`, whatever the number of CPUs. Where that directory is not
+//! there, each CPU's directory is listed for its `cpuN/nodeM` link instead (only the name is
+//! read). A CPU in no node's list, or without such a link (a kernel without NUMA has neither),
+//! is on node 0, as the kubelet counts them.
 
 use nodemedic_rules::CpuSet;
 use nodemedic_rules::snapshot::Observed;
 use nodemedic_rules::topology::{CpuInfo, CpuTopology};
 
-use super::read::read_text;
+use super::read::{list_dir, read_text};
 use crate::host::HostPaths;
 
 const SMALL_FILE: u64 = 64 * 1024;
@@ -49,6 +51,7 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
     };
     let mut cpus = Vec::with_capacity(online.len());
     let mut guessed = 0;
+    let nodes = numa_nodes(host);
     for cpu in online.iter() {
         let topo = cpu_dir.join(format!("cpu{cpu}/topology"));
         let read = |name: &str| -> Option<u32> {
@@ -56,7 +59,11 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
             let text = read_text(&p, &host.shown(&p), SMALL_FILE).ok()??;
             parse_sysfs_u32(&text).ok()
         };
-        let numa = numa_node_of(&cpu_dir.join(format!("cpu{cpu}"))).unwrap_or(0);
+        let numa = match &nodes {
+            Some(nodes) => nodes.iter().find(|(_, cpus)| cpus.contains(cpu)).map(|(node, _)| *node),
+            None => numa_node_of(&cpu_dir.join(format!("cpu{cpu}"))),
+        }
+        .unwrap_or(0);
         match (read("core_id"), read("physical_package_id")) {
             (Some(core), Some(socket)) => cpus.push(CpuInfo {
                 cpu,
@@ -96,10 +103,39 @@ pub fn read_cpus(host: &HostPaths, notes: &mut Vec<String>) -> Observed<CpuTopol
     Observed::Ok(topology)
 }
 
+/// Each NUMA node and its CPUs (`/sys/devices/system/node/nodeM/cpulist`), in node order:
+/// one listing and a read per node. `None` when the directory cannot be listed, holds no
+/// `nodeM`, or a node's `cpulist` is missing or not a CPU list: then [`numa_node_of`] lists
+/// each CPU's directory instead. That happens in a container that mounts
+/// `/sys/devices/system/cpu` without `/sys/devices/system/node` (the DaemonSet mounts both;
+/// manifests older than this mounted only the first), on a kernel built without NUMA (no
+/// node directory: every CPU is on node 0 either way), and in host trees written without the
+/// lists.
+fn numa_nodes(host: &HostPaths) -> Option<Vec<(u32, CpuSet)>> {
+    let dir = host.host("/sys/devices/system/node");
+    let mut nodes: Vec<u32> = list_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse::<u32>().ok())
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    nodes.sort_unstable();
+    nodes
+        .into_iter()
+        .map(|node| {
+            let path = dir.join(format!("node{node}/cpulist"));
+            let text = read_text(&path, &host.shown(&path), SMALL_FILE).ok()??;
+            Some((node, CpuSet::parse(&text).ok()?))
+        })
+        .collect()
+}
+
 /// The NUMA node of the CPU whose sysfs directory is `dir`: the number in the name of its
 /// `nodeM` entry (the smallest, should there be several).
 fn numa_node_of(dir: &std::path::Path) -> Option<u32> {
-    std::fs::read_dir(dir)
+    list_dir(dir)
         .ok()?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse::<u32>().ok())
@@ -163,6 +199,78 @@ mod tests {
             matches!(read_cpus(&host, &mut notes), Observed::Error { reason } if reason.starts_with("/sys/devices/system/cpu/online: invalid cpuset"))
         );
     }
+
+    #[test]
+    fn numa_nodes_from_one_list_per_node_else_per_cpu() {
+        use super::super::read::trace::{self, Op};
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys/devices/system");
+        let (cpu, node) = (sys.join("cpu"), sys.join("node"));
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("online"), "0-5\n").unwrap();
+        for c in 0..6 {
+            std::fs::create_dir_all(cpu.join(format!("cpu{c}/topology"))).unwrap();
+            std::fs::write(cpu.join(format!("cpu{c}/topology/core_id")), format!("{c}\n")).unwrap();
+            std::fs::write(cpu.join(format!("cpu{c}/topology/physical_package_id")), "0\n").unwrap();
+        }
+        // Two nodes, as the kernel shows them (and its other entries, which are not nodes);
+        // CPU 4 is in neither list: node 0. No CPU has a `nodeM` link yet, so only the node
+        // directory can place CPUs 2, 3 and 5 on node 1.
+        for (n, list) in [(0, "0-1\n"), (1, "2-3,5\n")] {
+            std::fs::create_dir_all(node.join(format!("node{n}"))).unwrap();
+            std::fs::write(node.join(format!("node{n}/cpulist")), list).unwrap();
+        }
+        std::fs::create_dir_all(node.join("power")).unwrap();
+        std::fs::write(node.join("online"), "0-1\n").unwrap();
+        std::fs::write(node.join("has_cpu"), "0-1\n").unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let read = || {
+            let _one_recording = trace::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            trace::start();
+            let mut notes = vec![];
+            let got = read_cpus(&host, &mut notes);
+            let ops = trace::stop();
+            let Observed::Ok(topo) = got else { panic!("{got:?}") };
+            assert!(notes.is_empty(), "{notes:?}");
+            let numa: Vec<u32> = topo.cpus.iter().map(|c| c.numa).collect();
+            // Other tests of this binary may read files meanwhile (the recorder is process-wide).
+            let lists: Vec<_> = ops
+                .iter()
+                .filter(|(op, p)| *op == Op::List && p.starts_with(dir.path()))
+                .map(|(_, p)| p.strip_prefix(&sys).unwrap().to_string_lossy().into_owned())
+                .collect();
+            (numa, lists)
+        };
+        let expected = [0, 0, 1, 1, 0, 1];
+        assert_eq!(read(), (expected.to_vec(), vec!["node".to_string()]));
+
+        // The kernel's links, then the node directory gone (a container that mounts only
+        // /sys/devices/system/cpu): the same answers, from a listing per CPU.
+        for c in [0, 1, 2, 3, 5] {
+            let n = expected[c];
+            std::os::unix::fs::symlink(format!("../../node/node{n}"), cpu.join(format!("cpu{c}/node{n}"))).unwrap();
+        }
+        let per_cpu: Vec<String> = (0..6).map(|c| format!("cpu/cpu{c}")).collect();
+        let moved = dir.path().join("node-elsewhere");
+        std::fs::rename(&node, &moved).unwrap();
+        let mut want = vec!["node".to_string()];
+        want.extend(per_cpu.iter().cloned());
+        assert_eq!(read(), (expected.to_vec(), want.clone()));
+
+        // A node without a readable list (a tree that has only each node's meminfo), or one
+        // that is not a CPU list: per CPU too, not every CPU on node 0.
+        std::fs::rename(&moved, &node).unwrap();
+        std::fs::remove_file(node.join("node1/cpulist")).unwrap();
+        assert_eq!(read(), (expected.to_vec(), want.clone()));
+        std::fs::write(node.join("node1/cpulist"), "2-x\n").unwrap();
+        assert_eq!(read(), (expected.to_vec(), want));
+        // An empty node directory: per CPU.
+        std::fs::remove_dir_all(&node).unwrap();
+        std::fs::create_dir(&node).unwrap();
+        let mut want = vec!["node".to_string()];
+        want.extend(per_cpu);
+        assert_eq!(read(), (expected.to_vec(), want));
+    }
 }
 
 /// Each NUMA node's memory in bytes: `MemTotal` of `/sys/devices/system/node/nodeN/meminfo`
@@ -171,7 +279,7 @@ mod tests {
 pub fn read_numa_memory(host: &HostPaths) -> std::collections::BTreeMap<u32, u64> {
     let mut out = std::collections::BTreeMap::new();
     let dir = host.host("/sys/devices/system/node");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    let Ok(entries) = list_dir(&dir) else {
         return out;
     };
     for entry in entries.filter_map(|e| e.ok()) {

@@ -11,7 +11,8 @@
 //!    to a temporary directory.
 //! 2. Runs the scan once as the benches run it (`nodemedic scan --host-root DIR --pods
 //!    DIR/pods.json --node bench-node --format json`) with the hidden `--record-reads LIST`:
-//!    every file it read, directory it listed and path it looked at, in order.
+//!    every file it read, directory it listed and path it looked at, in order (all of them:
+//!    tests/tests/floor.rs compares the list with what `strace` sees the scan do).
 //! 3. RUNS times, alternately: that scan (without the recording), and the floor, this program
 //!    re-executed as `floor-bench --floor LIST`, which reads each recorded file to its end into
 //!    one reused buffer, lists each directory, `symlink_metadata`s each looked-at path, and

@@ -67,8 +67,5 @@ Directory`), in the order of tests/tests/helm.rs's component list.
 {{- if .Values.kubeletUnits.eks -}}
 {{- $dirs = append $dirs (dict "name" "host-eks-kubelet" "path" "/etc/eks/kubelet") -}}
 {{- end -}}
-{{- if .Values.nodeResourceTopology.enabled -}}
-{{- $dirs = append $dirs (dict "name" "host-numa" "path" "/sys/devices/system/node") -}}
-{{- end -}}
 {{- toYaml $dirs -}}
 {{- end }}
