@@ -786,6 +786,65 @@ fn the_apply_is_followed_through_a_kubelet_restart() {
     assert_eq!(follows, 3, "the plan once, the apply twice: {:?}", r.calls);
 }
 
+/// Every hostPath the agent mounts with the base and all its components (the repair overlay
+/// aside): none of them is a Spark scratch root, whatever components are on.
+#[test]
+fn the_agents_own_mounts_are_never_local_dir_roots() {
+    let components = [
+        "apiserver-metrics",
+        "control-plane",
+        "etc-kubernetes",
+        "fencing",
+        "kubelet-units",
+        "kubelet-units/sysconfig",
+        "kubelet-units/eks",
+        "node-resource-topology",
+        "pod-repairs",
+    ];
+    let rendered = nodemedic_tests::manifests::render_with_components(&components);
+    let docs = yaml_docs(&rendered);
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("the agent's DaemonSet");
+    let paths: Vec<&str> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    assert!(
+        paths.contains(&"/etc/systemd/system") && paths.contains(&"/var/lib/nodemedic"),
+        "{paths:?}"
+    );
+    let ds_lines: String = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("hostpath volume-{i} {p}\n"))
+        .collect();
+    let fake = FakeKubectl::new();
+    let r = fake.run(
+        &["repair", "worker-3", "local-dirs", "--local-dir-root", "/data/spark"],
+        &[("FAKE_DS", &format!("{BASE_DS}{ds_lines}"))],
+    );
+    assert_eq!(r.code, 1, "a plan only: {}", r.stderr);
+    let plan = created_pod(&fake, 1);
+    let roots: Vec<String> = pod_args(&plan)
+        .windows(2)
+        .filter(|w| w[0] == "--local-dir-root")
+        .map(|w| w[1].clone())
+        .collect();
+    assert_eq!(roots, ["/data/spark"], "only the root the operator named");
+    // And the plan's pod mounts none of them beyond the repair pod's own read-only set.
+    let template_paths = ["/proc", "/sys/fs/cgroup", "/sys/devices/system/cpu", "/var/lib/kubelet"];
+    for (_, source, _) in mounts(&plan) {
+        assert!(
+            source == "/data/spark" || source.starts_with("configMap ") || template_paths.contains(&source.as_str()),
+            "the plan pod mounts {source}"
+        );
+    }
+}
+
 #[test]
 fn local_dirs_pods_mount_the_roots() {
     let fake = FakeKubectl::new();
