@@ -154,6 +154,20 @@ fn listings_under(ops: &Counted, root: &Path, dir: &str) -> usize {
         .sum()
 }
 
+/// Every host operation done was recorded, and every one recorded was done, as often.
+fn assert_recorded_is_done(touched: &Counted, recorded: &Counted) {
+    assert_eq!(
+        missing(touched, recorded),
+        Vec::<String>::new(),
+        "done but not recorded"
+    );
+    assert_eq!(
+        missing(recorded, touched),
+        Vec::<String>::new(),
+        "recorded but not done"
+    );
+}
+
 #[test]
 fn the_recording_is_every_host_operation_of_a_scan() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,16 +175,7 @@ fn the_recording_is_every_host_operation_of_a_scan() {
     // 256 CPUs on 2 NUMA nodes, 20 executor pods.
     nodemedic_tests::scenarios::big_node(20, 2).write(&root).unwrap();
     let (touched, recorded) = scan_traced(dir.path(), &root);
-    assert_eq!(
-        missing(&touched, &recorded),
-        Vec::<String>::new(),
-        "done but not recorded"
-    );
-    assert_eq!(
-        missing(&recorded, &touched),
-        Vec::<String>::new(),
-        "recorded but not done"
-    );
+    assert_recorded_is_done(&touched, &recorded);
     assert_eq!(touched, recorded);
     // The CPUs' NUMA nodes: one listing of /sys/devices/system/node and a read of each node's
     // `cpulist`, no listing of a CPU's directory.
@@ -186,11 +191,7 @@ fn the_recording_is_every_host_operation_of_a_scan() {
     // listing per CPU, each one recorded.
     std::fs::remove_dir_all(root.join("sys/devices/system/node")).unwrap();
     let (touched, recorded) = scan_traced(dir.path(), &root);
-    assert_eq!(
-        missing(&touched, &recorded),
-        Vec::<String>::new(),
-        "done but not recorded"
-    );
+    assert_recorded_is_done(&touched, &recorded);
     assert_eq!(touched, recorded);
     assert_eq!(listings_under(&touched, &root, "sys/devices/system/cpu"), 256);
 }
@@ -206,16 +207,7 @@ fn the_recording_is_complete_on_a_spark_node() {
         .write(&root)
         .unwrap();
     let (touched, recorded) = scan_traced(dir.path(), &root);
-    assert_eq!(
-        missing(&touched, &recorded),
-        Vec::<String>::new(),
-        "done but not recorded"
-    );
-    assert_eq!(
-        missing(&recorded, &touched),
-        Vec::<String>::new(),
-        "recorded but not done"
-    );
+    assert_recorded_is_done(&touched, &recorded);
 }
 
 #[test]
