@@ -14,6 +14,8 @@
 //!   runs on);
 //! - under the static policy with the checkpoint unreadable: **unknown** for every online CPU
 //!   that is not reserved: who holds what cannot be known (never drawn as shared);
+//! - with neither the kubelet's configuration nor the checkpoint read, the policy is not known:
+//!   **unknown** for every online CPU;
 //! - under the `none` policy every online CPU is **shared** (nothing is pinned, nothing is
 //!   reserved from the pool).
 //!
@@ -78,18 +80,18 @@ pub struct CpuCell {
 /// The map of the node's CPUs, ordered by CPU id; `None` when the CPUs could not be read.
 pub fn cpu_map(snap: &NodeSnapshot, facts: &Facts) -> Option<Vec<CpuCell>> {
     let topo = snap.host.cpus.ok()?;
-    let policy = snap.cpu_manager().policy;
-    let state = snap
-        .host
-        .checkpoint
-        .ok()
-        .and_then(|f| f.state.as_ref().ok())
-        .filter(|s| s.policy_name == "static");
-    let static_policy = policy == "static" || state.is_some();
-    let reserved = if static_policy {
-        crate::facts::reserved_cpus(snap).0
-    } else {
-        CpuSet::new()
+    let file_state = snap.host.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
+    let state = file_state.filter(|s| s.policy_name == "static");
+    let static_policy = snap.cpu_manager().policy == "static" || state.is_some();
+    // The policy is known from the kubelet's configuration or the file the policy wrote; with
+    // neither, nothing can be said of any CPU.
+    let policy_known = snap.host.kubelet.ok().is_some() || file_state.is_some();
+    // The reserved CPUs as the judgement's facts hold them (static policy, file read), else as
+    // the same function finds them from the configuration.
+    let reserved = match &facts.numa {
+        Some((nodes, _)) => nodes.iter().fold(CpuSet::new(), |all, n| all.union(&n.reserved)),
+        None if static_policy => crate::facts::reserved_cpus(snap).0,
+        None => CpuSet::new(),
     };
     // Holders by CPU: the stale entries first (their judgement), then every entry of the file.
     let mut stale: BTreeMap<u32, String> = BTreeMap::new();
@@ -128,7 +130,7 @@ pub fn cpu_map(snap: &NodeSnapshot, facts: &Facts) -> Option<Vec<CpuCell>> {
             }
         }
     }
-    let unreadable = static_policy && state.is_none();
+    let unreadable = !policy_known || (static_policy && state.is_none());
     let mut cells: Vec<CpuCell> = topo
         .cpus
         .iter()

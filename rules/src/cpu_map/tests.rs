@@ -93,6 +93,31 @@ fn under_the_none_policy_every_cpu_is_shared_and_offline_cpus_are_shown() {
 }
 
 #[test]
+fn an_unknown_policy_is_unknown_never_shared() {
+    // Neither the kubelet's configuration nor the checkpoint read: the policy is not known.
+    let mut snap = node();
+    snap.host.checkpoint = Observed::Missing {
+        path: "/var/lib/kubelet/cpu_manager_state".into(),
+    };
+    snap.host.kubelet = Observed::Error {
+        reason: "config.yaml: permission denied".into(),
+    };
+    let settings = Settings::default();
+    let facts = crate::facts::derive(&snap, &settings);
+    assert_eq!(uses(&cpu_map(&snap, &facts).unwrap()), "????????");
+    // The configuration alone says none: shared.
+    let mut snap = node();
+    snap.host.checkpoint = Observed::Missing {
+        path: "/var/lib/kubelet/cpu_manager_state".into(),
+    };
+    if let Observed::Ok(k) = &mut snap.host.kubelet {
+        k.cpu_manager.policy = "none".into();
+    }
+    let facts = crate::facts::derive(&snap, &settings);
+    assert_eq!(uses(&cpu_map(&snap, &facts).unwrap()), "........");
+}
+
+#[test]
 fn no_map_without_the_cpus() {
     let mut snap = node();
     snap.host.cpus = Observed::Error {
