@@ -548,14 +548,14 @@ fn percent_encode(text: &str) -> String {
 }
 
 fn infos(list: Vec<PodObject>) -> Vec<PodInfo> {
-    list.iter().filter_map(pod_info).collect()
+    list.into_iter().filter_map(pod_info).collect()
 }
 
 impl PodDirectory for ApiDirectory {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
         let api: Api<PodObject> = Api::namespaced(self.client.clone(), namespace);
         match api.get_opt(name).await {
-            Ok(p) => Ok(p.as_ref().and_then(pod_info)),
+            Ok(p) => Ok(p.and_then(pod_info)),
             Err(e) => Err(LookupError::Failed(
                 Error::request("GET", format!("pod {namespace}/{name}"), &e).to_string(),
             )),

@@ -94,9 +94,18 @@ impl CpuSet {
         self.words[w] |= 1 << b;
     }
 
+    /// Adds `low..=high` (both at most [`CpuSet::MAX_CPU`]) a word at a time: `0-255` is four
+    /// stores, not 256 inserts.
     fn insert_range(&mut self, low: u32, high: u32) {
-        for id in low..=high {
-            self.insert(id);
+        let (first, last) = ((low / 64) as usize, (high / 64) as usize);
+        if self.words.len() <= last {
+            self.words.resize(last + 1, 0);
+        }
+        for (w, word) in self.words.iter_mut().enumerate().take(last + 1).skip(first) {
+            let from = if w == first { low % 64 } else { 0 };
+            let to = if w == last { high % 64 } else { 63 };
+            // Bits from..=to: all ones shifted up by `from`, cut above `to`.
+            *word |= (u64::MAX << from) & (u64::MAX >> (63 - to));
         }
     }
 
@@ -360,6 +369,18 @@ mod tests {
         fn parse_of_format_roundtrips(ids in proptest::collection::vec(0u32..2000, 0..100)) {
             let set = CpuSet::from_ids(ids);
             prop_assert_eq!(CpuSet::parse(&set.to_string()).unwrap(), set);
+        }
+
+        /// A range is added a word at a time; the set is the one of its CPUs added one by one,
+        /// whatever word boundaries the range crosses, into a set that has words or none.
+        #[test]
+        fn a_range_is_its_cpus(low in 0u32..700, len in 0u32..400, before in proptest::collection::vec(0u32..900, 0..4)) {
+            let high = low + len;
+            let mut ranged = CpuSet::from_ids(before.iter().copied());
+            ranged.insert_range(low, high);
+            let one_by_one = CpuSet::from_ids(before.iter().copied().chain(low..=high));
+            prop_assert_eq!(&ranged, &one_by_one);
+            prop_assert_eq!(CpuSet::parse(&format!("{low}-{high}")).unwrap(), CpuSet::from_ids(low..=high));
         }
 
         #[test]

@@ -16,7 +16,7 @@ use nodemedic_rules::snapshot::{
 };
 
 use super::procfs::read_process;
-use super::read::read_text;
+use super::read::{read_text, with_bytes};
 use crate::host::HostPaths;
 
 const SMALL_FILE: u64 = 64 * 1024;
@@ -102,9 +102,33 @@ pub enum ProcsError {
 
 /// The pids of a `cgroup.procs` file.
 pub fn parse_cgroup_procs(text: &str) -> Result<Vec<u32>, ProcsError> {
-    text.split_whitespace()
-        .map(|t| t.parse::<u32>().map_err(|_| ProcsError::NotAPid(t.to_string())))
-        .collect()
+    parse_cgroup_procs_bytes(text.as_bytes())
+}
+
+/// [`parse_cgroup_procs`] of the file's bytes, as read (no text made of them first).
+pub fn parse_cgroup_procs_bytes(bytes: &[u8]) -> Result<Vec<u32>, ProcsError> {
+    let not_a_pid = |word: &[u8]| ProcsError::NotAPid(String::from_utf8_lossy(word).into_owned());
+    let mut pids = Vec::new();
+    for word in bytes.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()) {
+        // As `u32::from_str`: ASCII digits (one leading `+` allowed), no overflow.
+        let digits = word.strip_prefix(b"+").unwrap_or(word);
+        if digits.is_empty() {
+            return Err(not_a_pid(word));
+        }
+        let mut pid: u32 = 0;
+        for &b in digits {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(not_a_pid(word));
+            }
+            pid = pid
+                .checked_mul(10)
+                .and_then(|p| p.checked_add(u32::from(digit)))
+                .ok_or_else(|| not_a_pid(word))?;
+        }
+        pids.push(pid);
+    }
+    Ok(pids)
 }
 
 /// `populated` of a cgroup v2 `cgroup.events` file: `Some(true)` when a process runs anywhere
@@ -157,6 +181,15 @@ struct Walk<'a> {
     notes: &'a mut Vec<String>,
 }
 
+/// `dir/name` in one allocation of the right size (`Path::join` copies `dir`, then grows the
+/// copy for `name`: the walk does this for every file it reads).
+fn file_in(dir: &Path, name: &str) -> PathBuf {
+    let mut path = PathBuf::with_capacity(dir.as_os_str().len() + 1 + name.len());
+    path.push(dir);
+    path.push(name);
+    path
+}
+
 /// The link count of directory `dir`.
 fn link_count(dir: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt as _;
@@ -188,31 +221,33 @@ impl Walk<'_> {
     /// inherited), or unparsable (noted).
     fn cpuset(&mut self, path: &Path) -> Option<CpuSet> {
         let shown = self.host.shown(path);
-        match read_text(path, &shown, SMALL_FILE) {
+        let parsed = with_bytes(path, &shown, SMALL_FILE, |bytes| match std::str::from_utf8(bytes) {
+            Ok(text) if text.trim().is_empty() => Ok(None),
+            Ok(text) => CpuSet::parse(text).map(Some).map_err(|e| e.to_string()),
+            Err(_) => Err("not UTF-8 text".to_string()),
+        });
+        match parsed {
             Ok(None) => None,
             Err(e) if e.is_not_found() => None,
             Err(e) => {
                 self.notes.push(e.to_string());
                 None
             }
-            Ok(Some(text)) if text.trim().is_empty() => None,
-            Ok(Some(text)) => match CpuSet::parse(&text) {
-                Ok(set) => Some(set),
-                Err(e) => {
-                    self.notes.push(format!("{shown}: {e}"));
-                    None
-                }
-            },
+            Ok(Some(Ok(set))) => set,
+            Ok(Some(Err(e))) => {
+                self.notes.push(format!("{shown}: {e}"));
+                None
+            }
         }
     }
 
     /// `cgroup.procs` of `dir`, which every cgroup has: `None` when it is not there, which
     /// means the cgroup was removed since it was listed.
     fn procs_if_present(&mut self, dir: &Path) -> Option<Vec<u32>> {
-        let path = dir.join("cgroup.procs");
+        let path = file_in(dir, "cgroup.procs");
         let shown = self.host.shown(&path);
-        match read_text(&path, &shown, PROCS_LIMIT) {
-            Ok(Some(text)) => Some(parse_cgroup_procs(&text).unwrap_or_else(|e| {
+        match with_bytes(&path, &shown, PROCS_LIMIT, parse_cgroup_procs_bytes) {
+            Ok(Some(parsed)) => Some(parsed.unwrap_or_else(|e| {
                 self.notes.push(format!("{shown}: {e}"));
                 vec![]
             })),
@@ -255,29 +290,36 @@ impl Walk<'_> {
 
     /// A container leaf's own files (cpusets); its processes are added by the pod's walk.
     /// `None` when the leaf vanished since it was listed.
-    fn leaf(&mut self, pod_uid: &str, runtime: Runtime, id: String, dir: &Path) -> Option<(ContainerCgroup, Vec<u32>)> {
+    /// `shown`: the leaf's host path, as reported.
+    fn leaf(
+        &mut self,
+        pod_uid: &str,
+        runtime: Runtime,
+        id: String,
+        dir: &Path,
+        shown: String,
+    ) -> Option<(ContainerCgroup, Vec<u32>)> {
         let (cpus_file, effective_file) = match self.version {
             CgroupVersion::V1 => ("cpuset.cpus", "cpuset.effective_cpus"),
             CgroupVersion::V2 => ("cpuset.cpus", "cpuset.cpus.effective"),
         };
         let Some(pids) = self.procs_if_present(dir) else {
-            self.notes
-                .push(format!("cgroup {} vanished during the scan", self.host.display(dir)));
+            self.notes.push(format!("cgroup {shown} vanished during the scan"));
             return None;
         };
-        let cpus = self.cpuset(&dir.join(cpus_file));
+        let cpus = self.cpuset(&file_in(dir, cpus_file));
         let pinned = self.pinned.wants(pod_uid, &id);
         // The effective set adds to cpuset.cpus only when that is empty (v2: inherited) or the
         // container is pinned (a parent narrowing it is worth showing).
         let effective_cpus = if cpus.is_none() || pinned {
-            self.cpuset(&dir.join(effective_file))
+            self.cpuset(&file_in(dir, effective_file))
         } else {
             None
         };
         let leaf = ContainerCgroup {
             id,
             runtime,
-            path: self.host.display(dir),
+            path: shown,
             cpus,
             effective_cpus,
             processes: vec![],
@@ -290,7 +332,7 @@ impl Walk<'_> {
         if self.version != CgroupVersion::V2 {
             return None;
         }
-        let path = dir.join("cgroup.events");
+        let path = file_in(dir, "cgroup.events");
         let text = read_text(&path, &self.host.shown(&path), SMALL_FILE).ok()??;
         parse_cgroup_events_populated(&text)
     }
@@ -299,8 +341,8 @@ impl Walk<'_> {
     /// name), each with its processes (when the leaf itself holds none, those of the cgroups
     /// nested below it), and the processes of every other cgroup of the pod. At most
     /// [`SUBTREE_DIR_LIMIT`] directories are visited; past that the walk stops and says so,
-    /// and the pod counts as alive.
-    fn pod(&mut self, uid: String, qos: &str, dir: &Path) -> PodCgroup {
+    /// and the pod counts as alive. `shown`: the pod cgroup's host path, as reported.
+    fn pod(&mut self, uid: String, qos: &str, dir: &Path, shown: String) -> PodCgroup {
         /// Whose processes a directory's are.
         #[derive(Clone, Copy)]
         enum Owner {
@@ -346,13 +388,21 @@ impl Walk<'_> {
                 let below = match owner {
                     Owner::LeafRoot(i) | Owner::Leaf(i) => Owner::Leaf(i),
                     Owner::Pod | Owner::Other => match parse_leaf_name(&name) {
-                        LeafName::Container(runtime, id) => match self.leaf(&uid, runtime, id, &path) {
-                            Some(leaf) => {
-                                leaves.push(leaf);
-                                Owner::LeafRoot(leaves.len() - 1)
+                        LeafName::Container(runtime, id) => {
+                            // A leaf right below the pod (every runtime's) is named after it;
+                            // one nested deeper is shown as the host sees it.
+                            let leaf_shown = match owner {
+                                Owner::Pod => format!("{shown}/{name}"),
+                                _ => self.host.display(&path),
+                            };
+                            match self.leaf(&uid, runtime, id, &path, leaf_shown) {
+                                Some(leaf) => {
+                                    leaves.push(leaf);
+                                    Owner::LeafRoot(leaves.len() - 1)
+                                }
+                                None => continue,
                             }
-                            None => continue,
-                        },
+                        }
                         LeafName::Conmon | LeafName::Other => Owner::Other,
                     },
                 };
@@ -361,9 +411,8 @@ impl Walk<'_> {
         }
         if truncated {
             self.notes.push(format!(
-                "the cgroups of pod {uid} ({}) hold more than {SUBTREE_DIR_LIMIT} directories: not all were \
-                 looked at, so the pod counts as alive",
-                self.host.display(dir)
+                "the cgroups of pod {uid} ({shown}) hold more than {SUBTREE_DIR_LIMIT} directories: not all were \
+                 looked at, so the pod counts as alive"
             ));
         }
         let mut containers: Vec<ContainerCgroup> = Vec::with_capacity(leaves.len());
@@ -389,7 +438,7 @@ impl Walk<'_> {
         PodCgroup {
             uid,
             qos: qos.to_string(),
-            path: self.host.display(dir),
+            path: shown,
             pids,
             containers,
             other_pids,
@@ -517,13 +566,15 @@ pub fn read_cgroups(
         notes,
     };
     let mut pods = Vec::new();
+    // Each pod's host path is kubepods' and its names (`subdirs` keeps UTF-8 names only).
+    let kubepods = host.display(&layout.kubepods);
     for (name, path) in subdirs(&layout.kubepods) {
         if let Some(uid) = parse_pod_dir_name(&name) {
-            pods.push(walk.pod(uid, "guaranteed", &path));
+            pods.push(walk.pod(uid, "guaranteed", &path, format!("{kubepods}/{name}")));
         } else if let Some(qos) = parse_qos_dir_name(&name) {
-            for (name, path) in subdirs(&path) {
-                if let Some(uid) = parse_pod_dir_name(&name) {
-                    pods.push(walk.pod(uid, qos, &path));
+            for (pod_name, path) in subdirs(&path) {
+                if let Some(uid) = parse_pod_dir_name(&pod_name) {
+                    pods.push(walk.pod(uid, qos, &path, format!("{kubepods}/{name}/{pod_name}")));
                 }
             }
         }
@@ -532,7 +583,7 @@ pub fn read_cgroups(
     Observed::Ok(CgroupTree {
         version: layout.version,
         driver: layout.driver.to_string(),
-        kubepods: host.display(&layout.kubepods),
+        kubepods,
         pods,
     })
 }
@@ -556,7 +607,7 @@ pub fn read_pod(
         pinned,
         notes,
     };
-    Some(walk.pod(uid.to_string(), qos, dir))
+    Some(walk.pod(uid.to_string(), qos, dir, host.display(dir)))
 }
 
 #[cfg(test)]
@@ -721,6 +772,19 @@ mod tests {
     #[test]
     fn procs_files() {
         assert_eq!(parse_cgroup_procs("12\n345\n"), Ok(vec![12, 345]));
+        // As u32's own parser: a leading '+', nothing past u32::MAX, no sign or space inside.
+        assert_eq!(parse_cgroup_procs(" +7\t4294967295\n"), Ok(vec![7, 4294967295]));
+        for bad in ["4294967296", "-1", "+", "1a", "٣"] {
+            assert_eq!(
+                parse_cgroup_procs(bad),
+                Err(ProcsError::NotAPid(bad.to_string())),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            parse_cgroup_procs_bytes(b"1\n\xff\n"),
+            Err(ProcsError::NotAPid("\u{fffd}".to_string()))
+        );
         assert_eq!(parse_cgroup_procs(""), Ok(vec![]));
         let err = parse_cgroup_procs("12\nabc\n").unwrap_err();
         assert_eq!(err, ProcsError::NotAPid("abc".into()));
@@ -734,6 +798,16 @@ mod tests {
             let _ = parse_qos_dir_name(&name);
             let _ = parse_leaf_name(&name);
             let _ = parse_cgroup_procs(&procs);
+        }
+
+        /// The byte parser reads every word as `u32::from_str` does.
+        #[test]
+        fn procs_are_read_as_u32_reads_them(procs in "[0-9+a \t\n-]{0,60}") {
+            let by_str: Result<Vec<u32>, ProcsError> = procs
+                .split_ascii_whitespace()
+                .map(|w| w.parse::<u32>().map_err(|_| ProcsError::NotAPid(w.to_string())))
+                .collect();
+            proptest::prop_assert_eq!(parse_cgroup_procs(&procs), by_str);
         }
 
         #[test]

@@ -199,9 +199,41 @@ impl Records {
 }
 
 /// Reads everything and returns the snapshot.
+///
+/// A pods file is decoded on a second thread while this one reads the host: decoding is
+/// user-space work (a 250-pod `kubectl get pods -o json` is 2.4 MB), the host reads mostly
+/// the kernel's, and a node has more than one CPU. Without a second thread (it cannot be
+/// started) the file is decoded after the host is read.
 pub fn collect(host: &HostPaths, opts: &HostOptions, pods: PodInput) -> Result<Collection, CollectError> {
-    let readings = read_host(host, opts)?;
-    assemble(host, readings, opts, pods)
+    let PodInput::File(path) = pods else {
+        return assemble(host, read_host(host, opts)?, opts, pods);
+    };
+    let (readings, decoded) = std::thread::scope(|scope| {
+        let decoding = std::thread::Builder::new()
+            .name("pods-file".into())
+            .spawn_scoped(scope, || decode_pods_file(&path));
+        let readings = read_host(host, opts);
+        let decoded = match decoding {
+            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                Err(CollectError::PodsFile {
+                    path: path.display().to_string(),
+                    reason: "its decoding ended in a panic".into(),
+                })
+            }),
+            Err(_) => decode_pods_file(&path),
+        };
+        (readings, decoded)
+    });
+    // A bad host root is the first thing to say, as when the two are read one after the other.
+    let mut readings = readings?;
+    let (list, record) = decoded?;
+    readings.records.set(record);
+    let read = ReadPods {
+        list: Some((list, PodSource::File)),
+        keep_all: true,
+        node: None,
+    };
+    assemble_read(host, readings, opts, read)
 }
 
 /// The host's part of a snapshot as the daemon keeps it between scans, with what refreshing
@@ -368,9 +400,29 @@ impl KeptHost {
 /// it was read).
 pub fn assemble(
     host: &HostPaths,
-    kept: KeptHost,
+    mut kept: KeptHost,
     opts: &HostOptions,
     pods: PodInput,
+) -> Result<Collection, CollectError> {
+    let read = read_pods(pods, &mut kept.records)?;
+    assemble_read(host, kept, opts, read)
+}
+
+/// The pods a collection judges with, as read: the list and where it came from (`None`:
+/// none), whether every pod of it is kept for driver lookups (a pods file's), and the node a
+/// known list names.
+struct ReadPods {
+    list: Option<(Vec<PodInfo>, PodSource)>,
+    keep_all: bool,
+    node: Option<String>,
+}
+
+/// [`assemble`] with the pods read.
+fn assemble_read(
+    host: &HostPaths,
+    kept: KeptHost,
+    opts: &HostOptions,
+    read: ReadPods,
 ) -> Result<Collection, CollectError> {
     let KeptHost {
         snapshot: mut host_snapshot,
@@ -391,9 +443,11 @@ pub fn assemble(
         host_snapshot.managers.add_age(since.as_secs_f64());
     }
 
-    let keep_all = matches!(pods, PodInput::File(_));
-    let given_node = pods.node().map(str::to_string);
-    let pods = read_pods(pods, &mut records)?;
+    let ReadPods {
+        list: pods,
+        keep_all,
+        node: given_node,
+    } = read;
 
     let named = given_node
         .or_else(|| opts.node.clone())
@@ -505,38 +559,50 @@ pub fn assemble(
 
 /// The pods of `pods` and where they come from: the file's (read and timed as the `pods`
 /// collector, source [`PodSource::File`]) or the known ones.
-fn read_pods(pods: PodInput, records: &mut Records) -> Result<Option<(Vec<PodInfo>, PodSource)>, CollectError> {
-    Ok(match pods {
+fn read_pods(pods: PodInput, records: &mut Records) -> Result<ReadPods, CollectError> {
+    let keep_all = matches!(pods, PodInput::File(_));
+    let node = pods.node().map(str::to_string);
+    let list = match pods {
         PodInput::None => None,
         PodInput::Known { pods, source, .. } => Some((pods, source)),
         PodInput::File(path) => {
-            let shown = path.display().to_string();
-            let err = |reason: String| CollectError::PodsFile {
-                path: shown.clone(),
-                reason,
-            };
-            let t = Instant::now();
-            let list = pods::read_pods_file(&path, &shown)
-                .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
-                .ok_or_else(|| err("no such file".into()))?;
-            records.set(Record {
-                name: "pods",
-                duration: t.elapsed(),
-                status: String::new(),
-                failed: false,
-            });
+            let (list, record) = decode_pods_file(&path)?;
+            records.set(record);
             Some((list, PodSource::File))
         }
-    })
+    };
+    Ok(ReadPods { list, keep_all, node })
+}
+
+/// The pods of a pods file, and the `pods` collector's record of reading them.
+fn decode_pods_file(path: &Path) -> Result<(Vec<PodInfo>, Record), CollectError> {
+    let shown = path.display().to_string();
+    let err = |reason: String| CollectError::PodsFile {
+        path: shown.clone(),
+        reason,
+    };
+    let t = Instant::now();
+    let list = pods::read_pods_file(path, &shown)
+        .map_err(|e| err(e.to_string().trim_start_matches(&format!("{shown}: ")).to_string()))?
+        .ok_or_else(|| err("no such file".into()))?;
+    let record = Record {
+        name: "pods",
+        duration: t.elapsed(),
+        status: String::new(),
+        failed: false,
+    };
+    Ok((list, record))
 }
 
 /// A snapshot of the pods alone, no host file read: for a pod repair run without a host
 /// root. The node must be named (by `opts` or by `pods`).
 pub fn pods_only(opts: &HostOptions, pods: PodInput) -> Result<Collection, CollectError> {
     let mut records = Records::default();
-    let keep_all = matches!(pods, PodInput::File(_));
-    let given_node = pods.node().map(str::to_string);
-    let all = read_pods(pods, &mut records)?;
+    let ReadPods {
+        list: all,
+        keep_all,
+        node: given_node,
+    } = read_pods(pods, &mut records)?;
     let node = given_node
         .or_else(|| opts.node.clone())
         .unwrap_or_else(|| "unknown".into());

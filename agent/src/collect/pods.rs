@@ -1,15 +1,18 @@
 //! Pods: a `kubectl get pods -o json` file (a `v1 List` or a `PodList`, or one `Pod`) turned
 //! into our own [`PodInfo`].
 //!
-//! Pods are decoded into [`PodObject`]: the real `metadata` (k8s-openapi's `ObjectMeta`) and
-//! only the parts of `spec` and `status` the rules use, with the API's field names and
-//! types. Everything else (env, volumes, probes, managed fields' contents) is skipped while
-//! parsing, which keeps a 250-pod node's pod list to a few MiB and a few milliseconds.
+//! Pods are decoded into [`PodObject`]: only the parts of `metadata`, `spec` and `status` the
+//! rules use, with the API's field names and types. Everything else (managed fields, other
+//! annotations and environment variables, probes, mounts) is skipped while parsing, without
+//! a copy of its strings, which keeps a 250-pod node's pod list to a few MiB and a few
+//! milliseconds.
 
 use std::io::Read;
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::pod_object::Text;
 use nodemedic_rules::snapshot::PodInfo;
 
 pub use super::pod_object::*;
@@ -44,9 +47,14 @@ fn json_error(e: &serde_json::Error) -> PodsError {
     }
 }
 
-/// Reads pods from the text of a pods file.
+/// Reads pods from the text of a pods file. Text that is UTF-8 throughout (every real one) is
+/// checked once, as a whole, rather than string by string while parsing.
 pub fn parse_pods_json(text: &[u8]) -> Result<Vec<PodInfo>, PodsError> {
-    decode(&mut serde_json::Deserializer::from_slice(text))
+    match std::str::from_utf8(text) {
+        Ok(text) => decode(&mut serde_json::Deserializer::from_str(text)),
+        // serde_json says where the bad bytes are.
+        Err(_) => decode(&mut serde_json::Deserializer::from_slice(text)),
+    }
 }
 
 /// Reads pods from a reader as a stream (see [`read_pods_file`]); I/O errors come back as
@@ -110,11 +118,17 @@ fn read_pods_file_with(
     let result = if size > stream_above {
         read_pods(&mut counted)
     } else {
+        // Straight from the file (the counting reader would have its buffer zeroed first).
         let mut buf = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0) + 1);
-        match counted.read_to_end(&mut buf) {
-            Ok(_) => decode(&mut serde_json::Deserializer::from_slice(&buf)),
-            // Reported below from the error kept by the reader.
-            Err(_) => Ok(vec![]),
+        match counted.inner.read_to_end(&mut buf) {
+            Ok(n) => {
+                counted.read = n as u64;
+                parse_pods_json(&buf)
+            }
+            Err(e) => {
+                counted.error = Some(e);
+                Ok(vec![])
+            }
         }
     };
     if counted.read > limit {
@@ -187,7 +201,7 @@ fn decode<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deserializer<R
                 spec: top.spec,
                 status: top.status,
             };
-            let info = pod_info(&pod).ok_or_else(|| PodsError::Item {
+            let info = pod_info(pod).ok_or_else(|| PodsError::Item {
                 index: 0,
                 reason: NO_UID.into(),
             })?;
@@ -235,7 +249,7 @@ impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
         let mut top = Top::default();
         // A lone Pod's parts are kept only while the kind may still be Pod.
         let may_be_pod = |top: &Top| top.kind.as_deref().is_none_or(|k| k == "Pod");
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             match key.as_ref() {
                 "kind" => top.kind = map.next_value()?,
                 "items" => {
@@ -243,7 +257,7 @@ impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
                         current: &mut *self.current,
                     })?
                 }
-                "metadata" if may_be_pod(&top) => top.metadata = map.next_value()?,
+                "metadata" if may_be_pod(&top) => top.metadata = Some(map.next_value::<LeanMetadata>()?.0),
                 "spec" if may_be_pod(&top) => top.spec = map.next_value()?,
                 "status" if may_be_pod(&top) => top.status = map.next_value()?,
                 _ => {
@@ -294,7 +308,7 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
             match seq.next_element_seed(ItemSeed)? {
                 None => break,
                 Some(None) => {} // a v1 List may mix kinds
-                Some(Some(pod)) => pods.push(pod_info(&pod).ok_or_else(|| serde::de::Error::custom(NO_UID))?),
+                Some(Some(pod)) => pods.push(pod_info(pod).ok_or_else(|| serde::de::Error::custom(NO_UID))?),
             }
         }
         *self.current = None;
@@ -327,12 +341,10 @@ impl<'de> serde::de::Visitor<'de> for ItemSeed {
         // The API server writes `kind` before `spec` and `status`, so another kind's spec
         // (which a PodSpec could not hold) is skipped unread.
         let is_pod = |kind: &Option<String>| kind.as_deref().is_none_or(|k| k == "Pod");
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
             match key.as_ref() {
                 "kind" => kind = map.next_value()?,
-                "metadata" if is_pod(&kind) => {
-                    pod.metadata = map.next_value::<Option<ObjectMeta>>()?.unwrap_or_default()
-                }
+                "metadata" if is_pod(&kind) => pod.metadata = map.next_value::<LeanMetadata>()?.0,
                 "spec" if is_pod(&kind) => pod.spec = map.next_value()?,
                 "status" if is_pod(&kind) => pod.status = map.next_value()?,
                 _ => {
@@ -545,6 +557,82 @@ mod tests {
         assert_eq!(one[0].name, "p");
         assert!(parse_pods_json(br#"{"kind":"PodList","items":null}"#).is_err());
         assert_eq!(parse_pods_json(br#"{"kind":"PodList","items":[]}"#).unwrap(), vec![]);
+    }
+
+    /// What a rule reads is kept whether the input has it as it is or escaped, from a file or
+    /// from a value (the watch's path); what no rule reads is dropped: managed fields, other
+    /// annotations, other variables, `valueFrom` variables, resources besides CPU, memory and
+    /// ephemeral storage.
+    #[test]
+    fn only_what_is_read_is_kept() {
+        let text = r#"{"kind": "Pod",
+          "metadata": {"name": "d", "namespace": "spark", "uid": "u1", "resourceVersion": "7",
+            "managedFields": [{"manager": "kubelet", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}}],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                            "scheduling.k8s.io/group-name": "app-\u0070odgroup",
+                            "nodemedic.io/fence-on-partition": "true"},
+            "labels": {"spark-role": "driver", "sp\u0061rk-app-selector": "spark-1"}},
+          "spec": {"containers": [{"name": "spark-kubernetes-driver",
+            "env": [{"name": "SPARK_DRIVER_BIND_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "SPARK_DRIVER_URL", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "KUBERNETES_REQUEST_TIMEOUT", "value": "30000"},
+                    {"name": "SPARK_SUBMIT_OPTS", "value": "-Dx=\"y\""},
+                    {"name": "OTHER", "value": "z"}],
+            "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": "1", "ephemeral-storage": "1Gi"}}}]}}"#;
+        let check = |p: &PodInfo| {
+            assert_eq!(p.annotations.len(), 2, "{:?}", p.annotations);
+            assert_eq!(p.annotations["scheduling.k8s.io/group-name"], "app-podgroup");
+            assert_eq!(p.annotations["nodemedic.io/fence-on-partition"], "true");
+            assert_eq!(p.labels["spark-app-selector"], "spark-1");
+            assert_eq!(p.spark_driver_url, None, "a valueFrom variable has no literal value");
+            assert_eq!(p.kubernetes_request_timeout_env.as_deref(), Some("30000"));
+            assert_eq!(p.spark_submit_opts_env.as_deref(), Some("-Dx=\"y\""));
+            assert_eq!(p.containers[0].cpu_limit_millis, Some(2000));
+        };
+        let from_file = parse_pods_json(text.as_bytes()).unwrap();
+        check(&from_file[0]);
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        let object: PodObject = serde_json::from_value(value).unwrap();
+        assert_eq!(object.metadata.resource_version.as_deref(), Some("7"));
+        assert!(object.metadata.managed_fields.is_none());
+        let env: Vec<&str> = object.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(env, ["KUBERNETES_REQUEST_TIMEOUT", "SPARK_SUBMIT_OPTS"]);
+        check(&pod_info(object).unwrap());
+        // The same text read as bytes that are not all UTF-8 is refused with its place.
+        let mut bad = text.as_bytes().to_vec();
+        let at = text.find("\"z\"").unwrap() + 1;
+        bad[at] = 0xff;
+        let err = parse_pods_json(&bad).unwrap_err().to_string();
+        assert!(err.contains("line 13 column 49"), "{err}");
+    }
+
+    /// The QoS class computed when the status has none counts CPU and memory only, as the API
+    /// server does: a pod that asks for ephemeral storage alone is BestEffort.
+    #[test]
+    fn computed_qos_counts_cpu_and_memory_only() {
+        let qos = |resources: &str| {
+            let text = format!(
+                r#"{{"kind":"Pod","metadata":{{"uid":"u","name":"p"}},"spec":{{"containers":[{{"name":"c","resources":{resources}}}]}}}}"#
+            );
+            parse_pods_json(text.as_bytes()).unwrap().remove(0).qos_class
+        };
+        assert_eq!(
+            qos(r#"{"limits":{"ephemeral-storage":"1Gi"}}"#),
+            Some(QosClass::BestEffort)
+        );
+        assert_eq!(qos(r#"{"requests":{"cpu":"1"}}"#), Some(QosClass::Burstable));
+        assert_eq!(
+            qos(r#"{"limits":{"cpu":"1","memory":"1Gi"}}"#),
+            Some(QosClass::Guaranteed)
+        );
+        assert_eq!(
+            qos(r#"{"limits":{"cpu":"1","memory":"1Gi"},"requests":{"cpu":"500m"}}"#),
+            Some(QosClass::Burstable)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use nodemedic_rules::snapshot::ProcessInfo;
 use nodemedic_rules::{CpuSet, CpuSetError};
 
-use super::read::{ReadError, read_bytes, read_text, trace};
+use super::read::{ReadError, read_bytes, read_text, trace, with_bytes};
 use crate::host::HostPaths;
 
 /// `/proc/<pid>/status` is about 1.5 KiB; anything past this is not a status file.
@@ -41,8 +41,16 @@ pub enum ProcessError {
 /// `Cpus_allowed_list` of a `/proc/<pid>/status` text. `Ok(None)` when the line is absent
 /// (very old kernels); `Err` names the bad value.
 pub fn parse_status_cpus_allowed(status: &str) -> Result<Option<CpuSet>, StatusError> {
-    for line in status.lines() {
-        if let Some(value) = line.strip_prefix("Cpus_allowed_list:") {
+    parse_status_cpus_allowed_bytes(status.as_bytes())
+}
+
+/// [`parse_status_cpus_allowed`] of the file's bytes, as read: only the value of the line is
+/// read as text (a process's name, earlier in the file, may be any bytes).
+pub fn parse_status_cpus_allowed_bytes(status: &[u8]) -> Result<Option<CpuSet>, StatusError> {
+    const FIELD: &[u8] = b"Cpus_allowed_list:";
+    for line in status.split(|b| *b == b'\n') {
+        if let Some(value) = line.strip_prefix(FIELD) {
+            let value = String::from_utf8_lossy(value);
             return CpuSet::parse(value.trim()).map(Some).map_err(StatusError::CpusAllowed);
         }
     }
@@ -136,12 +144,12 @@ pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, P
 }
 
 fn read_process_at(path: &Path, shown: &dyn std::fmt::Display, pid: u32) -> Result<Option<ProcessInfo>, ProcessError> {
-    match read_text(path, shown, STATUS_LIMIT) {
+    match with_bytes(path, shown, STATUS_LIMIT, parse_status_cpus_allowed_bytes) {
         Ok(None) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(ProcessError::Read(e)),
-        Ok(Some(text)) => {
-            let cpus_allowed = parse_status_cpus_allowed(&text).map_err(|source| ProcessError::Status {
+        Ok(Some(parsed)) => {
+            let cpus_allowed = parsed.map_err(|source| ProcessError::Status {
                 path: shown.to_string(),
                 source,
             })?;

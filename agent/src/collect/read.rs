@@ -31,6 +31,18 @@ impl ReadError {
 /// Reads at most `limit` bytes of `path`; `Ok(None)` when it does not exist.
 /// `shown` is the path as reported (the host's view), formatted only for an error.
 pub fn read_bytes(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    with_bytes(path, shown, limit, <[u8]>::to_vec)
+}
+
+/// Reads at most `limit` bytes of `path` and hands them to `parse`, without a copy: the bytes
+/// are in a buffer this thread keeps. `Ok(None)` when the file does not exist; `shown` as for
+/// [`read_bytes`]. A `parse` that itself reads a file gets a buffer of its own for that.
+pub fn with_bytes<T>(
+    path: &Path,
+    shown: &dyn Display,
+    limit: u64,
+    parse: impl FnOnce(&[u8]) -> T,
+) -> Result<Option<T>, ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: shown.to_string(),
         source,
@@ -49,27 +61,35 @@ pub fn read_bytes(path: &Path, shown: &dyn Display, limit: u64) -> Result<Option
     thread_local! {
         static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(READ_BUFFER));
     }
-    let read = BUFFER.with_borrow_mut(|buf| {
+    let read_into = |buf: &mut Vec<u8>| -> Result<T, ReadError> {
         buf.clear();
-        let result = file.take(limit + 1).read_to_end(buf).map(|_| buf.to_vec());
-        if buf.capacity() > READ_BUFFER_KEPT {
-            *buf = Vec::with_capacity(READ_BUFFER);
+        file.take(limit + 1).read_to_end(buf).map_err(|e| match e.kind() {
+            ErrorKind::IsADirectory => ReadError::IsDir {
+                path: shown.to_string(),
+            },
+            _ => io(e),
+        })?;
+        if buf.len() as u64 > limit {
+            return Err(ReadError::TooLarge {
+                path: shown.to_string(),
+                limit,
+            });
         }
-        result
-    });
-    let buf = read.map_err(|e| match e.kind() {
-        ErrorKind::IsADirectory => ReadError::IsDir {
-            path: shown.to_string(),
-        },
-        _ => io(e),
-    })?;
-    if buf.len() as u64 > limit {
-        return Err(ReadError::TooLarge {
-            path: shown.to_string(),
-            limit,
-        });
-    }
-    Ok(Some(buf))
+        Ok(parse(buf))
+    };
+    BUFFER
+        .with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                let result = read_into(&mut buf);
+                if buf.capacity() > READ_BUFFER_KEPT {
+                    *buf = Vec::with_capacity(READ_BUFFER);
+                }
+                result
+            }
+            // Already lent out (a parse that reads): a buffer of its own.
+            Err(_) => read_into(&mut Vec::new()),
+        })
+        .map(Some)
 }
 
 /// The reading buffer's size: the files of procfs, sysfs and cgroupfs fit in one read.
@@ -263,6 +283,31 @@ mod tests {
         );
         std::fs::write(&f, b"\xff\xfe").unwrap();
         assert_eq!(read_text(&f, &"/f", 5).unwrap_err().to_string(), "/f: not UTF-8 text");
+    }
+
+    /// The bytes are handed over as read, without a copy; a parse that reads another file
+    /// meanwhile gets its own buffer (no panic, both right); the limit holds.
+    #[test]
+    fn bytes_are_lent_and_a_nested_read_gets_its_own_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"outer").unwrap();
+        std::fs::write(&b, b"inner").unwrap();
+        let got = with_bytes(&a, &"/a", 16, |outer| {
+            let inner = with_bytes(&b, &"/b", 16, <[u8]>::to_vec).unwrap().unwrap();
+            (outer.to_vec(), inner)
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(got, (b"outer".to_vec(), b"inner".to_vec()));
+        assert_eq!(with_bytes(&a, &"/a", 16, <[u8]>::len).unwrap(), Some(5));
+        assert!(
+            with_bytes(&dir.path().join("none"), &"/none", 16, <[u8]>::len)
+                .unwrap()
+                .is_none()
+        );
+        let err = with_bytes(&a, &"/a", 4, <[u8]>::len).unwrap_err().to_string();
+        assert_eq!(err, "/a: larger than the 4-byte limit for this file");
     }
 
     #[test]

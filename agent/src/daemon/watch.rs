@@ -89,7 +89,7 @@ impl PodStore {
     }
 
     /// Puts `pod` in the store (added or modified).
-    fn put(&mut self, pod: &PodObject) {
+    fn put(&mut self, pod: PodObject) {
         let Some(info) = pod_info(pod) else {
             return;
         };
@@ -103,8 +103,8 @@ impl PodStore {
     }
 
     /// Takes `pod` out of the store (deleted).
-    fn remove(&mut self, pod: &PodObject) {
-        if let Some(old) = self.pods.remove(&PodStore::key(pod)) {
+    fn remove(&mut self, pod: PodObject) {
+        if let Some(old) = self.pods.remove(&PodStore::key(&pod)) {
             self.note_change(&old);
         }
         if let Some(info) = pod_info(pod) {
@@ -115,9 +115,9 @@ impl PodStore {
     }
 
     /// Replaces the whole store with a list's pods.
-    pub(crate) fn fill(&mut self, pods: &[PodObject]) {
+    pub(crate) fn fill(&mut self, pods: Vec<PodObject>) {
         self.pods = pods
-            .iter()
+            .into_iter()
             .filter_map(pod_info)
             .map(|p| (PodStore::info_key(&p), p))
             .collect();
@@ -189,7 +189,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
         };
         let mut version = list.metadata.resource_version.clone().unwrap_or_default();
         if let Ok(mut s) = store.write() {
-            s.fill(&list.items);
+            s.fill(list.items);
         }
         signals.health.pods_synced.store(true, Ordering::Relaxed);
         signals.up(true);
@@ -251,7 +251,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
                         version = p.metadata.resource_version.clone().unwrap_or(version);
                         if let Ok(mut s) = store.write() {
-                            s.put(&p);
+                            s.put(p);
                         }
                         changes += 1;
                         signals.wake.notify_one();
@@ -259,7 +259,7 @@ pub async fn run(client: kube::Client, node: String, store: SharedStore, signals
                     Ok(WatchEvent::Deleted(p)) => {
                         version = p.metadata.resource_version.clone().unwrap_or(version);
                         if let Ok(mut s) = store.write() {
-                            s.remove(&p);
+                            s.remove(p);
                         }
                         changes += 1;
                         signals.wake.notify_one();
@@ -326,25 +326,25 @@ mod tests {
     #[test]
     fn pod_changes_are_kept_for_the_driver_cache() {
         let mut store = PodStore::default();
-        store.fill(&[pod("d", "d1", Some("driver")), pod("web", "w1", None)]);
+        store.fill(vec![pod("d", "d1", Some("driver")), pod("web", "w1", None)]);
         assert_eq!(store.len(), 2);
         let (relisted, changed) = store.take_changes();
         assert!(relisted, "a list may have missed changes: everything is forgotten");
         assert!(changed.is_empty());
 
         // Every modification counts (a client-mode driver may be any pod, found by its IP).
-        store.put(&pod("d", "d1", Some("driver")));
-        store.put(&pod("web", "w1", None));
+        store.put(pod("d", "d1", Some("driver")));
+        store.put(pod("web", "w1", None));
         let (relisted, changed) = store.take_changes();
         assert!(!relisted);
         assert_eq!(uids(&changed), ["d1", "w1"]);
 
         // Replaced under the same name: both the old pod and the new one.
-        store.put(&pod("d", "d2", Some("driver")));
+        store.put(pod("d", "d2", Some("driver")));
         assert_eq!(uids(&store.take_changes().1), ["d2", "d1"]);
 
         // Deleted: once.
-        store.remove(&pod("d", "d2", Some("driver")));
+        store.remove(pod("d", "d2", Some("driver")));
         assert_eq!(uids(&store.take_changes().1), ["d2"]);
         assert_eq!(store.len(), 1);
         assert_eq!(store.pods().next().map(|p| p.uid.as_str()), Some("w1"));

@@ -29,7 +29,7 @@ use nodemedic_rules::snapshot::PodInfo;
 use nodemedic_rules::spark;
 
 /// The label or annotation that opts a driver pod in (value `"true"`).
-pub const OPT_IN: &str = "nodemedic.io/fence-on-partition";
+pub const OPT_IN: &str = nodemedic_rules::snapshot::pods::annotations::FENCE_OPT_IN;
 
 /// What fencing does.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -23,6 +23,7 @@ use crate::coverage::{KubeletVersions, Need::One, Needs, Source};
 use crate::finding::{Finding, Severity, Subject};
 use crate::rules::RuleInfo;
 use crate::settings::Settings;
+use crate::snapshot::pods::annotations::{MIRROR, VOLCANO_GROUP};
 use crate::snapshot::{NodeSnapshot, PodInfo, PodSource};
 use crate::spark::scheduler_of;
 use crate::text::{LISTED, cleanup_remedy, counts};
@@ -51,11 +52,6 @@ pub const RULE: RuleInfo = RuleInfo {
     gauge: None,
     next_judgement: None,
 };
-
-/// Volcano's pod group annotation (`<app id>-podgroup` for Spark).
-const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
-/// The kubelet's mark on a static pod's mirror.
-const MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// Whether a rejection reason says the node was overcommitted (what two schedulers cause).
 fn capacity_reason(reason: &str) -> bool {

@@ -10,6 +10,17 @@ pub mod words;
 
 pub use words::{PodPhase, QosClass, SparkRole};
 
+/// The annotations nodemedic reads. Pods are decoded with these and no others (the agent's
+/// `collect::pod_object::ANNOTATIONS_READ`): a rule that reads another one names it here.
+pub mod annotations {
+    /// The kubelet's mark on a static pod's mirror.
+    pub const MIRROR: &str = "kubernetes.io/config.mirror";
+    /// Volcano's pod group annotation (`<app id>-podgroup` for Spark).
+    pub const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
+    /// The label or annotation that opts a driver pod in to fencing (value `"true"`).
+    pub const FENCE_OPT_IN: &str = "nodemedic.io/fence-on-partition";
+}
+
 /// Init, regular or ephemeral container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -102,6 +113,7 @@ pub struct PodInfo {
     pub created_at: Option<i64>,
     /// When its last container terminated, unix seconds (finished pods).
     pub finished_at: Option<i64>,
+    /// Those of [`annotations`] the pod has (the agent keeps no others).
     pub annotations: BTreeMap<String, String>,
     pub owner_refs: Vec<OwnerRef>,
     /// `spec.schedulerName` (`default-scheduler` when unset).

@@ -134,7 +134,7 @@ fn start_with(api: &FakeApi, dir: &std::path::Path, pods: Option<&[PodObject]>, 
     let store: SharedStore = Default::default();
     let health = Arc::new(Health::default());
     if let Some(pods) = pods {
-        store.write().unwrap().fill(pods);
+        store.write().unwrap().fill(pods.to_vec());
         health.pods_synced.store(true, Ordering::Relaxed);
         contact.answered();
     }

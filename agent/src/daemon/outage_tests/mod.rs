@@ -138,7 +138,7 @@ fn start_with(
     snapshot.pods.bound = node_pods
         .iter()
         .filter_map(|p| serde_json::from_value(p.clone()).ok())
-        .filter_map(|p| crate::collect::pods::pod_info(&p))
+        .filter_map(crate::collect::pods::pod_info)
         .collect();
     assert_eq!(snapshot.pods.bound.len(), node_pods.len(), "every pod converts");
     let interval = effective.scan_interval;
