@@ -319,7 +319,7 @@ pub async fn node_pods(client: &Client, node: &str) -> Result<Vec<PodInfo>, Erro
         .match_any();
     api.list(&params)
         .await
-        .map(|l| infos(l.items))
+        .map(|l| l.items.into_iter().filter_map(pod_info).collect())
         .map_err(|e| Error::request("LIST", format!("pods spec.nodeName={node}"), &e))
 }
 
@@ -547,21 +547,21 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-fn infos(list: Vec<PodObject>) -> Vec<PodInfo> {
-    list.into_iter().filter_map(pod_info).collect()
+fn infos(list: Vec<PodObject>) -> Vec<Arc<PodInfo>> {
+    list.into_iter().filter_map(pod_info).map(Arc::new).collect()
 }
 
 impl PodDirectory for ApiDirectory {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         let api: Api<PodObject> = Api::namespaced(self.client.clone(), namespace);
         match api.get_opt(name).await {
-            Ok(p) => Ok(p.and_then(pod_info)),
+            Ok(p) => Ok(p.and_then(pod_info).map(Arc::new)),
             Err(e) => Err(LookupError::Failed(
                 Error::request("GET", format!("pod {namespace}/{name}"), &e).to_string(),
             )),
         }
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         let api: Api<PodObject> = match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
@@ -573,7 +573,7 @@ impl PodDirectory for ApiDirectory {
             .map(|l| infos(l.items))
             .map_err(|e| LookupError::Failed(Error::request("LIST", format!("pods {label_selector}"), &e).to_string()))
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         let api: Api<PodObject> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("status.podIP={ip}")).match_any();
         api.list(&params)

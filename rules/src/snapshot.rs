@@ -149,8 +149,8 @@ pub struct ApiLookups {
     /// Every driver pod of the Spark applications that have a driver on this node, wherever
     /// they run, by application id (`spark-app-selector`; a driver without one that a Job runs:
     /// `job:<the Job's UID>`, see [`crate::spark::app_drivers_key`]); for `duplicate-driver` and
-    /// `driver-blocked-by-partition`.
-    pub app_drivers: BTreeMap<String, Vec<PodInfo>>,
+    /// `driver-blocked-by-partition`. Shared with the directory they were found in.
+    pub app_drivers: BTreeMap<String, Vec<std::sync::Arc<PodInfo>>>,
     /// Warning Events of the driver pods on this node that wait to start (`Pending`), by pod
     /// UID; for `driver-blocked-by-partition`.
     pub pod_events: BTreeMap<String, Vec<PodEvent>>,
@@ -274,7 +274,7 @@ mod tests {
         let unknown = || DriverLookup::Unknown { reason: "r".into() };
         let lookups = ApiLookups {
             drivers: [("e1".to_string(), unknown()), ("gone".to_string(), unknown())].into(),
-            app_drivers: [("spark-1".to_string(), vec![pod("d-elsewhere")])].into(),
+            app_drivers: [("spark-1".to_string(), vec![std::sync::Arc::new(pod("d-elsewhere"))])].into(),
             pod_events: [
                 ("d1".to_string(), vec![PodEvent::default()]),
                 ("gone".to_string(), vec![PodEvent::default()]),

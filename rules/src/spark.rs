@@ -66,7 +66,15 @@ pub fn driver_waits_to_start(pod: &PodInfo, node: &str) -> bool {
 pub(crate) fn alive_drivers(snap: &NodeSnapshot) -> Vec<&PodInfo> {
     let mut out: Vec<&PodInfo> = Vec::new();
     let local = snap.pods.bound.iter().filter(|p| is_driver(p));
-    for d in snap.api.lookups.app_drivers.values().flatten().chain(local) {
+    for d in snap
+        .api
+        .lookups
+        .app_drivers
+        .values()
+        .flatten()
+        .map(|d| &**d)
+        .chain(local)
+    {
         if !d.is_terminal() && !out.iter().any(|o| o.uid == d.uid) {
             out.push(d);
         }

@@ -358,7 +358,12 @@ pub fn scan(args: args::ScanArgs) -> Result<u8, CliError> {
             .and_then(|f| trace::write(&mut std::io::BufWriter::new(f), &ops))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(scan_exit_code(&report))
+    let code = scan_exit_code(&report);
+    // The process ends here: its memory goes back whole, so the snapshot's and the report's
+    // tens of thousands of allocations are not freed one by one (3 M instructions at 250 pods).
+    std::mem::forget((facts, report));
+    std::mem::forget(snapshot);
+    Ok(code)
 }
 
 /// `scan --cpu-map`: the map alone, and its exit code: 0 drawn, 4 without it (the CPUs could

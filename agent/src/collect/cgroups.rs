@@ -209,10 +209,13 @@ pub fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
             if !e.file_type().ok()?.is_dir() {
                 return None;
             }
-            Some((e.file_name().to_str()?.to_string(), e.path()))
+            let name = e.file_name().into_string().ok()?;
+            let path = file_in(dir, &name);
+            Some((name, path))
         })
         .collect();
-    out.sort();
+    // Names in one directory are distinct.
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
 }
 

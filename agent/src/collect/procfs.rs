@@ -139,7 +139,11 @@ pub fn find_kubelet(host: &HostPaths) -> Option<(u32, Vec<String>)> {
 
 /// One process's affinity; `Ok(None)` when it has exited.
 pub fn read_process(host: &HostPaths, pid: u32) -> Result<Option<ProcessInfo>, ProcessError> {
-    let path = host.proc().join(pid.to_string()).join("status");
+    // One buffer grown once: `<root>/proc/<pid>/status`.
+    let mut path = host.proc();
+    path.reserve(18);
+    path.push(pid.to_string());
+    path.push("status");
     read_process_at(&path, &host.shown(&path), pid)
 }
 

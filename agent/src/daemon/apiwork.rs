@@ -430,7 +430,7 @@ impl ApiWork {
     async fn read_partition_inputs(
         &self,
         at: spark::PodsAt<'_>,
-        app_drivers: &BTreeMap<String, Vec<PodInfo>>,
+        app_drivers: &BTreeMap<String, Vec<Arc<PodInfo>>>,
         previous: &DriverView,
         claims: &nodemedic_rules::facts::ClaimsToAsk,
     ) -> (

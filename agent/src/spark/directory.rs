@@ -15,16 +15,20 @@ use nodemedic_rules::snapshot::{NodeStatus, PodEvent, PodInfo};
 use super::network::Cidr;
 use super::{LookupError, PodDirectory};
 
-/// A directory over a list of pods (a cluster-wide pods file).
+/// A directory over a list of pods (a cluster-wide pods file). Its answers share the pods it
+/// holds.
 #[derive(Debug, Clone, Default)]
 pub struct ListDirectory {
-    pods: Vec<PodInfo>,
+    pods: Vec<Arc<PodInfo>>,
     networks: Vec<Cidr>,
 }
 
 impl ListDirectory {
     pub fn new(pods: Vec<PodInfo>) -> Self {
-        ListDirectory { pods, networks: vec![] }
+        ListDirectory {
+            pods: pods.into_iter().map(Arc::new).collect(),
+            networks: vec![],
+        }
     }
 
     /// The same directory, knowing the cluster's pod networks.
@@ -46,14 +50,14 @@ pub(super) fn matches(pod: &PodInfo, selector: &str) -> bool {
 }
 
 impl PodDirectory for ListDirectory {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         Ok(self
             .pods
             .iter()
             .find(|p| p.namespace == namespace && p.name == name)
             .cloned())
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         Ok(self
             .pods
             .iter()
@@ -61,7 +65,7 @@ impl PodDirectory for ListDirectory {
             .cloned()
             .collect())
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         Ok(self
             .pods
             .iter()
@@ -102,8 +106,8 @@ type Slot<V> = HashMap<String, (Instant, V)>;
 
 #[derive(Debug, Default)]
 struct CacheState {
-    /// Pod answers that succeeded, shared: a hit copies only the pods it returns.
-    entries: Slot<Arc<Vec<PodInfo>>>,
+    /// Pod answers that succeeded, their pods shared with every answer.
+    entries: Slot<Arc<Vec<Arc<PodInfo>>>>,
     /// Pod Events by pod UID.
     events: Slot<Arc<Vec<PodEvent>>>,
     /// Nodes by name.
@@ -229,11 +233,11 @@ impl<D: PodDirectory> CachedDirectory<D> {
     }
 
     /// [`Self::through_slot`] for pod answers.
-    async fn through<F: Future<Output = Result<Vec<PodInfo>, LookupError>>>(
+    async fn through<F: Future<Output = Result<Vec<Arc<PodInfo>>, LookupError>>>(
         &self,
         key: String,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Arc<Vec<PodInfo>>, LookupError> {
+    ) -> Result<Arc<Vec<Arc<PodInfo>>>, LookupError> {
         self.through_slot(
             |s| &mut s.entries,
             self.ttl,
@@ -245,7 +249,7 @@ impl<D: PodDirectory> CachedDirectory<D> {
 }
 
 impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         let key = format!("get {namespace}/{name}");
         let v = self
             .through(key, || async {
@@ -254,7 +258,7 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
             .await?;
         Ok(v.first().cloned())
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.list_where(namespace, label_selector, |_| true).await
     }
     async fn list_where(
@@ -262,12 +266,12 @@ impl<D: PodDirectory> PodDirectory for CachedDirectory<D> {
         namespace: Option<&str>,
         label_selector: &str,
         keep: impl Fn(&PodInfo) -> bool,
-    ) -> Result<Vec<PodInfo>, LookupError> {
+    ) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         let key = format!("list {} {label_selector}", namespace.unwrap_or("*"));
         let all = self.through(key, || self.inner.list(namespace, label_selector)).await?;
         Ok(all.iter().filter(|p| keep(p)).cloned().collect())
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         Ok(self
             .through(format!("ip {ip}"), || self.inner.by_ip(ip))
             .await?
@@ -345,10 +349,10 @@ impl<D: PodDirectory> Breaker<D> {
 }
 
 impl<D: PodDirectory> PodDirectory for Breaker<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         self.guarded(self.inner.get(namespace, name)).await
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.guarded(self.inner.list(namespace, label_selector)).await
     }
     async fn list_where(
@@ -356,11 +360,11 @@ impl<D: PodDirectory> PodDirectory for Breaker<D> {
         namespace: Option<&str>,
         label_selector: &str,
         keep: impl Fn(&PodInfo) -> bool,
-    ) -> Result<Vec<PodInfo>, LookupError> {
+    ) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.guarded(self.inner.list_where(namespace, label_selector, keep))
             .await
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.guarded(self.inner.by_ip(ip)).await
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
@@ -394,7 +398,7 @@ pub struct IndexedDirectory<D> {
 impl<D: PodDirectory> IndexedDirectory<D> {
     /// The drivers of `namespace` that `keep` accepts, from the one list of them; `None` when
     /// that list cannot be had.
-    async fn drivers(&self, namespace: &str, keep: impl Fn(&PodInfo) -> bool) -> Option<Vec<PodInfo>> {
+    async fn drivers(&self, namespace: &str, keep: impl Fn(&PodInfo) -> bool) -> Option<Vec<Arc<PodInfo>>> {
         self.inner.list_where(Some(namespace), DRIVERS, keep).await.ok()
     }
 }
@@ -410,7 +414,7 @@ pub(super) fn narrows_drivers(selector: &str) -> bool {
 }
 
 impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         if let Some(found) = self
             .drivers(namespace, |p| p.name == name)
             .await
@@ -420,7 +424,7 @@ impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
         }
         self.inner.get(namespace, name).await
     }
-    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         if let (Some(ns), true) = (namespace, narrows_drivers(label_selector)) {
             if let Some(list) = self.drivers(ns, |p| matches(p, label_selector)).await {
                 return Ok(list);
@@ -428,7 +432,7 @@ impl<D: PodDirectory> PodDirectory for IndexedDirectory<D> {
         }
         self.inner.list(namespace, label_selector).await
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.inner.by_ip(ip).await
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {

@@ -14,6 +14,7 @@
 //! reads the pod Events and nodes of `driver-blocked-by-partition` ([`partition`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use nodemedic_rules::snapshot::{DriverLookup, LookupMethod, NodeStatus, PodEvent, PodInfo, PodPhase};
 use nodemedic_rules::spark;
@@ -40,13 +41,13 @@ pub enum LookupError {
 /// Where pods can be looked up.
 pub trait PodDirectory {
     /// The pod `namespace/name`, if it exists.
-    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<PodInfo>, LookupError>>;
+    fn get(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<Arc<PodInfo>>, LookupError>>;
     /// Pods in `namespace` (all namespaces when `None`) matching `label_selector`.
     fn list(
         &self,
         namespace: Option<&str>,
         label_selector: &str,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
+    ) -> impl Future<Output = Result<Vec<Arc<PodInfo>>, LookupError>>;
     /// The pods of [`PodDirectory::list`] that `keep` accepts: a cache answers it without
     /// copying the pods it does not return (250 executors looking their driver up in their
     /// namespace's list of 25 drivers copy 250 pods, not 6,250).
@@ -55,7 +56,7 @@ pub trait PodDirectory {
         namespace: Option<&str>,
         label_selector: &str,
         keep: impl Fn(&PodInfo) -> bool,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>> {
+    ) -> impl Future<Output = Result<Vec<Arc<PodInfo>>, LookupError>> {
         async move {
             self.list(namespace, label_selector)
                 .await
@@ -63,7 +64,7 @@ pub trait PodDirectory {
         }
     }
     /// Pods whose `status.podIP` is `ip`.
-    fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<PodInfo>, LookupError>>;
+    fn by_ip(&self, ip: &str) -> impl Future<Output = Result<Vec<Arc<PodInfo>>, LookupError>>;
     /// The cluster's pod networks (the nodes' `spec.podCIDRs`); empty when none is known (a
     /// pods file, a network plugin that does not use them, no permission to list nodes).
     fn pod_networks(&self) -> impl Future<Output = Result<Vec<Cidr>, LookupError>>;
@@ -97,7 +98,7 @@ pub fn driver_url_host(url: &str) -> Option<&str> {
 }
 
 /// Picks the driver among candidates: running before finished, then the newest.
-fn best(mut drivers: Vec<PodInfo>) -> Option<PodInfo> {
+fn best(mut drivers: Vec<Arc<PodInfo>>) -> Option<Arc<PodInfo>> {
     drivers.sort_by_key(|d| (!d.is_terminal(), d.created_at.unwrap_or(0)));
     drivers.pop()
 }
@@ -114,11 +115,11 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             },
             Ok(Some(found)) if found.uid != owner.uid => DriverLookup::Replaced {
                 expected_uid: owner.uid.clone(),
-                found: Box::new(found),
+                found: found,
             },
             Ok(Some(found)) => DriverLookup::Found {
                 by: LookupMethod::OwnerReference,
-                driver: Box::new(found),
+                driver: found,
             },
         };
     }
@@ -130,7 +131,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
                 if let Some(driver) = best(found) {
                     return DriverLookup::Found {
                         by: LookupMethod::Labels,
-                        driver: Box::new(driver),
+                        driver: driver,
                     };
                 }
             }
@@ -154,7 +155,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             Ok(found) => match best(found) {
                 Some(driver) => DriverLookup::Found {
                     by: LookupMethod::DriverUrl,
-                    driver: Box::new(driver),
+                    driver: driver,
                 },
                 // No pod has the IP. Inside a pod network it belonged to a pod that is gone
                 // (a client-mode driver pod deleted); outside every one, the driver runs
@@ -183,7 +184,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             Err(e) => unknown(e.to_string()),
             Ok(Some(driver)) => DriverLookup::Found {
                 by: LookupMethod::DriverUrl,
-                driver: Box::new(driver),
+                driver: driver,
             },
             Ok(None) => DriverLookup::Gone {
                 by: LookupMethod::DriverUrl,
@@ -200,12 +201,12 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
 pub async fn resolve_all<D: PodDirectory>(
     dir: &D,
     pods: &[PodInfo],
-) -> (BTreeMap<String, DriverLookup>, BTreeMap<String, Vec<PodInfo>>) {
+) -> (BTreeMap<String, DriverLookup>, BTreeMap<String, Vec<Arc<PodInfo>>>) {
     let mut drivers = BTreeMap::new();
     for executor in pods.iter().filter(|p| spark::is_executor(p)) {
         drivers.insert(executor.uid.clone(), resolve_driver(dir, executor).await);
     }
-    let mut app_drivers: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
+    let mut app_drivers: BTreeMap<String, Vec<Arc<PodInfo>>> = BTreeMap::new();
     for driver in pods.iter().filter(|p| spark::is_driver(p)) {
         let Some(key) = spark::app_drivers_key(driver) else {
             continue;
@@ -214,9 +215,9 @@ pub async fn resolve_all<D: PodDirectory>(
             continue;
         }
         let mut found = Vec::new();
-        let mut add = |more: Vec<PodInfo>| {
+        let mut add = |more: Vec<Arc<PodInfo>>| {
             for p in more {
-                if !found.iter().any(|f: &PodInfo| f.uid == p.uid) {
+                if !found.iter().any(|f: &Arc<PodInfo>| f.uid == p.uid) {
                     found.push(p);
                 }
             }
@@ -247,7 +248,7 @@ pub async fn resolve_all<D: PodDirectory>(
                 add(dir.list(Some(&driver.namespace), &selector).await.unwrap_or_default());
             }
         }
-        add(vec![driver.clone()]);
+        add(vec![Arc::new(driver.clone())]);
         found.sort_by(|a, b| a.uid.cmp(&b.uid));
         app_drivers.insert(key, found);
     }
@@ -288,11 +289,11 @@ impl DriverMemory {
                         },
                         Ok(Some(now)) if now.uid != before.uid => DriverLookup::Replaced {
                             expected_uid: before.uid.clone(),
-                            found: Box::new(now),
+                            found: now,
                         },
                         Ok(Some(now)) => DriverLookup::Found {
                             by: LookupMethod::DriverUrl,
-                            driver: Box::new(now),
+                            driver: now,
                         },
                     };
                 }

@@ -32,6 +32,7 @@
 //! be read is said per pod and per node, so that the daemon keeps the last answer for it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use nodemedic_rules::snapshot::{ClaimObject, NodeSnapshot, NodeStatus, PodEvent, PodInfo, PodPhase, PodsSnapshot};
 use nodemedic_rules::spark;
@@ -101,7 +102,11 @@ pub fn waiting_for_claims<'a>(pods: &'a [PodInfo], node: &str, now: i64) -> Vec<
 
 /// The nodes other than `node` that unfinished drivers of `driver`'s application run on, from the
 /// application lists (`ApiLookups::app_drivers`).
-pub fn other_nodes<'a>(driver: &PodInfo, app_drivers: &'a BTreeMap<String, Vec<PodInfo>>, node: &str) -> Vec<&'a str> {
+pub fn other_nodes<'a>(
+    driver: &PodInfo,
+    app_drivers: &'a BTreeMap<String, Vec<Arc<PodInfo>>>,
+    node: &str,
+) -> Vec<&'a str> {
     let mut nodes: Vec<&str> = Vec::new();
     for other in app_drivers.values().flatten() {
         let Some(name) = other.node_name.as_deref() else {
@@ -146,7 +151,7 @@ impl<'a> PodsAt<'a> {
 pub async fn partition_inputs<D: PodDirectory>(
     dir: &D,
     at: PodsAt<'_>,
-    app_drivers: &BTreeMap<String, Vec<PodInfo>>,
+    app_drivers: &BTreeMap<String, Vec<Arc<PodInfo>>>,
     claims: &nodemedic_rules::facts::ClaimsToAsk,
 ) -> PartitionInputs {
     let (pods, node, now) = (&at.pods.bound, at.node, at.now);
@@ -322,13 +327,13 @@ mod tests {
     }
 
     impl PodDirectory for Cluster {
-        async fn get(&self, ns: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+        async fn get(&self, ns: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
             ListDirectory::default().get(ns, name).await
         }
-        async fn list(&self, _: Option<&str>, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+        async fn list(&self, _: Option<&str>, _: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
             Ok(vec![])
         }
-        async fn by_ip(&self, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+        async fn by_ip(&self, _: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
             Ok(vec![])
         }
         async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
@@ -363,12 +368,10 @@ mod tests {
         pulling.labels.insert("spark-app-selector".into(), "spark-2".into());
         let running = driver("running", "node-a", "Running", 600);
         let old = driver("old", "worker-2", "Running", 3600);
-        let app_drivers: BTreeMap<String, Vec<PodInfo>> = [
-            (
-                "spark-1".to_string(),
-                vec![waiting.clone(), young.clone(), running.clone(), old],
-            ),
-            ("spark-2".to_string(), vec![pulling.clone()]),
+        let shared = |pods: &[&PodInfo]| pods.iter().map(|p| Arc::new((*p).clone())).collect::<Vec<_>>();
+        let app_drivers: BTreeMap<String, Vec<Arc<PodInfo>>> = [
+            ("spark-1".to_string(), shared(&[&waiting, &young, &running, &old])),
+            ("spark-2".to_string(), shared(&[&pulling])),
         ]
         .into();
         let pods = [waiting, young, pulling, running];
@@ -446,7 +449,8 @@ mod tests {
             p.labels.remove("spark-app-selector");
             p.owner_refs.push(job.clone());
         }
-        let app_drivers: BTreeMap<String, Vec<PodInfo>> = [("job:j1".to_string(), vec![new.clone(), old])].into();
+        let app_drivers: BTreeMap<String, Vec<Arc<PodInfo>>> =
+            [("job:j1".to_string(), vec![Arc::new(new.clone()), Arc::new(old)])].into();
         let mut cluster = Cluster::default();
         cluster.nodes.insert("worker-2".into(), status("worker-2", "Unknown"));
         let pods = [new];

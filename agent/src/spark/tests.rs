@@ -219,15 +219,15 @@ fn events_and_nodes_are_cached_briefly_and_an_events_answer_goes_with_its_pod() 
 /// Counts the lookups that reach it.
 struct Counting(ListDirectory, std::sync::atomic::AtomicU32);
 impl PodDirectory for Counting {
-    async fn get(&self, ns: &str, name: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, ns: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.get(ns, name).await
     }
-    async fn list(&self, ns: Option<&str>, sel: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, ns: Option<&str>, sel: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.list(ns, sel).await
     }
-    async fn by_ip(&self, ip: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.by_ip(ip).await
     }
@@ -419,15 +419,15 @@ fn one_list_per_namespace_answers_the_drivers_of_twenty_apps() {
 /// Fails every lookup, counting them.
 struct Failing(std::sync::atomic::AtomicU32);
 impl PodDirectory for Failing {
-    async fn get(&self, _: &str, _: &str) -> Result<Option<PodInfo>, LookupError> {
+    async fn get(&self, _: &str, _: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Err(LookupError::Failed("GET pod: HTTP 503".into()))
     }
-    async fn list(&self, _: Option<&str>, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn list(&self, _: Option<&str>, _: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Err(LookupError::Failed("LIST pods: connection refused".into()))
     }
-    async fn by_ip(&self, _: &str) -> Result<Vec<PodInfo>, LookupError> {
+    async fn by_ip(&self, _: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Err(LookupError::Failed("LIST pods: connection refused".into()))
     }

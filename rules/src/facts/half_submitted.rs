@@ -73,7 +73,15 @@ fn sibling<'a>(snap: &'a NodeSnapshot, pod: &PodInfo) -> Option<Sibling<'a>> {
     let name = non_empty_label(pod, APP_NAME);
     let local = snap.pods.bound.iter().filter(|p| spark::is_driver(p));
     let mut best: Option<Sibling<'a>> = None;
-    for other in snap.api.lookups.app_drivers.values().flatten().chain(local) {
+    for other in snap
+        .api
+        .lookups
+        .app_drivers
+        .values()
+        .flatten()
+        .map(|d| &**d)
+        .chain(local)
+    {
         let Some(other_created) = other.created_at else {
             continue;
         };

@@ -224,7 +224,7 @@ mod tests {
                 "e2",
                 DriverLookup::Found {
                     by: LookupMethod::DriverUrl,
-                    driver: Box::new(driver),
+                    driver: std::sync::Arc::new(driver),
                 },
             )
             .build();

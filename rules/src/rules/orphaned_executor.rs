@@ -188,7 +188,7 @@ mod tests {
     fn found(by: LookupMethod, driver: &PodInfo) -> DriverLookup {
         DriverLookup::Found {
             by,
-            driver: Box::new(driver.clone()),
+            driver: std::sync::Arc::new(driver.clone()),
         }
     }
 
@@ -226,7 +226,7 @@ mod tests {
                 "Running",
                 DriverLookup::Replaced {
                     expected_uid: "d1".into(),
-                    found: Box::new(spark_driver("d2", APP, "etl", "Running")),
+                    found: std::sync::Arc::new(spark_driver("d2", APP, "etl", "Running")),
                 },
                 Some("replaced"),
             ),

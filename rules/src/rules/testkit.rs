@@ -337,7 +337,8 @@ impl SnapshotBuilder {
 
     /// Every driver pod of application `app`, wherever it runs.
     pub fn with_app_drivers(mut self, app: &str, drivers: &[PodInfo]) -> Self {
-        self.snap.api.lookups.app_drivers.insert(app.into(), drivers.to_vec());
+        let drivers = drivers.iter().cloned().map(std::sync::Arc::new).collect();
+        self.snap.api.lookups.app_drivers.insert(app.into(), drivers);
         self
     }
 

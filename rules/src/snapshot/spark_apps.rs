@@ -3,6 +3,7 @@
 //! leaves on the node.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::PodInfo;
 
@@ -22,13 +23,14 @@ pub enum LookupMethod {
 /// a cluster-wide pods file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriverLookup {
-    /// The driver pod, as it is now (it may have finished).
-    Found { by: LookupMethod, driver: Box<PodInfo> },
+    /// The driver pod, as it is now (it may have finished), shared: the executors of one
+    /// application hold the one copy their lookup found.
+    Found { by: LookupMethod, driver: Arc<PodInfo> },
     /// No driver pod exists (`expected` names what was looked for).
     Gone { by: LookupMethod, expected: String },
     /// A pod with the driver's name exists but has another UID: the driver was recreated and
     /// this executor belongs to the old one.
-    Replaced { expected_uid: String, found: Box<PodInfo> },
+    Replaced { expected_uid: String, found: Arc<PodInfo> },
     /// The driver is not a pod in this cluster (client mode with an outside driver): the
     /// executor's fate cannot be judged from Kubernetes.
     External { url: String },
