@@ -436,6 +436,25 @@ async fn read_kubelet_version(
 
 /// Asks the kubelet's PodResources API into the snapshot; without a pod list, its pods decide
 /// liveness.
+/// What the kubelet's PodResources API is asked with for `snapshot`: where its socket is, the
+/// checkpoint as read (to tell a change during the call), the pods known by name.
+pub fn kubelet_view_inputs(
+    host: &HostPaths,
+    kubelet_dir: &std::path::Path,
+    opts: &Options,
+    snapshot: &NodeSnapshot,
+) -> collect::podresources::ViewInputs {
+    collect::podresources::ViewInputs {
+        kubelet_dir: kubelet_dir.to_path_buf(),
+        checkpoint: snapshot
+            .host
+            .checkpoint
+            .ok()
+            .map(|f| (host.host(&f.path), f.modified_at)),
+        names: pod_names(opts, snapshot),
+    }
+}
+
 async fn read_kubelet_view(
     host: &HostPaths,
     kubelet_dir: &std::path::Path,
@@ -444,15 +463,7 @@ async fn read_kubelet_view(
     records: &mut Records,
 ) {
     use collect::podresources;
-    let inputs = podresources::ViewInputs {
-        kubelet_dir: kubelet_dir.to_path_buf(),
-        checkpoint: snapshot
-            .host
-            .checkpoint
-            .ok()
-            .map(|f| (host.host(&f.path), f.modified_at)),
-        names: pod_names(opts, snapshot),
-    };
+    let inputs = kubelet_view_inputs(host, kubelet_dir, opts, snapshot);
     let started = std::time::Instant::now();
     let view = podresources::read_kubelet_view(host, &inputs).await;
     let (status, failed) = podresources::status(&view);

@@ -181,6 +181,19 @@ pub(crate) fn webhook_json(w: &WebhookInfo) -> Value {
     v
 }
 
+/// Seconds until a probe sample in the window now leaves it (`api_latency_window_seconds`
+/// after it was taken): the rules that judge the window (`slow-api`, `slow-pod-admission`,
+/// `webhook-blocks-dry-run`) judge again then. Each probe round, which brings new samples, is
+/// a judgement of its own.
+pub fn window_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    let api = api(snap)?;
+    recent(api, snap, settings)
+        // In the window while `at >= taken_at - window`: gone a second after.
+        .map(|s| (s.at + settings.api_latency_window_seconds - snap.taken_at) as f64 + 1.0)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -211,11 +211,17 @@ impl Agent {
         self.log.lock().unwrap().clone()
     }
 
+    /// Turns of the scan loop so far (`nodemedic_scan_loop_turns_total`): each a judgement, or
+    /// a check that nothing a judgement reads changed. A change made before turn N is judged by
+    /// turn N+1.
     pub fn scans(&self) -> usize {
-        self.log()
-            .lines()
-            .filter(|l| l.contains(" scan ") || l.ends_with(" scan"))
-            .count()
+        self.turns("judged") + self.turns("current")
+    }
+
+    /// Turns of the scan loop that ended as `outcome` (`judged`, `current`, `failed`).
+    pub fn turns(&self, outcome: &str) -> usize {
+        self.metric(&format!("nodemedic_scan_loop_turns_total{{outcome=\"{outcome}\"}}"))
+            .map_or(0, |n| n as usize)
     }
 }
 

@@ -224,7 +224,7 @@ fn bad_cgroup_and_proc_files_become_notes() {
         "{notes:?}"
     );
     assert!(
-        notes.contains(&format!("/proc/{pid}/status: not UTF-8 text").as_str()),
+        notes.contains(&format!("/proc/{pid}/status: Cpus_allowed_list: not UTF-8 text").as_str()),
         "{notes:?}"
     );
 }

@@ -468,12 +468,28 @@ async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
             .filter(|l| l.contains(" scan ") && l.contains(&format!("read=\"{kind}\"")))
             .count()
     };
-    wait_for("ten judgements", Duration::from_secs(60), &agent, || {
-        reads("none") >= 10
+    // A quiet node: once the first probe round and driver lookups are in (each a change the
+    // rules read), the loop turns, finds nothing changed, and judges nothing.
+    wait_for("ten quiet turns", Duration::from_secs(60), &agent, || {
+        agent.turns("current") >= 10
     })
     .await;
+    let judged = agent.turns("judged");
+    let current = agent.turns("current");
+    wait_for("ten more", Duration::from_secs(60), &agent, || {
+        agent.turns("current") >= current + 10
+    })
+    .await;
+    assert_eq!(
+        agent.turns("judged"),
+        judged,
+        "no judgement while nothing changes\n{}",
+        agent.log()
+    );
     assert_eq!(reads("full"), 1, "{}", agent.log());
     assert_eq!(reads("changes"), 0, "{}", agent.log());
+    // The judgements after the first read nothing of the host.
+    assert_eq!(reads("none"), judged - 1, "{}", agent.log());
     // Every directory of the cgroup tree (kubepods, the QoS directories, the pods and their
     // containers) and the kubelet's directory.
     fn dirs(d: &Path) -> usize {

@@ -37,7 +37,8 @@ const ALLOWED_LABELS: &[&str] = &[
     "kind",
     "revision",
     // nodemedic_fence_actions_total: off/dry-run/on and fenced/would_fence/failed;
-    // nodemedic_node_resource_topology_writes_total: created/updated/unchanged/conflict/failed.
+    // nodemedic_node_resource_topology_writes_total: created/updated/unchanged/conflict/failed;
+    // nodemedic_scan_loop_turns_total: judged/current/failed.
     "mode",
     "outcome",
     // nodemedic_exclusive_cpus: a NUMA node's id and free/live/stale/reserved;
@@ -245,6 +246,8 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "updated",
                     "unchanged",
                     "conflict",
+                    "judged",
+                    "current",
                 ]
                 .contains(&v.as_str()),
                 "numa_node" => !v.is_empty() && v.len() <= 5 && v.bytes().all(|b| b.is_ascii_digit()),

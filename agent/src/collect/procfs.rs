@@ -24,6 +24,9 @@ pub enum StatusError {
     /// `Cpus_allowed_list` is not a cpuset.
     #[error("Cpus_allowed_list: {0}")]
     CpusAllowed(#[source] CpuSetError),
+    /// `Cpus_allowed_list`'s value is not UTF-8 text.
+    #[error("Cpus_allowed_list: not UTF-8 text")]
+    CpusAllowedNotUtf8,
 }
 
 /// Why one process's affinity could not be read: the file's host path, and whether it could
@@ -50,7 +53,7 @@ pub fn parse_status_cpus_allowed_bytes(status: &[u8]) -> Result<Option<CpuSet>, 
     const FIELD: &[u8] = b"Cpus_allowed_list:";
     for line in status.split(|b| *b == b'\n') {
         if let Some(value) = line.strip_prefix(FIELD) {
-            let value = String::from_utf8_lossy(value);
+            let value = std::str::from_utf8(value).map_err(|_| StatusError::CpusAllowedNotUtf8)?;
             return CpuSet::parse(value.trim()).map(Some).map_err(StatusError::CpusAllowed);
         }
     }
@@ -190,6 +193,13 @@ mod tests {
                 (g, w) => panic!("{text:?}: got {g:?}, want {w:?}"),
             }
         }
+        // Read as bytes: a process name may be any bytes; a value that is not text says so.
+        let named = parse_status_cpus_allowed_bytes(b"Name:\t\xffjava\nCpus_allowed_list:\t2-3\n").unwrap();
+        assert_eq!(named.map(|c| c.to_string()).as_deref(), Some("2-3"));
+        assert_eq!(
+            parse_status_cpus_allowed_bytes(b"Cpus_allowed_list:\t\xff\n"),
+            Err(StatusError::CpusAllowedNotUtf8)
+        );
     }
 
     #[test]

@@ -46,6 +46,18 @@ use crate::spark;
 
 use super::watch::SharedStore;
 
+/// How long after a pass the API work passes again over the same outcome: the nearest of the
+/// clocks that age on the API side (the driver cache's TTL, the condition heartbeat, the Event
+/// series interval), so that none waits longer than before the scan loop stopped judging on
+/// every interval.
+pub fn revisit(effective: &Effective) -> Duration {
+    effective
+        .driver_cache_ttl
+        .min(effective.condition_heartbeat)
+        .min(effective.event_series_interval)
+        .max(Duration::from_secs(1))
+}
+
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
 pub struct ScanOutcome {
@@ -131,6 +143,8 @@ pub struct DriverView {
     /// Executors whose driver could not be re-checked: the answer above is the last good one,
     /// and this says since when and why (evidence `driver_lookup_stale`).
     pub stale: BTreeMap<String, String>,
+    /// Counts the views published: the scan loop judges again only when it moved.
+    pub generation: u64,
 }
 
 /// Driver lookups of one pass take at most this long together.
@@ -220,14 +234,30 @@ impl ApiWork {
 
     /// Takes outcomes until the scan loop goes away. `api_back` changes when the API server
     /// serves again after trouble (`ApiContact::back_signal`), and the pause is cut short.
+    ///
+    /// A pass runs on each newer outcome, and without one (the scan loop judges only when
+    /// something changed) on the work's own clocks: a failed pass again after its pause, and
+    /// the last outcome again [`revisit`] after its pass, for what ages on the API side (the
+    /// driver cache's TTL: a driver elsewhere may have finished; the condition heartbeat; the
+    /// Event series).
     pub async fn run(
         mut self,
         mut outcomes: watch::Receiver<Option<Arc<ScanOutcome>>>,
         mut api_back: watch::Receiver<u64>,
     ) {
+        let mut last: Option<Arc<ScanOutcome>> = None;
         loop {
-            if outcomes.changed().await.is_err() {
-                return;
+            let again = match &last {
+                Some(_) if self.gate.failures() > 0 => Some(self.gate.wait()),
+                Some(outcome) => Some(revisit(&outcome.effective)),
+                None => None,
+            };
+            tokio::select! {
+                changed = outcomes.changed() => if changed.is_err() {
+                    return;
+                },
+                _ = tokio::time::sleep(again.unwrap_or_default()), if again.is_some() => {}
+                Ok(()) = api_back.changed(), if again.is_some() && self.gate.failures() > 0 => self.gate.succeed(),
             }
             // After a failure, wait out the pause (a newer outcome may arrive meanwhile), unless
             // the API server is seen back first.
@@ -235,7 +265,10 @@ impl ApiWork {
                 _ = tokio::time::sleep(self.gate.wait()) => {}
                 Ok(()) = api_back.changed() => self.gate.succeed(),
             }
-            let Some(outcome) = outcomes.borrow_and_update().clone() else {
+            if let Some(newer) = outcomes.borrow_and_update().clone() {
+                last = Some(newer);
+            }
+            let Some(outcome) = last.clone() else {
                 continue;
             };
             if self.pass(&outcome).await {
@@ -403,7 +436,7 @@ impl ApiWork {
         });
         let (pod_events, nodes, resource_claims) =
             self.read_partition_inputs(at, &app_drivers, &previous, claims).await;
-        let view = DriverView {
+        let mut view = DriverView {
             lookups: ApiLookups {
                 drivers,
                 app_drivers,
@@ -412,8 +445,10 @@ impl ApiWork {
                 nodes,
             },
             stale,
+            generation: previous.generation,
         };
         if view != previous {
+            view.generation += 1;
             if let Ok(mut slot) = self.view.lock() {
                 *slot = view;
             }

@@ -232,6 +232,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         readings: None,
         last_full: None,
         judge_at: None,
+        judged_inputs: None,
+        reloads: 0,
+        kubelet_asked: None,
         layout,
         fence_policy,
         store,
@@ -353,6 +356,20 @@ fn stopping() -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// What a judgement reads besides the host, as far as the scan loop can tell it changed: the
+/// pod store's and the driver view's generations, the API server as the probes and every
+/// request last saw it, the kubelet's version, the configuration. The time a request was last
+/// answered is left out while the API server answers (only an outage reads it).
+#[derive(Debug, Clone, PartialEq)]
+struct Inputs {
+    pods_synced: bool,
+    pods: u64,
+    view: u64,
+    api: Option<nodemedic_rules::snapshot::ApiObservation>,
+    kubelet_version: Option<Observed<nodemedic_rules::kubelet_version::VersionReading>>,
+    reloads: u64,
+}
+
 /// The scan loop's state.
 struct Daemon {
     /// Where the cycles hand this node's NodeResourceTopology to its publisher (when on).
@@ -383,6 +400,18 @@ struct Daemon {
     last_full: Option<Instant>,
     /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
     judge_at: Option<Instant>,
+    /// What the last judgement read besides the host: while none of it changes, the host does
+    /// not, and no deadline comes, the rules are not judged again.
+    judged_inputs: Option<Inputs>,
+    /// Counts the configuration reloads (a reload is judged again with the new settings).
+    reloads: u64,
+    /// What the last judgement asked the kubelet's PodResources API, and its answer. The API
+    /// has no change notification, so every turn asks again (a kubelet that hangs or answers
+    /// otherwise is judged at once); the same answer is no change.
+    kubelet_asked: Option<(
+        crate::collect::podresources::ViewInputs,
+        Observed<nodemedic_rules::kubelet_view::KubeletView>,
+    )>,
     /// Where the pod cgroups are, for the fencing task.
     layout: Arc<std::sync::Mutex<Option<crate::collect::cgroups::Layout>>>,
     /// The fencing policy in force, for the fencing task.
@@ -428,6 +457,7 @@ impl Daemon {
             .scan_interval_ms
             .store(new.scan_interval.as_millis() as u64, Ordering::Relaxed);
         self.metrics.configuration_loaded();
+        self.reloads += 1;
         tracing::info!(
             scan_interval_seconds = new.scan_interval.as_secs_f64(),
             "configuration reloaded"
@@ -500,10 +530,12 @@ impl Daemon {
             Ok(Ok(r)) => Arc::new(r),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "host scan failed");
+                self.metrics.scan_loop_turn("failed");
                 return None;
             }
             Err(e) => {
                 tracing::error!(error = %e, "host scan task failed");
+                self.metrics.scan_loop_turn("failed");
                 return None;
             }
         };
@@ -527,11 +559,74 @@ impl Daemon {
         Some((readings, what))
     }
 
+    /// What the next judgement would read besides the host, and the API observation itself.
+    fn inputs(&self, synced: bool) -> (Inputs, Option<nodemedic_rules::snapshot::ApiObservation>) {
+        let api = self
+            .api_observation
+            .lock()
+            .ok()
+            .and_then(|o| o.clone())
+            .map(|o| self.contact.stamp(o));
+        let inputs = Inputs {
+            pods_synced: synced,
+            pods: self.store.read().map_or(u64::MAX, |s| s.generation()),
+            view: self.view.lock().map_or(u64::MAX, |v| v.generation),
+            api: api.clone().map(|mut o| {
+                if o.unreachable_since.is_none() {
+                    o.last_success_at = None;
+                }
+                o
+            }),
+            kubelet_version: self.kubelet_version.lock().ok().map(|v| v.clone()),
+            reloads: self.reloads,
+        };
+        (inputs, api)
+    }
+
+    /// Whether the last judgement still holds: the host is watched (inotify trusted) and
+    /// reported no change, its local dirs are not due, no rule's deadline and no full scan has
+    /// come, and nothing else it read changed.
+    fn still_current(
+        &self,
+        changes: &Changes,
+        local_due: bool,
+        inputs: &Inputs,
+        hostwatch: &Option<HostWatch>,
+    ) -> bool {
+        let watched = self.readings.as_ref().is_some_and(|r| r.layout.is_some())
+            && hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
+        let now = Instant::now();
+        let due = self.judge_at.is_some_and(|t| t <= now) || self.full_scan_due() <= now;
+        changes.is_empty() && !local_due && watched && !due && self.judged_inputs.as_ref() == Some(inputs)
+    }
+
+    /// Whether the kubelet's PodResources API answers what it answered at the last judgement
+    /// (asked with the same inputs); true when nothing was asked then.
+    async fn kubelet_answers_as_before(&self) -> bool {
+        match &self.kubelet_asked {
+            Some((inputs, answered)) => {
+                &crate::collect::podresources::read_kubelet_view(&self.host, inputs).await == answered
+            }
+            None => true,
+        }
+    }
+
     /// One cycle: the host as inotify says it changed (or in full), pods from the store, drivers
-    /// as last resolved, the rules judged. No API request.
+    /// as last resolved, the rules judged. No API request. When nothing the last judgement read
+    /// has changed and no deadline has come, the findings are only confirmed current.
     async fn cycle(&mut self, changes: Changes, hostwatch: &mut Option<HostWatch>) {
         let started = Instant::now();
         let synced = self.health.pods_synced.load(Ordering::Relaxed);
+        let local_due = self
+            .last_local_dirs
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
+        let (inputs, api) = self.inputs(synced);
+        if self.still_current(&changes, local_due, &inputs, hostwatch) && self.kubelet_answers_as_before().await {
+            self.health.progressed();
+            self.metrics.confirmed_current();
+            return;
+        }
         // While the watch is down, the store's last pods still name the pods the kubelet's
         // PodResources API lists (which then decides liveness).
         let mut last_known_pods = std::collections::BTreeMap::new();
@@ -552,10 +647,6 @@ impl Daemon {
             }
             _ => Pods::Cgroups,
         };
-        let local_due = self
-            .last_local_dirs
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
         // The snapshot's local dirs are measured: walked this cycle or kept from the last walk.
         let host_opts = crate::collect::HostOptions {
             node: Some(self.cfg.node.clone()),
@@ -566,14 +657,10 @@ impl Daemon {
         let Some((readings, read)) = self.read_host(&changes, &host_opts, local_due, hostwatch).await else {
             return;
         };
+        let readings_dir = Some(readings.kubelet_dir.clone());
         let opts = scan::Options {
             host: host_opts,
-            api: self
-                .api_observation
-                .lock()
-                .ok()
-                .and_then(|o| o.clone())
-                .map(|o| self.contact.stamp(o)),
+            api,
             readings: Some(readings),
             pod_list: (!synced).then(|| Observed::Error {
                 reason: "the watch of this node's pods has not synced".into(),
@@ -588,6 +675,7 @@ impl Daemon {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "host scan failed");
+                self.metrics.scan_loop_turn("failed");
                 return;
             }
         };
@@ -636,6 +724,14 @@ impl Daemon {
         }
         let (findings, coverage, claims) = (judged.findings, judged.coverage, judged.claims);
         self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
+        self.judged_inputs = Some(inputs);
+        self.kubelet_asked = readings_dir.map(|dir| {
+            (
+                scan::kubelet_view_inputs(&self.host, &dir, &opts, &snapshot),
+                snapshot.host.kubelet_view.clone(),
+            )
+        });
+        self.metrics.scan_loop_turn("judged");
         self.health.scanned.store(true, Ordering::Relaxed);
         self.health.progressed();
         tracing::info!(

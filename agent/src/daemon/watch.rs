@@ -61,6 +61,8 @@ pub struct PodStore {
     /// The store was filled by a list since the API work last looked: changes may have been
     /// missed, so every driver lookup is forgotten.
     relisted: bool,
+    /// Counts the changes the store has seen: the scan loop judges again only when it moved.
+    generation: u64,
 }
 
 impl PodStore {
@@ -93,6 +95,7 @@ impl PodStore {
         let Some(info) = pod_info(pod) else {
             return;
         };
+        self.generation += 1;
         self.note_change(&info);
         let uid = info.uid.clone();
         if let Some(old) = self.pods.insert(PodStore::info_key(&info), info) {
@@ -104,6 +107,7 @@ impl PodStore {
 
     /// Takes `pod` out of the store (deleted).
     fn remove(&mut self, pod: PodObject) {
+        self.generation += 1;
         if let Some(old) = self.pods.remove(&PodStore::key(&pod)) {
             self.note_change(&old);
         }
@@ -123,6 +127,13 @@ impl PodStore {
             .collect();
         self.changed.clear();
         self.relisted = true;
+        self.generation += 1;
+    }
+
+    /// How many changes the store has seen (a list, an added, modified or deleted pod): the
+    /// same number means the same pods.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Every pod in the store.

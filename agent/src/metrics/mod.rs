@@ -53,6 +53,8 @@ pub struct Metrics {
     pub api_up: IntGauge,
     pub repair_actions_total: IntCounterVec,
     pub task_restarts_total: IntCounterVec,
+    /// `nodemedic_scan_loop_turns_total{outcome}`: what each turn of the scan loop did.
+    pub scan_loop_turns_total: IntCounterVec,
     pub api_write_failures_total: IntCounterVec,
     pub config_last_reload_success_timestamp_seconds: Gauge,
     pub fence_actions_total: IntCounterVec,
@@ -66,6 +68,9 @@ pub struct Metrics {
 pub const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
 
 /// Sets a timestamp gauge to the current unix time, in seconds.
+/// The outcomes of a turn of the scan loop (`nodemedic_scan_loop_turns_total`).
+pub const TURN_OUTCOMES: [&str; 3] = ["judged", "current", "failed"];
+
 fn set_to_now(gauge: &Gauge) {
     if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
         gauge.set(now.as_secs_f64());
@@ -104,7 +109,7 @@ impl Metrics {
             )?,
             last_scan_timestamp_seconds: Gauge::with_opts(opts(
                 "last_scan_timestamp_seconds",
-                "When the last scan finished, unix seconds.",
+                "When the findings were last known current, unix seconds: a scan finished, or the agent checked that nothing a judgement reads had changed since the last one.",
             ))?,
             findings: IntGaugeVec::new(
                 opts("findings", "Findings of the last scan by rule and severity."),
@@ -247,6 +252,13 @@ impl Metrics {
                 ),
                 &["task"],
             )?,
+            scan_loop_turns_total: IntCounterVec::new(
+                opts(
+                    "scan_loop_turns_total",
+                    "Turns of the daemon's scan loop, by outcome: judged (the rules judged again: something they read changed, or a deadline came), current (nothing changed: the findings were confirmed current without a judgement), failed (the host could not be read).",
+                ),
+                &["outcome"],
+            )?,
             api_write_failures_total: IntCounterVec::new(
                 opts(
                     "api_write_failures_total",
@@ -302,6 +314,7 @@ impl Metrics {
         m.registry.register(Box::new(m.api_up.clone()))?;
         m.registry.register(Box::new(m.repair_actions_total.clone()))?;
         m.registry.register(Box::new(m.task_restarts_total.clone()))?;
+        m.registry.register(Box::new(m.scan_loop_turns_total.clone()))?;
         m.registry.register(Box::new(m.api_write_failures_total.clone()))?;
         m.registry.register(Box::new(m.fence_actions_total.clone()))?;
         m.registry.register(Box::new(m.fence_candidates.clone()))?;
@@ -319,6 +332,9 @@ impl Metrics {
         }
         for outcome in ["created", "updated", "unchanged", "conflict", "failed"] {
             m.node_resource_topology_writes_total.with_label_values(&[outcome]);
+        }
+        for outcome in TURN_OUTCOMES {
+            m.scan_loop_turns_total.with_label_values(&[outcome]);
         }
         for task in ["pod_watch", "api_probes", "fencing", "kubelet_version"] {
             m.task_restarts_total.with_label_values(&[task]);
@@ -375,6 +391,18 @@ impl Metrics {
     }
 
     /// Sets the gauges from a scan.
+    /// The findings of the last judgement are still current (nothing they were judged from
+    /// has changed): `nodemedic_last_scan_timestamp_seconds` moves on.
+    pub fn confirmed_current(&self) {
+        set_to_now(&self.last_scan_timestamp_seconds);
+        self.scan_loop_turn("current");
+    }
+
+    /// One turn of the scan loop, by outcome ([`TURN_OUTCOMES`]).
+    pub fn scan_loop_turn(&self, outcome: &'static str) {
+        self.scan_loop_turns_total.with_label_values(&[outcome]).inc();
+    }
+
     pub fn observe_scan(&self, snap: &NodeSnapshot, facts: &Facts, findings: &[Finding], records: &Records) {
         for r in records.iter() {
             self.collector_duration_seconds

@@ -115,7 +115,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             },
             Ok(Some(found)) if found.uid != owner.uid => DriverLookup::Replaced {
                 expected_uid: owner.uid.clone(),
-                found: found,
+                found,
             },
             Ok(Some(found)) => DriverLookup::Found {
                 by: LookupMethod::OwnerReference,
@@ -131,7 +131,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
                 if let Some(driver) = best(found) {
                     return DriverLookup::Found {
                         by: LookupMethod::Labels,
-                        driver: driver,
+                        driver,
                     };
                 }
             }
@@ -155,7 +155,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             Ok(found) => match best(found) {
                 Some(driver) => DriverLookup::Found {
                     by: LookupMethod::DriverUrl,
-                    driver: driver,
+                    driver,
                 },
                 // No pod has the IP. Inside a pod network it belonged to a pod that is gone
                 // (a client-mode driver pod deleted); outside every one, the driver runs
@@ -184,7 +184,7 @@ pub async fn resolve_driver<D: PodDirectory>(dir: &D, executor: &PodInfo) -> Dri
             Err(e) => unknown(e.to_string()),
             Ok(Some(driver)) => DriverLookup::Found {
                 by: LookupMethod::DriverUrl,
-                driver: driver,
+                driver,
             },
             Ok(None) => DriverLookup::Gone {
                 by: LookupMethod::DriverUrl,

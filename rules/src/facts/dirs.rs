@@ -156,3 +156,17 @@ pub fn orphaned_dirs<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Vec<Orp
     }
     out
 }
+
+/// Seconds until a scratch dir seen now becomes old enough to judge
+/// (`local_dir_min_age_seconds` after its newest file): `orphaned-local-dir` judges again then.
+/// `None` when every dir is old enough already.
+pub fn local_dir_age_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    let Observed::Ok(all) = &snap.host.local_dirs else {
+        return None;
+    };
+    all.iter()
+        .filter_map(|d| d.newest_mtime)
+        .map(|t| (t + settings.local_dir_min_age_seconds - snap.taken_at) as f64)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+}

@@ -134,6 +134,21 @@ thread_local! {
 }
 
 /// Notes that the judgement `what` was made once more on this thread.
+/// The nearest of `turns` (seconds after the snapshot; `None`: nothing waits), for a rule whose
+/// judgement turns with more than one clock.
+pub fn nearest(turns: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    turns.into_iter().flatten().min_by(f64::total_cmp)
+}
+
+/// When a rule that weighs recent rejections against stale entries judges again: the kubelet's
+/// grace ends ([`grace_turn`]) or a rejection leaves the window ([`rejections::rejection_window_turn`]).
+pub fn grace_or_window_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    nearest([
+        grace_turn(snap, settings),
+        rejections::rejection_window_turn(snap, settings),
+    ])
+}
+
 pub(crate) fn count(what: &'static str) {
     COUNTS.with(|c| *c.borrow_mut().entry(what).or_default() += 1);
 }

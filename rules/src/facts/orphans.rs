@@ -227,3 +227,21 @@ pub fn orphaned_executors<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Ve
     }
     out
 }
+
+/// Seconds until a driver that finished within `orphan_grace_seconds` has been finished for
+/// longer (its executors here are orphans then, if they still run): `orphaned-executor` judges
+/// again then.
+pub fn orphan_grace_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    snap.api
+        .lookups
+        .drivers
+        .values()
+        .filter_map(|lookup| match lookup {
+            DriverLookup::Found { driver, .. } if driver.is_terminal() => driver.finished_at,
+            _ => None,
+        })
+        // Within the grace while `taken_at - finished < grace`.
+        .map(|finished| (finished + settings.orphan_grace_seconds - snap.taken_at) as f64)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+}

@@ -162,3 +162,22 @@ pub fn rejected_for_cpus(pod: &PodInfo) -> bool {
         && pod.reason.as_deref() == Some("UnexpectedAdmissionError")
         && message.contains("cpu")
 }
+
+/// Seconds until a rejection counted now (from the live API) leaves `rejection_window_seconds`:
+/// the rules that count recent rejections (`admission-rejection`, `exclusive-cpu-shortage`,
+/// `device-admission-failure`, `scheduler-conflict`) judge again then. `None` when none is
+/// counted, or from a file (judged as captured).
+pub fn rejection_window_turn(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    if snap.pods.source != PodSource::Api {
+        return None;
+    }
+    snap.pods
+        .bound
+        .iter()
+        .filter(|p| rejected_reason(p).is_some() || rejected_for_cpus(p))
+        .filter_map(|p| p.created_at)
+        // Counted while `taken_at - created <= window`: gone a second after.
+        .map(|created| (created + settings.rejection_window_seconds - snap.taken_at) as f64 + 1.0)
+        .filter(|left| *left > 0.0)
+        .min_by(f64::total_cmp)
+}

@@ -49,7 +49,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::facts::rejection_window_turn),
 };
 
 /// The rule that reports pods the CPU manager refused (`exclusive-cpu-shortage`): while it runs,

@@ -46,8 +46,16 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(next_judgement),
 };
+
+/// Seconds until an outage that has begun lasts `apiserver_unreachable_seconds`; `None` while
+/// the API server answers, or once the rule fires (every failure after that is news of its own).
+fn next_judgement(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    let since = api(snap)?.unreachable_since?;
+    let left = (since + settings.apiserver_unreachable_seconds - snap.taken_at) as f64;
+    (left > 0.0).then_some(left)
+}
 
 /// How to time the API server by hand from the node, like the probes do.
 const CURL_TIMING: &str = "curl -sk -o /dev/null -w 'dns %{time_namelookup} connect %{time_connect} \

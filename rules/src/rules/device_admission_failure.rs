@@ -76,7 +76,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::facts::grace_or_window_turn),
 };
 
 /// The kubelet's Event reason for a claim it could not prepare.

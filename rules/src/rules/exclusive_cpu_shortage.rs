@@ -62,7 +62,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::facts::grace_or_window_turn),
 };
 
 /// Exclusive CPUs a Guaranteed pod needs: integer CPU requests, the larger of the biggest

@@ -207,6 +207,8 @@ pub fn evaluate(snapshot: &NodeSnapshot, settings: &Settings) -> Vec<Finding> {
 }
 
 #[cfg(test)]
+mod clock_tests;
+#[cfg(test)]
 mod docs_map;
 #[cfg(test)]
 pub(crate) mod testkit;

@@ -63,7 +63,7 @@ pub const RULE: RuleInfo = RuleInfo {
         help: "Spark executor pods on this node whose driver is gone, replaced or long finished.",
         value: count_findings,
     }),
-    next_judgement: None,
+    next_judgement: Some(crate::facts::orphan_grace_turn),
 };
 
 pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, _settings: &Settings) -> Vec<Finding> {

@@ -67,7 +67,7 @@ pub const RULE: RuleInfo = RuleInfo {
         help: "Bytes in orphaned Spark scratch directories on this node (the orphaned-local-dir findings' sum).",
         value: bytes,
     }),
-    next_judgement: None,
+    next_judgement: Some(crate::facts::local_dir_age_turn),
 };
 
 /// `path` quoted for a POSIX shell when it needs it.

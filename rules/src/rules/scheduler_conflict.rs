@@ -50,8 +50,25 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(next_judgement),
 };
+
+/// When the judgement turns by the clock: a rejection leaves its window, or a pod bound within
+/// the conflict window leaves it (from the live API; a pods file is judged as captured).
+fn next_judgement(snap: &NodeSnapshot, settings: &Settings) -> Option<f64> {
+    let bound = (snap.pods.source == PodSource::Api)
+        .then(|| {
+            snap.pods
+                .bound
+                .iter()
+                .filter_map(|p| p.scheduled_at.or(p.created_at))
+                .map(|t| (t + settings.scheduler_conflict_window_seconds - snap.taken_at) as f64 + 1.0)
+                .filter(|left| *left > 0.0)
+                .min_by(f64::total_cmp)
+        })
+        .flatten();
+    crate::facts::nearest([crate::facts::rejection_window_turn(snap, settings), bound])
+}
 
 /// Whether a rejection reason says the node was overcommitted (what two schedulers cause).
 fn capacity_reason(reason: &str) -> bool {

@@ -42,7 +42,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::probes::window_turn),
 };
 
 /// What it means when most of the time goes to `phase`.

@@ -70,7 +70,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::probes::window_turn),
 };
 
 /// The running drivers on this node: (`ns/name`, Spark version from the `spark-version` label

@@ -43,7 +43,7 @@ pub const RULE: RuleInfo = RuleInfo {
     check,
     condition: None,
     gauge: None,
-    next_judgement: None,
+    next_judgement: Some(crate::probes::window_turn),
 };
 
 /// The webhook named in the API server's refusal of a dry run:

@@ -141,7 +141,6 @@ fn start_with(
         .filter_map(crate::collect::pods::pod_info)
         .collect();
     assert_eq!(snapshot.pods.bound.len(), node_pods.len(), "every pod converts");
-    let interval = effective.scan_interval;
     let outcome = Arc::new(ScanOutcome {
         kept: KeptScan::keep(snapshot, effective.repair.any()),
         findings: vec![],
@@ -149,16 +148,10 @@ fn start_with(
         effective,
         claims: Default::default(),
     });
-    let outcomes = loops.outcomes.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        loop {
-            tick.tick().await;
-            if outcomes.send(Some(outcome.clone())).is_err() {
-                return;
-            }
-        }
-    });
+    // A quiet node, as the scan loop sees it: one judgement, then nothing changes, so no
+    // newer outcome comes; the API work passes again on its own clocks (`apiwork::revisit`,
+    // the gate's pauses).
+    loops.outcomes.send_replace(Some(outcome));
     Loops { shared, api: loops }
 }
 
