@@ -80,8 +80,10 @@ fi
 step "scan-bench $runs"
 "$bin/scan-bench" "$runs"
 
-step "floor-bench $runs"
-"$bin/floor-bench" "$runs"
+step "floor-bench $runs (250 pods)"
+"$bin/floor-bench" "$runs" 250
+step "floor-bench $runs (1,000 pods)"
+"$bin/floor-bench" "$runs" 1000
 
 step "daemon-bench $daemon_minutes 250"
 "$bin/daemon-bench" "$daemon_minutes" 250

@@ -126,6 +126,30 @@ pub struct PodsSnapshot {
     pub conf_mounts: BTreeMap<String, ConfMount>,
 }
 
+impl PodsSnapshot {
+    /// What the rules that judge the API server ([`crate::rules::RuleInfo::judges_the_api`])
+    /// read of the pods: the Spark drivers (and any pod with a Spark configuration read or
+    /// looked for), their configurations, where the pods came from. The daemon judges those
+    /// rules alone on this when only the API's observation changed; a test holds their
+    /// verdicts on it to their verdicts on the whole snapshot.
+    pub fn for_api_rules(&self) -> PodsSnapshot {
+        let keep = |p: &&PodInfo| {
+            crate::spark::is_driver(p)
+                || self.spark_confs.contains_key(&p.uid)
+                || self.spark_conf_reads.contains_key(&p.uid)
+                || self.conf_mounts.contains_key(&p.uid)
+        };
+        PodsSnapshot {
+            source: self.source.clone(),
+            list: self.list.clone(),
+            bound: self.bound.iter().filter(keep).cloned().collect(),
+            spark_confs: self.spark_confs.clone(),
+            spark_conf_reads: self.spark_conf_reads.clone(),
+            conf_mounts: self.conf_mounts.clone(),
+        }
+    }
+}
+
 /// What the API server told: how it answers from this node, the kubelet's version on the Node
 /// object, and the lookups made for this node's pods.
 #[derive(Debug, Clone, PartialEq)]

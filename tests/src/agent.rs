@@ -215,10 +215,10 @@ impl Agent {
     /// a check that nothing a judgement reads changed. A change made before turn N is judged by
     /// turn N+1.
     pub fn scans(&self) -> usize {
-        self.turns("judged") + self.turns("current")
+        self.turns("judged") + self.turns("api") + self.turns("current")
     }
 
-    /// Turns of the scan loop that ended as `outcome` (`judged`, `current`, `failed`).
+    /// Turns of the scan loop that ended as `outcome` (`judged`, `api`, `current`, `failed`).
     pub fn turns(&self, outcome: &str) -> usize {
         self.metric(&format!("nodemedic_scan_loop_turns_total{{outcome=\"{outcome}\"}}"))
             .map_or(0, |n| n as usize)

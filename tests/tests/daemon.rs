@@ -460,7 +460,12 @@ async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
         .pod(pinned)
         .pod(Pod::new("web", 1).burstable());
     nodemedic_tests::scenarios::seed_api(&api.store(), &node);
-    let agent = Agent::start(&api, Some(&node), &["--scan-interval-seconds", "0.3"]);
+    // A probe round every second: API observations that change while the node stays quiet.
+    let agent = Agent::start(
+        &api,
+        Some(&node),
+        &["--scan-interval-seconds", "0.3", "--probe-interval-seconds", "1"],
+    );
     let reads = |kind: &str| {
         agent
             .log()
@@ -490,6 +495,8 @@ async fn a_quiet_node_is_read_once_and_a_change_reads_one_pod() {
     assert_eq!(reads("changes"), 0, "{}", agent.log());
     // The judgements after the first read nothing of the host.
     assert_eq!(reads("none"), judged - 1, "{}", agent.log());
+    // The probe rounds and timed Lease requests meanwhile: the API rules alone judged them.
+    assert!(agent.turns("api") > 0, "{}", agent.get("/metrics").1);
     // Every directory of the cgroup tree (kubepods, the QoS directories, the pods and their
     // containers) and the kubelet's directory.
     fn dirs(d: &Path) -> usize {

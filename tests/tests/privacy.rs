@@ -38,7 +38,7 @@ const ALLOWED_LABELS: &[&str] = &[
     "revision",
     // nodemedic_fence_actions_total: off/dry-run/on and fenced/would_fence/failed;
     // nodemedic_node_resource_topology_writes_total: created/updated/unchanged/conflict/failed;
-    // nodemedic_scan_loop_turns_total: judged/current/failed.
+    // nodemedic_scan_loop_turns_total: judged/api/current/failed.
     "mode",
     "outcome",
     // nodemedic_exclusive_cpus: a NUMA node's id and free/live/stale/reserved;
@@ -247,6 +247,7 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "unchanged",
                     "conflict",
                     "judged",
+                    "api",
                     "current",
                 ]
                 .contains(&v.as_str()),

@@ -61,8 +61,9 @@ pub fn revisit(effective: &Effective) -> Duration {
 /// What one scan hands to the API work.
 #[derive(Debug, Clone)]
 pub struct ScanOutcome {
-    /// What the API work keeps of the scan (not `scan::Scanned`: the snapshot, whole or its pods).
-    pub kept: KeptScan,
+    /// What the API work keeps of the scan (not `scan::Scanned`: the snapshot, whole or its pods),
+    /// shared by the outcomes of the judgements of the API rules alone that follow it.
+    pub kept: Arc<KeptScan>,
     /// The findings of the rules that judged, and the last judged findings of those that
     /// could not (see `coverage`).
     pub findings: Vec<Finding>,
@@ -311,7 +312,7 @@ impl ApiWork {
         self.events.set_series_interval(cfg.event_series_interval);
         self.conditions.set_heartbeat(cfg.condition_heartbeat);
         self.forget_changed_drivers();
-        let kept = &outcome.kept;
+        let kept: &KeptScan = &outcome.kept;
         let mut available = true;
         if *kept.pod_source() == PodSource::Api {
             available &= self.resolve(kept.pods_at(), &outcome.claims).await;

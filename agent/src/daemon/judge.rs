@@ -62,6 +62,73 @@ pub(super) fn judge(
     }
 }
 
+/// What the rules that judge the API read besides the API's observation, kept from the last
+/// full judgement with what it found: the node's drivers and their configurations
+/// ([`nodemedic_rules::snapshot::PodsSnapshot::for_api_rules`]), every rule's findings and
+/// coverage, and the claims the API work asks for.
+#[derive(Debug)]
+pub(super) struct ApiBase {
+    pub node: String,
+    pub pods: nodemedic_rules::snapshot::PodsSnapshot,
+    pub findings: Vec<Finding>,
+    pub coverage: BTreeMap<&'static str, Coverage>,
+    pub claims: facts::ClaimsToAsk,
+}
+
+impl ApiBase {
+    /// The base of the API judgements that follow the full judgement of `snapshot`.
+    pub fn of(snapshot: &NodeSnapshot, judged: &Judged) -> Self {
+        ApiBase {
+            node: snapshot.node.clone(),
+            pods: snapshot.pods.for_api_rules(),
+            findings: judged.findings.clone(),
+            coverage: judged.coverage.clone(),
+            claims: judged.claims.clone(),
+        }
+    }
+}
+
+/// Judges the rules that judge the API alone, on `base` with the API server as `server` shows
+/// it at `taken_at`: their findings and coverage replace theirs in `base` (a rule that could
+/// not judge keeps its last findings, as in [`judge`]); every other rule's stand. The findings
+/// gauges and the coverage are updated. Returns the judged snapshot (for the API rules'
+/// deadlines) and whether any finding or coverage changed.
+pub(super) fn judge_api(
+    base: &mut ApiBase,
+    server: nodemedic_rules::snapshot::Observed<nodemedic_rules::snapshot::ApiObservation>,
+    taken_at: i64,
+    settings: &Settings,
+    last_judged: &mut BTreeMap<&'static str, Vec<Finding>>,
+    metrics: &Metrics,
+) -> (NodeSnapshot, bool) {
+    let mut snapshot = NodeSnapshot::empty(&base.node, taken_at);
+    snapshot.pods = base.pods.clone();
+    snapshot.api.server = server;
+    let facts = facts::derive(&snapshot, settings);
+    let judgement = rules::judge_where(&snapshot, &facts, settings, rules::RuleInfo::judges_the_api);
+    let coverage = judgement.coverage.clone();
+    let theirs = hold_unjudged(judgement, last_judged);
+    let mut findings: Vec<Finding> = base
+        .findings
+        .iter()
+        .filter(|f| !coverage.contains_key(f.rule.as_str()))
+        .cloned()
+        .chain(theirs)
+        .collect();
+    findings.sort_by_key(Finding::sort_key);
+    let mut all_coverage = base.coverage.clone();
+    all_coverage.extend(coverage.iter().map(|(rule, c)| (*rule, c.clone())));
+    // A change of verdict (a finding found or gone, a severity, a rule's coverage); evidence
+    // that only ages (seconds since) is not news for the API work.
+    let verdicts = |f: &[Finding]| f.iter().map(|f| (f.key(), f.severity)).collect::<Vec<_>>();
+    let changed = verdicts(&findings) != verdicts(&base.findings) || all_coverage != base.coverage;
+    metrics.observe_findings(&findings);
+    metrics.observe_coverage(&coverage);
+    base.findings = findings;
+    base.coverage = all_coverage;
+    (snapshot, changed)
+}
+
 /// The findings of `judgement`, with, for each rule that could not judge (a source it needs
 /// failed), its findings at its last judgement instead; `last` is updated with the rules that
 /// judged. A rule not applicable or disabled holds nothing.

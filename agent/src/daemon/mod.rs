@@ -60,7 +60,6 @@ pub mod wiring;
 use apiwork::{DriverView, ScanOutcome};
 use hostwatch::{Changes, HostWatch};
 use serve::Health;
-use turn::next_turn;
 use watch::SharedStore;
 use wiring::{Agent, ApiLoops, Clients, Loop, Probes, Shared};
 
@@ -231,7 +230,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         last_local_dirs: None,
         readings: None,
         last_full: None,
-        judge_at: None,
+        full_turn_at: None,
+        api_turn_at: None,
+        api_base: None,
         judged_inputs: None,
         reloads: 0,
         kubelet_asked: None,
@@ -292,7 +293,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
     let mut settle: Option<tokio::time::Instant> = None;
     loop {
         let full_due = tokio::time::Instant::from_std(daemon.full_scan_due());
-        let judge_at = daemon.judge_at.map(tokio::time::Instant::from_std);
+        let judge_at = daemon.judge_at().map(tokio::time::Instant::from_std);
         // Signals first: a ready tick must never hide a SIGTERM.
         tokio::select! {
             biased;
@@ -370,6 +371,29 @@ struct Inputs {
     reloads: u64,
 }
 
+impl Inputs {
+    /// Whether `other` differs from these at most in the API's observation.
+    fn same_but_api(&self, other: &Inputs) -> bool {
+        // Every field named: one added later is compared here or this does not compile.
+        let Inputs {
+            pods_synced,
+            pods,
+            view,
+            api: _,
+            kubelet_version,
+            reloads,
+        } = self;
+        (*pods_synced, *pods, *view, kubelet_version, *reloads)
+            == (
+                other.pods_synced,
+                other.pods,
+                other.view,
+                &other.kubelet_version,
+                other.reloads,
+            )
+    }
+}
+
 /// The scan loop's state.
 struct Daemon {
     /// Where the cycles hand this node's NodeResourceTopology to its publisher (when on).
@@ -398,8 +422,14 @@ struct Daemon {
     readings: Option<Arc<crate::collect::KeptHost>>,
     /// When the host was last read in full.
     last_full: Option<Instant>,
-    /// When a time-bound judgement turns (a grace period ends): the rules are judged again then.
-    judge_at: Option<Instant>,
+    /// When a time-bound judgement of the rules that do not judge the API turns (a grace period
+    /// ends): they are judged again then.
+    full_turn_at: Option<Instant>,
+    /// The same of the rules that judge the API (a probe sample leaves the window, an outage
+    /// lasts): they are judged again alone then.
+    api_turn_at: Option<Instant>,
+    /// What the rules that judge the API are judged alone with, from the last full judgement.
+    api_base: Option<judge::ApiBase>,
     /// What the last judgement read besides the host: while none of it changes, the host does
     /// not, and no deadline comes, the rules are not judged again.
     judged_inputs: Option<Inputs>,
@@ -596,8 +626,84 @@ impl Daemon {
         let watched = self.readings.as_ref().is_some_and(|r| r.layout.is_some())
             && hostwatch.as_ref().is_some_and(|w| w.incomplete.is_none());
         let now = Instant::now();
-        let due = self.judge_at.is_some_and(|t| t <= now) || self.full_scan_due() <= now;
-        changes.is_empty() && !local_due && watched && !due && self.judged_inputs.as_ref() == Some(inputs)
+        let due = self.full_turn_at.is_some_and(|t| t <= now) || self.full_scan_due() <= now;
+        let same = self
+            .judged_inputs
+            .as_ref()
+            .is_some_and(|judged| judged.same_but_api(inputs));
+        changes.is_empty() && !local_due && watched && !due && same
+    }
+
+    /// When the rules are judged again by the clock alone: the nearest of both parts' deadlines.
+    fn judge_at(&self) -> Option<Instant> {
+        self.full_turn_at.into_iter().chain(self.api_turn_at).min()
+    }
+
+    /// Judges the rules that judge the API alone (only the API's observation changed, or one of
+    /// their deadlines came), and hands the findings to the API work when a verdict changed.
+    /// False when there is nothing to judge them on (no full judgement yet).
+    fn api_turn(&mut self, inputs: Inputs, api: Option<nodemedic_rules::snapshot::ApiObservation>) -> bool {
+        let Some(base) = self.api_base.as_mut() else {
+            return false;
+        };
+        let started = Instant::now();
+        let server = api.map_or_else(
+            || Observed::NotApplicable {
+                reason: "no probe round has completed yet".into(),
+            },
+            Observed::Ok,
+        );
+        let taken_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let settings = &self.cfg.effective.settings;
+        let (snapshot, changed) =
+            judge::judge_api(base, server, taken_at, settings, &mut self.last_judged, &self.metrics);
+        self.api_turn_at = turn::next_turn_of_part(&snapshot, settings, true);
+        self.judged_inputs = Some(inputs);
+        self.metrics.confirmed_current();
+        self.metrics.scan_loop_turn("api");
+        self.health.progressed();
+        let findings = base.findings.clone();
+        tracing::debug!(
+            findings = findings.len(),
+            changed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "API rules judged"
+        );
+        if changed {
+            self.log_new_findings(&findings);
+            let kept = self.outcomes.borrow().as_ref().map(|o| o.kept.clone());
+            if let (Some(kept), Some(base)) = (kept, self.api_base.as_ref()) {
+                self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
+                    kept,
+                    findings,
+                    coverage: base.coverage.clone(),
+                    effective: self.cfg.effective.clone(),
+                    claims: base.claims.clone(),
+                })));
+            }
+        }
+        true
+    }
+
+    /// New findings go to the log with their evidence: the node's own record, which holds even
+    /// when the API server (and so Events) cannot be reached.
+    fn log_new_findings(&mut self, findings: &[nodemedic_rules::Finding]) {
+        let keys: std::collections::HashSet<nodemedic_rules::finding::FindingKey> =
+            findings.iter().map(nodemedic_rules::Finding::key).collect();
+        for f in findings.iter().filter(|f| !self.logged.contains(&f.key())) {
+            tracing::warn!(
+                rule = %f.rule,
+                severity = f.severity.as_str(),
+                subject = %f.subject.display(),
+                evidence = %serde_json::Value::Object(f.evidence.clone()),
+                remedy = %f.remedy,
+                "new finding: {}",
+                f.summary
+            );
+        }
+        self.logged = keys;
     }
 
     /// Whether the kubelet's PodResources API answers what it answered at the last judgement
@@ -623,9 +729,16 @@ impl Daemon {
             .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
         let (inputs, api) = self.inputs(synced);
         if self.still_current(&changes, local_due, &inputs, hostwatch) && self.kubelet_answers_as_before().await {
-            self.health.progressed();
-            self.metrics.confirmed_current();
-            return;
+            let api_due = self.api_turn_at.is_some_and(|t| t <= Instant::now());
+            if self.judged_inputs.as_ref() == Some(&inputs) && !api_due {
+                self.health.progressed();
+                self.metrics.confirmed_current();
+                return;
+            }
+            // Only the API's observation changed, or one of its rules' deadlines came.
+            if self.api_turn(inputs.clone(), api.clone()) {
+                return;
+            }
         }
         // While the watch is down, the store's last pods still name the pods the kubelet's
         // PodResources API lists (which then decides liveness).
@@ -713,6 +826,7 @@ impl Daemon {
             &self.metrics,
             self.topology.is_some().then_some(&self.numa_memory),
         );
+        self.api_base = Some(judge::ApiBase::of(&snapshot, &judged));
         if let (Some(tx), Some(object)) = (&self.topology, judged.topology) {
             tx.send_if_modified(|current| {
                 let changed = current.as_ref() != Some(&object);
@@ -723,7 +837,8 @@ impl Daemon {
             });
         }
         let (findings, coverage, claims) = (judged.findings, judged.coverage, judged.claims);
-        self.judge_at = next_turn(&snapshot, &self.cfg.effective.settings);
+        self.full_turn_at = turn::next_turn_of_part(&snapshot, &self.cfg.effective.settings, false);
+        self.api_turn_at = turn::next_turn_of_part(&snapshot, &self.cfg.effective.settings, true);
         self.judged_inputs = Some(inputs);
         self.kubelet_asked = readings_dir.map(|dir| {
             (
@@ -745,25 +860,10 @@ impl Daemon {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "scan"
         );
-        // New findings go to the log with their evidence: the node's own record, which holds
-        // even when the API server (and so Events) cannot be reached.
-        let keys: std::collections::HashSet<nodemedic_rules::finding::FindingKey> =
-            findings.iter().map(nodemedic_rules::Finding::key).collect();
-        for f in findings.iter().filter(|f| !self.logged.contains(&f.key())) {
-            tracing::warn!(
-                rule = %f.rule,
-                severity = f.severity.as_str(),
-                subject = %f.subject.display(),
-                evidence = %serde_json::Value::Object(f.evidence.clone()),
-                remedy = %f.remedy,
-                "new finding: {}",
-                f.summary
-            );
-        }
-        self.logged = keys;
+        self.log_new_findings(&findings);
         // The API work needs the pods (driver lookups) and the findings; only automatic repair
         // judges the whole snapshot again (see `KeptScan`).
-        let kept = apiwork::KeptScan::keep(snapshot, self.cfg.effective.repair.any());
+        let kept = Arc::new(apiwork::KeptScan::keep(snapshot, self.cfg.effective.repair.any()));
         self.outcomes.send_replace(Some(Arc::new(ScanOutcome {
             kept,
             findings,

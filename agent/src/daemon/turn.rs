@@ -11,8 +11,20 @@ use nodemedic_rules::snapshot::NodeSnapshot;
 /// own deadlines ([`nodemedic_rules::rules::RuleInfo::next_judgement`]: the grace the kubelet is
 /// given after the checkpoint was written or a pod finished, a Spark driver's wait to start, ...).
 /// `None` when nothing waits on it.
+#[cfg(test)]
 pub(super) fn next_turn(snapshot: &NodeSnapshot, settings: &Settings) -> Option<Instant> {
     next_turn_of(nodemedic_rules::rules::ALL, snapshot, settings)
+}
+
+/// [`next_turn`] of the rules that judge the API (`api`) or of all the others: the daemon
+/// judges the first alone when only the API's observation changed, so each keeps its own.
+pub(super) fn next_turn_of_part(snapshot: &NodeSnapshot, settings: &Settings, api: bool) -> Option<Instant> {
+    let part: Vec<RuleInfo> = nodemedic_rules::rules::ALL
+        .iter()
+        .copied()
+        .filter(|r| r.judges_the_api() == api)
+        .collect();
+    next_turn_of(&part, snapshot, settings)
 }
 
 /// [`next_turn`] over `rules`. A deadline function several rules share (every rule that

@@ -69,7 +69,7 @@ pub const WRITE_KINDS: [&str; 3] = ["event", "node_condition", "pod_deletion"];
 
 /// Sets a timestamp gauge to the current unix time, in seconds.
 /// The outcomes of a turn of the scan loop (`nodemedic_scan_loop_turns_total`).
-pub const TURN_OUTCOMES: [&str; 3] = ["judged", "current", "failed"];
+pub const TURN_OUTCOMES: [&str; 4] = ["judged", "api", "current", "failed"];
 
 fn set_to_now(gauge: &Gauge) {
     if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
@@ -255,7 +255,7 @@ impl Metrics {
             scan_loop_turns_total: IntCounterVec::new(
                 opts(
                     "scan_loop_turns_total",
-                    "Turns of the daemon's scan loop, by outcome: judged (the rules judged again: something they read changed, or a deadline came), current (nothing changed: the findings were confirmed current without a judgement), failed (the host could not be read).",
+                    "Turns of the daemon's scan loop, by outcome: judged (the rules judged again: something they read changed, or a deadline came), api (only the API's observation changed, or one of its rules' deadlines came: the rules that judge the API judged again alone), current (nothing changed: the findings were confirmed current without a judgement), failed (the host could not be read).",
                 ),
                 &["outcome"],
             )?,
@@ -390,7 +390,6 @@ impl Metrics {
         }
     }
 
-    /// Sets the gauges from a scan.
     /// The findings of the last judgement are still current (nothing they were judged from
     /// has changed): `nodemedic_last_scan_timestamp_seconds` moves on.
     pub fn confirmed_current(&self) {
@@ -403,15 +402,9 @@ impl Metrics {
         self.scan_loop_turns_total.with_label_values(&[outcome]).inc();
     }
 
-    pub fn observe_scan(&self, snap: &NodeSnapshot, facts: &Facts, findings: &[Finding], records: &Records) {
-        for r in records.iter() {
-            self.collector_duration_seconds
-                .with_label_values(&[r.name])
-                .set(r.duration.as_secs_f64());
-            self.collector_success
-                .with_label_values(&[r.name])
-                .set(i64::from(!r.failed));
-        }
+    /// The gauges made of findings alone: each rule's firing and findings by severity, and the
+    /// gauges rules declare over their findings.
+    pub fn observe_findings(&self, findings: &[Finding]) {
         let firing: BTreeSet<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
         for rule in rules::ALL {
             self.rule_firing
@@ -427,6 +420,23 @@ impl Metrics {
                     .set(n as i64);
             }
         }
+        for (rule, gauge, metric) in &self.rule_gauges {
+            let its: Vec<&Finding> = findings.iter().filter(|f| f.rule.as_str() == *rule).collect();
+            metric.set(i64::try_from((gauge.value)(&its)).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets the gauges from a scan.
+    pub fn observe_scan(&self, snap: &NodeSnapshot, facts: &Facts, findings: &[Finding], records: &Records) {
+        for r in records.iter() {
+            self.collector_duration_seconds
+                .with_label_values(&[r.name])
+                .set(r.duration.as_secs_f64());
+            self.collector_success
+                .with_label_values(&[r.name])
+                .set(i64::from(!r.failed));
+        }
+        self.observe_findings(findings);
         let state = snap.host.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
         if let Some(state) = state {
             let exclusive = state
@@ -451,10 +461,6 @@ impl Metrics {
             }
         }
         self.observe_managers(snap, facts);
-        for (rule, gauge, metric) in &self.rule_gauges {
-            let its: Vec<&Finding> = findings.iter().filter(|f| f.rule.as_str() == *rule).collect();
-            metric.set(i64::try_from((gauge.value)(&its)).unwrap_or(i64::MAX));
-        }
         if let Ok(mut seen) = self.counted_rejections.lock() {
             let here: std::collections::HashSet<&str> = snap.pods.bound.iter().map(|p| p.uid.as_str()).collect();
             for r in &facts.rejections {

@@ -1,5 +1,9 @@
-//! The daemon judges again only when an input changes or a rule's [`RuleInfo::next_judgement`]
-//! comes. These tests hold every rule to that: on snapshots whose verdicts turn with the clock
+//! What the daemon relies on to judge less. It judges again only when an input changes or a
+//! rule's [`RuleInfo::next_judgement`] comes, and when only the API's observation changed it
+//! judges only the rules that judge the API ([`RuleInfo::judges_the_api`]) on the drivers
+//! alone ([`PodsSnapshot::for_api_rules`]).
+//!
+//! The first is held here for every rule: on snapshots whose verdicts turn with the clock
 //! alone (a rejection leaving its window, a driver's grace running out, a scratch dir growing
 //! old, an outage lasting, probe samples ageing out of their window, the kubelet's grace after
 //! a checkpoint write), the clock is moved a second at a time, the rules judged at every second,
@@ -182,4 +186,94 @@ fn a_stale_entry_turns_when_the_kubelets_grace_ends() {
     let turns = holds_to_its_deadlines("stale entry", &snap, &settings, 120);
     assert!(!turns.is_empty(), "the grace ends within two minutes");
     assert!(!verdicts(&later(&snap, 120), &settings).is_empty());
+}
+
+/// The rules that judge the API give the same verdicts, coverage and deadlines on the drivers
+/// alone as on the whole snapshot: outages with drivers here, slow reads, slow creates under a
+/// driver's own timeout, a webhook that refuses dry runs, and no observation at all.
+#[test]
+fn the_api_rules_judge_the_drivers_alone_as_the_whole_node() {
+    let settings = Settings::default();
+    let mut driver = spark_driver("d1", "spark-1", "etl", "Running");
+    driver.node_name = Some("node-a".into());
+    let waiting = spark_driver("d2", "spark-2", "ml", "Pending");
+    let executor = spark_executor("e1", "spark-1", "etl", 1, "Running");
+    let web = pod("w1", "web", "Running", &[("c", "c1")]);
+    let conf = spark_conf(Some("3.5.1"), &[("spark.kubernetes.driver.requestTimeout", "4000")]);
+    let base = || SnapshotBuilder::spark_node(&[driver.clone(), waiting.clone(), executor.clone(), web.clone()]);
+    let mut blocking = webhook("gatekeeper", "validation.gatekeeper.sh");
+    blocking.side_effects = "Unknown".into();
+    blocking.matches_probe = true;
+    let scenarios: Vec<(&str, NodeSnapshot)> = vec![
+        (
+            "outage",
+            base()
+                .with_api(vec![probe_failed("get", 200, None, "connection refused", 0.0)])
+                .api(|a| {
+                    a.unreachable_since = Some(NOW - 300);
+                    a.last_success_at = Some(NOW - 400);
+                    a.last_error = Some("connection refused".into());
+                })
+                .build(),
+        ),
+        (
+            "slow reads",
+            base()
+                .with_api((0..4).map(|i| probe_ok("list", 30 * i, 6.0)).collect())
+                .build(),
+        ),
+        (
+            "slow creates",
+            base()
+                .with_api((0..4).map(|i| probe_ok("create_dry_run", 30 * i, 3.0)).collect())
+                .with_spark_conf("d1", conf)
+                .build(),
+        ),
+        (
+            "dry runs refused",
+            base()
+                .with_api(vec![probe_failed(
+                    "create_dry_run",
+                    20,
+                    Some(400),
+                    "admission webhook denied",
+                    0.2,
+                )])
+                .with_webhooks(vec![blocking])
+                .build(),
+        ),
+        ("not probed", base().build()),
+    ];
+    let api_rules: Vec<RuleInfo> = ALL.iter().copied().filter(RuleInfo::judges_the_api).collect();
+    assert_eq!(
+        api_rules.len(),
+        4,
+        "slow-api, slow-pod-admission, apiserver-unreachable, webhook-blocks-dry-run"
+    );
+    for (name, whole) in scenarios {
+        let mut alone = NodeSnapshot::empty(&whole.node, whole.taken_at);
+        alone.api = whole.api.clone();
+        alone.pods = whole.pods.for_api_rules();
+        let judge = |s: &NodeSnapshot| {
+            let facts = crate::facts::derive(s, &settings);
+            super::judge_where(s, &facts, &settings, RuleInfo::judges_the_api)
+        };
+        let (w, a) = (judge(&whole), judge(&alone));
+        assert_eq!(w.coverage, a.coverage, "{name}: coverage");
+        let keys = |j: &crate::coverage::Judgement| {
+            j.findings
+                .iter()
+                .map(|f| (f.key(), f.severity, f.evidence.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&w), keys(&a), "{name}: findings");
+        assert_eq!(
+            next_turn(&api_rules, &whole, &settings),
+            next_turn(&api_rules, &alone, &settings),
+            "{name}"
+        );
+        if name != "not probed" {
+            assert!(!w.findings.is_empty(), "{name}: the scenario fires");
+        }
+    }
 }

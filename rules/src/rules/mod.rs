@@ -76,6 +76,18 @@ pub struct RuleInfo {
     pub next_judgement: Option<NextJudgementFn>,
 }
 
+impl RuleInfo {
+    /// Whether it judges the API server as this node sees it ([`crate::coverage::Source::Api`]):
+    /// what it reads besides is the node's Spark drivers and their configurations, never the
+    /// host. The daemon judges these rules alone when only the API's observation changed.
+    pub fn judges_the_api(&self) -> bool {
+        self.needs
+            .all
+            .iter()
+            .any(|n| matches!(n, crate::coverage::Need::One(crate::coverage::Source::Api)))
+    }
+}
+
 /// A rule's [`RuleInfo::next_judgement`].
 pub type NextJudgementFn = fn(&NodeSnapshot, &Settings) -> Option<f64>;
 
@@ -177,9 +189,19 @@ pub fn by_id(id: &str) -> Option<&'static RuleInfo> {
 /// (unless it lacks only what it can do without in part: see [`Needs::partial`]). `facts` are
 /// those of `snapshot` under `settings` ([`crate::facts::derive`]).
 pub fn judge(snapshot: &NodeSnapshot, facts: &Facts, settings: &Settings) -> Judgement {
+    judge_where(snapshot, facts, settings, |_| true)
+}
+
+/// [`judge`] of the rules `which` picks: the judgement's coverage has only those.
+pub fn judge_where(
+    snapshot: &NodeSnapshot,
+    facts: &Facts,
+    settings: &Settings,
+    which: impl Fn(&RuleInfo) -> bool,
+) -> Judgement {
     let mut coverage = std::collections::BTreeMap::new();
     let mut findings = Vec::new();
-    for r in ALL {
+    for r in ALL.iter().filter(|r| which(r)) {
         let covered = if settings.enabled(r.id.as_str()) {
             crate::coverage::coverage(snapshot, &r.needs)
         } else {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p nodemedic -p nodemedic-tests --bins
-//! target/release/floor-bench [RUNS]      # default 21
+//! target/release/floor-bench [RUNS] [PODS]      # defaults 21 and 250
 //! ```
 //!
 //! 1. Writes the node of `make-example DIR --big-node 250` (`scenarios::big_node(250, 5)`)
@@ -98,7 +98,7 @@ fn timed(bin: &Path, args: &[&str], codes: &[i32]) -> Result<f64, String> {
     }
 }
 
-fn bench(runs: usize) -> Result<(), String> {
+fn bench(runs: usize, node_pods: usize) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let bin = measure::nodemedic_bin();
     println!("binary: {}", bin.display());
@@ -111,7 +111,7 @@ fn bench(runs: usize) -> Result<(), String> {
     println!("load average at start: {}", load());
     let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     let root = dir.path().join("node");
-    nodemedic_tests::scenarios::big_node(250, 5)
+    nodemedic_tests::scenarios::big_node(node_pods, 5)
         .write(&root)
         .map_err(|e| e.to_string())?;
     let list = dir.path().join("reads.txt");
@@ -147,7 +147,7 @@ fn bench(runs: usize) -> Result<(), String> {
         return Err(format!("bad floor run: {line:?} ({})", out.status));
     }
     println!(
-        "\nrecorded operations at 250 pods: {} reads ({:.1} MB read), {} directory lists, {} stats; {} failed, in the floor as in the scan (paths the generated node does not have)",
+        "\nrecorded operations at {node_pods} pods: {} reads ({:.1} MB read), {} directory lists, {} stats; {} failed, in the floor as in the scan (paths the generated node does not have)",
         n[0],
         n[3] as f64 / 1e6,
         n[1],
@@ -207,7 +207,8 @@ fn main() -> ExitCode {
         }
     }
     let runs: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(21);
-    if let Err(e) = bench(runs) {
+    let pods: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(250);
+    if let Err(e) = bench(runs, pods) {
         eprintln!("floor-bench: {e}");
         return ExitCode::from(2);
     }

@@ -142,7 +142,7 @@ fn start_with(
         .collect();
     assert_eq!(snapshot.pods.bound.len(), node_pods.len(), "every pod converts");
     let outcome = Arc::new(ScanOutcome {
-        kept: KeptScan::keep(snapshot, effective.repair.any()),
+        kept: Arc::new(KeptScan::keep(snapshot, effective.repair.any())),
         findings: vec![],
         coverage: BTreeMap::new(),
         effective,
