@@ -283,6 +283,7 @@ mod tests {
             cgroup_root: "/".into(),
             topology_manager_policy: "single-numa-node".into(),
             topology_manager_scope: "container".into(),
+            eviction: Default::default(),
             started_at: None,
         });
         snap.pods.source = PodSource::File;

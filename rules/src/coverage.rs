@@ -66,6 +66,10 @@ pub enum Source {
     SparkConf,
     /// The API server's probes.
     Api,
+    /// The Spark pods' local dirs measured over a window (the daemon's).
+    LocalStorage,
+    /// The TCP ports listening in the node's network namespace.
+    Listeners,
 }
 
 impl Source {
@@ -85,6 +89,8 @@ impl Source {
         Source::LocalDirs,
         Source::SparkConf,
         Source::Api,
+        Source::LocalStorage,
+        Source::Listeners,
     ];
 
     /// The report's name (`checkpoint`, `kubelet_config`, `podresources`, ...).
@@ -104,6 +110,8 @@ impl Source {
             Source::LocalDirs => "local_dirs",
             Source::SparkConf => "spark_conf",
             Source::Api => "api",
+            Source::LocalStorage => "local_storage",
+            Source::Listeners => "listeners",
         }
     }
 }
@@ -355,6 +363,8 @@ pub fn source_status(snap: &NodeSnapshot, source: Source) -> SourceStatus {
             }
         }
         Source::LocalDirs => of(&snap.host.local_dirs, false, "local dirs"),
+        Source::LocalStorage => of(&snap.host.local_storage, true, "Spark local storage"),
+        Source::Listeners => of(&snap.host.listeners, true, "listening sockets"),
         Source::SparkConf => {
             let unread = crate::submission::unread_confs(snap);
             if !unread.is_empty() {

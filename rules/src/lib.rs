@@ -42,6 +42,7 @@ pub mod finding;
 pub mod hostpath;
 pub mod kubelet_version;
 pub mod kubelet_view;
+pub mod local_storage;
 pub mod managers;
 pub mod probes;
 pub mod promtext;

@@ -56,6 +56,11 @@ pub struct Settings {
     pub half_submitted_grace_seconds: i64,
     /// `half-submitted-driver` is critical once the driver has waited this long, in seconds.
     pub half_submitted_critical_seconds: i64,
+    /// `local-storage-eviction-risk` warns when a Spark pod's local storage, at the growth
+    /// measured, reaches its limit or the node's eviction threshold within this many seconds.
+    pub local_storage_warning_seconds: f64,
+    /// ... and is critical within this many seconds.
+    pub local_storage_critical_seconds: f64,
 }
 
 impl Default for Settings {
@@ -75,6 +80,8 @@ impl Default for Settings {
             apiserver_unreachable_seconds: 120,
             half_submitted_grace_seconds: 300,
             half_submitted_critical_seconds: 1800,
+            local_storage_warning_seconds: 1800.0,
+            local_storage_critical_seconds: 300.0,
         }
     }
 }

@@ -22,16 +22,18 @@ pub mod kubelet_files;
 pub mod notes;
 pub mod pods;
 pub mod spark_apps;
+pub mod storage;
 
 pub use api::{ApiObservation, ClaimObject, NodeStatus, PodEvent, ProbeSample, WebhookInfo};
 pub use cgroups::{CgroupTree, CgroupVersion, ContainerCgroup, PodCgroup, ProcessInfo, Runtime, Subtree};
 pub use kubelet_files::{CheckpointFile, DriverFile, FoundBy, KubeletConfig, ManagerFile, ManagerFiles};
 pub use notes::{Liveness, Note};
 pub use pods::{
-    ConfMount, ConfVolume, ContainerInfo, ContainerKind, LocalDirVolume, OwnerRef, PodInfo, PodPhase, PodSource,
-    QosClass, SparkRole, spark_version_of_image,
+    ConfMount, ConfVolume, ContainerInfo, ContainerKind, ContainerPort, LocalDirVolume, OwnerRef, PodInfo, PodPhase,
+    PodSource, QosClass, SparkRole, spark_version_of_image,
 };
 pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf, SparkConfRead};
+pub use storage::{DirBacking, FileSystemUse, Listener, LocalStorage, PodStorage, Remembered, StorageDir};
 
 /// One input of the snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +101,11 @@ pub struct HostSnapshot {
     /// Spark scratch directories on the node (kubelet emptyDir volumes named
     /// `spark-local-dir-*`, and the configured hostPath roots).
     pub local_dirs: Observed<Vec<LocalDir>>,
+    /// The running Spark pods' local dirs measured over a window (the daemon's; a one-shot scan
+    /// has no window: `NotApplicable`).
+    pub local_storage: Observed<LocalStorage>,
+    /// TCP ports listening in the node's network namespace (`/proc/1/net/tcp`, `tcp6`).
+    pub listeners: Observed<Vec<Listener>>,
 }
 
 /// The pods bound to the node, where that list came from, and what the node's files tell of
@@ -231,6 +238,10 @@ impl NodeSnapshot {
                 procfs: missing("/proc"),
                 kubelet_view: missing("/var/lib/kubelet/pod-resources/kubelet.sock"),
                 local_dirs: missing("/var/lib/kubelet/pods"),
+                local_storage: Observed::NotApplicable {
+                    reason: "not measured".into(),
+                },
+                listeners: missing("/proc/1/net/tcp"),
             },
             pods: PodsSnapshot {
                 source: PodSource::Cgroups,

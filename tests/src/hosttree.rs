@@ -453,6 +453,21 @@ impl Node {
             )?;
         }
 
+        // The node's network namespace (the host's pid 1): sshd on 22, the kubelet on 10250
+        // and 10248 (localhost), and one established connection, as proc_net(5) writes them.
+        put(
+            "/proc/1/net/tcp",
+            b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   \
+0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 18311 1 0000000000000000 100 0 0 10 0\n   \
+1: 0100007F:2838 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 21544 1 0000000000000000 100 0 0 10 0\n   \
+2: 0A000311:0016 0A000301:D2A6 01 00000000:00000000 02:0009DA3B 00000000     0        0 41877 4 0000000000000000 20 4 30 10 -1\n",
+        )?;
+        put(
+            "/proc/1/net/tcp6",
+            b"  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   \
+0: 00000000000000000000000000000000:280A 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 21547 1 0000000000000000 100 0 0 10 0\n",
+        )?;
+
         // The kubelet: a process whose command line names its config, and the config.
         let mut next_pid = 1000u32;
         let kubelet_pid = next_pid;

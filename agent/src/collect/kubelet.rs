@@ -76,6 +76,9 @@ struct ConfigFile {
     cgroup_root: Option<String>,
     topology_manager_policy: Option<String>,
     topology_manager_scope: Option<String>,
+    eviction_hard: Option<BTreeMap<String, Scalar>>,
+    eviction_soft: Option<BTreeMap<String, Scalar>>,
+    merge_default_eviction_settings: Option<bool>,
 }
 
 /// What reading the kubelet's configuration found.
@@ -191,6 +194,16 @@ fn flag_at(args: &[String], name: &str) -> Option<(usize, String)> {
 }
 
 /// `cpu=500m,memory=1Gi` -> map.
+/// An `--eviction-hard`/`--eviction-soft` flag: `signal<value` statements, comma separated
+/// (`memory.available<100Mi,nodefs.available<10%`).
+fn parse_eviction_flag(text: &str) -> BTreeMap<String, String> {
+    text.split(',')
+        .filter_map(|s| s.split_once('<'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
 fn parse_key_values(text: &str) -> BTreeMap<String, String> {
     text.split(',')
         .filter_map(|kv| kv.split_once('='))
@@ -308,7 +321,20 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "container".into());
 
+    let texts = |m: BTreeMap<String, Scalar>| m.into_iter().map(|(k, v)| (k, v.text())).collect();
+    let mut eviction = nodemedic_rules::local_storage::EvictionConfig {
+        hard: file.eviction_hard.map(texts),
+        soft: file.eviction_soft.map(texts),
+        merge_defaults: file.merge_default_eviction_settings.unwrap_or(false),
+    };
+
     // Flags override the file.
+    if let Some(h) = flag_value(args, "eviction-hard") {
+        eviction.hard = Some(parse_eviction_flag(&h));
+    }
+    if let Some(s) = flag_value(args, "eviction-soft") {
+        eviction.soft = Some(parse_eviction_flag(&s));
+    }
     if let Some(p) = flag_value(args, "cpu-manager-policy") {
         cpu.policy = p;
     }
@@ -348,6 +374,7 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         topology_manager_policy: topology_policy,
         topology_manager_scope: topology_scope,
         started_at: None,
+        eviction,
     })
 }
 

@@ -10,7 +10,9 @@ pub mod checkpoint;
 pub mod event_object;
 pub mod kubelet;
 pub mod kubelet_units;
+pub mod listeners;
 pub mod localdirs;
+pub mod localstore;
 pub mod managers;
 pub mod node_object;
 pub mod pod_object;
@@ -137,7 +139,7 @@ pub struct Record {
 pub struct Records(Vec<Record>);
 
 /// The report's order of sources.
-pub const SOURCES: [&str; 10] = [
+pub const SOURCES: [&str; 12] = [
     "checkpoint",
     "manager_files",
     "kubelet_config",
@@ -147,7 +149,9 @@ pub const SOURCES: [&str; 10] = [
     "podresources",
     "pods",
     "local_dirs",
+    "local_storage",
     "spark_conf",
+    "listeners",
 ];
 
 impl Records {
@@ -262,6 +266,10 @@ pub struct KeptHost {
     pinned: cgroups::Pinned,
 }
 
+/// What the `local_storage` source says outside the daemon.
+pub const ONE_SHOT_STORAGE: &str =
+    "a one-shot scan measures once: growth is measured by the daemon over local_storage_window_seconds";
+
 /// Reads every host source (not the pods).
 pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, CollectError> {
     if !read::is_dir(host.root()) {
@@ -293,6 +301,11 @@ pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, Colle
         },
         LocalDirs::Measure => localdirs::read_local_dirs(host, &kubelet_dir, &opts.local_dir_roots, &mut notes),
     });
+    let listeners = records.observe("listeners", || listeners::read_listeners(host));
+    // Growth needs measurements over a window: the daemon's ([`localstore::LocalStore`]).
+    let local_storage = records.observe("local_storage", || Observed::NotApplicable {
+        reason: ONE_SHOT_STORAGE.into(),
+    });
     let procfs = records.observe("procfs", || {
         if read::is_dir(&host.proc()) {
             Observed::Ok(())
@@ -314,6 +327,8 @@ pub fn read_host(host: &HostPaths, opts: &HostOptions) -> Result<KeptHost, Colle
                 reason: "not read".into(),
             },
             local_dirs,
+            local_storage,
+            listeners,
         },
         hostname_override: kubelet.hostname_override,
         kubelet_dir,

@@ -36,6 +36,15 @@ pub const ENV_READ: [&str; 3] = [
     nodemedic_rules::submission::SUBMIT_OPTS_ENV,
 ];
 
+/// ... and those whose name starts with this: the JVM options Spark gives an executor
+/// (`SPARK_JAVA_OPT_0`, `SPARK_JAVA_OPT_1`, ...).
+pub const ENV_PREFIX_READ: &str = "SPARK_JAVA_OPT_";
+
+/// Whether container variable `name` is kept.
+fn env_read(name: &str) -> bool {
+    ENV_READ.contains(&name) || name.starts_with(ENV_PREFIX_READ)
+}
+
 /// A `v1 Pod` with the fields nodemedic reads.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct PodObject {
@@ -150,7 +159,8 @@ fn kept_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<S
     d.deserialize_option(V)
 }
 
-/// A container's `env`, only the variables of [`ENV_READ`] with a literal value.
+/// A container's `env`, only the variables of [`ENV_READ`] and [`ENV_PREFIX_READ`] with a
+/// literal value.
 fn kept_env<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<EnvVar>, D::Error> {
     #[derive(serde::Deserialize)]
     struct Entry<'a> {
@@ -177,7 +187,7 @@ fn kept_env<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<EnvVar>, D::Error> {
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
             let mut kept = Vec::new();
             while let Some(Entry { name, value }) = seq.next_element::<Entry<'de>>()? {
-                if let (true, Some(value)) = (ENV_READ.contains(&name.0.as_ref()), value) {
+                if let (true, Some(value)) = (env_read(name.0.as_ref()), value) {
                     kept.push(EnvVar {
                         name: name.0.into_owned(),
                         value: value.0.into_owned(),
@@ -211,6 +221,8 @@ pub struct PodSpec {
     pub termination_grace_period_seconds: Option<i64>,
     #[serde(default)]
     pub resource_claims: Option<Vec<PodResourceClaim>>,
+    #[serde(default)]
+    pub host_network: Option<bool>,
 }
 
 /// `v1 PodResourceClaim`, in part: its name in the pod.
@@ -243,9 +255,41 @@ pub struct Volume {
     #[serde(default)]
     pub host_path: Option<HostPathSource>,
     #[serde(default)]
-    pub empty_dir: Option<serde::de::IgnoredAny>,
+    pub empty_dir: Option<EmptyDirSource>,
     #[serde(default)]
     pub config_map: Option<ConfigMapSource>,
+    #[serde(default)]
+    pub persistent_volume_claim: Option<ClaimSource>,
+}
+
+/// `v1 EmptyDirVolumeSource`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyDirSource {
+    #[serde(default)]
+    pub medium: Option<String>,
+    #[serde(default)]
+    pub size_limit: Option<Quantity>,
+}
+
+/// `v1 PersistentVolumeClaimVolumeSource`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSource {
+    #[serde(default)]
+    pub claim_name: String,
+}
+
+/// `v1 ContainerPort`, in part.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Port {
+    #[serde(default)]
+    pub container_port: i64,
+    #[serde(default)]
+    pub host_port: Option<i64>,
+    #[serde(default)]
+    pub protocol: Option<String>,
 }
 
 /// `v1 ConfigMapVolumeSource`, in part.
@@ -276,9 +320,11 @@ pub struct Container {
     pub image: Option<String>,
     #[serde(default)]
     pub resources: Option<Resources>,
-    /// Only the variables of [`ENV_READ`].
+    /// Only the variables of [`ENV_READ`] and [`ENV_PREFIX_READ`].
     #[serde(default, deserialize_with = "kept_env")]
     pub env: Vec<EnvVar>,
+    #[serde(default)]
+    pub ports: Option<Vec<Port>>,
 }
 
 /// `v1 ResourceRequirements`, in part.
@@ -447,6 +493,22 @@ fn container_info(c: Container, kind: ContainerKind, statuses: &mut [ContainerSt
         state: state_name,
         exit_code,
         waiting_reason,
+        ephemeral_storage_limit_bytes: res
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.ephemeral_storage.as_ref())
+            .and_then(|q| nodemedic_rules::quantity::parse_bytes(&q.0).ok()),
+        ports: c
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
+            .filter_map(|p| {
+                Some(nodemedic_rules::snapshot::ContainerPort {
+                    container_port: u16::try_from(p.container_port).ok()?,
+                    host_port: p.host_port.and_then(|h| u16::try_from(h).ok()).filter(|h| *h > 0),
+                })
+            })
+            .collect(),
     }
 }
 
@@ -557,6 +619,8 @@ pub fn pod_info(pod: PodObject) -> Option<PodInfo> {
     let spark_driver_url = first_env(spec_ref, "SPARK_DRIVER_URL");
     let kubernetes_request_timeout_env = first_env(spec_ref, "KUBERNETES_REQUEST_TIMEOUT");
     let spark_submit_opts_env = first_env(spec_ref, nodemedic_rules::submission::SUBMIT_OPTS_ENV);
+    let spark_java_opts = java_opts(spec_ref);
+    let host_network = spec_ref.and_then(|s| s.host_network).unwrap_or(false);
     let mut containers = Vec::new();
     let mut node_name = None;
     let mut scheduler_name = None;
@@ -608,6 +672,15 @@ pub fn pod_info(pod: PodObject) -> Option<PodInfo> {
         .map(|v| LocalDirVolume {
             name: v.name,
             host_path: v.host_path.map(|h| h.path),
+            memory: v
+                .empty_dir
+                .as_ref()
+                .is_some_and(|e| e.medium.as_deref() == Some("Memory")),
+            claim: v.persistent_volume_claim.map(|c| c.claim_name),
+            size_limit_bytes: v
+                .empty_dir
+                .and_then(|e| e.size_limit)
+                .and_then(|q| nodemedic_rules::quantity::parse_bytes(&q.0).ok()),
         })
         .collect();
     let (phase, reason, message, pod_ip) = match status {
@@ -656,5 +729,21 @@ pub fn pod_info(pod: PodObject) -> Option<PodInfo> {
         tolerations,
         termination_grace_seconds,
         resource_claims,
+        host_network,
+        spark_java_opts,
     })
+}
+
+/// The `SPARK_JAVA_OPT_<n>` values of the pod's first container, in `<n>` order.
+fn java_opts(spec: Option<&PodSpec>) -> Vec<String> {
+    let Some(first) = spec.and_then(|s| s.containers.first()) else {
+        return vec![];
+    };
+    let mut opts: Vec<(u32, &str)> = first
+        .env
+        .iter()
+        .filter_map(|e| Some((e.name.strip_prefix(ENV_PREFIX_READ)?.parse().ok()?, e.value.as_str())))
+        .collect();
+    opts.sort_by_key(|(n, _)| *n);
+    opts.into_iter().map(|(_, v)| v.to_string()).collect()
 }

@@ -418,11 +418,17 @@ mod tests {
             vec![
                 LocalDirVolume {
                     name: "spark-local-dir-1".into(),
-                    host_path: None
+                    host_path: None,
+                    memory: false,
+                    claim: None,
+                    size_limit_bytes: None,
                 },
                 LocalDirVolume {
                     name: "spark-local-dir-2".into(),
-                    host_path: Some("/mnt/disk1/spark".into())
+                    host_path: Some("/mnt/disk1/spark".into()),
+                    memory: false,
+                    claim: None,
+                    size_limit_bytes: None,
                 }
             ]
         );

@@ -361,7 +361,12 @@ fn given_pods_are_the_snapshots_and_every_host_source_is_read() {
             ("podresources", "missing".into()),
             ("pods", "api".into()),
             ("local_dirs", "missing".into()),
+            (
+                "local_storage",
+                format!("not applicable: {}", crate::collect::ONE_SHOT_STORAGE)
+            ),
             ("spark_conf", "ok".into()),
+            ("listeners", "missing".into()),
             ("kubelet_version", "unknown".into()),
         ]
     );
@@ -556,7 +561,12 @@ fn a_missing_kubelet_dir_is_missing_and_the_rest_is_read() {
             ("podresources", "missing".into()),
             ("pods", "file".into()),
             ("local_dirs", "missing".into()),
+            (
+                "local_storage",
+                format!("not applicable: {}", crate::collect::ONE_SHOT_STORAGE)
+            ),
             ("spark_conf", "ok".into()),
+            ("listeners", "missing".into()),
             ("kubelet_version", "unknown".into()),
         ]
     );

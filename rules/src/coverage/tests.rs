@@ -75,13 +75,14 @@ fn a_node_with_everything_read_judges_every_rule_but_the_offline_ones() {
     let j = judge(&snap, &Settings::default());
     assert!(j.findings.iter().any(|f| f.rule.as_str() == "stale-cpu-assignment"));
     // The testkit's node has no API observation: not probed, which is not a failure.
+    // Nor has it the daemon's measurements of Spark's local storage over a window.
     let not = not_judged(&snap);
     assert!(
-        not.values()
-            .all(|(status, missing)| *status == "not_applicable" && missing == &[Source::Api]),
+        not.values().all(|(status, missing)| *status == "not_applicable"
+            && (missing == &[Source::Api] || missing == &[Source::LocalStorage])),
         "{not:?}"
     );
-    assert_eq!(not.len(), 4, "{not:?}");
+    assert_eq!(not.len(), 5, "{not:?}");
     assert_eq!(unknown_ids(&snap), Vec::<&str>::new());
 }
 
@@ -157,9 +158,22 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
                 "exclusive-cpu-shortage",
                 "executor-without-owner",
                 "half-submitted-driver",
+                "local-storage-eviction-risk",
                 "orphaned-executor",
                 "scheduler-conflict",
+                "shuffle-service-missing",
+                "spark-executor-evicted",
             ],
+        ),
+        (
+            "local storage",
+            Box::new(|s| s.host.local_storage = error("kubelet pods dir: EIO")),
+            vec!["local-storage-eviction-risk"],
+        ),
+        (
+            "listening sockets",
+            Box::new(|s| s.host.listeners = error("/proc/1/net/tcp: EACCES")),
+            vec!["shuffle-service-missing"],
         ),
     ];
     for (name, break_it, want) in cases {
@@ -339,7 +353,7 @@ fn spark_conf_is_unknown_only_when_a_live_drivers_file_failed() {
             why("pod uid-9", "EIO")
         ))
     );
-    assert_eq!(unknown_ids(&snap), ["slow-pod-admission"]);
+    assert_eq!(unknown_ids(&snap), ["shuffle-service-missing", "slow-pod-admission"]);
     let needs = &rules::by_id("slow-pod-admission").unwrap().needs;
     assert!(judge(&snap, &Settings::default()).coverage["slow-pod-admission"].runs(needs));
 

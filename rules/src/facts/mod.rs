@@ -47,6 +47,7 @@ mod orphans;
 mod refusals;
 mod rejections;
 mod stale;
+mod storage;
 
 pub use dirs::*;
 pub use half_submitted::*;
@@ -56,6 +57,7 @@ pub use orphans::*;
 pub use refusals::*;
 pub use rejections::*;
 pub use stale::*;
+pub use storage::*;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -94,6 +96,8 @@ pub struct Facts<'a> {
     /// The checkpoints the kubelet will not restore at its next start
     /// ([`checkpoint_refusals`]), files it cannot read first.
     pub refusals: Vec<CheckpointRefusal>,
+    /// The growing Spark pods' forecasts of eviction ([`storage_risks`]).
+    pub storage: Vec<StorageRisk<'a>>,
 }
 
 /// Makes every shared judgement about `snap` once, under `settings` (the effective settings
@@ -115,6 +119,7 @@ pub fn derive<'a>(snap: &'a NodeSnapshot, settings: &Settings) -> Facts<'a> {
         half_submitted: half_submitted_drivers(snap, settings),
         orphaned_dirs: orphaned_dirs(snap, settings),
         refusals: checkpoint_refusals(snap),
+        storage: storage_risks(snap, settings),
     }
 }
 

@@ -23,11 +23,14 @@ pub mod exclusive_cpu_shortage;
 pub mod executor_without_owner;
 pub mod half_submitted_driver;
 pub mod kubelet_state_divergence;
+pub mod local_storage_eviction_risk;
 pub mod orphaned_executor;
 pub mod orphaned_local_dir;
 pub mod scheduler_conflict;
+pub mod shuffle_service_missing;
 pub mod slow_api;
 pub mod slow_pod_admission;
+pub mod spark_executor_evicted;
 pub mod stale_cpu_assignment;
 pub mod stale_device_assignment;
 pub mod stale_dra_claim;
@@ -173,6 +176,9 @@ pub const ALL: &[RuleInfo] = &[
     driver_blocked_by_partition::RULE,
     half_submitted_driver::RULE,
     orphaned_local_dir::RULE,
+    local_storage_eviction_risk::RULE,
+    spark_executor_evicted::RULE,
+    shuffle_service_missing::RULE,
     slow_api::RULE,
     slow_pod_admission::RULE,
     apiserver_unreachable::RULE,

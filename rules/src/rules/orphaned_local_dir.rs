@@ -252,6 +252,9 @@ mod tests {
         p.local_dir_volumes = vec![LocalDirVolume {
             name: "spark-local-dir-1".into(),
             host_path: Some(format!("{ROOT}/")),
+            memory: false,
+            claim: None,
+            size_limit_bytes: None,
         }];
         p
     }

@@ -45,6 +45,8 @@ pub fn pod(uid: &str, name: &str, phase: &str, containers: &[(&str, &str)]) -> P
                 exit_code: None,
                 waiting_reason: None,
                 image: None,
+                ephemeral_storage_limit_bytes: None,
+                ports: vec![],
             })
             .collect(),
         ..Default::default()
@@ -126,6 +128,7 @@ impl SnapshotBuilder {
         let topo = flat_topology(&online);
         let content = crate::Checkpoint::parse(state.to_checkpoint_json().as_bytes());
         let mut snap = NodeSnapshot::empty("node-a", 1_700_000_000);
+        snap.host.listeners = Observed::Ok(vec![]);
         snap.host.checkpoint = Observed::Ok(CheckpointFile::new(
             "/var/lib/kubelet/cpu_manager_state".into(),
             Some(3600.0),
@@ -143,6 +146,7 @@ impl SnapshotBuilder {
             cgroup_root: "/".into(),
             topology_manager_policy: "none".into(),
             topology_manager_scope: "container".into(),
+            eviction: Default::default(),
             started_at: None,
         });
         snap.host.cgroups = Observed::Ok(CgroupTree {
@@ -245,6 +249,8 @@ pub fn spark_pod(uid: &str, name: &str, role: &str, app: &str, phase: &str) -> P
             exit_code,
             waiting_reason: None,
             image: Some("apache/spark:3.5.1".into()),
+            ephemeral_storage_limit_bytes: None,
+            ports: vec![],
         }],
         labels,
         created_at: Some(NOW - 2400),
@@ -265,7 +271,7 @@ pub fn spark_executor(uid: &str, app: &str, prefix: &str, exec_id: u32, phase: &
     ));
     p.local_dir_volumes = vec![LocalDirVolume {
         name: "spark-local-dir-1".into(),
-        host_path: None,
+        ..Default::default()
     }];
     p
 }
@@ -324,6 +330,7 @@ impl SnapshotBuilder {
     /// A node `node-a` at [`NOW`] with no CPU manager inputs and pods from the live API.
     pub fn spark_node(pods: &[PodInfo]) -> Self {
         let mut snap = NodeSnapshot::empty("node-a", NOW);
+        snap.host.listeners = Observed::Ok(vec![]);
         snap.pods.source = PodSource::Api;
         snap.pods.bound = pods.to_vec();
         SnapshotBuilder { snap }
@@ -339,6 +346,18 @@ impl SnapshotBuilder {
     pub fn with_app_drivers(mut self, app: &str, drivers: &[PodInfo]) -> Self {
         let drivers = drivers.iter().cloned().map(std::sync::Arc::new).collect();
         self.snap.api.lookups.app_drivers.insert(app.into(), drivers);
+        self
+    }
+
+    /// The Spark pods' local dirs as measured `ago` seconds before [`NOW`].
+    pub fn with_local_storage(mut self, ago: i64, pods: Vec<PodStorage>, filesystems: Vec<FileSystemUse>) -> Self {
+        self.snap.host.local_storage = Observed::Ok(LocalStorage {
+            measured_at: NOW - ago,
+            window_seconds: 600.0,
+            pods,
+            filesystems,
+            remembered: Default::default(),
+        });
         self
     }
 
@@ -739,5 +758,32 @@ impl SnapshotBuilder {
         self.snap.pods.source = PodSource::PodResources;
         self.snap.host.kubelet_view = Observed::Ok(view);
         self
+    }
+}
+
+/// An emptyDir local dir on device 1 (the kubelet's file system) holding `bytes`, growing
+/// `per_second` bytes a second over ten minutes.
+pub fn empty_dir_use(volume: &str, bytes: u64, per_second: f64) -> StorageDir {
+    StorageDir {
+        volume: volume.into(),
+        backing: DirBacking::EmptyDir,
+        path: format!("/var/lib/kubelet/pods/x/volumes/kubernetes.io~empty-dir/{volume}"),
+        device: Some(1),
+        bytes,
+        files: 100,
+        growth_bytes_per_second: Some(per_second),
+        growth_span_seconds: 600.0,
+        truncated: false,
+    }
+}
+
+/// The kubelet's file system (device 1) of `capacity` bytes with `available` left.
+pub fn nodefs(capacity: u64, available: u64) -> FileSystemUse {
+    FileSystemUse {
+        device: 1,
+        path: "/var/lib/kubelet".into(),
+        capacity_bytes: capacity,
+        available_bytes: available,
+        nodefs: true,
     }
 }

@@ -169,6 +169,8 @@ pub struct KubeletConfig {
     pub topology_manager_policy: String,
     /// `topologyManagerScope` (`container` when unset).
     pub topology_manager_scope: String,
+    /// `evictionHard`, `evictionSoft`, `mergeDefaultEvictionSettings` (and their flags).
+    pub eviction: crate::local_storage::EvictionConfig,
     /// When the kubelet process started, unix seconds (from procfs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,

@@ -47,6 +47,10 @@ pub struct ContainerInfo {
     pub waiting_reason: Option<String>,
     /// The container's image, as in the spec (`apache/spark:3.5.1`).
     pub image: Option<String>,
+    /// `resources.limits.ephemeral-storage`, bytes.
+    pub ephemeral_storage_limit_bytes: Option<u64>,
+    /// `ports` (TCP).
+    pub ports: Vec<ContainerPort>,
 }
 
 /// An owner reference of a pod.
@@ -92,6 +96,20 @@ pub struct LocalDirVolume {
     pub name: String,
     /// `Some(host path)` for a hostPath volume, `None` for an emptyDir.
     pub host_path: Option<String>,
+    /// An emptyDir with `medium: Memory` (a tmpfs).
+    pub memory: bool,
+    /// The claim of a PersistentVolumeClaim volume.
+    pub claim: Option<String>,
+    /// An emptyDir's `sizeLimit`, bytes.
+    pub size_limit_bytes: Option<u64>,
+}
+
+/// A port a container declares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ContainerPort {
+    pub container_port: u16,
+    /// `hostPort`: the port on the node's address (through the CNI's port mapping).
+    pub host_port: Option<u16>,
 }
 
 /// A pod, reduced to what the rules use.
@@ -143,6 +161,12 @@ pub struct PodInfo {
     pub termination_grace_seconds: Option<i64>,
     /// The names of `spec.resourceClaims` (Dynamic Resource Allocation).
     pub resource_claims: Vec<String>,
+    /// `spec.hostNetwork`: its containers listen in the node's network namespace.
+    pub host_network: bool,
+    /// The literal values of its first container's `SPARK_JAVA_OPT_<n>` variables, in `<n>`
+    /// order: the JVM options Spark passes an executor (`spark.executor.extraJavaOptions`, and
+    /// the configuration an executor needs at start: `spark.*.port`, `spark.auth*`, ...).
+    pub spark_java_opts: Vec<String>,
 }
 
 impl PodInfo {

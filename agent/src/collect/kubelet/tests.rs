@@ -127,6 +127,27 @@ fn file_then_flags() {
     assert_eq!(root, "/custom");
 }
 
+/// `evictionHard`, `evictionSoft` and `mergeDefaultEvictionSettings` from the file, the
+/// `signal<value` flags over them; unset is `None` (the kubelet's defaults apply).
+#[test]
+fn eviction_thresholds_from_the_file_and_the_flags() {
+    let yaml = "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: \"5%\"\nevictionSoft:\n  nodefs.available: 15%\nmergeDefaultEvictionSettings: true\n";
+    let k = parse_kubelet_config(Some(yaml), &[]).unwrap();
+    let hard = k.eviction.hard.clone().unwrap();
+    assert_eq!(hard["nodefs.available"], "5%");
+    assert_eq!(hard["memory.available"], "200Mi");
+    assert_eq!(k.eviction.soft.clone().unwrap()["nodefs.available"], "15%");
+    assert!(k.eviction.merge_defaults);
+    let k = parse_kubelet_config(
+        Some(yaml),
+        &args(&["kubelet", "--eviction-hard=memory.available<100Mi,nodefs.available<2Gi"]),
+    )
+    .unwrap();
+    assert_eq!(k.eviction.hard.unwrap()["nodefs.available"], "2Gi");
+    let none = parse_kubelet_config(None, &[]).unwrap();
+    assert_eq!(none.eviction, Default::default());
+}
+
 #[test]
 fn defaults_and_bad_input() {
     let k = parse_kubelet_config(None, &[]).unwrap();

@@ -107,6 +107,7 @@ fn a_judgement_cycle_makes_each_shared_judgement_once() {
         "stale_devices",
         "stale_entries_of",
         "stale_memory",
+        "storage_risks",
     ]
     .into_iter()
     .map(|k| (k, 1))

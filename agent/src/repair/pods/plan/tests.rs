@@ -32,6 +32,9 @@ fn executor(uid: &str, n: u32, phase: &str) -> PodInfo {
         local_dir_volumes: vec![LocalDirVolume {
             name: "spark-local-dir-1".into(),
             host_path: None,
+            memory: false,
+            claim: None,
+            size_limit_bytes: None,
         }],
         created_at: Some(NOW - 3600),
         ..Default::default()

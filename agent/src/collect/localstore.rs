@@ -1,0 +1,321 @@
+//! Spark's local storage, measured over a window: the `local_storage` collector of the daemon
+//! (docs/rules/local-storage-eviction-risk.md).
+//!
+//! Every running Spark pod's `spark-local-dir-*` volumes are measured where the kubelet keeps
+//! them: an `emptyDir` at `<kubelet dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>`, a
+//! `hostPath` at its path, a PersistentVolumeClaim at the pod's CSI mount
+//! (`volumes/kubernetes.io~csi/<pv>/mount`, matched to the claims in order). Bytes are allocated
+//! blocks (`st_blocks` x 512, as `du` and the kubelet count them), symlinks are not followed, and
+//! no other file system below a dir is entered.
+//!
+//! The walk is incremental. The store keeps, for every directory it has seen, its modification
+//! time, the bytes and count of its files that were last modified before the window (shuffle
+//! files are written once: they do not change), and its files modified within the window (which
+//! may still grow). A directory whose modification time has not changed since the last walk is
+//! not listed: only those recent files are looked at again. One whose time changed (files were
+//! created or removed) is listed and its files looked at. So a walk costs a `stat` per directory
+//! and per recent file, and a listing and a `stat` per entry of the directories that changed,
+//! not a `stat` per file of the tree. At most [`MAX_ENTRIES`] entries are visited per local dir.
+//!
+//! Growth is the change of a dir's bytes over the measurements of the window; it is reported
+//! once they span [`MIN_GROWTH_SPAN`] seconds.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use nodemedic_rules::snapshot::storage::MIN_GROWTH_SPAN;
+use nodemedic_rules::snapshot::{
+    DirBacking, FileSystemUse, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir,
+};
+
+use super::read::{list_dir, symlink_metadata};
+use crate::host::HostPaths;
+
+/// At most this many entries are visited below one local dir per walk; past it the bytes are a
+/// lower bound and say so.
+pub const MAX_ENTRIES: usize = 200_000;
+
+/// What the store keeps of one directory.
+#[derive(Debug, Default)]
+struct DirTrack {
+    /// Its modification time (seconds, nanoseconds) at the last walk.
+    mtime: (i64, i64),
+    /// Bytes and count of its files last modified before the window.
+    cold_bytes: u64,
+    cold_files: u64,
+    /// Its files modified within the window: name, bytes, modification time.
+    hot: Vec<(OsString, u64, i64)>,
+    /// Its subdirectories (on the same file system).
+    subdirs: Vec<PathBuf>,
+}
+
+/// The measurements of one local dir in the window.
+#[derive(Debug, Default)]
+struct History {
+    /// (unix seconds, bytes), oldest first.
+    points: VecDeque<(f64, u64)>,
+}
+
+impl History {
+    fn push(&mut self, at: f64, bytes: u64, window: f64) {
+        self.points.push_back((at, bytes));
+        // Keep the oldest point that is still in the window, and one before it at most.
+        while self.points.len() > 2 && self.points.get(1).is_some_and(|(t, _)| at - t >= window) {
+            self.points.pop_front();
+        }
+    }
+
+    /// Bytes per second over the window, and the seconds it spans.
+    fn growth(&self) -> (Option<f64>, f64) {
+        match (self.points.front(), self.points.back()) {
+            (Some((t0, b0)), Some((t1, b1))) if t1 - t0 >= MIN_GROWTH_SPAN => {
+                (Some((*b1 as f64 - *b0 as f64) / (t1 - t0)), t1 - t0)
+            }
+            (Some((t0, _)), Some((t1, _))) => (None, t1 - t0),
+            _ => (None, 0.0),
+        }
+    }
+}
+
+/// What the daemon keeps between measurements.
+#[derive(Debug, Default)]
+pub struct LocalStore {
+    dirs: HashMap<PathBuf, DirTrack>,
+    histories: HashMap<PathBuf, History>,
+    remembered: BTreeMap<String, Remembered>,
+    /// When the store first measured, unix seconds.
+    first_at: Option<f64>,
+}
+
+/// One walk of a local dir.
+#[derive(Debug, Default)]
+struct Walked {
+    bytes: u64,
+    files: u64,
+    truncated: bool,
+    device: Option<u64>,
+}
+
+fn allocated(meta: &std::fs::Metadata) -> u64 {
+    meta.blocks().saturating_mul(512)
+}
+
+impl LocalStore {
+    /// Walks `root` incrementally; `now` and `window` in seconds.
+    fn walk(&mut self, root: &Path, now: f64, window: f64, seen: &mut HashSet<PathBuf>) -> Walked {
+        let mut w = Walked::default();
+        let Ok(meta) = symlink_metadata(root) else { return w };
+        if !meta.is_dir() {
+            return w;
+        }
+        let device = meta.dev();
+        w.device = Some(device);
+        let mut stack = vec![(root.to_path_buf(), meta)];
+        let mut entries = 0usize;
+        while let Some((dir, meta)) = stack.pop() {
+            seen.insert(dir.clone());
+            let mtime = (meta.mtime(), meta.mtime_nsec());
+            let track = self.dirs.entry(dir.clone()).or_default();
+            let unchanged =
+                track.mtime == mtime && (track.cold_files > 0 || !track.hot.is_empty() || !track.subdirs.is_empty());
+            if unchanged {
+                // Only the recent files can have grown; those older than the window now are cold.
+                let mut hot = Vec::with_capacity(track.hot.len());
+                for (name, bytes, at) in std::mem::take(&mut track.hot) {
+                    let (bytes, at) = match symlink_metadata(&dir.join(&name)) {
+                        Ok(m) if m.is_file() => (allocated(&m), m.mtime()),
+                        _ => (bytes, at),
+                    };
+                    if now - (at as f64) < window {
+                        hot.push((name, bytes, at));
+                    } else {
+                        track.cold_bytes += bytes;
+                        track.cold_files += 1;
+                    }
+                }
+                track.hot = hot;
+                entries += track.cold_files as usize + track.hot.len() + track.subdirs.len();
+            } else {
+                let Ok(list) = list_dir(&dir) else { continue };
+                let mut fresh = DirTrack {
+                    mtime,
+                    ..Default::default()
+                };
+                for e in list.flatten() {
+                    entries += 1;
+                    if entries > MAX_ENTRIES {
+                        w.truncated = true;
+                        break;
+                    }
+                    let path = e.path();
+                    let Ok(m) = symlink_metadata(&path) else { continue };
+                    if m.is_dir() {
+                        if m.dev() == device {
+                            fresh.subdirs.push(path);
+                        }
+                    } else if m.is_file() {
+                        if now - (m.mtime() as f64) < window {
+                            fresh.hot.push((e.file_name(), allocated(&m), m.mtime()));
+                        } else {
+                            fresh.cold_bytes += allocated(&m);
+                            fresh.cold_files += 1;
+                        }
+                    }
+                }
+                *track = fresh;
+            }
+            let track = &self.dirs[&dir];
+            w.bytes += track.cold_bytes + track.hot.iter().map(|(_, b, _)| b).sum::<u64>();
+            w.files += track.cold_files + track.hot.len() as u64;
+            if w.truncated || entries > MAX_ENTRIES {
+                w.truncated = true;
+                break;
+            }
+            for sub in track.subdirs.clone() {
+                if let Ok(m) = symlink_metadata(&sub) {
+                    if m.is_dir() && m.dev() == device {
+                        stack.push((sub, m));
+                    }
+                }
+            }
+        }
+        w
+    }
+
+    /// Measures the local dirs of the running Spark pods among `pods` at `now` (unix seconds),
+    /// growth over `window` seconds. `kubelet_dir` is where the kubelet keeps its pods.
+    pub fn measure(
+        &mut self,
+        host: &HostPaths,
+        kubelet_dir: &Path,
+        pods: &[PodInfo],
+        now: f64,
+        window: f64,
+    ) -> Observed<LocalStorage> {
+        self.first_at.get_or_insert(now);
+        let kubelet_device = symlink_metadata(kubelet_dir).ok().map(|m| m.dev());
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut filesystems: BTreeMap<u64, FileSystemUse> = BTreeMap::new();
+        let mut measured_roots = HashSet::new();
+        let running: Vec<&PodInfo> = pods
+            .iter()
+            .filter(|p| p.spark_role().is_some() && !p.is_terminal() && !p.local_dir_volumes.is_empty())
+            .collect();
+        for pod in running {
+            let pod_dir = kubelet_dir.join("pods").join(&pod.uid).join("volumes");
+            let mut csi: Vec<PathBuf> = list_dir(&pod_dir.join("kubernetes.io~csi"))
+                .map(|l| l.flatten().map(|e| e.path().join("mount")).collect())
+                .unwrap_or_default();
+            csi.sort();
+            let mut csi = csi.into_iter();
+            let mut dirs = Vec::new();
+            for v in &pod.local_dir_volumes {
+                let (backing, path) = if let Some(h) = &v.host_path {
+                    (DirBacking::HostPath { path: h.clone() }, host.host(h))
+                } else if let Some(claim) = &v.claim {
+                    let Some(mount) = csi.next() else { continue };
+                    (DirBacking::Claim { claim: claim.clone() }, mount)
+                } else if v.memory {
+                    (
+                        DirBacking::Memory,
+                        pod_dir.join("kubernetes.io~empty-dir").join(&v.name),
+                    )
+                } else {
+                    (
+                        DirBacking::EmptyDir,
+                        pod_dir.join("kubernetes.io~empty-dir").join(&v.name),
+                    )
+                };
+                let walked = self.walk(&path, now, window, &mut seen);
+                let Some(device) = walked.device else { continue };
+                measured_roots.insert(path.clone());
+                let history = self.histories.entry(path.clone()).or_default();
+                history.push(now, walked.bytes, window);
+                let (growth, span) = history.growth();
+                let shown = host.display(&path);
+                if backing != DirBacking::Memory && !filesystems.contains_key(&device) {
+                    if let Ok(fs) = nix::sys::statvfs::statvfs(&path) {
+                        let frsize = fs.fragment_size() as u64;
+                        filesystems.insert(
+                            device,
+                            FileSystemUse {
+                                device,
+                                path: shown.clone(),
+                                capacity_bytes: (fs.blocks() as u64).saturating_mul(frsize),
+                                available_bytes: (fs.blocks_available() as u64).saturating_mul(frsize),
+                                nodefs: kubelet_device == Some(device),
+                            },
+                        );
+                    }
+                }
+                dirs.push(StorageDir {
+                    volume: v.name.clone(),
+                    device: (backing != DirBacking::Memory).then_some(device),
+                    backing,
+                    path: shown,
+                    bytes: walked.bytes,
+                    files: walked.files,
+                    growth_bytes_per_second: growth,
+                    growth_span_seconds: span,
+                    truncated: walked.truncated,
+                });
+            }
+            if dirs.is_empty() {
+                continue;
+            }
+            let disk: u64 = dirs
+                .iter()
+                .filter(|d| d.backing != DirBacking::Memory)
+                .map(|d| d.bytes)
+                .sum();
+            let kept = self.remembered.entry(pod.uid.clone()).or_insert(Remembered {
+                bytes: 0,
+                measured_at: 0,
+                warned_at: None,
+                warned_severity: None,
+            });
+            kept.bytes = disk;
+            kept.measured_at = now as i64;
+            out.push(PodStorage {
+                pod_uid: pod.uid.clone(),
+                dirs,
+            });
+        }
+        // Forget directories and histories of what is gone; remember pods while they exist.
+        self.dirs.retain(|d, _| seen.contains(d));
+        self.histories.retain(|d, _| measured_roots.contains(d));
+        let known: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+        self.remembered.retain(|uid, _| known.contains(uid.as_str()));
+        out.sort_by(|a, b| a.pod_uid.cmp(&b.pod_uid));
+        let since = self.first_at.map_or(0.0, |t| now - t);
+        if since < MIN_GROWTH_SPAN {
+            return Observed::NotApplicable {
+                reason: format!(
+                    "growth needs measurements {MIN_GROWTH_SPAN:.0} s apart: the first was {since:.0} s ago"
+                ),
+            };
+        }
+        Observed::Ok(LocalStorage {
+            measured_at: now as i64,
+            window_seconds: window,
+            pods: out,
+            filesystems: filesystems.into_values().collect(),
+            remembered: self.remembered.clone(),
+        })
+    }
+
+    /// Notes that `local-storage-eviction-risk` reported pod `uid` at `at` with `severity`
+    /// (kept: the first time, and the worst).
+    pub fn warned(&mut self, uid: &str, at: i64, severity: nodemedic_rules::finding::Severity) {
+        if let Some(r) = self.remembered.get_mut(uid) {
+            r.warned_at.get_or_insert(at);
+            r.warned_severity = Some(r.warned_severity.map_or(severity, |s| s.max(severity)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use super::*;
+use crate::collect::read::trace;
+use nodemedic_rules::snapshot::LocalDirVolume;
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A running executor `uid` whose local dirs are `volumes`.
+fn executor(uid: &str, volumes: Vec<LocalDirVolume>) -> PodInfo {
+    PodInfo {
+        uid: uid.into(),
+        namespace: "spark".into(),
+        name: format!("{uid}-exec-1"),
+        phase: "Running".into(),
+        labels: [("spark-role".to_string(), "executor".to_string())].into(),
+        local_dir_volumes: volumes,
+        ..Default::default()
+    }
+}
+
+fn volume(name: &str) -> LocalDirVolume {
+    LocalDirVolume {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn write(path: &Path, bytes: usize) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, vec![1u8; bytes]).unwrap();
+}
+
+/// Sets a file's modification time `ago` seconds back (an old shuffle file).
+fn age(path: &Path, ago: i64) {
+    let t = nix::sys::time::TimeSpec::new(unix_now() as i64 - ago, 0);
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        &t,
+        &t,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .unwrap();
+}
+
+#[test]
+fn emptydirs_are_measured_in_allocated_bytes_and_grow_over_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let vol = kubelet.join("pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1");
+    write(&vol.join("blockmgr-1/0c/shuffle_0_1_0.data"), 64 * 1024);
+    let pods = [executor("u1", vec![volume("spark-local-dir-1")])];
+    let mut store = LocalStore::default();
+    let t0 = unix_now();
+    // The first measurement has no growth yet: not applicable.
+    assert!(matches!(
+        store.measure(&host, &kubelet, &pods, t0, 600.0),
+        Observed::NotApplicable { .. }
+    ));
+    write(&vol.join("blockmgr-1/0d/shuffle_0_2_0.data"), 64 * 1024);
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, t0 + 60.0, 600.0) else {
+        panic!()
+    };
+    let d = &s.pods[0].dirs[0];
+    assert_eq!((d.files, d.backing.clone()), (2, DirBacking::EmptyDir));
+    assert!(d.bytes >= 128 * 1024, "{}", d.bytes);
+    let growth = d.growth_bytes_per_second.unwrap();
+    assert!((growth * 60.0 - 65536.0).abs() < 8192.0, "{growth}");
+    assert!(s.filesystems[0].nodefs, "an emptyDir is on the kubelet's file system");
+    assert!(s.filesystems[0].capacity_bytes >= s.filesystems[0].available_bytes);
+    assert_eq!(s.remembered["u1"].bytes, d.bytes);
+}
+
+/// The second walk of a tree that did not change lists nothing and looks at the directories
+/// and the recent files only; a file that grows in place (no directory changes) is seen.
+#[test]
+fn an_unchanged_tree_is_not_listed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let vol = kubelet.join("pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1");
+    for sub in 0..8 {
+        for f in 0..25 {
+            let path = vol.join(format!("blockmgr-1/{sub:02x}/shuffle_{f}.data"));
+            write(&path, 4096);
+            age(&path, 3600);
+        }
+        age(&vol.join(format!("blockmgr-1/{sub:02x}")), 3600);
+    }
+    let growing = vol.join("blockmgr-1/00/spill_0.data");
+    write(&growing, 4096);
+    age(&vol.join("blockmgr-1/00"), 3600);
+    let pods = [executor("u1", vec![volume("spark-local-dir-1")])];
+    let mut store = LocalStore::default();
+    let now = unix_now();
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&growing)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &vec![2u8; 1 << 20]))
+        .unwrap();
+    age(&vol.join("blockmgr-1/00"), 3600);
+    let _one = trace::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    trace::start();
+    let measured = store.measure(&host, &kubelet, &pods, now, 600.0);
+    let ops = trace::stop();
+    let mine: Vec<_> = ops.iter().filter(|(_, p)| p.starts_with(dir.path())).collect();
+    let lists = mine
+        .iter()
+        .filter(|(op, p)| *op == trace::Op::List && p.starts_with(&vol))
+        .count();
+    let stats = mine.iter().filter(|(op, _)| *op == trace::Op::Stat).count();
+    assert_eq!(lists, 0, "{mine:#?}");
+    // The volume, blockmgr-1, 8 subdirectories (each stat'ed as a child and as itself), the
+    // kubelet directory, and the one recent file: not the 200 old ones.
+    assert!(stats < 30, "{stats} stats: {mine:#?}");
+    let Observed::Ok(s) = measured else { panic!() };
+    let d = &s.pods[0].dirs[0];
+    assert_eq!(d.files, 201);
+    assert!(d.bytes >= 200 * 4096 + (1 << 20), "{}", d.bytes);
+}
+
+#[test]
+fn memory_host_path_and_claimed_dirs_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let pod = kubelet.join("pods/u1/volumes");
+    write(
+        &pod.join("kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-a/f"),
+        4096,
+    );
+    write(&pod.join("kubernetes.io~csi/pvc-0a1b/mount/blockmgr-b/f"), 8192);
+    write(&dir.path().join("mnt/nvme/spark/blockmgr-c/f"), 4096);
+    let volumes = vec![
+        LocalDirVolume {
+            name: "spark-local-dir-1".into(),
+            memory: true,
+            ..Default::default()
+        },
+        LocalDirVolume {
+            name: "spark-local-dir-2".into(),
+            claim: Some("exec-1-pvc-0".into()),
+            ..Default::default()
+        },
+        LocalDirVolume {
+            name: "spark-local-dir-3".into(),
+            host_path: Some("/mnt/nvme/spark".into()),
+            ..Default::default()
+        },
+        // Not there: skipped.
+        volume("spark-local-dir-4"),
+    ];
+    let pods = [executor("u1", volumes)];
+    let mut store = LocalStore::default();
+    let now = unix_now();
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0);
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, now, 600.0) else {
+        panic!()
+    };
+    let dirs = &s.pods[0].dirs;
+    let got: Vec<(&str, &DirBacking, &str, bool)> = dirs
+        .iter()
+        .map(|d| (d.volume.as_str(), &d.backing, d.path.as_str(), d.device.is_some()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "spark-local-dir-1",
+                &DirBacking::Memory,
+                "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1",
+                false
+            ),
+            (
+                "spark-local-dir-2",
+                &DirBacking::Claim {
+                    claim: "exec-1-pvc-0".into()
+                },
+                "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pvc-0a1b/mount",
+                true
+            ),
+            (
+                "spark-local-dir-3",
+                &DirBacking::HostPath {
+                    path: "/mnt/nvme/spark".into()
+                },
+                "/mnt/nvme/spark",
+                true
+            ),
+        ]
+    );
+    // A finished pod is not measured, and is remembered only while it exists.
+    let mut done = pods[0].clone();
+    done.phase = "Failed".into();
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &[done], now + 60.0, 600.0) else {
+        panic!()
+    };
+    assert!(s.pods.is_empty());
+    assert!(s.remembered.contains_key("u1"));
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &[], now + 120.0, 600.0) else {
+        panic!()
+    };
+    assert!(s.remembered.is_empty());
+}

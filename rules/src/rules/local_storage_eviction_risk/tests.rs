@@ -1,0 +1,163 @@
+use super::*;
+use crate::local_storage::EvictionConfig;
+use crate::rules::testkit::*;
+use crate::snapshot::*;
+
+const GIB: u64 = 1 << 30;
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn executor(uid: &str, app: &str, limit: Option<u64>) -> PodInfo {
+    let mut p = spark_executor(uid, app, uid, 1, "Running");
+    for c in &mut p.containers {
+        c.ephemeral_storage_limit_bytes = limit;
+    }
+    p
+}
+
+fn run(snap: &NodeSnapshot) -> Vec<Finding> {
+    judged(check, snap, &Settings::default())
+}
+
+#[test]
+fn a_pod_limit_reached_in_minutes_is_critical_and_names_it() {
+    // 10 GiB limit, 8 GiB used, 10 MiB/s: 2 GiB left, 204.8 s.
+    let snap = SnapshotBuilder::spark_node(&[executor("e1", "spark-1", Some(10 * GIB))])
+        .with_local_storage(
+            0,
+            vec![PodStorage {
+                pod_uid: "e1".into(),
+                dirs: vec![empty_dir_use("spark-local-dir-1", 8 * GIB, 10.0 * MIB)],
+            }],
+            vec![nodefs(1000 * GIB, 900 * GIB)],
+        )
+        .build();
+    let f = run(&snap);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert_eq!(f[0].evidence["forecast_seconds"], 205);
+    assert_eq!(f[0].evidence["reaches"]["limit"], "pod_limit");
+    assert_eq!(f[0].evidence["reaches"]["limit_bytes"], 10 * GIB);
+    assert_eq!(f[0].evidence["growth_bytes_per_minute"], 600 * (1 << 20));
+    assert_eq!(f[0].evidence["app_id"], "spark-1");
+    assert!(
+        f[0].summary.contains("its ephemeral-storage limit of 10.0 GiB"),
+        "{}",
+        f[0].summary
+    );
+    assert!(f[0].remedy.contains("podTemplateFile"), "{}", f[0].remedy);
+    assert!(f[0].remedy.contains("claimName=OnDemand"), "{}", f[0].remedy);
+    // Measured 100 s ago: 100 s nearer now.
+    let mut later = snap.clone();
+    later.taken_at += 100;
+    assert_eq!(run(&later)[0].evidence["forecast_seconds"], 105);
+}
+
+#[test]
+fn the_nodes_threshold_counts_every_application_growing_there() {
+    // 100 GiB, 12 GiB available, the default 10%: 2 GiB left before DiskPressure, at 5 + 5 MiB/s.
+    let pods = [executor("e1", "spark-1", None), executor("e2", "spark-2", None)];
+    let snap = SnapshotBuilder::spark_node(&pods)
+        .with_local_storage(
+            0,
+            vec![
+                PodStorage {
+                    pod_uid: "e1".into(),
+                    dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 5.0 * MIB)],
+                },
+                PodStorage {
+                    pod_uid: "e2".into(),
+                    dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 5.0 * MIB)],
+                },
+            ],
+            vec![nodefs(100 * GIB, 12 * GIB)],
+        )
+        .build();
+    let f = run(&snap);
+    assert_eq!(f.len(), 2);
+    let e1 = f.iter().find(|f| f.subject.uid.as_deref() == Some("e1")).unwrap();
+    assert_eq!(e1.evidence["forecast_seconds"], 205);
+    assert_eq!(e1.evidence["reaches"]["limit"], "nodefs_threshold");
+    assert_eq!(e1.evidence["reaches"]["threshold"]["text"], "10%");
+    assert_eq!(
+        e1.evidence["others_growing_on_the_file_system"],
+        serde_json::json!(["spark-2"])
+    );
+    assert!(e1.remedy.contains("spark-2 grow there too"), "{}", e1.remedy);
+    // An evictionHard that leaves nodefs out (not merged): no threshold, the disk fills.
+    let mut replaced = snap.clone();
+    let mut kubelet = crate::rules::testkit::SnapshotBuilder::static_node("0-3", &[])
+        .build()
+        .host
+        .kubelet;
+    if let Observed::Ok(k) = &mut kubelet {
+        k.eviction = EvictionConfig {
+            hard: Some([("memory.available".to_string(), "200Mi".to_string())].into()),
+            ..Default::default()
+        };
+    }
+    replaced.host.kubelet = kubelet;
+    let f = run(&replaced);
+    assert_eq!(f[0].evidence["reaches"]["limit"], "file_system_full");
+    assert_eq!(f[0].evidence["forecast_seconds"], 1229);
+}
+
+#[test]
+fn slow_growth_memory_and_quiet_pods_are_no_risk() {
+    let pods = [
+        executor("slow", "spark-1", Some(100 * GIB)),
+        executor("tmpfs", "spark-2", Some(GIB)),
+        executor("quiet", "spark-3", Some(GIB)),
+    ];
+    let mut memory = empty_dir_use("spark-local-dir-1", GIB, 100.0 * MIB);
+    memory.backing = DirBacking::Memory;
+    memory.device = None;
+    let snap = SnapshotBuilder::spark_node(&pods)
+        .with_local_storage(
+            0,
+            vec![
+                // Two hours to its limit: not within 30 minutes.
+                PodStorage {
+                    pod_uid: "slow".into(),
+                    dirs: vec![empty_dir_use("spark-local-dir-1", 0, (100 * GIB) as f64 / 7200.0)],
+                },
+                PodStorage {
+                    pod_uid: "tmpfs".into(),
+                    dirs: vec![memory],
+                },
+                PodStorage {
+                    pod_uid: "quiet".into(),
+                    dirs: vec![empty_dir_use("spark-local-dir-1", GIB - 1, 0.0)],
+                },
+            ],
+            vec![nodefs(1000 * GIB, 900 * GIB)],
+        )
+        .build();
+    assert_eq!(run(&snap), vec![]);
+    // Its deadline: when the slow one's forecast passes 30 minutes left.
+    let turn = crate::facts::storage_turn(&snap, &Settings::default()).unwrap();
+    assert!((turn - 5400.0).abs() < 1.0, "{turn}");
+}
+
+#[test]
+fn an_emptydir_size_limit_is_a_limit_of_its_own() {
+    let mut p = executor("e1", "spark-1", None);
+    p.local_dir_volumes[0].size_limit_bytes = Some(2 * GIB);
+    let snap = SnapshotBuilder::spark_node(&[p])
+        .with_local_storage(
+            0,
+            vec![PodStorage {
+                pod_uid: "e1".into(),
+                dirs: vec![empty_dir_use("spark-local-dir-1", GIB, MIB)],
+            }],
+            vec![nodefs(1000 * GIB, 900 * GIB)],
+        )
+        .build();
+    let f = run(&snap);
+    assert_eq!(
+        f[0].severity,
+        Severity::Warning,
+        "1 GiB at 1 MiB/s: 1024 s is under 30 min, not under 5"
+    );
+    // 1024 s: a warning, not critical.
+    assert_eq!(f[0].evidence["forecast_seconds"], 1024);
+}

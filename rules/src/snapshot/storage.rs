@@ -1,0 +1,122 @@
+//! Spark's local storage on the node as the daemon measures it over a window (the
+//! `local_storage` collector), and the TCP ports the node's network namespace listens on (the
+//! `listeners` collector): what `local-storage-eviction-risk`, `spark-executor-evicted` and
+//! `shuffle-service-missing` judge.
+
+use std::collections::BTreeMap;
+
+/// What a Spark local dir (`spark-local-dir-N` volume) is backed by.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DirBacking {
+    /// An `emptyDir` on the node's disk: counted against the pod's `ephemeral-storage` and the
+    /// kubelet's file system (nodefs).
+    EmptyDir,
+    /// An `emptyDir` with `medium: Memory` (`spark.kubernetes.local.dirs.tmpfs=true`): a tmpfs,
+    /// counted against the pod's memory, not its disk.
+    Memory,
+    /// A `hostPath` volume: on whatever file system holds the path, counted against no pod.
+    HostPath { path: String },
+    /// A PersistentVolumeClaim (Spark's `claimName=OnDemand`): a file system of its own.
+    Claim { claim: String },
+}
+
+impl DirBacking {
+    /// Whether its bytes count against the pod's `ephemeral-storage` limit.
+    pub fn counts_against_pod_limit(&self) -> bool {
+        matches!(self, DirBacking::EmptyDir)
+    }
+}
+
+/// One local dir of a Spark pod, measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StorageDir {
+    /// The pod's volume name (`spark-local-dir-1`).
+    pub volume: String,
+    pub backing: DirBacking,
+    /// Host path of the directory measured.
+    pub path: String,
+    /// The file system it is on, by device number ([`LocalStorage::filesystems`]); `None` for
+    /// a memory-backed dir.
+    pub device: Option<u64>,
+    /// Bytes allocated below it now (`st_blocks`, as `du` and the kubelet count them).
+    pub bytes: u64,
+    /// Files below it.
+    pub files: u64,
+    /// Bytes per second it grew over the window; `None` until two measurements at least
+    /// [`MIN_GROWTH_SPAN`] seconds apart exist.
+    pub growth_bytes_per_second: Option<f64>,
+    /// Seconds the growth was measured over.
+    pub growth_span_seconds: f64,
+    /// The walk stopped at its bound: `bytes` is a lower bound.
+    pub truncated: bool,
+}
+
+/// Growth is not reported over less than this many seconds of measurements.
+pub const MIN_GROWTH_SPAN: f64 = 30.0;
+
+/// A Spark pod's local dirs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PodStorage {
+    pub pod_uid: String,
+    pub dirs: Vec<StorageDir>,
+}
+
+/// A file system that holds local dirs, as `statvfs(3)` tells it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FileSystemUse {
+    /// Device number (`st_dev`).
+    pub device: u64,
+    /// A host path on it (the first local dir measured there, or the kubelet's directory).
+    pub path: String,
+    pub capacity_bytes: u64,
+    /// Bytes available to unprivileged users (`f_bavail`), as the kubelet's eviction manager
+    /// counts `available`.
+    pub available_bytes: u64,
+    /// It is the kubelet's root directory's file system (the eviction manager's `nodefs`).
+    pub nodefs: bool,
+}
+
+/// What the daemon remembers of a pod it measured: for `spark-executor-evicted`, which judges
+/// pods whose local dirs the kubelet has removed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Remembered {
+    /// Bytes its disk-backed local dirs held at the last measurement.
+    pub bytes: u64,
+    /// When that was, unix seconds.
+    pub measured_at: i64,
+    /// When `local-storage-eviction-risk` first reported it, unix seconds, and the worst
+    /// severity it reported.
+    pub warned_at: Option<i64>,
+    pub warned_severity: Option<crate::finding::Severity>,
+}
+
+/// Spark's local storage on this node.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct LocalStorage {
+    /// When it was measured, unix seconds.
+    pub measured_at: i64,
+    /// The window growth is measured over, seconds.
+    pub window_seconds: f64,
+    /// Each running Spark pod with local dirs, by pod UID order.
+    pub pods: Vec<PodStorage>,
+    /// The file systems the disk-backed dirs are on.
+    pub filesystems: Vec<FileSystemUse>,
+    /// Pods measured before, by UID (those measured now included).
+    pub remembered: BTreeMap<String, Remembered>,
+}
+
+impl LocalStorage {
+    /// The file system with device `device`.
+    pub fn filesystem(&self, device: u64) -> Option<&FileSystemUse> {
+        self.filesystems.iter().find(|f| f.device == device)
+    }
+}
+
+/// A TCP socket in the `LISTEN` state in the node's network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Listener {
+    pub port: u16,
+    /// Listening on IPv6 (`/proc/net/tcp6`).
+    pub ipv6: bool,
+}
