@@ -28,6 +28,8 @@ pub struct FileConfig {
     pub scan_interval_seconds: Option<f64>,
     pub full_scan_interval_seconds: Option<f64>,
     pub local_dir_interval_seconds: Option<f64>,
+    pub local_storage_interval_seconds: Option<f64>,
+    pub local_storage_window_seconds: Option<f64>,
     pub local_dir_roots: Option<Vec<String>>,
     pub driver_cache_ttl_seconds: Option<f64>,
     pub driver_lookup_budget: Option<u32>,
@@ -197,6 +199,8 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     positive("scan_interval_seconds", cfg.scan_interval_seconds)?;
     positive("full_scan_interval_seconds", cfg.full_scan_interval_seconds)?;
     positive("local_dir_interval_seconds", cfg.local_dir_interval_seconds)?;
+    positive("local_storage_interval_seconds", cfg.local_storage_interval_seconds)?;
+    positive("local_storage_window_seconds", cfg.local_storage_window_seconds)?;
     positive("driver_cache_ttl_seconds", cfg.driver_cache_ttl_seconds)?;
     positive("event_series_interval_seconds", cfg.event_series_interval_seconds)?;
     positive("condition_heartbeat_seconds", cfg.condition_heartbeat_seconds)?;
@@ -251,6 +255,10 @@ pub struct Effective {
     /// How often the host is read in full (where inotify works; else at every judgement).
     pub full_scan_interval: Duration,
     pub local_dir_interval: Duration,
+    /// How often the running Spark pods' local dirs are measured.
+    pub local_storage_interval: Duration,
+    /// How long their growth is measured over.
+    pub local_storage_window: Duration,
     pub local_dir_roots: Vec<String>,
     pub driver_cache_ttl: Duration,
     pub driver_lookup_budget: u32,
@@ -282,6 +290,8 @@ pub struct Flags {
     pub scan_interval_seconds: Option<f64>,
     pub full_scan_interval_seconds: Option<f64>,
     pub local_dir_interval_seconds: Option<f64>,
+    pub local_storage_interval_seconds: Option<f64>,
+    pub local_storage_window_seconds: Option<f64>,
     pub local_dir_root: Vec<String>,
     pub driver_cache_ttl_seconds: Option<f64>,
     pub driver_lookup_budget: Option<u32>,
@@ -309,6 +319,8 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         ("--scan-interval-seconds", args.scan_interval_seconds),
         ("--full-scan-interval-seconds", args.full_scan_interval_seconds),
         ("--local-dir-interval-seconds", args.local_dir_interval_seconds),
+        ("--local-storage-interval-seconds", args.local_storage_interval_seconds),
+        ("--local-storage-window-seconds", args.local_storage_window_seconds),
         ("--driver-cache-ttl-seconds", args.driver_cache_ttl_seconds),
         ("--event-series-interval-seconds", args.event_series_interval_seconds),
         ("--condition-heartbeat-seconds", args.condition_heartbeat_seconds),
@@ -379,6 +391,16 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         local_dir_interval: secs(
             args.local_dir_interval_seconds
                 .or(file.local_dir_interval_seconds)
+                .unwrap_or(600.0),
+        ),
+        local_storage_interval: secs(
+            args.local_storage_interval_seconds
+                .or(file.local_storage_interval_seconds)
+                .unwrap_or(60.0),
+        ),
+        local_storage_window: secs(
+            args.local_storage_window_seconds
+                .or(file.local_storage_window_seconds)
                 .unwrap_or(600.0),
         ),
         local_dir_roots: if args.local_dir_root.is_empty() {

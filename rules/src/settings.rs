@@ -164,6 +164,8 @@ impl Settings {
             ("slow_api_warning_seconds", self.slow_api_warning_seconds),
             ("slow_api_critical_seconds", self.slow_api_critical_seconds),
             ("spark_client_timeout_seconds", self.spark_client_timeout_seconds),
+            ("local_storage_warning_seconds", self.local_storage_warning_seconds),
+            ("local_storage_critical_seconds", self.local_storage_critical_seconds),
         ] {
             if !v.is_finite() || v <= 0.0 {
                 return Err(SettingsError::NotPositive { key, value: v });
@@ -175,6 +177,15 @@ impl Settings {
                 value: self.half_submitted_critical_seconds,
                 floor_key: "half_submitted_grace_seconds",
                 floor: self.half_submitted_grace_seconds,
+            });
+        }
+        // Critical is the nearer forecast: the warning's window is the longer one.
+        if self.local_storage_warning_seconds < self.local_storage_critical_seconds {
+            return Err(SettingsError::Below {
+                key: "local_storage_warning_seconds",
+                value: self.local_storage_warning_seconds,
+                floor_key: "local_storage_critical_seconds",
+                floor: self.local_storage_critical_seconds,
             });
         }
         if self.slow_api_critical_seconds < self.slow_api_warning_seconds {
@@ -235,6 +246,14 @@ mod tests {
         assert_eq!(
             bad(|s| s.reconcile_grace_seconds = Some(-1.5)),
             "reconcile_grace_seconds: -1.5 is not a non-negative number of seconds"
+        );
+        assert_eq!(
+            bad(|s| s.local_storage_warning_seconds = 60.0),
+            "local_storage_warning_seconds: 60 is below local_storage_critical_seconds (300)",
+        );
+        assert_eq!(
+            bad(|s| s.local_storage_critical_seconds = f64::NAN),
+            "local_storage_critical_seconds: NaN is not a positive number of seconds",
         );
         assert_eq!(
             bad(|s| s.half_submitted_critical_seconds = 10),

@@ -46,6 +46,9 @@ const ALLOWED_LABELS: &[&str] = &[
     // registered/allocated/stale; nodemedic_dra_prepared_claims: live/stale.
     "numa_node",
     "state",
+    // nodemedic_local_storage_*: a Spark application's id (its spark-app-selector), `none`
+    // or `other`; at most 51 of them.
+    "app",
     // nodemedic_memory_manager_stale_bytes: a block's NUMA nodes (`0`, `0,1`).
     "numa_nodes",
     // A resource name: memory, hugepages-<size>, or a device plugin's (nvidia.com/gpu).
@@ -270,6 +273,10 @@ async fn metrics_hold_no_names_values_or_contents() {
                         && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
                 }
                 "source" => ["kubelet", "nvidia-gpu"].contains(&v.as_str()),
+                "app" => {
+                    ["none", "other"].contains(&v.as_str())
+                        || (v.len() <= 63 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+                }
                 "revision" => v == "unknown" || (v.len() <= 40 && v.bytes().all(|b| b.is_ascii_hexdigit())),
                 "kind" => ["event", "node_condition", "pod_deletion"].contains(&v.as_str()),
                 // Ids of our own (actions, results, reasons): short identifiers.

@@ -194,6 +194,13 @@ pub struct RunArgs {
     /// Seconds between walks of the Spark local dirs, which can be large [default: 600].
     #[arg(long, env = "NODEMEDIC_LOCAL_DIR_INTERVAL_SECONDS")]
     pub local_dir_interval_seconds: Option<f64>,
+    /// Seconds between measurements of the running Spark pods' local dirs, an incremental walk
+    /// [default: 60].
+    #[arg(long, env = "NODEMEDIC_LOCAL_STORAGE_INTERVAL_SECONDS")]
+    pub local_storage_interval_seconds: Option<f64>,
+    /// Seconds the growth of Spark's local storage is measured over [default: 600].
+    #[arg(long, env = "NODEMEDIC_LOCAL_STORAGE_WINDOW_SECONDS")]
+    pub local_storage_window_seconds: Option<f64>,
     /// hostPath directories (host paths) where Spark local dirs live (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', env = "NODEMEDIC_LOCAL_DIR_ROOTS")]
     pub local_dir_root: Vec<String>,

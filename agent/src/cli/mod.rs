@@ -221,6 +221,8 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         scan_interval_seconds: a.scan_interval_seconds,
         full_scan_interval_seconds: a.full_scan_interval_seconds,
         local_dir_interval_seconds: a.local_dir_interval_seconds,
+        local_storage_interval_seconds: a.local_storage_interval_seconds,
+        local_storage_window_seconds: a.local_storage_window_seconds,
         local_dir_root: a.local_dir_root.clone(),
         driver_cache_ttl_seconds: a.driver_cache_ttl_seconds,
         driver_lookup_budget: a.driver_lookup_budget,

@@ -51,6 +51,7 @@ mod judge;
 #[cfg(test)]
 mod outage_tests;
 pub mod serve;
+mod storage;
 pub mod supervise;
 pub mod topology;
 mod turn;
@@ -234,6 +235,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         api_turn_at: None,
         api_base: None,
         judged_inputs: None,
+        storage: Default::default(),
         reloads: 0,
         kubelet_asked: None,
         layout,
@@ -435,6 +437,8 @@ struct Daemon {
     judged_inputs: Option<Inputs>,
     /// Counts the configuration reloads (a reload is judged again with the new settings).
     reloads: u64,
+    /// Spark's local storage, measured every `local_storage_interval_seconds`.
+    storage: storage::Storage,
     /// What the last judgement asked the kubelet's PodResources API, and its answer. The API
     /// has no change notification, so every turn asks again (a kubelet that hangs or answers
     /// otherwise is judged at once); the same answer is no change.
@@ -728,7 +732,19 @@ impl Daemon {
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= self.cfg.effective.local_dir_interval);
         let (inputs, api) = self.inputs(synced);
-        if self.still_current(&changes, local_due, &inputs, hostwatch) && self.kubelet_answers_as_before().await {
+        let mut storage_news = false;
+        if self.storage.due(self.cfg.effective.local_storage_interval) {
+            let kubelet_dir = self.readings.as_ref().map(|r| r.kubelet_dir.clone());
+            let pods = self.store.read().map(|s| storage::Storage::pods_to_measure(s.pods()));
+            if let (Some(dir), Ok(pods)) = (kubelet_dir, pods) {
+                let window = self.cfg.effective.local_storage_window;
+                storage_news = self.storage.measure(&self.host, dir, pods, window).await;
+            }
+        }
+        if !storage_news
+            && self.still_current(&changes, local_due, &inputs, hostwatch)
+            && self.kubelet_answers_as_before().await
+        {
             let api_due = self.api_turn_at.is_some_and(|t| t <= Instant::now());
             if self.judged_inputs.as_ref() == Some(&inputs) && !api_due {
                 self.health.progressed();
@@ -803,6 +819,12 @@ impl Daemon {
                 scanned.records.set(record);
             }
         }
+        snapshot.host.local_storage = self.storage.observed();
+        if let Some(mut record) = scanned.records.get("local_storage").cloned() {
+            record.status = snapshot.host.local_storage.status();
+            record.failed = matches!(snapshot.host.local_storage, Observed::Error { .. });
+            scanned.records.set(record);
+        }
         if opts.api.is_none() {
             snapshot.api.server = Observed::NotApplicable {
                 reason: "no probe round has completed yet".into(),
@@ -826,6 +848,7 @@ impl Daemon {
             &self.metrics,
             self.topology.is_some().then_some(&self.numa_memory),
         );
+        self.storage.judged(&judged.findings, snapshot.taken_at);
         self.api_base = Some(judge::ApiBase::of(&snapshot, &judged));
         if let (Some(tx), Some(object)) = (&self.topology, judged.topology) {
             tx.send_if_modified(|current| {

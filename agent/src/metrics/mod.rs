@@ -16,6 +16,7 @@ use prometheus::{
 use crate::collect::Records;
 
 mod process;
+pub mod storage;
 
 /// Every metric the agent exports.
 #[derive(Debug, Clone)]
@@ -60,6 +61,8 @@ pub struct Metrics {
     pub fence_actions_total: IntCounterVec,
     pub fence_candidates: IntGauge,
     pub api_unreachable_seconds: Gauge,
+    /// Spark's local storage by application, and evictions for it.
+    pub storage: storage::StorageMetrics,
     /// Rejected pods already counted (by UID), so a pod is counted once however many scans see it.
     counted_rejections: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -282,6 +285,7 @@ impl Metrics {
                 "How long no request of this agent has been answered by the API server, counted from the first failed request after the last answer (the clock driver fencing acts on); 0 while it answers.",
             ))?,
             counted_rejections: Default::default(),
+            storage: storage::StorageMetrics::new(&registry)?,
             registry,
         };
         m.registry.register(Box::new(m.build_info.clone()))?;
@@ -437,6 +441,7 @@ impl Metrics {
                 .set(i64::from(!r.failed));
         }
         self.observe_findings(findings);
+        self.storage.observe(snap, facts);
         let state = snap.host.checkpoint.ok().and_then(|f| f.state.as_ref().ok());
         if let Some(state) = state {
             let exclusive = state
