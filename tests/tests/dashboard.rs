@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nodemedic_tests::agent::{Agent, NODE, wait_for};
 use nodemedic_tests::apiserver::ApiServer;
 use nodemedic_tests::cluster::orphan;
-use nodemedic_tests::hosttree::{Layout, Node, Runtime};
+use nodemedic_tests::hosttree::{Layout, Node, Runtime, pod_uid, spark_app_id};
 use nodemedic_tests::manifests::{kustomize, repo, require, validate, yaml_docs};
 use nodemedic_tests::scenarios::{seed_api, spark_node};
 use nodemedic_tests::sparkpods::{SparkApp, SparkVersion, rejected_pod};
@@ -455,6 +455,7 @@ fn dashboard_model_is_well_formed() {
             "CPU manager",
             "Memory, devices & DRA",
             "Spark executors & local dirs",
+            "Spark local storage",
             "API server & admission",
             "Agent health"
         ]
@@ -760,8 +761,15 @@ async fn scenario(api: &ApiServer) -> Agent {
             // Probe rounds (and so the latency histogram) every second.
             "--probe-interval-seconds",
             "1",
+            // The driver's local dir measured every second (growth is known 30 s after the
+            // first measurement).
+            "--local-storage-interval-seconds",
+            "1",
         ],
     );
+    let local_dir = driver_local_dir(&agent);
+    std::fs::create_dir_all(&local_dir).unwrap();
+    std::fs::write(local_dir.join("shuffle_0_0_0.data"), vec![7u8; 64 * 1024]).unwrap();
     let scratch = agent.host_root().join("mnt/spark/blockmgr-0a1b2c3d");
     std::fs::create_dir_all(&scratch).unwrap();
     std::fs::write(scratch.join("shuffle_0_0_0.data"), vec![7u8; 4096]).unwrap();
@@ -772,6 +780,16 @@ async fn scenario(api: &ApiServer) -> Agent {
     })
     .await;
     agent
+}
+
+/// The scenario driver's `spark-local-dir-1` emptyDir, where the kubelet keeps it, with a
+/// block manager directory below it.
+fn driver_local_dir(agent: &Agent) -> std::path::PathBuf {
+    agent
+        .host_root()
+        .join("var/lib/kubelet/pods")
+        .join(pod_uid("etl-driver"))
+        .join("volumes/kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-5e1d")
 }
 
 /// The other managers' files of the scenario's node: the driver (live) holds 4 GiB on NUMA node
@@ -884,6 +902,26 @@ async fn dashboard_queries_run_against_a_real_prometheus() {
             .query(r#"nodemedic_admission_rejections_total{reason="OutOfcpu"} == 1 and on () nodemedic_findings{rule="admission-rejection",severity="warning"} == 1"#)
             .is_ok_and(|r| !r.is_empty())
     })
+    .await;
+    // The driver's local dir grows by 192 KiB; once its measurements span 30 s the agent
+    // reports the growth and a forecast (against the test machine's disk, far off).
+    let local_dir = driver_local_dir(&agent);
+    std::fs::write(local_dir.join("shuffle_1_0_0.data"), vec![7u8; 192 * 1024]).unwrap();
+    let app = spark_app_id("etl");
+    let forecast = format!(r#"nodemedic_local_storage_forecast_seconds{{app="{app}"}}"#);
+    wait_until(
+        "the local storage forecast in Prometheus",
+        Duration::from_secs(60),
+        &prometheus,
+        &agent,
+        || {
+            prometheus
+                .query(&format!(
+                    "{forecast} > 0 and on () nodemedic_local_storage_growth_bytes_per_second > 0"
+                ))
+                .is_ok_and(|r| !r.is_empty())
+        },
+    )
     .await;
     // Two more scrapes, so the latest values are in every rate interval.
     tokio::time::sleep(Duration::from_secs(2 * SCRAPE_SECONDS)).await;
@@ -1010,6 +1048,50 @@ async fn dashboard_queries_run_against_a_real_prometheus() {
             }
         }
     }
+    // Spark's local storage: the driver's two files (256 KiB, allocated as du counts), growing
+    // over the measurements since the first; executors evicted: none, every reason shown.
+    let app_series = |t: &str| instant_by_labels(&prometheus.query(&expr_of(t, "A")).unwrap());
+    let bytes = app_series("Local storage by application");
+    assert_eq!(
+        bytes.keys().collect::<Vec<_>>(),
+        [&format!("app={app},node={NODE}")],
+        "{bytes:?}"
+    );
+    let held = bytes.values().next().copied().unwrap();
+    assert!(
+        (256.0 * 1024.0..=320.0 * 1024.0).contains(&held),
+        "local storage bytes {held}"
+    );
+    let growth = app_series("Local storage growth by application")
+        .values()
+        .next()
+        .copied();
+    // 192 KiB (256 if the first measurement saw the dir before its first file) over at least 30 s
+    // and at most the test's run.
+    assert!(
+        growth.is_some_and(|g| g > 192.0 * 1024.0 / 300.0 && g <= 256.0 * 1024.0 / 30.0 * 1.1),
+        "growth {growth:?}"
+    );
+    let seconds = app_series("Time to an eviction limit by application")
+        .values()
+        .next()
+        .copied();
+    assert!(
+        seconds.is_some_and(|s| s > 0.0 && s.is_finite()),
+        "forecast {seconds:?}"
+    );
+    let evicted = instant_by_labels(
+        &prometheus
+            .query(&expr_of("Executors evicted for local storage", "A"))
+            .unwrap(),
+    );
+    let reasons: Vec<&str> = evicted.keys().map(|k| k.trim_start_matches("reason=")).collect();
+    assert_eq!(
+        reasons,
+        ["container_limit", "emptydir_limit", "node_pressure", "pod_limit"]
+    );
+    assert!(evicted.values().all(|v| *v == 0.0), "{evicted:?}");
+
     // The agents table names the version that runs.
     let build = prometheus.query(&expr_of("Agents", "A")).unwrap();
     assert_eq!(build.len(), 1, "{build:?}");

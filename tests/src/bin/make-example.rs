@@ -10,6 +10,11 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (dir, node) = match args.as_slice() {
+        // A flag is never a directory: the tree at DIR is removed before it is written.
+        [dir, ..] if dir.starts_with('-') => {
+            eprintln!("usage: make-example DIR [--big-node PODS]");
+            return ExitCode::from(2);
+        }
         [dir] => (dir, nodemedic_tests::scenarios::example_node()),
         [dir, flag, pods] if flag == "--big-node" => match pods.parse::<usize>() {
             Ok(pods) => (dir, nodemedic_tests::scenarios::big_node(pods, 5)),
