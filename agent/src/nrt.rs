@@ -283,6 +283,7 @@ mod tests {
             cgroup_root: "/".into(),
             topology_manager_policy: "single-numa-node".into(),
             topology_manager_scope: "container".into(),
+            container_runtime_endpoint: nodemedic_rules::snapshot::DEFAULT_RUNTIME_ENDPOINT.into(),
             eviction: Default::default(),
             started_at: None,
         });

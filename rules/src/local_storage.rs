@@ -17,6 +17,13 @@
 //! that is set replaces the defaults whole, so a signal it leaves out has no threshold, unless
 //! `mergeDefaultEvictionSettings: true` (recent kubelets) merges the defaults under it. `0%` and
 //! `100%` mean no threshold (`parseThresholdStatement`). `evictionSoft` has no defaults.
+//!
+//! `imagefs.available` is observed on the runtime's image file system, whether or not it is
+//! the kubelet's: where the two share a device (`HasDedicatedImageFs` false, the usual node),
+//! crossing it makes the kubelet collect unused images and containers and then evict pods
+//! ranked by all their disk use, local volumes included (`buildSignalToRankFunc`). So on such
+//! a node the first disk threshold Spark's emptyDirs meet is `imagefs.available<15%`, before
+//! `nodefs.available<10%`.
 
 use std::collections::BTreeMap;
 
@@ -36,8 +43,18 @@ pub struct EvictionConfig {
 /// The eviction signal of the kubelet's root file system's available bytes.
 pub const NODEFS_AVAILABLE: &str = "nodefs.available";
 
-/// The Linux defaults of `evictionHard` for disk (memory and inodes are not this module's).
-pub const DEFAULT_NODEFS_AVAILABLE: &str = "10%";
+/// The eviction signal of the container runtime's image file system's available bytes.
+pub const IMAGEFS_AVAILABLE: &str = "imagefs.available";
+
+/// The Linux default of `evictionHard` for a disk signal (memory and inodes are not this
+/// module's): `nodefs.available<10%`, `imagefs.available<15%`.
+pub fn default_threshold(signal: &str) -> Option<(&'static str, f64)> {
+    match signal {
+        NODEFS_AVAILABLE => Some(("10%", 0.10)),
+        IMAGEFS_AVAILABLE => Some(("15%", 0.15)),
+        _ => None,
+    }
+}
 
 /// A threshold's value.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -58,9 +75,11 @@ impl ThresholdValue {
     }
 }
 
-/// The `nodefs.available` threshold in force: where it comes from and its value.
+/// A disk eviction threshold in force: its signal, where it comes from and its value.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct NodefsThreshold {
+pub struct EvictionThreshold {
+    /// `nodefs.available` or `imagefs.available`.
+    pub signal: &'static str,
     /// `evictionHard` or `evictionSoft`.
     pub kind: &'static str,
     /// As written (`10%`, `2Gi`).
@@ -101,16 +120,17 @@ fn parse_value(kind: &'static str, signal: &str, text: &str) -> Result<Option<Th
 }
 
 impl EvictionConfig {
-    /// The `nodefs.available` thresholds in force: hard (configured, else the default when
+    /// The thresholds of `signal` in force: hard (configured, else the default when
     /// `evictionHard` is unset or merged), and soft when configured. The one that is crossed
     /// first (the larger) comes first.
-    pub fn nodefs_thresholds(&self, capacity: u64) -> Result<Vec<NodefsThreshold>, ThresholdError> {
+    pub fn thresholds(&self, signal: &'static str, capacity: u64) -> Result<Vec<EvictionThreshold>, ThresholdError> {
         let mut out = Vec::new();
-        let hard = self.hard.as_ref().and_then(|h| h.get(NODEFS_AVAILABLE));
-        match (hard, &self.hard) {
-            (Some(text), _) => {
-                if let Some(value) = parse_value("evictionHard", NODEFS_AVAILABLE, text)? {
-                    out.push(NodefsThreshold {
+        let hard = self.hard.as_ref().and_then(|h| h.get(signal));
+        match (hard, &self.hard, default_threshold(signal)) {
+            (Some(text), _, _) => {
+                if let Some(value) = parse_value("evictionHard", signal, text)? {
+                    out.push(EvictionThreshold {
+                        signal,
                         kind: "evictionHard",
                         text: text.clone(),
                         default: false,
@@ -118,17 +138,20 @@ impl EvictionConfig {
                     });
                 }
             }
-            (None, Some(_)) if !self.merge_defaults => {}
-            (None, _) => out.push(NodefsThreshold {
+            (None, Some(_), _) if !self.merge_defaults => {}
+            (None, _, Some((text, fraction))) => out.push(EvictionThreshold {
+                signal,
                 kind: "evictionHard",
-                text: DEFAULT_NODEFS_AVAILABLE.into(),
+                text: text.into(),
                 default: true,
-                value: ThresholdValue::Fraction(0.1),
+                value: ThresholdValue::Fraction(fraction),
             }),
+            (None, _, None) => {}
         }
-        if let Some(text) = self.soft.as_ref().and_then(|s| s.get(NODEFS_AVAILABLE)) {
-            if let Some(value) = parse_value("evictionSoft", NODEFS_AVAILABLE, text)? {
-                out.push(NodefsThreshold {
+        if let Some(text) = self.soft.as_ref().and_then(|s| s.get(signal)) {
+            if let Some(value) = parse_value("evictionSoft", signal, text)? {
+                out.push(EvictionThreshold {
+                    signal,
                     kind: "evictionSoft",
                     text: text.clone(),
                     default: false,
@@ -202,10 +225,10 @@ mod tests {
     }
 
     #[test]
-    fn nodefs_thresholds_follow_the_kubelets_defaults_and_overrides() {
+    fn thresholds_follow_the_kubelets_defaults_and_overrides() {
         let cap = 100 << 30;
         let bytes = |c: &EvictionConfig| -> Vec<(&'static str, bool, u64)> {
-            c.nodefs_thresholds(cap)
+            c.thresholds(NODEFS_AVAILABLE, cap)
                 .unwrap()
                 .iter()
                 .map(|t| (t.kind, t.default, t.value.bytes(cap)))
@@ -247,8 +270,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            bad.nodefs_thresholds(cap).unwrap_err().to_string(),
+            bad.thresholds(NODEFS_AVAILABLE, cap).unwrap_err().to_string(),
             "evictionHard nodefs.available: \"ten percent\" is not a percentage or a size"
+        );
+        // imagefs.available: 15% by default, gone with an evictionHard that leaves it out.
+        let image = |c: &EvictionConfig| -> Vec<(&'static str, &'static str, u64)> {
+            c.thresholds(IMAGEFS_AVAILABLE, cap)
+                .unwrap()
+                .iter()
+                .map(|t| (t.signal, t.kind, t.value.bytes(cap)))
+                .collect()
+        };
+        assert_eq!(
+            image(&EvictionConfig::default()),
+            [("imagefs.available", "evictionHard", 15 * (1u64 << 30))]
+        );
+        assert_eq!(image(&both), []);
+        assert_eq!(
+            image(&merged),
+            [("imagefs.available", "evictionHard", 15 * (1u64 << 30))]
+        );
+        // A signal without a default has no threshold unless configured.
+        assert_eq!(
+            EvictionConfig::default().thresholds("nodefs.inodesFree", cap).unwrap(),
+            []
         );
     }
 

@@ -26,14 +26,16 @@ pub mod storage;
 
 pub use api::{ApiObservation, ClaimObject, NodeStatus, PodEvent, ProbeSample, WebhookInfo};
 pub use cgroups::{CgroupTree, CgroupVersion, ContainerCgroup, PodCgroup, ProcessInfo, Runtime, Subtree};
-pub use kubelet_files::{CheckpointFile, DriverFile, FoundBy, KubeletConfig, ManagerFile, ManagerFiles};
+pub use kubelet_files::{
+    CheckpointFile, DEFAULT_RUNTIME_ENDPOINT, DriverFile, FoundBy, KubeletConfig, ManagerFile, ManagerFiles,
+};
 pub use notes::{Liveness, Note};
 pub use pods::{
     ConfMount, ConfVolume, ContainerInfo, ContainerKind, ContainerPort, LocalDirVolume, OwnerRef, PodInfo, PodPhase,
     PodSource, QosClass, SparkRole, spark_version_of_image,
 };
 pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf, SparkConfRead};
-pub use storage::{DirBacking, FileSystemUse, Listener, LocalStorage, PodStorage, Remembered, StorageDir};
+pub use storage::{DirBacking, FileSystemUse, ImageFs, Listener, LocalStorage, PodStorage, Remembered, StorageDir};
 
 /// One input of the snapshot.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,6 +21,7 @@ mod golden;
 mod half_submitted;
 mod helm;
 mod kubelet_config;
+mod local_storage;
 mod manifests;
 mod node_resource_topology;
 mod one_pipeline;

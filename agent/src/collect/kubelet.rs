@@ -79,6 +79,7 @@ struct ConfigFile {
     eviction_hard: Option<BTreeMap<String, Scalar>>,
     eviction_soft: Option<BTreeMap<String, Scalar>>,
     merge_default_eviction_settings: Option<bool>,
+    container_runtime_endpoint: Option<String>,
 }
 
 /// What reading the kubelet's configuration found.
@@ -328,7 +329,15 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         merge_defaults: file.merge_default_eviction_settings.unwrap_or(false),
     };
 
+    let mut runtime_endpoint = file
+        .container_runtime_endpoint
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| nodemedic_rules::snapshot::DEFAULT_RUNTIME_ENDPOINT.into());
+
     // Flags override the file.
+    if let Some(e) = flag_value(args, "container-runtime-endpoint").filter(|e| !e.trim().is_empty()) {
+        runtime_endpoint = e;
+    }
     if let Some(h) = flag_value(args, "eviction-hard") {
         eviction.hard = Some(parse_eviction_flag(&h));
     }
@@ -375,6 +384,7 @@ fn from_file_and_flags(file: ConfigFile, args: &[String]) -> Result<KubeletConfi
         topology_manager_scope: topology_scope,
         started_at: None,
         eviction,
+        container_runtime_endpoint: runtime_endpoint,
     })
 }
 

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use nodemedic_rules::snapshot::storage::MIN_GROWTH_SPAN;
 use nodemedic_rules::snapshot::{
-    DirBacking, FileSystemUse, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir,
+    DirBacking, FileSystemUse, ImageFs, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir,
 };
 
 use super::read::{list_dir, symlink_metadata};
@@ -185,7 +185,8 @@ impl LocalStore {
     }
 
     /// Measures the local dirs of the running Spark pods among `pods` at `now` (unix seconds),
-    /// growth over `window` seconds. `kubelet_dir` is where the kubelet keeps its pods.
+    /// growth over `window` seconds. `kubelet_dir` is where the kubelet keeps its pods;
+    /// `imagefs` whether the runtime's images share its file system.
     pub fn measure(
         &mut self,
         host: &HostPaths,
@@ -193,6 +194,7 @@ impl LocalStore {
         pods: &[PodInfo],
         now: f64,
         window: f64,
+        imagefs: ImageFs,
     ) -> Observed<LocalStorage> {
         self.first_at.get_or_insert(now);
         let kubelet_device = symlink_metadata(kubelet_dir).ok().map(|m| m.dev());
@@ -238,14 +240,19 @@ impl LocalStore {
                 let shown = host.display(&path);
                 if backing != DirBacking::Memory && !filesystems.contains_key(&device) {
                     if let Ok(fs) = nix::sys::statvfs::statvfs(&path) {
-                        let frsize = fs.fragment_size() as u64;
+                        let frsize = fs.fragment_size();
                         filesystems.insert(
                             device,
                             FileSystemUse {
                                 device,
-                                path: shown.clone(),
-                                capacity_bytes: (fs.blocks() as u64).saturating_mul(frsize),
-                                available_bytes: (fs.blocks_available() as u64).saturating_mul(frsize),
+                                // The kubelet's file system by the kubelet's directory.
+                                path: if kubelet_device == Some(device) {
+                                    host.display(kubelet_dir)
+                                } else {
+                                    shown.clone()
+                                },
+                                capacity_bytes: fs.blocks().saturating_mul(frsize),
+                                available_bytes: fs.blocks_available().saturating_mul(frsize),
                                 nodefs: kubelet_device == Some(device),
                             },
                         );
@@ -303,6 +310,7 @@ impl LocalStore {
             window_seconds: window,
             pods: out,
             filesystems: filesystems.into_values().collect(),
+            imagefs,
             remembered: self.remembered.clone(),
         })
     }

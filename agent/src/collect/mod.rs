@@ -14,6 +14,7 @@ pub mod listeners;
 pub mod localdirs;
 pub mod localstore;
 pub mod managers;
+pub mod mountinfo;
 pub mod node_object;
 pub mod pod_object;
 pub mod podresources;

@@ -593,6 +593,27 @@ impl Daemon {
         Some((readings, what))
     }
 
+    /// Reads the node's listening sockets again while Spark executors run here: no inotify
+    /// tells when a shuffle service stops or starts listening, so `shuffle-service-missing`
+    /// would otherwise wait for the next full read. Whether they changed since the readings.
+    async fn refresh_listeners(&mut self) -> bool {
+        let executors = self.store.read().is_ok_and(|s| {
+            s.pods()
+                .any(|p| nodemedic_rules::spark::is_executor(p) && !p.is_terminal())
+        });
+        let Some(readings) = self.readings.as_mut().filter(|_| executors) else {
+            return false;
+        };
+        let host = self.host.clone();
+        let read = tokio::task::spawn_blocking(move || crate::collect::listeners::read_listeners(&host)).await;
+        let Ok(listeners) = read else { return false };
+        if readings.snapshot.listeners == listeners {
+            return false;
+        }
+        Arc::make_mut(readings).snapshot.listeners = listeners;
+        true
+    }
+
     /// What the next judgement would read besides the host, and the API observation itself.
     fn inputs(&self, synced: bool) -> (Inputs, Option<nodemedic_rules::snapshot::ApiObservation>) {
         let api = self
@@ -735,13 +756,19 @@ impl Daemon {
         let mut storage_news = false;
         if self.storage.due(self.cfg.effective.local_storage_interval) {
             let kubelet_dir = self.readings.as_ref().map(|r| r.kubelet_dir.clone());
+            let endpoint = self
+                .readings
+                .as_ref()
+                .and_then(|r| r.snapshot.kubelet.ok().map(|k| k.container_runtime_endpoint.clone()));
             let pods = self.store.read().map(|s| storage::Storage::pods_to_measure(s.pods()));
             if let (Some(dir), Ok(pods)) = (kubelet_dir, pods) {
                 let window = self.cfg.effective.local_storage_window;
-                storage_news = self.storage.measure(&self.host, dir, pods, window).await;
+                storage_news = self.storage.measure(&self.host, dir, endpoint, pods, window).await;
             }
         }
+        let listeners_news = self.refresh_listeners().await;
         if !storage_news
+            && !listeners_news
             && self.still_current(&changes, local_due, &inputs, hostwatch)
             && self.kubelet_answers_as_before().await
         {

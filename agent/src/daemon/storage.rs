@@ -11,6 +11,7 @@ use nodemedic_rules::Finding;
 use nodemedic_rules::snapshot::{LocalStorage, Observed, PodInfo};
 
 use crate::collect::localstore::LocalStore;
+use crate::collect::mountinfo::image_fs;
 use crate::host::HostPaths;
 
 /// The measurements and what the last judgement saw of them.
@@ -34,8 +35,9 @@ impl Default for Storage {
 }
 
 /// Whether `new` says something the rules would judge otherwise than `old`: a pod's dirs (their
-/// bytes or growth) changed, or something grows and a file system's room changed. The time of
-/// the measurement alone is not news (the forecast counts down by the rules' own deadline).
+/// bytes or growth) changed, or something grows and a file system's room (or whether the
+/// images share it) changed. The time of the measurement alone is not news (the forecast
+/// counts down by the rules' own deadline).
 fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalStorage>) -> bool {
     match (old, new) {
         (Some(Observed::Ok(a)), Observed::Ok(b)) => {
@@ -44,7 +46,9 @@ fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalSt
                 .iter()
                 .flat_map(|p| &p.dirs)
                 .any(|d| d.growth_bytes_per_second.is_some_and(|g| g > 0.0));
-            a.pods != b.pods || a.remembered != b.remembered || (grows && a.filesystems != b.filesystems)
+            a.pods != b.pods
+                || a.remembered != b.remembered
+                || (grows && (a.filesystems != b.filesystems || a.imagefs != b.imagefs))
         }
         (Some(a), b) => a != b,
         (None, _) => true,
@@ -63,6 +67,7 @@ impl Storage {
         &mut self,
         host: &HostPaths,
         kubelet_dir: PathBuf,
+        runtime_endpoint: Option<String>,
         pods: Vec<PodInfo>,
         window: Duration,
     ) -> bool {
@@ -71,7 +76,10 @@ impl Storage {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let measured = tokio::task::spawn_blocking(move || match store.lock() {
-            Ok(mut store) => store.measure(&host, &kubelet_dir, &pods, now, window.as_secs_f64()),
+            Ok(mut store) => {
+                let imagefs = image_fs(&host, &host.display(&kubelet_dir), runtime_endpoint.as_deref());
+                store.measure(&host, &kubelet_dir, &pods, now, window.as_secs_f64(), imagefs)
+            }
             Err(_) => Observed::Error {
                 reason: "the local storage measurements were lost to a panic".into(),
             },
@@ -149,6 +157,7 @@ mod tests {
                 available_bytes: available,
                 nodefs: true,
             }],
+            imagefs: Default::default(),
             remembered: Default::default(),
         })
     }

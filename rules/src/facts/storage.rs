@@ -1,12 +1,12 @@
 //! When each running Spark pod's local storage, at the growth measured, reaches what the
 //! kubelet evicts it at: its own limits (the pod's `ephemeral-storage`, an `emptyDir`'s
-//! `sizeLimit`) and the file system it is on (the kubelet's `nodefs.available` threshold; any
-//! other file system when it is full). Shared by `local-storage-eviction-risk`, the forecast
-//! gauges and the judgement's deadline.
+//! `sizeLimit`) and the file system it is on (the kubelet's `nodefs.available` threshold, or
+//! `imagefs.available` where the images share it; any other file system when it is full).
+//! Shared by `local-storage-eviction-risk`, the forecast gauges and the judgement's deadline.
 
-use crate::local_storage::{NodefsThreshold, seconds_until};
+use crate::local_storage::{EvictionThreshold, IMAGEFS_AVAILABLE, NODEFS_AVAILABLE, seconds_until};
 use crate::settings::Settings;
-use crate::snapshot::{DirBacking, NodeSnapshot, Observed, PodInfo, StorageDir};
+use crate::snapshot::{DirBacking, ImageFs, NodeSnapshot, Observed, PodInfo, StorageDir};
 use crate::spark::{is_driver, is_executor};
 
 /// What a pod's local storage reaches.
@@ -23,13 +23,17 @@ pub enum Reach {
         limit_bytes: u64,
         used_bytes: u64,
     },
-    /// The kubelet's file system falls below its eviction threshold (`DiskPressure`).
-    NodefsThreshold {
+    /// The kubelet's file system falls below an eviction threshold (`DiskPressure`): its
+    /// `nodefs.available`, or `imagefs.available` where the image file system shares it.
+    EvictionThreshold {
         path: String,
-        threshold: NodefsThreshold,
+        threshold: EvictionThreshold,
         threshold_bytes: u64,
         available_bytes: u64,
         capacity_bytes: u64,
+        /// Where the runtime's images are, when that decides the threshold.
+        #[serde(flatten)]
+        imagefs: ImageFs,
     },
     /// Another file system (a hostPath's, a claim's) fills up: the kubelet does not evict for
     /// it, the executors fail to write ("No space left on device").
@@ -160,46 +164,48 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
         for device in devices {
             let Some(fs) = storage.filesystem(device) else { continue };
             let rate: f64 = on_device(device).map(|(_, g)| g).sum();
+            let full = || Reach::FileSystemFull {
+                path: fs.path.clone(),
+                available_bytes: fs.available_bytes,
+                capacity_bytes: fs.capacity_bytes,
+            };
             let (reach, threshold_bytes) = if fs.nodefs {
-                match eviction.nodefs_thresholds(fs.capacity_bytes) {
-                    Ok(thresholds) => match thresholds.into_iter().next() {
-                        Some(t) => {
-                            let bytes = t.value.bytes(fs.capacity_bytes);
-                            (
-                                Reach::NodefsThreshold {
-                                    path: fs.path.clone(),
-                                    threshold: t,
-                                    threshold_bytes: bytes,
-                                    available_bytes: fs.available_bytes,
-                                    capacity_bytes: fs.capacity_bytes,
-                                },
-                                bytes,
-                            )
-                        }
-                        // No threshold for nodefs: it fills.
-                        None => (
-                            Reach::FileSystemFull {
-                                path: fs.path.clone(),
-                                available_bytes: fs.available_bytes,
-                                capacity_bytes: fs.capacity_bytes,
-                            },
-                            0,
-                        ),
-                    },
-                    Err(e) => {
-                        threshold_unread = Some(e.to_string());
-                        continue;
+                // nodefs.available, and imagefs.available where the images share the disk;
+                // the larger is crossed first.
+                let mut signals = vec![NODEFS_AVAILABLE];
+                if storage.imagefs.on_nodefs() {
+                    signals.push(IMAGEFS_AVAILABLE);
+                }
+                let mut thresholds = Vec::new();
+                for signal in signals {
+                    match eviction.thresholds(signal, fs.capacity_bytes) {
+                        Ok(t) => thresholds.extend(t),
+                        Err(e) => threshold_unread = Some(e.to_string()),
                     }
                 }
+                thresholds.sort_by_key(|t| std::cmp::Reverse(t.value.bytes(fs.capacity_bytes)));
+                match thresholds.into_iter().next() {
+                    Some(t) => {
+                        let bytes = t.value.bytes(fs.capacity_bytes);
+                        (
+                            Reach::EvictionThreshold {
+                                path: fs.path.clone(),
+                                threshold: t,
+                                threshold_bytes: bytes,
+                                available_bytes: fs.available_bytes,
+                                capacity_bytes: fs.capacity_bytes,
+                                imagefs: storage.imagefs.clone(),
+                            },
+                            bytes,
+                        )
+                    }
+                    // A threshold that cannot be read: no forecast against a guess.
+                    None if threshold_unread.is_some() => continue,
+                    // No threshold for the kubelet's file system: it fills.
+                    None => (full(), 0),
+                }
             } else {
-                (
-                    Reach::FileSystemFull {
-                        path: fs.path.clone(),
-                        available_bytes: fs.available_bytes,
-                        capacity_bytes: fs.capacity_bytes,
-                    },
-                    0,
-                )
+                (full(), 0)
             };
             let left = i128::from(fs.available_bytes) - i128::from(threshold_bytes);
             if let Some(seconds) = at(left, rate) {
@@ -212,7 +218,7 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
         }
         forecasts.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
         let others_growing = match forecasts.first().map(|f| &f.reach) {
-            Some(Reach::NodefsThreshold { .. } | Reach::FileSystemFull { .. }) => {
+            Some(Reach::EvictionThreshold { .. } | Reach::FileSystemFull { .. }) => {
                 let devices: Vec<u64> = disk.iter().filter_map(|d| d.device).collect();
                 let mut apps: Vec<String> = devices
                     .iter()

@@ -6,7 +6,8 @@
 //! or a PersistentVolumeClaim. The kubelet evicts a pod at once when its usage passes the sum
 //! of its containers' `ephemeral-storage` limits or an `emptyDir`'s `sizeLimit`, and evicts pods
 //! under `DiskPressure` when its file system falls below the `nodefs.available` threshold
-//! (`evictionHard`, 10% by default). The executor's shuffle output goes with it: the stage fails
+//! (`evictionHard`, 10% by default), or `imagefs.available` (15%) where the runtime's images
+//! share that file system. The executor's shuffle output goes with it: the stage fails
 //! with fetch failures and is computed again, sometimes in a loop.
 //!
 //! The daemon measures every running Spark pod's local dirs over a window
@@ -25,7 +26,7 @@ use crate::facts::{Forecast, Reach, StorageRisk};
 use crate::finding::{Finding, Severity, Subject};
 use crate::rules::{RuleGauge, RuleInfo};
 use crate::settings::Settings;
-use crate::snapshot::{DirBacking, NodeSnapshot, StorageDir};
+use crate::snapshot::{DirBacking, ImageFs, NodeSnapshot, StorageDir};
 use crate::spark;
 use crate::text::{human_bytes, human_seconds};
 
@@ -38,7 +39,7 @@ pub const RULE: RuleInfo = RuleInfo {
     title: "A Spark pod's local storage will reach its eviction limit soon",
     severity: Severity::Warning,
     looks_at: "Spark pods' local dirs over a window, their limits, the kubelet's eviction thresholds",
-    fires_when: "at the growth measured, a Spark pod's local dirs reach its ephemeral-storage limit, an emptyDir sizeLimit or the node's nodefs.available threshold within local_storage_warning_seconds (critical within local_storage_critical_seconds)",
+    fires_when: "at the growth measured, a Spark pod's local dirs reach its ephemeral-storage limit, an emptyDir sizeLimit or the node's nodefs.available (or shared imagefs.available) threshold within local_storage_warning_seconds (critical within local_storage_critical_seconds)",
     event_reason: "LocalStorageEvictionRisk",
     needs: Needs {
         all: &[One(Source::LocalStorage), One(Source::Pods)],
@@ -46,7 +47,7 @@ pub const RULE: RuleInfo = RuleInfo {
         partial: &[],
     },
     kubelet_versions: KubeletVersions::DoNotMatter(
-        "ephemeral-storage limits, emptyDir sizeLimit and nodefs.available eviction are the same in every kubelet nodemedic supports (1.25+: LocalStorageCapacityIsolation GA)",
+        "ephemeral-storage limits, emptyDir sizeLimit and nodefs.available and imagefs.available eviction are the same in every kubelet nodemedic supports (1.25+: LocalStorageCapacityIsolation GA)",
     ),
     check,
     condition: None,
@@ -71,12 +72,26 @@ fn reach_text(reach: &Reach) -> String {
         Reach::EmptyDirLimit {
             volume, limit_bytes, ..
         } => format!("the sizeLimit of its emptyDir {volume} ({})", human_bytes(*limit_bytes)),
-        Reach::NodefsThreshold { path, threshold, .. } => format!(
-            "the kubelet's {} threshold on {path} ({} {}{}: the node goes into DiskPressure and pods are evicted)",
-            crate::local_storage::NODEFS_AVAILABLE,
+        Reach::EvictionThreshold {
+            path,
+            threshold,
+            imagefs,
+            ..
+        } => format!(
+            "the kubelet's {} threshold on {path} ({} {}{}{}: the node goes into DiskPressure and pods are evicted)",
+            threshold.signal,
             threshold.kind,
             threshold.text,
-            if threshold.default { ", the default" } else { "" }
+            if threshold.default { ", the default" } else { "" },
+            match (threshold.signal, imagefs) {
+                (crate::local_storage::IMAGEFS_AVAILABLE, ImageFs::Shared { path }) => {
+                    format!("; the runtime's images ({path}) are on the same file system")
+                }
+                (crate::local_storage::IMAGEFS_AVAILABLE, ImageFs::Unknown { reason }) => {
+                    format!("; taken to share it with the runtime's images: {reason}")
+                }
+                _ => String::new(),
+            }
         ),
         Reach::FileSystemFull { path, .. } => {
             format!("a full file system at {path} (the kubelet does not evict for it: the executors fail to write)")
@@ -138,7 +153,7 @@ fn remedy(risk: &StorageRisk, reach: &Reach) -> String {
              (spark.kubernetes.{role}.podTemplateFile with resources.limits.ephemeral-storage on the \
              spark-kubernetes-{role} container), or {dedicated}, or {fewer}. Nothing is deleted: the data is live shuffle"
         ),
-        Reach::NodefsThreshold { .. } | Reach::FileSystemFull { .. } => format!(
+        Reach::EvictionThreshold { .. } | Reach::FileSystemFull { .. } => format!(
             "{dedicated}; or set ephemeral-storage requests on the {role}s through a pod template \
              (spark.kubernetes.{role}.podTemplateFile) so that the scheduler places no more of them than the disk holds; \
              or {fewer}. The file system is shared by every application's shuffle{}: nothing is deleted",

@@ -112,7 +112,7 @@ pub fn shuffle_conf(snap: &NodeSnapshot, executor: &PodInfo) -> Option<ShuffleCo
 
 /// Running pods here that publish `port` on the node: a `hostPort`, or a `hostNetwork`
 /// container's port.
-fn publishers<'a>(snap: &'a NodeSnapshot, port: u16) -> Vec<&'a PodInfo> {
+fn publishers(snap: &NodeSnapshot, port: u16) -> Vec<&PodInfo> {
     snap.pods
         .bound
         .iter()

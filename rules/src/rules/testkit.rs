@@ -146,6 +146,7 @@ impl SnapshotBuilder {
             cgroup_root: "/".into(),
             topology_manager_policy: "none".into(),
             topology_manager_scope: "container".into(),
+            container_runtime_endpoint: crate::snapshot::DEFAULT_RUNTIME_ENDPOINT.into(),
             eviction: Default::default(),
             started_at: None,
         });
@@ -349,15 +350,28 @@ impl SnapshotBuilder {
         self
     }
 
-    /// The Spark pods' local dirs as measured `ago` seconds before [`NOW`].
+    /// The Spark pods' local dirs as measured `ago` seconds before [`NOW`], the runtime's
+    /// images on a disk of their own (see [`Self::with_imagefs`]).
     pub fn with_local_storage(mut self, ago: i64, pods: Vec<PodStorage>, filesystems: Vec<FileSystemUse>) -> Self {
         self.snap.host.local_storage = Observed::Ok(LocalStorage {
             measured_at: NOW - ago,
             window_seconds: 600.0,
             pods,
             filesystems,
+            imagefs: ImageFs::Dedicated {
+                path: "/var/lib/containerd".into(),
+            },
             remembered: Default::default(),
         });
+        self
+    }
+
+    /// Where the runtime's images are, against the kubelet's file system (after
+    /// [`Self::with_local_storage`]).
+    pub fn with_imagefs(mut self, imagefs: ImageFs) -> Self {
+        if let Observed::Ok(s) = &mut self.snap.host.local_storage {
+            s.imagefs = imagefs;
+        }
         self
     }
 

@@ -152,6 +152,9 @@ impl ManagerFiles {
     }
 }
 
+/// The kubelet's `containerRuntimeEndpoint` when it sets none (1.27+: containerd's socket).
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
 /// The kubelet's configuration as far as nodemedic uses it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KubeletConfig {
@@ -171,6 +174,9 @@ pub struct KubeletConfig {
     pub topology_manager_scope: String,
     /// `evictionHard`, `evictionSoft`, `mergeDefaultEvictionSettings` (and their flags).
     pub eviction: crate::local_storage::EvictionConfig,
+    /// `containerRuntimeEndpoint` (`--container-runtime-endpoint`; the kubelet's default,
+    /// containerd's socket, when unset): which runtime keeps the images.
+    pub container_runtime_endpoint: String,
     /// When the kubelet process started, unix seconds (from procfs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,

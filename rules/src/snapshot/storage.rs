@@ -77,6 +77,35 @@ pub struct FileSystemUse {
     pub nodefs: bool,
 }
 
+/// Where the container runtime keeps its images (the kubelet's imagefs), against the kubelet's
+/// own file system: whether `imagefs.available` thresholds apply to the file system Spark's
+/// emptyDirs are on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "imagefs", rename_all = "snake_case")]
+pub enum ImageFs {
+    /// On the kubelet's file system (the usual node): its thresholds apply there too.
+    Shared { path: String },
+    /// On a file system of its own: its thresholds concern the containers' writable layers.
+    Dedicated { path: String },
+    /// Not known (why): taken as shared, whose threshold comes first.
+    Unknown { reason: String },
+}
+
+impl Default for ImageFs {
+    fn default() -> Self {
+        ImageFs::Unknown {
+            reason: "not looked at".into(),
+        }
+    }
+}
+
+impl ImageFs {
+    /// Whether its thresholds apply to the kubelet's file system (assumed when unknown).
+    pub fn on_nodefs(&self) -> bool {
+        !matches!(self, ImageFs::Dedicated { .. })
+    }
+}
+
 /// What the daemon remembers of a pod it measured: for `spark-executor-evicted`, which judges
 /// pods whose local dirs the kubelet has removed.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -102,6 +131,8 @@ pub struct LocalStorage {
     pub pods: Vec<PodStorage>,
     /// The file systems the disk-backed dirs are on.
     pub filesystems: Vec<FileSystemUse>,
+    /// Whether the runtime's image file system is the kubelet's.
+    pub imagefs: ImageFs,
     /// Pods measured before, by UID (those measured now included).
     pub remembered: BTreeMap<String, Remembered>,
 }

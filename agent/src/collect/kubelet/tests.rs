@@ -556,3 +556,26 @@ proptest::proptest! {
         let _ = parse_go_duration(&duration);
     }
 }
+
+/// `containerRuntimeEndpoint` from the file, the flag over it, the kubelet's default (containerd)
+/// when neither says.
+#[test]
+fn the_runtime_endpoint_from_the_file_the_flag_or_the_default() {
+    let none = parse_kubelet_config(None, &[]).unwrap();
+    assert_eq!(
+        none.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    let yaml = "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n";
+    let k = parse_kubelet_config(Some(yaml), &[]).unwrap();
+    assert_eq!(k.container_runtime_endpoint, "unix:///var/run/crio/crio.sock");
+    let k = parse_kubelet_config(
+        Some(yaml),
+        &args(&[
+            "kubelet",
+            "--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock",
+        ]),
+    )
+    .unwrap();
+    assert_eq!(k.container_runtime_endpoint, "unix:///var/run/cri-dockerd.sock");
+}

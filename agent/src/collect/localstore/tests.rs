@@ -59,11 +59,11 @@ fn emptydirs_are_measured_in_allocated_bytes_and_grow_over_the_window() {
     let t0 = unix_now();
     // The first measurement has no growth yet: not applicable.
     assert!(matches!(
-        store.measure(&host, &kubelet, &pods, t0, 600.0),
+        store.measure(&host, &kubelet, &pods, t0, 600.0, ImageFs::default()),
         Observed::NotApplicable { .. }
     ));
     write(&vol.join("blockmgr-1/0d/shuffle_0_2_0.data"), 64 * 1024);
-    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, t0 + 60.0, 600.0) else {
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, t0 + 60.0, 600.0, ImageFs::default()) else {
         panic!()
     };
     let d = &s.pods[0].dirs[0];
@@ -98,7 +98,7 @@ fn an_unchanged_tree_is_not_listed_again() {
     let pods = [executor("u1", vec![volume("spark-local-dir-1")])];
     let mut store = LocalStore::default();
     let now = unix_now();
-    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0);
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0, ImageFs::default());
     std::fs::OpenOptions::new()
         .append(true)
         .open(&growing)
@@ -107,7 +107,7 @@ fn an_unchanged_tree_is_not_listed_again() {
     age(&vol.join("blockmgr-1/00"), 3600);
     let _one = trace::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     trace::start();
-    let measured = store.measure(&host, &kubelet, &pods, now, 600.0);
+    let measured = store.measure(&host, &kubelet, &pods, now, 600.0, ImageFs::default());
     let ops = trace::stop();
     let mine: Vec<_> = ops.iter().filter(|(_, p)| p.starts_with(dir.path())).collect();
     let lists = mine
@@ -159,8 +159,8 @@ fn memory_host_path_and_claimed_dirs_are_told_apart() {
     let pods = [executor("u1", volumes)];
     let mut store = LocalStore::default();
     let now = unix_now();
-    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0);
-    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, now, 600.0) else {
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0, ImageFs::default());
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, now, 600.0, ImageFs::default()) else {
         panic!()
     };
     let dirs = &s.pods[0].dirs;
@@ -198,12 +198,12 @@ fn memory_host_path_and_claimed_dirs_are_told_apart() {
     // A finished pod is not measured, and is remembered only while it exists.
     let mut done = pods[0].clone();
     done.phase = "Failed".into();
-    let Observed::Ok(s) = store.measure(&host, &kubelet, &[done], now + 60.0, 600.0) else {
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &[done], now + 60.0, 600.0, ImageFs::default()) else {
         panic!()
     };
     assert!(s.pods.is_empty());
     assert!(s.remembered.contains_key("u1"));
-    let Observed::Ok(s) = store.measure(&host, &kubelet, &[], now + 120.0, 600.0) else {
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &[], now + 120.0, 600.0, ImageFs::default()) else {
         panic!()
     };
     assert!(s.remembered.is_empty());

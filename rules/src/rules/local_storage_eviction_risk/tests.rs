@@ -76,8 +76,10 @@ fn the_nodes_threshold_counts_every_application_growing_there() {
     assert_eq!(f.len(), 2);
     let e1 = f.iter().find(|f| f.subject.uid.as_deref() == Some("e1")).unwrap();
     assert_eq!(e1.evidence["forecast_seconds"], 205);
-    assert_eq!(e1.evidence["reaches"]["limit"], "nodefs_threshold");
+    assert_eq!(e1.evidence["reaches"]["limit"], "eviction_threshold");
+    assert_eq!(e1.evidence["reaches"]["threshold"]["signal"], "nodefs.available");
     assert_eq!(e1.evidence["reaches"]["threshold"]["text"], "10%");
+    assert_eq!(e1.evidence["reaches"]["imagefs"], "dedicated");
     assert_eq!(
         e1.evidence["others_growing_on_the_file_system"],
         serde_json::json!(["spark-2"])
@@ -99,6 +101,84 @@ fn the_nodes_threshold_counts_every_application_growing_there() {
     let f = run(&replaced);
     assert_eq!(f[0].evidence["reaches"]["limit"], "file_system_full");
     assert_eq!(f[0].evidence["forecast_seconds"], 1229);
+}
+
+/// Where the runtime's images share the kubelet's disk (the usual node), `imagefs.available<15%`
+/// is crossed before `nodefs.available<10%`, and the kubelet evicts pods for it once collecting
+/// images is not enough; where nodemedic cannot tell, it takes the earlier and says so.
+#[test]
+fn images_on_the_kubelets_disk_bring_the_threshold_forward() {
+    // 100 GiB, 20 GiB available, 10 MiB/s: 5 GiB above 15% (512 s), 10 GiB above 10% (1024 s).
+    let snap = |imagefs: ImageFs| {
+        SnapshotBuilder::spark_node(&[executor("e1", "spark-1", None)])
+            .with_local_storage(
+                0,
+                vec![PodStorage {
+                    pod_uid: "e1".into(),
+                    dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 10.0 * MIB)],
+                }],
+                vec![nodefs(100 * GIB, 20 * GIB)],
+            )
+            .with_imagefs(imagefs)
+            .build()
+    };
+    let dedicated = run(&snap(ImageFs::Dedicated {
+        path: "/var/lib/containerd".into(),
+    }));
+    assert_eq!(dedicated[0].evidence["forecast_seconds"], 1024);
+    assert_eq!(dedicated[0].severity, Severity::Warning);
+
+    let shared = run(&snap(ImageFs::Shared {
+        path: "/var/lib/containerd".into(),
+    }));
+    assert_eq!(shared[0].evidence["forecast_seconds"], 512);
+    assert_eq!(
+        shared[0].evidence["reaches"]["threshold"]["signal"],
+        "imagefs.available"
+    );
+    assert_eq!(shared[0].evidence["reaches"]["threshold"]["text"], "15%");
+    assert_eq!(shared[0].evidence["reaches"]["imagefs"], "shared");
+    assert!(
+        shared[0].summary.contains("imagefs.available threshold on /var/lib/kubelet (evictionHard 15%, the default; the runtime's images (/var/lib/containerd) are on the same file system"),
+        "{}",
+        shared[0].summary
+    );
+    // One forecast per file system: the threshold crossed first.
+    assert_eq!(shared[0].evidence["forecasts"].as_array().unwrap().len(), 1);
+
+    let unknown = run(&snap(ImageFs::Unknown {
+        reason: "/proc/1/mountinfo: no such file".into(),
+    }));
+    assert_eq!(unknown[0].evidence["forecast_seconds"], 512);
+    assert_eq!(unknown[0].evidence["reaches"]["imagefs"], "unknown");
+    assert_eq!(
+        unknown[0].evidence["reaches"]["reason"],
+        "/proc/1/mountinfo: no such file"
+    );
+    assert!(
+        unknown[0]
+            .summary
+            .contains("taken to share it with the runtime's images: /proc/1/mountinfo: no such file"),
+        "{}",
+        unknown[0].summary
+    );
+
+    // A configured evictionHard without imagefs.available: nodefs's threshold alone.
+    let mut configured = snap(ImageFs::Shared {
+        path: "/var/lib/containerd".into(),
+    });
+    let mut kubelet = SnapshotBuilder::static_node("0-3", &[]).build().host.kubelet;
+    let Observed::Ok(k) = &mut kubelet else {
+        panic!("{kubelet:?}")
+    };
+    k.eviction = EvictionConfig {
+        hard: Some([("nodefs.available".to_string(), "10%".to_string())].into()),
+        ..Default::default()
+    };
+    configured.host.kubelet = kubelet;
+    let f = run(&configured);
+    assert_eq!(f[0].evidence["reaches"]["threshold"]["signal"], "nodefs.available");
+    assert_eq!(f[0].evidence["forecast_seconds"], 1024);
 }
 
 #[test]
