@@ -493,10 +493,13 @@ pub fn coverage(snap: &NodeSnapshot, needs: &Needs) -> Coverage {
             .join("; ");
         (missing, reason)
     };
-    // A rule that lacks by choice a need it cannot do without does not run: what it can do
-    // without in part (`partial`) then changes nothing, and is no reason to say `unknown`.
+    // A rule that lacks by choice a need it cannot do without does not run: what else it
+    // could not read then changes nothing, and is no reason to say `unknown` (reading it
+    // would not make the rule run). It does when what it lacks by choice is only what it can
+    // do without in part, and the unknown is a need it cannot.
     let only_partial_unknown = unknown.iter().all(|(s, _)| needs.partial.contains(s));
-    let not_run_anyway = only_partial_unknown && !not_looked.is_empty();
+    let lacks_by_choice_what_it_needs = not_looked.iter().any(|(s, _)| !needs.partial.contains(s));
+    let not_run_anyway = !not_looked.is_empty() && (only_partial_unknown || lacks_by_choice_what_it_needs);
     if !unknown.is_empty() && !not_run_anyway {
         let (missing, reason) = join(unknown);
         Coverage::Unknown { missing, reason }

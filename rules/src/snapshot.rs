@@ -35,7 +35,9 @@ pub use pods::{
     PodSource, QosClass, SparkRole, spark_version_of_image,
 };
 pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf, SparkConfRead};
-pub use storage::{DirBacking, FileSystemUse, ImageFs, Listener, LocalStorage, PodStorage, Remembered, StorageDir};
+pub use storage::{
+    DirBacking, FileSystemUse, ImageFs, Listener, LocalStorage, PodStorage, Remembered, StorageDir, UnseenDir,
+};
 
 /// One input of the snapshot.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,6 +13,7 @@ pub mod checkpoints;
 pub mod cluster;
 pub mod crd;
 pub mod detection;
+pub mod exposition;
 pub mod fleet;
 pub mod hosttree;
 pub mod manifests;

@@ -132,18 +132,6 @@ fn rules_named(expr: &str) -> BTreeSet<String> {
     out
 }
 
-/// docs/metrics.md's table: (name, type).
-fn documented_metrics() -> BTreeMap<String, String> {
-    read("docs/metrics.md")
-        .lines()
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
-            Some((name.to_string(), cells.get(2)?.to_string()))
-        })
-        .collect()
-}
-
 /// Whether `name` is a documented metric (a histogram's `_bucket`, `_sum` and `_count` series
 /// through the histogram).
 fn is_documented(name: &str, docs: &BTreeMap<String, String>) -> bool {
@@ -417,7 +405,7 @@ fn dashboard_model_is_well_formed() {
         .and_then(|r| r.strip_suffix(", node)"))
         .unwrap_or_else(|| panic!("the node variable is label_values(<metric>, node): {definition}"));
     assert!(
-        metric.starts_with("nodemedic_") && is_documented(metric, &documented_metrics()),
+        metric.starts_with("nodemedic_") && is_documented(metric, &nodemedic_tests::exposition::documented()),
         "the node variable lists a documented nodemedic metric's nodes: {metric}"
     );
 
@@ -462,7 +450,7 @@ fn dashboard_model_is_well_formed() {
     );
 
     // Every panel: title, description, the data source variable, queries.
-    let docs = documented_metrics();
+    let docs = nodemedic_tests::exposition::documented();
     let mut titles = BTreeSet::new();
     for p in panels(&d) {
         let t = title(p);

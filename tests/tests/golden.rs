@@ -233,16 +233,21 @@ fn text_report_says_which_rules_could_not_judge() {
         .skip_while(|l| !l.starts_with("coverage:"))
         .take_while(|l| !l.is_empty())
         .collect();
-    assert_eq!(section[0], "coverage: 18 of 23 rules judged", "{t}");
+    assert_eq!(section[0], "coverage: 20 of 26 rules judged", "{t}");
     assert!(
         section[1].starts_with("  unknown         cpuset-drift: cgroups: "),
         "{t}"
     );
+    // A one-shot scan has no growth to forecast: the daemon's rule, said as such.
     assert_eq!(
         section[2],
+        "  not applicable  local-storage-eviction-risk (local_storage: a one-shot scan measures once: growth is measured by the daemon over local_storage_window_seconds)"
+    );
+    assert_eq!(
+        section[3],
         "  not applicable  slow-api, slow-pod-admission, apiserver-unreachable, webhook-blocks-dry-run (api: not probed)"
     );
-    assert_eq!(section.len(), 3, "{t}");
+    assert_eq!(section.len(), 4, "{t}");
 
     // README's first command: the lines it shows are the command's.
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -261,7 +266,7 @@ fn text_report_says_which_rules_could_not_judge() {
         .skip_while(|l| !l.starts_with("coverage:"))
         .take_while(|l| !l.is_empty())
         .collect();
-    assert_eq!(sample.len(), 2, "README's sample has its coverage section");
+    assert_eq!(sample.len(), 3, "README's sample has its coverage section");
     for line in sample {
         assert!(
             run.stdout.lines().any(|l| l == line),

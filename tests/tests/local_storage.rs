@@ -201,6 +201,22 @@ async fn the_forecast_on_a_filling_file_system_holds_to_the_real_time_and_the_ev
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // The families that need a growing Spark pod are served now, as docs/metrics.md says,
+    // and Prometheus' own linter takes the text.
+    let (_, body) = agent.get("/metrics");
+    let served = nodemedic_tests::exposition::families(&body);
+    let documented = nodemedic_tests::exposition::documented();
+    for name in nodemedic_tests::exposition::GROWING_SPARK_POD_FAMILIES {
+        let kind = documented
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not in docs/metrics.md"));
+        assert!(
+            served.contains(&(name.to_string(), kind.clone())),
+            "{name} ({kind}) not served:\n{body}"
+        );
+    }
+    nodemedic_tests::exposition::promtool_check(&body).unwrap();
+
     // It is critical (under 5 minutes), against the nodefs threshold: the images (on the
     // machine's root) are not on the tmpfs.
     wait_for("the critical finding", Duration::from_secs(10), &agent, || {

@@ -235,7 +235,9 @@ async fn metrics_hold_no_names_values_or_contents() {
                     "podresources",
                     "pods",
                     "local_dirs",
+                    "local_storage",
                     "spark_conf",
+                    "listeners",
                     "manager_files",
                     "kubelet_version",
                 ]

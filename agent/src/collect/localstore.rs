@@ -19,6 +19,12 @@
 //!
 //! Growth is the change of a dir's bytes over the measurements of the window; it is reported
 //! once they span [`MIN_GROWTH_SPAN`] seconds.
+//!
+//! A claim's volume and a memory-backed emptyDir are mounts of their own. The DaemonSet mounts
+//! the kubelet's directory read-only without propagation, so a volume mounted after the agent
+//! started is not seen: its mount point reads as an empty directory of the kubelet's disk.
+//! Such a dir is not walked (its zero bytes would read as "nothing grows") but listed as
+//! unseen, and `local-storage-eviction-risk` says it could not look.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
@@ -27,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use nodemedic_rules::snapshot::storage::MIN_GROWTH_SPAN;
 use nodemedic_rules::snapshot::{
-    DirBacking, FileSystemUse, ImageFs, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir,
+    DirBacking, FileSystemUse, ImageFs, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir, UnseenDir,
 };
 
 use super::read::{list_dir, symlink_metadata};
@@ -96,6 +102,14 @@ struct Walked {
     files: u64,
     truncated: bool,
     device: Option<u64>,
+}
+
+/// Whether `path` is a directory on another file system than its parent's.
+fn is_mount_point(path: &Path) -> bool {
+    match (symlink_metadata(path), path.parent().map(symlink_metadata)) {
+        (Ok(m), Some(Ok(parent))) => m.is_dir() && m.dev() != parent.dev(),
+        _ => false,
+    }
 }
 
 fn allocated(meta: &std::fs::Metadata) -> u64 {
@@ -202,6 +216,7 @@ impl LocalStore {
         let mut out = Vec::new();
         let mut filesystems: BTreeMap<u64, FileSystemUse> = BTreeMap::new();
         let mut measured_roots = HashSet::new();
+        let mut unseen = Vec::new();
         let running: Vec<&PodInfo> = pods
             .iter()
             .filter(|p| p.spark_role().is_some() && !p.is_terminal() && !p.local_dir_volumes.is_empty())
@@ -215,11 +230,25 @@ impl LocalStore {
             let mut csi = csi.into_iter();
             let mut dirs = Vec::new();
             for v in &pod.local_dir_volumes {
+                let mut not_seen = |backing: DirBacking, path: &Path, reason: String| {
+                    unseen.push(UnseenDir {
+                        pod_uid: pod.uid.clone(),
+                        volume: v.name.clone(),
+                        backing,
+                        path: host.display(path),
+                        reason,
+                    });
+                };
                 let (backing, path) = if let Some(h) = &v.host_path {
                     (DirBacking::HostPath { path: h.clone() }, host.host(h))
                 } else if let Some(claim) = &v.claim {
-                    let Some(mount) = csi.next() else { continue };
-                    (DirBacking::Claim { claim: claim.clone() }, mount)
+                    let backing = DirBacking::Claim { claim: claim.clone() };
+                    let Some(mount) = csi.next() else {
+                        let dir = pod_dir.join("kubernetes.io~csi");
+                        not_seen(backing, &dir, "no CSI volume mount of the pod's here".into());
+                        continue;
+                    };
+                    (backing, mount)
                 } else if v.memory {
                     (
                         DirBacking::Memory,
@@ -231,6 +260,21 @@ impl LocalStore {
                         pod_dir.join("kubernetes.io~empty-dir").join(&v.name),
                     )
                 };
+                // A claim's file system and a memory-backed tmpfs are mounts of their own: where
+                // the path is not a mount point here, what is below it is not the volume.
+                if matches!(backing, DirBacking::Claim { .. } | DirBacking::Memory)
+                    && symlink_metadata(&path).is_ok()
+                    && !is_mount_point(&path)
+                {
+                    not_seen(
+                        backing,
+                        &path,
+                        "not a mount point as the agent sees it: the volume was mounted after the agent started, \
+                         and the agent's mount of the kubelet's directory does not propagate later mounts"
+                            .into(),
+                    );
+                    continue;
+                }
                 let walked = self.walk(&path, now, window, &mut seen);
                 let Some(device) = walked.device else { continue };
                 measured_roots.insert(path.clone());
@@ -311,6 +355,7 @@ impl LocalStore {
             pods: out,
             filesystems: filesystems.into_values().collect(),
             imagefs,
+            unseen,
             remembered: self.remembered.clone(),
         })
     }

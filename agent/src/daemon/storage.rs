@@ -158,6 +158,7 @@ mod tests {
                 nodefs: true,
             }],
             imagefs: Default::default(),
+            unseen: vec![],
             remembered: Default::default(),
         })
     }

@@ -158,7 +158,8 @@ fn each_failed_source_makes_the_rules_that_need_it_unknown() {
                 "exclusive-cpu-shortage",
                 "executor-without-owner",
                 "half-submitted-driver",
-                "local-storage-eviction-risk",
+                // Not it: a one-shot snapshot has no growth (local_storage not looked at), so
+                // it would not run with the pods either.
                 "orphaned-executor",
                 "scheduler-conflict",
                 "shuffle-service-missing",
@@ -285,6 +286,30 @@ fn a_rule_that_runs_in_part_is_unknown_and_keeps_what_holds_anyway() {
     let drift = &judge(&snap, &Settings::default()).coverage["cpuset-drift"];
     assert_eq!(drift.status(), "unknown");
     assert!(!drift.runs(&rules::by_id("cpuset-drift").unwrap().needs));
+}
+
+/// A rule that lacks by choice a need it cannot do without is not applicable, whatever else it
+/// could not read: reading that would not make it run. `shuffle-service-missing` offline on a
+/// host without a socket table is not applicable (it needs the pods); with the pods, unknown.
+#[test]
+fn lacking_a_need_by_choice_outweighs_an_unknown_that_would_change_nothing() {
+    let mut snap = node();
+    snap.host.listeners = Observed::Missing {
+        path: "/proc/1/net/tcp".into(),
+    };
+    assert_eq!(unknown_ids(&snap), ["shuffle-service-missing"]);
+    snap.pods.source = PodSource::Cgroups;
+    snap.pods.list = Observed::NotApplicable {
+        reason: "--offline".into(),
+    };
+    let j = judge(&snap, &Settings::default());
+    let c = &j.coverage["shuffle-service-missing"];
+    assert_eq!(c.status(), "not_applicable");
+    assert_eq!(
+        c.lacking().map(|(m, r)| (m.to_vec(), r)),
+        Some((vec![Source::Pods], "pods: --offline"))
+    );
+    assert!(j.unknown().next().is_none(), "{:?}", j.unknown().collect::<Vec<_>>());
 }
 
 /// `spark_conf`: absent with nothing to read, read when a driver's file was, unknown (naming the

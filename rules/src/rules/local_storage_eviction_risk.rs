@@ -239,7 +239,53 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settin
             ),
         );
     }
+    if let crate::snapshot::Observed::Ok(storage) = &snap.host.local_storage {
+        unseen(snap, storage, &mut findings);
+    }
     findings
+}
+
+/// The disk-backed local dirs the agent could not measure: named in the pod's finding, or in
+/// an info finding of their own (could not look is not "nothing grows").
+fn unseen(snap: &NodeSnapshot, storage: &crate::snapshot::LocalStorage, findings: &mut Vec<Finding>) {
+    let mut by_pod: std::collections::BTreeMap<&str, Vec<&crate::snapshot::UnseenDir>> = Default::default();
+    for u in storage.unseen.iter().filter(|u| u.backing != DirBacking::Memory) {
+        by_pod.entry(u.pod_uid.as_str()).or_default().push(u);
+    }
+    for (uid, dirs) in by_pod {
+        let Some(pod) = snap.pods.bound.iter().find(|p| p.uid == uid) else {
+            continue;
+        };
+        let json: Vec<Value> = dirs
+            .iter()
+            .map(|u| json!({"volume": u.volume, "backing": u.backing, "path": u.path, "reason": u.reason}))
+            .collect();
+        if let Some(f) = findings.iter_mut().find(|f| f.subject.uid.as_deref() == Some(uid)) {
+            f.evidence.insert("unseen_local_dirs".into(), Value::Array(json));
+            continue;
+        }
+        let names: Vec<&str> = dirs.iter().map(|u| u.volume.as_str()).collect();
+        findings.push(
+            Finding::new(
+                ID,
+                Severity::Info,
+                Subject::pod(pod),
+                format!(
+                    "the local dir(s) {} of Spark pod {} ({}) could not be measured: {}; their growth is not forecast",
+                    names.join(", "),
+                    pod.display(),
+                    pod.spark_app().unwrap_or("no spark-app-selector"),
+                    dirs[0].reason
+                ),
+                "to measure volumes mounted after the agent started, mount the kubelet's directory into the agent with \
+                 mountPropagation: HostToContainer (which recursiveReadOnly does not allow: see docs/rules/local-storage-eviction-risk.md); \
+                 restarting the agent's pod sees the volumes mounted until then"
+                    .to_string(),
+            )
+            .with("app_id", pod.spark_app())
+            .with("unseen_local_dirs", Value::Array(json)),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -361,6 +361,7 @@ impl SnapshotBuilder {
             imagefs: ImageFs::Dedicated {
                 path: "/var/lib/containerd".into(),
             },
+            unseen: vec![],
             remembered: Default::default(),
         });
         self

@@ -77,6 +77,19 @@ pub struct FileSystemUse {
     pub nodefs: bool,
 }
 
+/// A local dir the agent could not measure: a volume mounted after the agent started is not
+/// seen through its read-only, non-propagating mount of the kubelet's directory, and its
+/// mount point reads as an empty directory of the kubelet's disk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UnseenDir {
+    pub pod_uid: String,
+    pub volume: String,
+    pub backing: DirBacking,
+    /// Host path where it would be.
+    pub path: String,
+    pub reason: String,
+}
+
 /// Where the container runtime keeps its images (the kubelet's imagefs), against the kubelet's
 /// own file system: whether `imagefs.available` thresholds apply to the file system Spark's
 /// emptyDirs are on.
@@ -133,6 +146,8 @@ pub struct LocalStorage {
     pub filesystems: Vec<FileSystemUse>,
     /// Whether the runtime's image file system is the kubelet's.
     pub imagefs: ImageFs,
+    /// Local dirs of running Spark pods that could not be measured.
+    pub unseen: Vec<UnseenDir>,
     /// Pods measured before, by UID (those measured now included).
     pub remembered: BTreeMap<String, Remembered>,
 }

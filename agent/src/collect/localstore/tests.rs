@@ -125,12 +125,43 @@ fn an_unchanged_tree_is_not_listed_again() {
     assert!(d.bytes >= 200 * 4096 + (1 << 20), "{}", d.bytes);
 }
 
+/// A tmpfs mounted at a path for a test (CI runs as root), unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn tmpfs(at: &Path) -> Mounted {
+        std::fs::create_dir_all(at).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(at)
+            .status()
+            .expect("mount(8)");
+        assert!(
+            status.success(),
+            "mount -t tmpfs {}: {status} (needs root, as CI runs it)",
+            at.display()
+        );
+        Mounted(at.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A memory-backed emptyDir and a claim are mounts of their own (here real tmpfs mounts); a
+/// hostPath is the node's path; where a claim's or tmpfs's mount is not seen (mounted after
+/// the agent started), its empty mount point is not read as its contents.
 #[test]
 fn memory_host_path_and_claimed_dirs_are_told_apart() {
     let dir = tempfile::tempdir().unwrap();
     let host = HostPaths::new(dir.path(), None);
     let kubelet = host.kubelet_dir(None);
     let pod = kubelet.join("pods/u1/volumes");
+    let _memory = Mounted::tmpfs(&pod.join("kubernetes.io~empty-dir/spark-local-dir-1"));
+    let _claim = Mounted::tmpfs(&pod.join("kubernetes.io~csi/pvc-0a1b/mount"));
     write(
         &pod.join("kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-a/f"),
         4096,
@@ -163,6 +194,10 @@ fn memory_host_path_and_claimed_dirs_are_told_apart() {
     let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, now, 600.0, ImageFs::default()) else {
         panic!()
     };
+    assert!(s.unseen.is_empty(), "{:?}", s.unseen);
+    let claimed = s.pods[0].dirs.iter().find(|d| d.volume == "spark-local-dir-2").unwrap();
+    assert_eq!(claimed.bytes, 8192, "the claim's own file system");
+    assert_ne!(claimed.device, s.pods[0].dirs[2].device);
     let dirs = &s.pods[0].dirs;
     let got: Vec<(&str, &DirBacking, &str, bool)> = dirs
         .iter()
@@ -203,8 +238,77 @@ fn memory_host_path_and_claimed_dirs_are_told_apart() {
     };
     assert!(s.pods.is_empty());
     assert!(s.remembered.contains_key("u1"));
+    assert!(s.unseen.is_empty(), "{:?}", s.unseen);
     let Observed::Ok(s) = store.measure(&host, &kubelet, &[], now + 120.0, 600.0, ImageFs::default()) else {
         panic!()
     };
     assert!(s.remembered.is_empty());
+}
+
+/// Volumes mounted after the agent started are not seen through its mount of the kubelet's
+/// directory: their mount points are plain empty directories there. They are listed as
+/// unseen, not measured as empty; a claim without any CSI mount is unseen too.
+#[test]
+fn mounts_the_agent_does_not_see_are_unseen_not_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let pod = kubelet.join("pods/u2/volumes");
+    std::fs::create_dir_all(pod.join("kubernetes.io~csi/pvc-9f/mount")).unwrap();
+    std::fs::create_dir_all(pod.join("kubernetes.io~empty-dir/spark-local-dir-1")).unwrap();
+    let claim = |name: &str| LocalDirVolume {
+        name: name.into(),
+        claim: Some(format!("exec-2-{name}")),
+        ..Default::default()
+    };
+    let volumes = vec![
+        LocalDirVolume {
+            name: "spark-local-dir-1".into(),
+            memory: true,
+            ..Default::default()
+        },
+        claim("spark-local-dir-2"),
+        // A second claim, and only one CSI mount.
+        claim("spark-local-dir-3"),
+    ];
+    let pods = [executor("u2", volumes)];
+    let mut store = LocalStore::default();
+    let now = unix_now();
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0, ImageFs::default());
+    let Observed::Ok(s) = store.measure(&host, &kubelet, &pods, now, 600.0, ImageFs::default()) else {
+        panic!()
+    };
+    assert!(s.pods.is_empty(), "nothing measured: {:?}", s.pods);
+    let got: Vec<(&str, &str, bool)> = s
+        .unseen
+        .iter()
+        .map(|u| {
+            (
+                u.volume.as_str(),
+                u.path.as_str(),
+                u.reason.starts_with("not a mount point"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "spark-local-dir-1",
+                "/var/lib/kubelet/pods/u2/volumes/kubernetes.io~empty-dir/spark-local-dir-1",
+                true
+            ),
+            (
+                "spark-local-dir-2",
+                "/var/lib/kubelet/pods/u2/volumes/kubernetes.io~csi/pvc-9f/mount",
+                true
+            ),
+            (
+                "spark-local-dir-3",
+                "/var/lib/kubelet/pods/u2/volumes/kubernetes.io~csi",
+                false
+            ),
+        ]
+    );
+    assert_eq!(s.unseen[2].reason, "no CSI volume mount of the pod's here");
 }

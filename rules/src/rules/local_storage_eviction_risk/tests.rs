@@ -241,3 +241,61 @@ fn an_emptydir_size_limit_is_a_limit_of_its_own() {
     // 1024 s: a warning, not critical.
     assert_eq!(f[0].evidence["forecast_seconds"], 1024);
 }
+
+/// A claimed local dir mounted after the agent started is not seen: the rule says it could not
+/// look (info), or adds it to the pod's finding, and never reads it as "nothing grows".
+#[test]
+fn an_unseen_local_dir_is_said() {
+    let pods = [
+        executor("e1", "spark-1", None),
+        executor("e2", "spark-2", Some(10 * GIB)),
+    ];
+    let claim = |uid: &str| UnseenDir {
+        pod_uid: uid.into(),
+        volume: "spark-local-dir-2".into(),
+        backing: DirBacking::Claim {
+            claim: format!("{uid}-pvc-0"),
+        },
+        path: format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~csi/pvc-1/mount"),
+        reason: "not a mount point as the agent sees it".into(),
+    };
+    let mut snap = SnapshotBuilder::spark_node(&pods)
+        .with_local_storage(
+            0,
+            vec![PodStorage {
+                pod_uid: "e2".into(),
+                dirs: vec![empty_dir_use("spark-local-dir-1", 8 * GIB, 10.0 * MIB)],
+            }],
+            vec![nodefs(1000 * GIB, 900 * GIB)],
+        )
+        .build();
+    if let Observed::Ok(s) = &mut snap.host.local_storage {
+        s.unseen = vec![claim("e1"), claim("e2")];
+        // A memory-backed dir unseen is no disk: not said.
+        s.unseen.push(UnseenDir {
+            backing: DirBacking::Memory,
+            volume: "spark-local-dir-3".into(),
+            ..claim("e1")
+        });
+    }
+    let f = run(&snap);
+    assert_eq!(f.len(), 2, "{f:#?}");
+    let e1 = f.iter().find(|f| f.subject.uid.as_deref() == Some("e1")).unwrap();
+    assert_eq!(e1.severity, Severity::Info);
+    assert!(
+        e1.summary.contains("the local dir(s) spark-local-dir-2 of Spark pod"),
+        "{}",
+        e1.summary
+    );
+    assert!(
+        e1.summary.contains("could not be measured: not a mount point"),
+        "{}",
+        e1.summary
+    );
+    assert_eq!(e1.evidence["unseen_local_dirs"].as_array().unwrap().len(), 1);
+    assert!(e1.remedy.contains("HostToContainer"), "{}", e1.remedy);
+    // The pod with a forecast keeps it, and names what it could not see.
+    let e2 = f.iter().find(|f| f.subject.uid.as_deref() == Some("e2")).unwrap();
+    assert_eq!(e2.severity, Severity::Critical);
+    assert_eq!(e2.evidence["unseen_local_dirs"][0]["volume"], "spark-local-dir-2");
+}
