@@ -2,8 +2,9 @@
 # Runs every nodemedic benchmark and keeps the output: the shipped build of nodemedic (profile
 # `dist`, as in the image) with release builds of the bench programs, the criterion benches,
 # scan-bench, floor-bench (the scan against the floor of its own file reads), daemon-bench,
-# fleet-bench (30 agents at default settings), compare-bench (nodemedic against node_exporter) and
-# detection-bench (how fast the daemon reports a change). Not part of CI: it takes about 40 minutes with the defaults, and its numbers only mean something on a quiet
+# fleet-bench (30 agents at default settings), compare-bench (nodemedic against node_exporter),
+# detection-bench (how fast the daemon reports a change) and storage-bench (the walk of Spark's
+# local dirs at 50 executors x 10,000 shuffle files). Not part of CI: it takes about 40 minutes with the defaults, and its numbers only mean something on a quiet
 # machine. The numbers in docs/performance.md come from it.
 #
 # Usage (from anywhere in the repository):
@@ -96,6 +97,9 @@ step "compare-bench $compare_minutes $runs"
 
 step "detection-bench $detection_rounds"
 "$bin/detection-bench" "$detection_rounds"
+
+step "storage-bench 50 10000 $runs"
+"$bin/storage-bench" 50 10000 "$runs"
 
 step "Done"
 echo "load average at end: $(cat /proc/loadavg)"

@@ -9,10 +9,11 @@
 //! no other file system below a dir is entered.
 //!
 //! The walk is incremental. The store keeps, for every directory it has seen, its modification
-//! time, the bytes and count of its files that were last modified before the window (shuffle
-//! files are written once: they do not change), and its files modified within the window (which
-//! may still grow). A directory whose modification time has not changed since the last walk is
-//! not listed: only those recent files are looked at again. One whose time changed (files were
+//! time, the bytes and count of its files last modified more than [`HOT_SECONDS`] ago (Spark
+//! writes a shuffle or spill file within one task and closes it: such files no longer change),
+//! and its files modified since (which may still grow). A directory whose modification time
+//! has not changed since the last walk is not listed: only those recent files are looked at
+//! again. One whose time changed (files were
 //! created or removed) is listed and its files looked at. So a walk costs a `stat` per directory
 //! and per recent file, and a listing and a `stat` per entry of the directories that changed,
 //! not a `stat` per file of the tree. At most [`MAX_ENTRIES`] entries are visited per local dir.
@@ -43,15 +44,23 @@ use crate::host::HostPaths;
 /// lower bound and say so.
 pub const MAX_ENTRIES: usize = 200_000;
 
+/// A file modified within this many seconds may still grow: it is looked at on every walk;
+/// older ones are counted once. Two minutes is two walks at the default
+/// `local_storage_interval_seconds`; the cost of a longer horizon is a `stat` per recent file
+/// per walk and their names kept (docs/performance.md, "Spark's local storage"). A file
+/// appended to after sitting two minutes unchanged, in a directory where nothing was created
+/// or removed since, is not seen to grow until something is.
+pub const HOT_SECONDS: f64 = 120.0;
+
 /// What the store keeps of one directory.
 #[derive(Debug, Default)]
 struct DirTrack {
     /// Its modification time (seconds, nanoseconds) at the last walk.
     mtime: (i64, i64),
-    /// Bytes and count of its files last modified before the window.
+    /// Bytes and count of its files last modified [`HOT_SECONDS`] ago or earlier.
     cold_bytes: u64,
     cold_files: u64,
-    /// Its files modified within the window: name, bytes, modification time.
+    /// Its files modified since: name, bytes, modification time.
     hot: Vec<(OsString, u64, i64)>,
     /// Its subdirectories (on the same file system).
     subdirs: Vec<PathBuf>,
@@ -120,6 +129,7 @@ impl LocalStore {
     /// Walks `root` incrementally; `now` and `window` in seconds.
     fn walk(&mut self, root: &Path, now: f64, window: f64, seen: &mut HashSet<PathBuf>) -> Walked {
         let mut w = Walked::default();
+        let hot_for = HOT_SECONDS.min(window);
         let Ok(meta) = symlink_metadata(root) else { return w };
         if !meta.is_dir() {
             return w;
@@ -135,14 +145,30 @@ impl LocalStore {
             let unchanged =
                 track.mtime == mtime && (track.cold_files > 0 || !track.hot.is_empty() || !track.subdirs.is_empty());
             if unchanged {
-                // Only the recent files can have grown; those older than the window now are cold.
+                // Only the recent files can have grown; those older than the horizon now are cold.
                 let mut hot = Vec::with_capacity(track.hot.len());
+                // Each looked at relative to the directory, opened once (an fstatat by name,
+                // not the whole path's lookup per file).
+                let opened = if track.hot.is_empty() {
+                    None
+                } else {
+                    super::read::trace::stat(&dir);
+                    std::fs::File::open(&dir).ok()
+                };
                 for (name, bytes, at) in std::mem::take(&mut track.hot) {
-                    let (bytes, at) = match symlink_metadata(&dir.join(&name)) {
-                        Ok(m) if m.is_file() => (allocated(&m), m.mtime()),
+                    if super::read::trace::on() {
+                        super::read::trace::stat(&dir.join(&name));
+                    }
+                    let now_is = opened.as_ref().and_then(|d| {
+                        nix::sys::stat::fstatat(d, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()
+                    });
+                    let (bytes, at) = match now_is {
+                        Some(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG => {
+                            ((st.st_blocks as u64).saturating_mul(512), st.st_mtime)
+                        }
                         _ => (bytes, at),
                     };
-                    if now - (at as f64) < window {
+                    if now - (at as f64) < hot_for {
                         hot.push((name, bytes, at));
                     } else {
                         track.cold_bytes += bytes;
@@ -164,13 +190,16 @@ impl LocalStore {
                         break;
                     }
                     let path = e.path();
-                    let Ok(m) = symlink_metadata(&path) else { continue };
+                    // Relative to the open directory (an fstatat, not the whole path's lookup
+                    // again); not following a symlink, as symlink_metadata.
+                    super::read::trace::stat(&path);
+                    let Ok(m) = e.metadata() else { continue };
                     if m.is_dir() {
                         if m.dev() == device {
                             fresh.subdirs.push(path);
                         }
                     } else if m.is_file() {
-                        if now - (m.mtime() as f64) < window {
+                        if now - (m.mtime() as f64) < hot_for {
                             fresh.hot.push((e.file_name(), allocated(&m), m.mtime()));
                         } else {
                             fresh.cold_bytes += allocated(&m);

@@ -190,6 +190,12 @@ pub mod trace {
         OPS.lock().map(|mut ops| std::mem::take(&mut *ops)).unwrap_or_default()
     }
 
+    /// Whether recording is on: a caller that would build a path only to record it asks first.
+    #[inline]
+    pub fn on() -> bool {
+        ON.load(Ordering::Relaxed)
+    }
+
     fn record(op: Op, path: &Path) {
         if ON.load(Ordering::Relaxed) {
             if let Ok(mut ops) = OPS.lock() {

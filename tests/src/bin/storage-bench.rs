@@ -18,56 +18,32 @@
 //!    one meets a warm cache too) in four states:
 //!    - **first walk**: a new store (the agent just started): every directory listed, every
 //!      entry stat'd;
-//!    - **unchanged, old files**: the files are older than the window (they were written over
-//!      ten minutes ago), nothing changed since the last walk: a stat per directory;
-//!    - **unchanged, recent files**: the same tree, written within the window (shuffle being
-//!      written now may still grow): a stat per directory and per recent file;
+//!    - **unchanged, every file recent**: nothing changed since the last walk, every file
+//!      modified within `HOT_SECONDS` (may still grow): a stat per directory and per file;
+//!    - **unchanged, old files**: nothing changed, the files older than that: a stat per
+//!      directory;
 //!    - **1% new files**: every pod writes FILES/100 new files between two walks (a shuffle
-//!      being written): the directories that changed are listed again.
+//!      being written; the earlier files old): the directories that changed are listed again.
+//!
+//!    The store is given its clock (as the daemon gives it the time), so which files are
+//!    recent does not depend on how long the writing took.
 //! 3. Counts the file-system operations of one walk of each state with the agent's own
-//!    recorder (every listing and stat goes through it), and the heap the store keeps between
-//!    walks (a counting allocator: bytes live after the walk, less before it).
+//!    recorder (every listing and stat goes through it), and the memory the store keeps
+//!    between walks: in a child process (this program, `--store-rss ROOT PODS AT`) that
+//!    makes one walk, the growth of its resident set from before the store to after the walk,
+//!    with the files recent and with them old.
 //!
 //! Prints a Markdown table; docs/performance.md ("Spark's local storage") has the numbers.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use nodemedic::collect::localstore::LocalStore;
 use nodemedic::collect::read::trace::{self, Op};
 use nodemedic::host::HostPaths;
 use nodemedic_rules::snapshot::{ImageFs, LocalDirVolume, Observed, PodInfo};
-use nodemedic_tests::measure::stats;
-
-/// The system allocator, counting the bytes live.
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; only a counter is added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+use nodemedic_tests::measure::{stats, status_kib};
 
 const WINDOW: f64 = 600.0;
 
@@ -84,28 +60,29 @@ struct Bench {
     pods: Vec<PodInfo>,
     /// Each pod's block manager directory.
     blockmgrs: Vec<PathBuf>,
-    files: usize,
+    /// When the writing of the files began and ended, unix seconds.
+    began: f64,
+    ended: f64,
 }
 
 impl Bench {
-    fn write(root: &Path, pods: usize, files: usize) -> Result<Bench, String> {
+    /// The node's paths and pods (nothing written).
+    fn layout(root: &Path, pods: usize) -> Bench {
         let host = HostPaths::new(root, None);
         let kubelet = host.kubelet_dir(None);
         let mut infos = vec![];
         let mut blockmgrs = vec![];
         for p in 0..pods {
             let uid = format!("0000{p:04}-5b1e-4c3a-9d2f-6a7b8c9d0e1f");
-            let blockmgr = kubelet
-                .join("pods")
-                .join(&uid)
-                .join("volumes/kubernetes.io~empty-dir/spark-local-dir-1")
-                .join(format!("blockmgr-{p:08}-3f2e-4d1c-8b7a-0123456789ab"));
-            for sub in 0..64 {
-                let d = blockmgr.join(format!("{sub:02x}"));
-                std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-            }
+            blockmgrs.push(
+                kubelet
+                    .join("pods")
+                    .join(&uid)
+                    .join("volumes/kubernetes.io~empty-dir/spark-local-dir-1")
+                    .join(format!("blockmgr-{p:08}-3f2e-4d1c-8b7a-0123456789ab")),
+            );
             infos.push(PodInfo {
-                uid: uid.clone(),
+                uid,
                 namespace: "spark".into(),
                 name: format!("etl-{p}-exec-1"),
                 phase: "Running".into(),
@@ -120,24 +97,36 @@ impl Bench {
                 }],
                 ..Default::default()
             });
-            blockmgrs.push(blockmgr);
         }
-        let bench = Bench {
+        Bench {
             host,
             kubelet,
             pods: infos,
             blockmgrs,
-            files,
-        };
-        for p in 0..pods {
-            bench.shuffle(p, 0, files)?;
+            began: 0.0,
+            ended: 0.0,
         }
+    }
+
+    /// Writes the node: every pod's 64 subdirectories and its `files` shuffle files.
+    fn write(root: &Path, pods: usize, files: usize) -> Result<Bench, String> {
+        let mut bench = Bench::layout(root, pods);
+        bench.began = unix_now().floor() - 1.0;
+        for p in 0..pods {
+            for sub in 0..64 {
+                let d = bench.blockmgrs[p].join(format!("{sub:02x}"));
+                std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            }
+            bench.shuffle(p, 0, files, None)?;
+        }
+        bench.ended = unix_now();
         Ok(bench)
     }
 
     /// Writes the shuffle files `from..to` of pod `p`: a `.data` and an `.index` per map task,
-    /// placed in the subdirectory of their name's hash as Spark does (here: the map id).
-    fn shuffle(&self, p: usize, from: usize, to: usize) -> Result<(), String> {
+    /// placed in the subdirectory of their name's hash as Spark does (here: the map id); with
+    /// `mtime`, their modification time is set to it (unix seconds).
+    fn shuffle(&self, p: usize, from: usize, to: usize, mtime: Option<f64>) -> Result<(), String> {
         let data = vec![7u8; 4096];
         for i in from..to {
             let map = i / 2;
@@ -148,28 +137,38 @@ impl Bench {
             };
             let path = self.blockmgrs[p].join(format!("{:02x}", map % 64)).join(name);
             std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Some(at) = mtime {
+                let t = nix::sys::time::TimeSpec::new(at as i64, 0);
+                nix::sys::stat::utimensat(
+                    nix::fcntl::AT_FDCWD,
+                    &path,
+                    &t,
+                    &t,
+                    nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+                )
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
         }
         Ok(())
     }
 
-    fn measure(&self, store: &mut LocalStore, now: f64) -> Result<(u64, u64), String> {
+    /// One measurement; the files it counted (none on a store's first measurement, which
+    /// has no growth yet and reports nothing).
+    fn measure(&self, store: &mut LocalStore, now: f64) -> Result<Option<u64>, String> {
         match store.measure(&self.host, &self.kubelet, &self.pods, now, WINDOW, ImageFs::default()) {
-            Observed::Ok(s) => Ok((
-                s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.bytes).sum(),
-                s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum(),
-            )),
+            Observed::Ok(s) => Ok(Some(s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum())),
+            Observed::NotApplicable { reason } if reason.starts_with("growth needs") => Ok(None),
             other => Err(format!("local storage not measured: {other:?}")),
         }
     }
 }
 
-/// One row: a state's wall times, the operations of one of its walks, and the store's heap.
+/// One row: a state's wall times and the operations of one of its walks.
 struct Row {
     state: &'static str,
     millis: Vec<f64>,
     lists: usize,
     stats: usize,
-    heap: i64,
     files: u64,
 }
 
@@ -178,15 +177,15 @@ fn row(
     state: &'static str,
     runs: usize,
     mut prepare: impl FnMut() -> Result<(), String>,
-    mut walk: impl FnMut() -> Result<(u64, u64), String>,
-    heap: impl Fn() -> i64,
+    mut walk: impl FnMut() -> Result<Option<u64>, String>,
+    written: impl Fn() -> u64,
 ) -> Result<Row, String> {
     let mut millis = vec![];
     let mut files = 0;
     for _ in 0..runs {
         prepare()?;
         let t = Instant::now();
-        files = walk()?.1;
+        files = walk()?.unwrap_or_else(&written);
         millis.push(t.elapsed().as_secs_f64() * 1e3);
     }
     prepare()?;
@@ -198,9 +197,40 @@ fn row(
         millis,
         lists: ops.iter().filter(|(op, _)| *op == Op::List).count(),
         stats: ops.iter().filter(|(op, _)| *op == Op::Stat).count(),
-        heap: heap(),
         files,
     })
+}
+
+fn rss_kib() -> u64 {
+    status_kib(std::process::id(), "VmRSS:").unwrap_or(0)
+}
+
+/// The child: one walk of the tree at `root` by a new store at unix time `at`; prints the
+/// growth of the resident set in KiB.
+fn store_rss(root: &Path, pods: usize, at: f64) -> Result<(), String> {
+    let bench = Bench::layout(root, pods);
+    let before = rss_kib();
+    let mut store = LocalStore::default();
+    bench.measure(&mut store, at)?;
+    println!("{}", rss_kib().saturating_sub(before));
+    drop(store);
+    Ok(())
+}
+
+/// [`store_rss`] in a child process.
+fn child_rss(root: &Path, pods: usize, at: f64) -> Result<f64, String> {
+    let me = std::env::current_exe().map_err(|e| format!("this program: {e}"))?;
+    let out = Command::new(me)
+        .arg("--store-rss")
+        .arg(root)
+        .args([pods.to_string(), format!("{at:.3}")])
+        .output()
+        .map_err(|e| format!("--store-rss: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse::<f64>()
+        .map(|kib| kib / 1024.0)
+        .map_err(|_| format!("--store-rss printed {text:?}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String> {
@@ -216,93 +246,104 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
         tmp.path().display(),
         t.elapsed().as_secs_f64()
     );
+    // The store's clock decides which files are recent (modified within HOT_SECONDS of it):
+    // set to when the writing began, every file is; set past the window after it ended, none.
+    let (began, ended) = (bench.began, bench.ended);
+    let later = ended + WINDOW + 60.0;
+    let recent_mib = child_rss(tmp.path(), pods, began)?;
+    let old_mib = child_rss(tmp.path(), pods, later)?;
+    let total = (pods * files) as u64;
     let mut rows = vec![];
 
-    // Written just now: every file is recent. The store is new on every run.
-    let mut kept = 0i64;
+    // A new store on every run: what the agent does once, when it starts (with every file
+    // recent, the most it keeps).
     rows.push(row(
         "first walk (agent start)",
         runs,
         || Ok(()),
-        || {
-            let before = LIVE.load(Ordering::Relaxed);
-            let mut store = LocalStore::default();
-            let r = bench.measure(&mut store, unix_now());
-            kept = LIVE.load(Ordering::Relaxed) - before;
-            r
-        },
-        || kept,
+        || bench.measure(&mut LocalStore::default(), began),
+        || total,
     )?);
 
     let mut store = LocalStore::default();
-    let base = LIVE.load(Ordering::Relaxed);
-    bench.measure(&mut store, unix_now())?;
+    bench.measure(&mut store, began)?;
     rows.push(row(
-        "unchanged, recent files (within the window)",
+        "unchanged, every file recent (modified within HOT_SECONDS)",
         runs,
         || Ok(()),
-        || bench.measure(&mut store, unix_now()),
-        || LIVE.load(Ordering::Relaxed) - base,
+        || bench.measure(&mut store, began),
+        || total,
     )?);
 
-    // The same tree seen from the window's end: its files are older than the window now.
-    let later = unix_now() + WINDOW + 60.0;
     let mut store = LocalStore::default();
-    let base = LIVE.load(Ordering::Relaxed);
     bench.measure(&mut store, later)?;
     rows.push(row(
-        "unchanged, old files (past the window)",
+        "unchanged, old files",
         runs,
         || Ok(()),
         || bench.measure(&mut store, later),
-        || LIVE.load(Ordering::Relaxed) - base,
+        || total,
     )?);
 
-    // Every pod writes 1% more files between two walks.
+    // A shuffle being written: between two walks a minute apart every pod writes 1% more
+    // files (recent: modified a second before the walk); the earlier ones are old.
     let step = (files / 100).max(1);
-    let mut written = files;
+    let written = std::cell::Cell::new(files);
+    let clock = std::cell::Cell::new(later);
     let mut store = LocalStore::default();
-    let base = LIVE.load(Ordering::Relaxed);
-    bench.measure(&mut store, unix_now())?;
+    bench.measure(&mut store, later)?;
     rows.push(row(
         "1% new files per pod since the last walk",
         runs,
         || {
+            clock.set(clock.get() + 60.0);
             for p in 0..pods {
-                bench.shuffle(p, written, written + step)?;
+                bench.shuffle(p, written.get(), written.get() + step, Some(clock.get() - 1.0))?;
             }
-            written += step;
+            written.set(written.get() + step);
             Ok(())
         },
-        || bench.measure(&mut store, unix_now()),
-        || LIVE.load(Ordering::Relaxed) - base,
+        || bench.measure(&mut store, clock.get()),
+        || (pods * written.get()) as u64,
     )?);
 
     println!();
     println!(
-        "| state ({pods} pods x {} files) | wall ms, median (min-max) of {runs} | per 1,000 files | listings | stats | store heap |",
-        bench.files
+        "| state ({pods} pods x {files} files) | wall ms, median (min-max) of {runs} | per 1,000 files | listings | stats |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     for r in &rows {
         let (min, median, max) = stats(r.millis.clone());
         println!(
-            "| {} | {median:.1} ({min:.1}-{max:.1}) | {:.2} ms | {} | {} | {:.1} MiB |",
+            "| {} | {median:.1} ({min:.1}-{max:.1}) | {:.3} ms | {} | {} |",
             r.state,
             median / (r.files as f64 / 1000.0),
             r.lists,
             r.stats,
-            r.heap as f64 / (1 << 20) as f64
         );
     }
+    println!();
+    println!(
+        "memory the store keeps after one walk (resident set growth of a child process): \
+         {recent_mib:.1} MiB with the files recent, {old_mib:.1} MiB with them past the window"
+    );
     Ok(())
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
-    let dir = args.get(3).map_or(PathBuf::from("/var/tmp"), PathBuf::from);
-    match run(arg(0, 50), arg(1, 10_000), arg(2, 11).max(1), &dir) {
+    let result = if args.first().map(String::as_str) == Some("--store-rss") {
+        let n = |i: usize| args.get(i).and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0);
+        match args.get(1) {
+            Some(root) => store_rss(Path::new(root), n(2) as usize, n(3)),
+            None => Err("--store-rss ROOT PODS AT".into()),
+        }
+    } else {
+        let arg = |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+        let dir = args.get(3).map_or(PathBuf::from("/var/tmp"), PathBuf::from);
+        run(arg(0, 50), arg(1, 10_000), arg(2, 11).max(1), &dir)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("storage-bench: {e}");
