@@ -113,7 +113,9 @@ fn measure(dir: &Path) -> Measured {
             }
             let path = e.path();
             trace::stat(&path);
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            // Relative to the open directory (an fstatat by name, not the whole path's lookup
+            // again); a symlink is not followed, as with symlink_metadata.
+            let Ok(meta) = e.metadata() else {
                 continue;
             };
             m.newest = m.newest.max(Some(meta.mtime()));

@@ -33,6 +33,11 @@
 //!    makes one walk, the growth of its resident set from before the store to after the walk,
 //!    with the files recent and with them old.
 //!
+//! 4. Times a one-shot `nodemedic scan` of the node (its pods file beside it; `NODEMEDIC_BIN`,
+//!    else the `nodemedic` beside this program) against the same node with its local dirs
+//!    empty: a scan does not measure local storage (it has no growth to forecast), and this
+//!    shows what the files cost it.
+//!
 //! Prints a Markdown table; docs/performance.md ("Spark's local storage") has the numbers.
 
 use std::path::{Path, PathBuf};
@@ -43,7 +48,7 @@ use nodemedic::collect::localstore::LocalStore;
 use nodemedic::collect::read::trace::{self, Op};
 use nodemedic::host::HostPaths;
 use nodemedic_rules::snapshot::{ImageFs, LocalDirVolume, Observed, PodInfo};
-use nodemedic_tests::measure::{stats, status_kib};
+use nodemedic_tests::measure::{self, Spread, stats, status_kib};
 
 const WINDOW: f64 = 600.0;
 
@@ -106,6 +111,28 @@ impl Bench {
             began: 0.0,
             ended: 0.0,
         }
+    }
+
+    /// The pods as `kubectl get pods -o json` lists them, for a scan's `--pods`.
+    fn pods_json(&self) -> String {
+        let items: Vec<serde_json::Value> = self
+            .pods
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid, "labels": p.labels},
+                    "spec": {
+                        "nodeName": "bench-node",
+                        "containers": [{"name": "spark-kubernetes-executor", "image": "apache/spark:3.5.3"}],
+                        "volumes": [{"name": "spark-local-dir-1", "emptyDir": {}}]
+                    },
+                    "status": {"phase": "Running"}
+                })
+            })
+            .collect();
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
     }
 
     /// Writes the node: every pod's 64 subdirectories and its `files` shuffle files.
@@ -322,7 +349,36 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
             r.stats,
         );
     }
+    // A one-shot scan of the same node, against the same node with its local dirs empty.
+    let empty = tempfile::Builder::new()
+        .prefix("storage-bench-empty-")
+        .tempdir_in(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Bench::write(empty.path(), pods, 0)?;
+    let scan = |root: &Path| -> Result<(Spread, Spread), String> {
+        let pods_file = root.join("pods.json");
+        std::fs::write(&pods_file, bench.pods_json()).map_err(|e| format!("{}: {e}", pods_file.display()))?;
+        let (root, pods_file) = (root.display().to_string(), pods_file.display().to_string());
+        measure::measure_scans(&measure::scan_args(&root, &pods_file), runs)
+    };
+    let (full_wall, full_rss) = scan(tmp.path())?;
+    let (empty_wall, empty_rss) = scan(empty.path())?;
+
     println!();
+    println!(
+        "one-shot `nodemedic scan` ({}), median (min-max) of {runs}: {:.1} ms ({:.1}-{:.1}), peak RSS {:.1} MiB, \
+         with the {} shuffle files; {:.1} ms ({:.1}-{:.1}), {:.1} MiB with the local dirs empty",
+        measure::nodemedic_bin().display(),
+        full_wall.1,
+        full_wall.0,
+        full_wall.2,
+        full_rss.1,
+        pods * files,
+        empty_wall.1,
+        empty_wall.0,
+        empty_wall.2,
+        empty_rss.1,
+    );
     println!(
         "memory the store keeps after one walk (resident set growth of a child process): \
          {recent_mib:.1} MiB with the files recent, {old_mib:.1} MiB with them past the window"
@@ -332,6 +388,9 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure-one") {
+        return measure::measure_one(&measure::nodemedic_bin(), &args[1..]);
+    }
     let result = if args.first().map(String::as_str) == Some("--store-rss") {
         let n = |i: usize| args.get(i).and_then(|a| a.parse::<f64>().ok()).unwrap_or(0.0);
         match args.get(1) {
