@@ -41,5 +41,6 @@ mod resource_managers;
 mod ship;
 mod slow_api;
 mod spark_client;
+mod storage_bench;
 mod unknown_verdict;
 mod watch_health;
