@@ -52,6 +52,12 @@ pub const MAX_ENTRIES: usize = 200_000;
 /// or removed since, is not seen to grow until something is.
 pub const HOT_SECONDS: f64 = 120.0;
 
+/// At most this many recent files are kept (about 100 bytes each: 10 MiB) over the node's
+/// local dirs; past it, further recent files are counted as old ones are (their bytes now,
+/// not looked at again until their directory changes), so that a node writing shuffle
+/// everywhere at once cannot take the agent's memory past its limit.
+pub const MAX_RECENT_FILES: usize = 100_000;
+
 /// What the store keeps of one directory.
 #[derive(Debug, Default)]
 struct DirTrack {
@@ -95,13 +101,21 @@ impl History {
 }
 
 /// What the daemon keeps between measurements.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LocalStore {
     dirs: HashMap<PathBuf, DirTrack>,
     histories: HashMap<PathBuf, History>,
     remembered: BTreeMap<String, Remembered>,
     /// When the store first measured, unix seconds.
     first_at: Option<f64>,
+    /// [`MAX_RECENT_FILES`], or fewer in a test.
+    max_recent: usize,
+}
+
+impl Default for LocalStore {
+    fn default() -> Self {
+        LocalStore::with_max_recent(MAX_RECENT_FILES)
+    }
 }
 
 /// One walk of a local dir.
@@ -126,8 +140,20 @@ fn allocated(meta: &std::fs::Metadata) -> u64 {
 }
 
 impl LocalStore {
-    /// Walks `root` incrementally; `now` and `window` in seconds.
-    fn walk(&mut self, root: &Path, now: f64, window: f64, seen: &mut HashSet<PathBuf>) -> Walked {
+    /// A store that keeps at most `max_recent` recent files.
+    pub fn with_max_recent(max_recent: usize) -> Self {
+        LocalStore {
+            dirs: HashMap::new(),
+            histories: HashMap::new(),
+            remembered: BTreeMap::new(),
+            first_at: None,
+            max_recent,
+        }
+    }
+
+    /// Walks `root` incrementally; `now` and `window` in seconds; `recent` is how many more
+    /// recent files may be kept in this measurement.
+    fn walk(&mut self, root: &Path, now: f64, window: f64, seen: &mut HashSet<PathBuf>, recent: &mut usize) -> Walked {
         let mut w = Walked::default();
         let hot_for = HOT_SECONDS.min(window);
         let Ok(meta) = symlink_metadata(root) else { return w };
@@ -168,7 +194,8 @@ impl LocalStore {
                         }
                         _ => (bytes, at),
                     };
-                    if now - (at as f64) < hot_for {
+                    if now - (at as f64) < hot_for && *recent > 0 {
+                        *recent -= 1;
                         hot.push((name, bytes, at));
                     } else {
                         track.cold_bytes += bytes;
@@ -199,7 +226,8 @@ impl LocalStore {
                             fresh.subdirs.push(path);
                         }
                     } else if m.is_file() {
-                        if now - (m.mtime() as f64) < hot_for {
+                        if now - (m.mtime() as f64) < hot_for && *recent > 0 {
+                            *recent -= 1;
                             fresh.hot.push((e.file_name(), allocated(&m), m.mtime()));
                         } else {
                             fresh.cold_bytes += allocated(&m);
@@ -246,6 +274,7 @@ impl LocalStore {
         let mut filesystems: BTreeMap<u64, FileSystemUse> = BTreeMap::new();
         let mut measured_roots = HashSet::new();
         let mut unseen = Vec::new();
+        let mut recent = self.max_recent;
         let running: Vec<&PodInfo> = pods
             .iter()
             .filter(|p| p.spark_role().is_some() && !p.is_terminal() && !p.local_dir_volumes.is_empty())
@@ -304,7 +333,7 @@ impl LocalStore {
                     );
                     continue;
                 }
-                let walked = self.walk(&path, now, window, &mut seen);
+                let walked = self.walk(&path, now, window, &mut seen, &mut recent);
                 let Some(device) = walked.device else { continue };
                 measured_roots.insert(path.clone());
                 let history = self.histories.entry(path.clone()).or_default();

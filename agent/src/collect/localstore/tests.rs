@@ -313,3 +313,33 @@ fn mounts_the_agent_does_not_see_are_unseen_not_empty() {
     );
     assert_eq!(s.unseen[2].reason, "no CSI volume mount of the pod's here");
 }
+
+/// Past `max_recent` recent files, the others are counted as old ones: their bytes are in the
+/// total, and an unchanged walk looks at no more than the kept ones again.
+#[test]
+fn recent_files_past_the_cap_are_counted_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let vol = kubelet.join("pods/u1/volumes/kubernetes.io~empty-dir/spark-local-dir-1");
+    for f in 0..10 {
+        write(&vol.join(format!("blockmgr-1/00/shuffle_0_{f}_0.data")), 4096);
+    }
+    let pods = [executor("u1", vec![volume("spark-local-dir-1")])];
+    let mut store = LocalStore::with_max_recent(3);
+    let now = unix_now();
+    store.measure(&host, &kubelet, &pods, now - 60.0, 600.0, ImageFs::default());
+    let _one = trace::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    trace::start();
+    let measured = store.measure(&host, &kubelet, &pods, now, 600.0, ImageFs::default());
+    let ops = trace::stop();
+    let files_looked_at = ops
+        .iter()
+        .filter(|(op, p)| *op == trace::Op::Stat && p.extension().is_some_and(|e| e == "data"))
+        .count();
+    assert_eq!(files_looked_at, 3, "{ops:#?}");
+    let Observed::Ok(s) = measured else { panic!() };
+    let d = &s.pods[0].dirs[0];
+    assert_eq!(d.files, 10);
+    assert!(d.bytes >= 10 * 4096, "{}", d.bytes);
+}
