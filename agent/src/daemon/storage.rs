@@ -1,18 +1,28 @@
 //! The daemon's measurements of Spark's local storage: every `local_storage_interval_seconds`
 //! the running Spark pods' local dirs are walked ([`crate::collect::localstore`], on the
-//! blocking pool: a hostPath on a hung mount must not stall the scan loop), and a measurement
-//! that changed what the rules would judge makes the loop judge again.
+//! blocking pool), and a measurement that changed what the rules would judge makes the loop
+//! judge again.
+//!
+//! A walk can hang (a hostPath local dir on a hung network mount: `stat` does not return).
+//! The loop waits for it [`WALK_WAIT`] at most; past that the measurement is an error that
+//! says so (the rules that need it cannot judge: never "nothing grows"), the walk is left to
+//! finish on its thread, and no other is started until it has: each turn meanwhile reports it
+//! still running. Nothing the loop does waits on the store while a walk holds it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodemedic_rules::Finding;
+use nodemedic_rules::finding::Severity;
 use nodemedic_rules::snapshot::{LocalStorage, Observed, PodInfo};
 
 use crate::collect::localstore::LocalStore;
 use crate::collect::mountinfo::image_fs;
 use crate::host::HostPaths;
+
+/// How long the loop waits for a walk before it reports the measurement as not done.
+pub(super) const WALK_WAIT: Duration = Duration::from_secs(10);
 
 /// The measurements and what the last judgement saw of them.
 #[derive(Debug)]
@@ -22,6 +32,12 @@ pub(super) struct Storage {
     last: Option<(Instant, Observed<LocalStorage>)>,
     /// The measurement the rules last judged.
     judged: Option<Observed<LocalStorage>>,
+    /// A walk that outlasted [`WALK_WAIT`], and when it started.
+    running: Option<(Instant, tokio::task::JoinHandle<Observed<LocalStorage>>)>,
+    /// Warnings of `local-storage-eviction-risk` not yet given to the store (it was busy).
+    pending_warned: Vec<(String, i64, Severity)>,
+    /// [`WALK_WAIT`], or less in a test.
+    walk_wait: Duration,
 }
 
 impl Default for Storage {
@@ -30,7 +46,22 @@ impl Default for Storage {
             store: Arc::new(Mutex::new(LocalStore::default())),
             last: None,
             judged: None,
+            running: None,
+            pending_warned: Vec::new(),
+            walk_wait: WALK_WAIT,
         }
+    }
+}
+
+/// The measurement while a walk has not returned: the same words every turn (a source's
+/// status that changed every minute would be news every minute).
+fn not_returned(wait: Duration) -> Observed<LocalStorage> {
+    Observed::Error {
+        reason: format!(
+            "the walk of the Spark pods' local dirs has not returned within {} s (a hung mount below a local \
+             dir?): not measured, and no other walk starts until it returns",
+            wait.as_secs()
+        ),
     }
 }
 
@@ -56,9 +87,10 @@ fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalSt
 }
 
 impl Storage {
-    /// Whether a measurement is due.
+    /// Whether a measurement is due (or a walk that outlasted its wait has ended).
     pub fn due(&self, interval: Duration) -> bool {
-        self.last.as_ref().is_none_or(|(at, _)| at.elapsed() >= interval)
+        self.running.as_ref().is_some_and(|(_, h)| h.is_finished())
+            || self.last.as_ref().is_none_or(|(at, _)| at.elapsed() >= interval)
     }
 
     /// Measures the local dirs of the Spark pods among `pods`; whether the rules would judge
@@ -71,23 +103,56 @@ impl Storage {
         pods: Vec<PodInfo>,
         window: Duration,
     ) -> bool {
-        let (store, host) = (self.store.clone(), host.clone());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let measured = tokio::task::spawn_blocking(move || match store.lock() {
-            Ok(mut store) => {
-                let imagefs = image_fs(&host, &host.display(&kubelet_dir), runtime_endpoint.as_deref());
-                store.measure(&host, &kubelet_dir, &pods, now, window.as_secs_f64(), imagefs)
+        let measured = match self.running.take() {
+            // The walk that did not return in time: its result when it has one (a measurement
+            // of then, not now: the next one is due at once), else still not measured.
+            Some((started, handle)) if !handle.is_finished() => {
+                self.running = Some((started, handle));
+                not_returned(self.walk_wait)
             }
-            Err(_) => Observed::Error {
-                reason: "the local storage measurements were lost to a panic".into(),
-            },
-        })
-        .await
-        .unwrap_or_else(|e| Observed::Error {
-            reason: format!("the local storage walk failed: {e}"),
-        });
+            Some((started, handle)) => {
+                tracing::info!(
+                    seconds = started.elapsed().as_secs(),
+                    "the walk of the Spark pods' local dirs that had not returned has returned"
+                );
+                handle.await.unwrap_or_else(|e| Observed::Error {
+                    reason: format!("the local storage walk failed: {e}"),
+                })
+            }
+            None => {
+                let (store, host) = (self.store.clone(), host.clone());
+                let warned = std::mem::take(&mut self.pending_warned);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                let started = Instant::now();
+                let mut handle = tokio::task::spawn_blocking(move || match store.lock() {
+                    Ok(mut store) => {
+                        for (uid, at, severity) in warned {
+                            store.warned(&uid, at, severity);
+                        }
+                        let imagefs = image_fs(&host, &host.display(&kubelet_dir), runtime_endpoint.as_deref());
+                        store.measure(&host, &kubelet_dir, &pods, now, window.as_secs_f64(), imagefs)
+                    }
+                    Err(_) => Observed::Error {
+                        reason: "the local storage measurements were lost to a panic".into(),
+                    },
+                });
+                match tokio::time::timeout(self.walk_wait, &mut handle).await {
+                    Ok(done) => done.unwrap_or_else(|e| Observed::Error {
+                        reason: format!("the local storage walk failed: {e}"),
+                    }),
+                    Err(_) => {
+                        tracing::warn!(
+                            wait_seconds = self.walk_wait.as_secs(),
+                            "the walk of the Spark pods' local dirs has not returned: local_storage not measured"
+                        );
+                        self.running = Some((started, handle));
+                        not_returned(self.walk_wait)
+                    }
+                }
+            }
+        };
         let changed = judged_otherwise(self.judged.as_ref(), &measured);
         self.last = Some((Instant::now(), measured));
         changed
@@ -109,11 +174,15 @@ impl Storage {
     pub fn judged(&mut self, findings: &[Finding], at: i64) {
         self.judged = self.last.as_ref().map(|(_, o)| o.clone());
         let risk = nodemedic_rules::rules::local_storage_eviction_risk::ID;
-        if let Ok(mut store) = self.store.lock() {
-            for f in findings.iter().filter(|f| f.rule == risk) {
-                if let Some(uid) = &f.subject.uid {
-                    store.warned(uid, at, f.severity);
-                }
+        for f in findings.iter().filter(|f| f.rule == risk) {
+            if let Some(uid) = &f.subject.uid {
+                self.pending_warned.push((uid.clone(), at, f.severity));
+            }
+        }
+        // Not waiting on a walk that holds the store: its warnings go to the next walk.
+        if let Ok(mut store) = self.store.try_lock() {
+            for (uid, at, severity) in self.pending_warned.drain(..) {
+                store.warned(&uid, at, severity);
             }
         }
     }
@@ -161,6 +230,88 @@ mod tests {
             unseen: vec![],
             remembered: Default::default(),
         })
+    }
+
+    /// A walk that does not return (here: it waits on the store, held as a hung `stat`
+    /// would hold it) makes the measurement an error after the wait, not a stall of the loop;
+    /// no second walk starts beside it; the judgement's warnings do not wait on the store; once
+    /// it returns, its measurement is taken and the warnings reach the store.
+    #[tokio::test]
+    async fn a_walk_that_does_not_return_is_said_and_waited_for_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = HostPaths::new(dir.path(), None);
+        let kubelet = host.kubelet_dir(None);
+        std::fs::create_dir_all(kubelet.join("pods")).unwrap();
+        let mut storage = Storage {
+            walk_wait: Duration::from_millis(100),
+            ..Default::default()
+        };
+        // A thread holds the store as a walk stuck in `stat` would, until told to let go.
+        let (store, (release, released)) = (storage.store.clone(), std::sync::mpsc::channel::<()>());
+        let (held, holding) = std::sync::mpsc::channel::<()>();
+        let hung = std::thread::spawn(move || {
+            let _walk = store.lock().unwrap();
+            held.send(()).unwrap();
+            released.recv().ok();
+        });
+        holding.recv().unwrap();
+        let began = Instant::now();
+        let news = storage
+            .measure(&host, kubelet.clone(), None, vec![], Duration::from_secs(600))
+            .await;
+        assert!(news, "an error is news after nothing");
+        assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
+        let Observed::Error { reason } = storage.observed() else {
+            panic!("{:?}", storage.observed())
+        };
+        assert!(reason.contains("has not returned within 0 s"), "{reason}");
+        // The judgement of that turn: its warning is kept, not waited on.
+        let warned = Finding::new(
+            nodemedic_rules::rules::local_storage_eviction_risk::ID,
+            Severity::Warning,
+            nodemedic_rules::finding::Subject {
+                kind: nodemedic_rules::finding::SubjectKind::Pod,
+                namespace: Some("spark".into()),
+                name: Some("exec-1".into()),
+                uid: Some("u1".into()),
+                container: None,
+            },
+            "grows".into(),
+            "more room".into(),
+        );
+        storage.judged(std::slice::from_ref(&warned), 100);
+        assert_eq!(storage.pending_warned.len(), 1);
+        // Due again: still running, the same words, no second walk (it would wait on the
+        // store too, and the first would never be taken).
+        assert!(storage.due(Duration::ZERO));
+        assert!(
+            !storage
+                .measure(&host, kubelet.clone(), None, vec![], Duration::from_secs(600))
+                .await
+        );
+        assert!(storage.running.is_some());
+        release.send(()).unwrap();
+        hung.join().unwrap();
+        let returned = Instant::now();
+        while !storage.running.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            assert!(returned.elapsed() < Duration::from_secs(10), "the walk did not return");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            storage.due(Duration::from_secs(3600)),
+            "a returned walk is taken at once"
+        );
+        storage
+            .measure(&host, kubelet, None, vec![], Duration::from_secs(600))
+            .await;
+        assert!(storage.running.is_none());
+        assert!(
+            !matches!(storage.observed(), Observed::Error { .. }),
+            "{:?}",
+            storage.observed()
+        );
+        storage.judged(&[], 160);
+        assert!(storage.pending_warned.is_empty(), "given to the store once it was free");
     }
 
     #[test]
