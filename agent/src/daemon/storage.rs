@@ -105,7 +105,7 @@ impl Storage {
     ) -> bool {
         let measured = match self.running.take() {
             // The walk that did not return in time: its result when it has one (a measurement
-            // of then, not now: the next one is due at once), else still not measured.
+            // of when it started: the forecast counts from then), else still not measured.
             Some((started, handle)) if !handle.is_finished() => {
                 self.running = Some((started, handle));
                 not_returned(self.walk_wait)
