@@ -135,8 +135,9 @@ fn is_mount_point(path: &Path) -> bool {
     }
 }
 
-fn allocated(meta: &std::fs::Metadata) -> u64 {
-    meta.blocks().saturating_mul(512)
+/// Allocated bytes of `blocks` 512-byte blocks (`st_blocks`, whichever call gave it).
+fn allocated(blocks: u64) -> u64 {
+    blocks.saturating_mul(512)
 }
 
 impl LocalStore {
@@ -190,7 +191,7 @@ impl LocalStore {
                     });
                     let (bytes, at) = match now_is {
                         Some(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG => {
-                            ((st.st_blocks as u64).saturating_mul(512), st.st_mtime)
+                            (allocated(st.st_blocks as u64), st.st_mtime)
                         }
                         _ => (bytes, at),
                     };
@@ -228,9 +229,9 @@ impl LocalStore {
                     } else if m.is_file() {
                         if now - (m.mtime() as f64) < hot_for && *recent > 0 {
                             *recent -= 1;
-                            fresh.hot.push((e.file_name(), allocated(&m), m.mtime()));
+                            fresh.hot.push((e.file_name(), allocated(m.blocks()), m.mtime()));
                         } else {
-                            fresh.cold_bytes += allocated(&m);
+                            fresh.cold_bytes += allocated(m.blocks());
                             fresh.cold_files += 1;
                         }
                     }
