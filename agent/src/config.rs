@@ -47,6 +47,11 @@ pub struct FileConfig {
     pub fencing: Option<FencePolicy>,
     /// Publish this node's NodeResourceTopology (docs/operations/node-resource-topology.md).
     pub publish_node_resource_topology: Option<bool>,
+    /// The kubelet's `/stats/summary` to read Spark's local storage from
+    /// (docs/rules/local-storage-eviction-risk.md, "The kubelet's accounting").
+    pub kubelet_stats_url: Option<String>,
+    /// Accept the kubelet's serving certificate without checking it.
+    pub kubelet_stats_insecure_tls: Option<bool>,
     /// DRA drivers' checkpoints to judge (docs/configuration.md).
     pub dra_driver_checkpoints: Option<Vec<DriverCheckpointConfig>>,
 }
@@ -123,6 +128,9 @@ pub enum Problem {
     /// `listen` is not a socket address.
     #[error("{0:?} is not an address:port like 0.0.0.0:9904")]
     NotAnAddress(String),
+    /// `kubelet_stats_url` is not an https:// or http:// URL with a host.
+    #[error("{0:?} is not a URL like https://10.0.0.5:10250")]
+    NotAKubeletUrl(String),
     /// `log_format` is not `text` or `json`.
     #[error("{0:?} is not text or json")]
     NotALogFormat(String),
@@ -218,6 +226,9 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
             .parse::<std::net::SocketAddr>()
             .map_err(|_| key("listen", Problem::NotAnAddress(listen.clone())))?;
     }
+    if let Some(url) = &cfg.kubelet_stats_url {
+        kubelet_url(url).map_err(|p| key("kubelet_stats_url", p))?;
+    }
     if let Some(f) = &cfg.log_format {
         if f != "text" && f != "json" {
             return Err(key("log_format", Problem::NotALogFormat(f.clone())));
@@ -244,6 +255,46 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
     }
     driver_checkpoints_from_file(cfg.dra_driver_checkpoints.as_deref().unwrap_or_default())?;
     Ok(cfg)
+}
+
+/// Checks a `kubelet_stats_url`: an empty one is unset, anything else an https:// or http:// URL
+/// with a host. An IPv6 address written without brackets (`https://$(NODE_IP):10250` on a node
+/// whose primary address is IPv6) is bracketed.
+pub fn kubelet_url(url: &str) -> Result<Option<String>, Problem> {
+    if url.is_empty() {
+        return Ok(None);
+    }
+    let url = bracket_ipv6(url);
+    match url.parse::<http::Uri>() {
+        Ok(u) if matches!(u.scheme_str(), Some("https" | "http")) && u.host().is_some_and(is_host) => Ok(Some(url)),
+        _ => Err(Problem::NotAKubeletUrl(url)),
+    }
+}
+
+/// An IP address (IPv6 in brackets) or a DNS name (not a variable left unexpanded).
+fn is_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<std::net::IpAddr>().is_ok()
+        || (!host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+}
+
+/// `scheme://ADDR:PORT/...` with an IPv6 `ADDR` not in brackets, bracketed; anything else as it is.
+fn bracket_ipv6(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let bare = |a: &str| a.parse::<std::net::Ipv6Addr>().is_ok();
+    if authority.starts_with('[') || authority.matches(':').count() < 2 {
+        return url.to_string();
+    }
+    if bare(authority) {
+        return format!("{scheme}://[{authority}]{path}");
+    }
+    match authority.rsplit_once(':') {
+        Some((addr, port)) if bare(addr) && port.parse::<u16>().is_ok() => format!("{scheme}://[{addr}]:{port}{path}"),
+        _ => url.to_string(),
+    }
 }
 
 /// What the daemon runs with, after flags, file and defaults.
@@ -273,6 +324,9 @@ pub struct Effective {
     pub repair: AutoRepairPolicy,
     pub fencing: FencePolicy,
     pub publish_node_resource_topology: bool,
+    /// The kubelet's `/stats/summary` base URL, when set.
+    pub kubelet_stats_url: Option<String>,
+    pub kubelet_stats_insecure_tls: bool,
     /// The DRA driver checkpoints to read.
     pub driver_checkpoints: Vec<DriverCheckpoint>,
 }
@@ -308,6 +362,10 @@ pub struct Flags {
     pub fencing: Option<crate::fence::Mode>,
     /// `--publish-node-resource-topology`.
     pub publish_node_resource_topology: Option<bool>,
+    /// `--kubelet-stats-url`.
+    pub kubelet_stats_url: Option<String>,
+    /// `--kubelet-stats-insecure-tls`.
+    pub kubelet_stats_insecure_tls: Option<bool>,
     /// `--dra-driver-checkpoint` values (`FORMAT=PATH`).
     pub dra_driver_checkpoint: Vec<String>,
 }
@@ -356,6 +414,19 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
             });
         }
     }
+    let kubelet_stats_url = match &args.kubelet_stats_url {
+        Some(url) => kubelet_url(url).map_err(|problem| ConfigError::Flag {
+            flag: "--kubelet-stats-url",
+            problem,
+        })?,
+        None => file
+            .kubelet_stats_url
+            .as_deref()
+            .map(kubelet_url)
+            .transpose()
+            .map_err(|p| key("kubelet_stats_url", p))?
+            .flatten(),
+    };
     if let Some(root) = args.local_dir_root.iter().find(|r| !r.starts_with('/')) {
         return Err(ConfigError::Flag {
             flag: "--local-dir-root",
@@ -458,6 +529,11 @@ pub fn effective(args: &Flags, file: &FileConfig) -> Result<Effective, ConfigErr
         publish_node_resource_topology: args
             .publish_node_resource_topology
             .or(file.publish_node_resource_topology)
+            .unwrap_or(false),
+        kubelet_stats_url,
+        kubelet_stats_insecure_tls: args
+            .kubelet_stats_insecure_tls
+            .or(file.kubelet_stats_insecure_tls)
             .unwrap_or(false),
         driver_checkpoints: if args.dra_driver_checkpoint.is_empty() {
             driver_checkpoints_from_file(file.dra_driver_checkpoints.as_deref().unwrap_or_default())?

@@ -36,7 +36,8 @@ pub use pods::{
 };
 pub use spark_apps::{DriverLookup, LocalDir, LookupMethod, SparkConf, SparkConfRead};
 pub use storage::{
-    DirBacking, FileSystemUse, ImageFs, Listener, LocalStorage, PodStorage, Remembered, StorageDir, UnseenDir,
+    DirBacking, FileSystemUse, ImageFs, KubeletCount, KubeletStats, Listener, LocalStorage, MeasuredBy, PodStorage,
+    Remembered, StorageDir, UnseenDir,
 };
 
 /// One input of the snapshot.

@@ -116,6 +116,11 @@ const VARIANTS: &[Variant] = &[
         beside: &[],
     },
     Variant {
+        values: &["kubeletStats.enabled=true"],
+        components: &["kubelet-stats"],
+        beside: &[],
+    },
+    Variant {
         values: &["controlPlane.enabled=true"],
         components: &["control-plane"],
         beside: &[],

@@ -11,6 +11,9 @@
 //! - Then the kubelet evicts it (its pod `Failed`, `Evicted`, the kubelet's own message):
 //!   `spark-executor-evicted` names it, the bytes last measured and the warning before;
 //!   `nodemedic_spark_executor_evictions_total{reason="node_pressure"}` counts it once.
+//! - With `kubelet_stats_url`, the kubelet's `/stats/summary` (served by the double) is the
+//!   measurement where it is readable; its 403 is said and walked around, and the switch is
+//!   "cannot judge yet", never "nothing grows".
 //! - `shuffle-service-missing` reads the kernel's own socket tables, live: an executor with
 //!   `spark.shuffle.service.enabled=true` is fine while a socket listens on its port, critical
 //!   once it closes, fine again when it listens again.
@@ -374,4 +377,150 @@ async fn the_shuffle_service_is_missing_while_nothing_listens_on_its_port() {
         agent.metric(missing) == Some(0.0)
     })
     .await;
+}
+
+/// The kubelet's `/stats/summary` for `executor` (uid `uid`): its local dir holds `used` bytes
+/// and the pod `ephemeral` bytes, as the kubelet measured them at unix second `at`.
+fn kubelet_summary(executor: &Value, uid: &str, at: i64, used: u64, ephemeral: u64) -> Value {
+    let time = jiff::Timestamp::from_second(at)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    json!({
+        "node": {"nodeName": NODE, "fs": {"time": time, "availableBytes": 1, "capacityBytes": 2}},
+        "pods": [{
+            "podRef": {"name": executor["metadata"]["name"], "namespace": executor["metadata"]["namespace"], "uid": uid},
+            "containers": [{"name": "spark-kubernetes-executor", "rootfs": {"time": time, "usedBytes": 40960}}],
+            "volume": [
+                {"time": time, "availableBytes": 500_000_000_000u64, "capacityBytes": 1_000_000_000_000u64,
+                 "usedBytes": used, "inodesFree": 1000, "inodes": 2000, "inodesUsed": 1000, "name": "spark-local-dir-1"},
+                {"time": time, "usedBytes": 12288, "inodesUsed": 9, "name": "kube-api-access-6xq2v"}
+            ],
+            "ephemeral-storage": {"time": time, "usedBytes": ephemeral, "inodesUsed": 1010}
+        }]
+    })
+}
+
+/// With `kubelet_stats_url`, Spark's local storage is the kubelet's own accounting, read with
+/// the agent's credentials: its bytes (not the walk's), its growth between its own times, the
+/// pod's ephemeral storage held against the pod's limit. Without `get` on `nodes/stats` (the
+/// kubelet's 403) the log says what to grant, the dirs are walked, and while the walk's growth
+/// is not known yet the rule cannot judge and keeps its finding: never "nothing grows".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_accounting_is_read_where_granted_and_walked_around_where_not() {
+    const GIB: u64 = 1 << 30;
+    let api = ApiServer::start().await.unwrap();
+    let app = SparkApp::new(SparkVersion::V3_5, "etl", "kubelet-counted");
+    let uid = "exec-uid-kc";
+    let (driver, mut executor) = application(&app, uid, &[]);
+    executor["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] = json!("10Gi");
+    api.store().create(driver);
+    api.store().create(executor.clone());
+    // Two figures a minute apart (the kubelet's volumeStatsAggPeriod): 1 GiB/min; the pod
+    // counts 9.5 GiB of its 10 GiB limit at the second, 30 s from it at that growth.
+    let t = jiff::Timestamp::now().as_second();
+    api.set_kubelet_summary(Some(kubelet_summary(
+        &executor,
+        uid,
+        t - 60,
+        8 * GIB,
+        8 * GIB + GIB / 2,
+    )));
+
+    let node = Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd);
+    let agent = Agent::start(
+        &api,
+        Some(&node),
+        &[
+            "--kubelet-stats-url",
+            &api.https_url(),
+            "--local-storage-interval-seconds",
+            "1",
+        ],
+    );
+    // What is on disk is 4 KiB: the walk's figure, told apart from the kubelet's.
+    let local_dir = agent.host_root().join(format!(
+        "var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/spark-local-dir-1"
+    ));
+    std::fs::create_dir_all(&local_dir).unwrap();
+    std::fs::write(local_dir.join("shuffle_0_0_0.data"), vec![1u8; 4096]).unwrap();
+    let asked = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.path == "/stats/summary" && r.status == 200)
+            .count()
+    };
+    wait_for("the kubelet asked", Duration::from_secs(20), &agent, || asked() > 0).await;
+    api.set_kubelet_summary(Some(kubelet_summary(&executor, uid, t, 9 * GIB, 9 * GIB + GIB / 2)));
+
+    let critical = "nodemedic_findings{rule=\"local-storage-eviction-risk\",severity=\"critical\"}";
+    wait_for("the critical finding", Duration::from_secs(20), &agent, || {
+        agent.metric(critical) == Some(1.0)
+    })
+    .await;
+    let app_label = format!("{{app=\"{}\"}}", app.app_id);
+    assert_eq!(agent.metric("nodemedic_kubelet_stats_readable"), Some(1.0));
+    assert_eq!(
+        agent.metric(&format!("nodemedic_local_storage_bytes{app_label}")),
+        Some((9 * GIB) as f64),
+        "the kubelet's figure, not the walk's"
+    );
+    let growth = agent
+        .metric(&format!("nodemedic_local_storage_growth_bytes_per_second{app_label}"))
+        .unwrap();
+    assert!((growth - GIB as f64 / 60.0).abs() < 1.0, "{growth}");
+    // The kubelet was asked with the agent's own token.
+    let request = api.requests().into_iter().find(|r| r.path == "/stats/summary").unwrap();
+    assert_eq!(request.method, "GET");
+    assert_eq!(
+        request.bearer_token.as_deref(),
+        Some(nodemedic_tests::apiserver::TEST_TOKEN)
+    );
+    wait_for("its Event", Duration::from_secs(20), &agent, || {
+        !events_with_reason(&api, "LocalStorageEvictionRisk").is_empty()
+    })
+    .await;
+    let note = events_with_reason(&api, "LocalStorageEvictionRisk")[0]["note"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(note.contains("its ephemeral-storage limit of 10.0 GiB"), "{note}");
+
+    // nodes/stats not granted: the kubelet's 403, said once with what to grant.
+    api.set_kubelet_stats_granted(false);
+    wait_for("the kubelet unreadable", Duration::from_secs(20), &agent, || {
+        agent.metric("nodemedic_kubelet_stats_readable") == Some(0.0)
+    })
+    .await;
+    let judged = "nodemedic_rule_judged{rule=\"local-storage-eviction-risk\"}";
+    wait_for(
+        "the rule waiting on the walk's growth",
+        Duration::from_secs(20),
+        &agent,
+        || agent.metric(judged) == Some(0.0),
+    )
+    .await;
+    let log = agent.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("could not be read") && l.contains("/stats/summary"))
+        .collect();
+    assert_eq!(said.len(), 1, "once per reason:\n{log}");
+    assert!(said[0].contains("403"), "{}", said[0]);
+    assert!(
+        said[0].contains("nodes/stats (components/kubelet-stats)"),
+        "{}",
+        said[0]
+    );
+    // Walked now, and its growth not known yet: the finding is kept, not cleared.
+    assert_eq!(agent.metric(critical), Some(1.0), "{}", agent.log());
+    // Once the walk has measured over 30 s: its own figure, which does not grow.
+    wait_for("the walk's figure", Duration::from_secs(45), &agent, || {
+        agent.metric(judged) == Some(1.0)
+            && agent
+                .metric(&format!("nodemedic_local_storage_bytes{app_label}"))
+                .is_some_and(|b| b < 1_048_576.0)
+    })
+    .await;
+    assert_eq!(agent.metric(critical), Some(0.0), "{}", agent.log());
 }

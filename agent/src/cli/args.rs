@@ -245,6 +245,16 @@ pub struct RunArgs {
     /// (docs/operations/node-resource-topology.md) [default: false].
     #[arg(long, env = "NODEMEDIC_PUBLISH_NODE_RESOURCE_TOPOLOGY")]
     pub publish_node_resource_topology: Option<bool>,
+    /// Read Spark's local storage from the kubelet's own accounting, GET /stats/summary at
+    /// this URL (https://NODE_IP:10250; needs get on nodes/stats: components/kubelet-stats),
+    /// walking only what it does not report; wins over the configuration's
+    /// `kubelet_stats_url`; empty is unset [default: unset, every local dir is walked].
+    #[arg(long, env = "NODEMEDIC_KUBELET_STATS_URL")]
+    pub kubelet_stats_url: Option<String>,
+    /// Accept the kubelet's serving certificate unchecked (one it signed itself); wins over
+    /// the configuration's `kubelet_stats_insecure_tls` [default: false].
+    #[arg(long, env = "NODEMEDIC_KUBELET_STATS_INSECURE_TLS")]
+    pub kubelet_stats_insecure_tls: Option<bool>,
     /// A DRA driver's checkpoint to judge, as FORMAT=PATH (host path; formats: nvidia-gpu),
     /// repeat or comma-separate; replaces the configuration's `dra_driver_checkpoints`.
     #[arg(

@@ -237,6 +237,8 @@ fn run_flags(a: &args::RunArgs) -> config::Flags {
         log_format: a.log_format.map(Into::into),
         fencing: a.fencing.as_deref().and_then(crate::fence::Mode::parse),
         publish_node_resource_topology: a.publish_node_resource_topology,
+        kubelet_stats_url: a.kubelet_stats_url.clone(),
+        kubelet_stats_insecure_tls: a.kubelet_stats_insecure_tls,
         dra_driver_checkpoint: a.dra_driver_checkpoint.clone(),
     }
 }

@@ -18,6 +18,10 @@
 //! and per recent file, and a listing and a `stat` per entry of the directories that changed,
 //! not a `stat` per file of the tree. At most [`MAX_ENTRIES`] entries are visited per local dir.
 //!
+//! Where the kubelet's `/stats/summary` was read ([`LocalStore::measure_with`]), the volumes it
+//! measures (emptyDirs, claims whose CSI driver reports usage) are its figures, dated at its
+//! time, and are not walked; hostPaths always are.
+//!
 //! Growth is the change of a dir's bytes over the measurements of the window; it is reported
 //! once they span [`MIN_GROWTH_SPAN`] seconds.
 //!
@@ -32,11 +36,13 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use nodemedic_rules::snapshot::storage::MIN_GROWTH_SPAN;
+use nodemedic_rules::snapshot::storage::{KUBELET_ONLY_DEVICES, MIN_GROWTH_SPAN};
 use nodemedic_rules::snapshot::{
-    DirBacking, FileSystemUse, ImageFs, LocalStorage, Observed, PodInfo, PodStorage, Remembered, StorageDir, UnseenDir,
+    DirBacking, FileSystemUse, ImageFs, KubeletStats, LocalStorage, MeasuredBy, Observed, PodInfo, PodStorage,
+    Remembered, StorageDir, UnseenDir,
 };
 
+use super::kubelet_stats::Summary;
 use super::read::{list_dir, symlink_metadata};
 use crate::host::HostPaths;
 
@@ -75,17 +81,31 @@ struct DirTrack {
 /// The measurements of one local dir in the window.
 #[derive(Debug, Default)]
 struct History {
+    /// Who measured them: the kubelet's `du` counts directories too, a walk only files, so a
+    /// change of who measures starts the history again (the difference is not growth).
+    by: MeasuredBy,
     /// (unix seconds, bytes), oldest first.
     points: VecDeque<(f64, u64)>,
 }
 
 impl History {
-    fn push(&mut self, at: f64, bytes: u64, window: f64) {
+    /// Adds a point; whether it starts the history over for a change of who measures.
+    fn push(&mut self, by: MeasuredBy, at: f64, bytes: u64, window: f64) -> bool {
+        let switched = by != self.by && !self.points.is_empty();
+        if by != self.by {
+            self.by = by;
+            self.points.clear();
+        }
+        // The kubelet's figure of a minute ago, read again, is not a new point.
+        if self.points.back().is_some_and(|(t, _)| at <= *t) {
+            return switched;
+        }
         self.points.push_back((at, bytes));
         // Keep the oldest point that is still in the window, and one before it at most.
         while self.points.len() > 2 && self.points.get(1).is_some_and(|(t, _)| at - t >= window) {
             self.points.pop_front();
         }
+        switched
     }
 
     /// Bytes per second over the window, and the seconds it spans.
@@ -108,6 +128,8 @@ pub struct LocalStore {
     remembered: BTreeMap<String, Remembered>,
     /// When the store first measured, unix seconds.
     first_at: Option<f64>,
+    /// When a local dir's figures last changed source (the kubelet's, a walk's), unix seconds.
+    switched_at: Option<f64>,
     /// [`MAX_RECENT_FILES`], or fewer in a test.
     max_recent: usize,
 }
@@ -148,6 +170,7 @@ impl LocalStore {
             histories: HashMap::new(),
             remembered: BTreeMap::new(),
             first_at: None,
+            switched_at: None,
             max_recent,
         }
     }
@@ -257,8 +280,8 @@ impl LocalStore {
     }
 
     /// Measures the local dirs of the running Spark pods among `pods` at `now` (unix seconds),
-    /// growth over `window` seconds. `kubelet_dir` is where the kubelet keeps its pods;
-    /// `imagefs` whether the runtime's images share its file system.
+    /// growth over `window` seconds, every one by a walk. `kubelet_dir` is where the kubelet
+    /// keeps its pods; `imagefs` whether the runtime's images share its file system.
     pub fn measure(
         &mut self,
         host: &HostPaths,
@@ -268,6 +291,24 @@ impl LocalStore {
         window: f64,
         imagefs: ImageFs,
     ) -> Observed<LocalStorage> {
+        self.measure_with(host, kubelet_dir, pods, now, window, imagefs, None)
+    }
+
+    /// [`Self::measure`], taking from `kubelet` (its `/stats/summary`, when read) the figures
+    /// of the volumes it reports: an `emptyDir` (on disk or in memory) and a claim whose CSI
+    /// driver reports usage are not walked, and a claim the agent cannot see is measured all
+    /// the same. A `hostPath` is always walked (the kubelet does not measure it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn measure_with(
+        &mut self,
+        host: &HostPaths,
+        kubelet_dir: &Path,
+        pods: &[PodInfo],
+        now: f64,
+        window: f64,
+        imagefs: ImageFs,
+        kubelet: Option<&Summary>,
+    ) -> Observed<LocalStorage> {
         self.first_at.get_or_insert(now);
         let kubelet_device = symlink_metadata(kubelet_dir).ok().map(|m| m.dev());
         let mut seen = HashSet::new();
@@ -276,11 +317,13 @@ impl LocalStore {
         let mut measured_roots = HashSet::new();
         let mut unseen = Vec::new();
         let mut recent = self.max_recent;
+        let mut kubelet_only = KUBELET_ONLY_DEVICES;
         let running: Vec<&PodInfo> = pods
             .iter()
             .filter(|p| p.spark_role().is_some() && !p.is_terminal() && !p.local_dir_volumes.is_empty())
             .collect();
         for pod in running {
+            let counted = kubelet.and_then(|k| k.pods.get(&pod.uid));
             let pod_dir = kubelet_dir.join("pods").join(&pod.uid).join("volumes");
             let mut csi: Vec<PathBuf> = list_dir(&pod_dir.join("kubernetes.io~csi"))
                 .map(|l| l.flatten().map(|e| e.path().join("mount")).collect())
@@ -298,55 +341,97 @@ impl LocalStore {
                         reason,
                     });
                 };
+                let empty_dir = || pod_dir.join("kubernetes.io~empty-dir").join(&v.name);
                 let (backing, path) = if let Some(h) = &v.host_path {
-                    (DirBacking::HostPath { path: h.clone() }, host.host(h))
+                    (DirBacking::HostPath { path: h.clone() }, Some(host.host(h)))
                 } else if let Some(claim) = &v.claim {
-                    let backing = DirBacking::Claim { claim: claim.clone() };
-                    let Some(mount) = csi.next() else {
+                    (DirBacking::Claim { claim: claim.clone() }, csi.next())
+                } else if v.memory {
+                    (DirBacking::Memory, Some(empty_dir()))
+                } else {
+                    (DirBacking::EmptyDir, Some(empty_dir()))
+                };
+                // A claim's file system and a memory-backed tmpfs are mounts of their own: where
+                // the path is not a mount point here, what is below it is not the volume.
+                let own_mount = matches!(backing, DirBacking::Claim { .. } | DirBacking::Memory);
+                let visible = path
+                    .as_deref()
+                    .filter(|p| !own_mount || symlink_metadata(p).is_err() || is_mount_point(p));
+                // The kubelet's figures, for what it measures (not a hostPath).
+                let usage = counted
+                    .and_then(|c| c.volumes.get(&v.name))
+                    .filter(|_| !matches!(backing, DirBacking::HostPath { .. }));
+                // Where it is (or would be): what the history is kept by and the evidence shows.
+                let key = path
+                    .clone()
+                    .unwrap_or_else(|| pod_dir.join("kubernetes.io~csi").join(&v.name));
+                let (bytes, files, truncated, device, at, by) = if let Some(u) = usage {
+                    let device = match &backing {
+                        DirBacking::Memory => None,
+                        DirBacking::EmptyDir => kubelet_device,
+                        _ => visible.and_then(|p| symlink_metadata(p).ok()).map(|m| m.dev()),
+                    };
+                    let device = match (device, &backing) {
+                        (Some(d), _) => Some(d),
+                        (None, DirBacking::Memory) => None,
+                        // A claim not seen here: its file system as the kubelet reports it.
+                        (None, _) => {
+                            kubelet_only += 1;
+                            filesystems.insert(
+                                kubelet_only,
+                                FileSystemUse {
+                                    device: kubelet_only,
+                                    path: host.display(&key),
+                                    capacity_bytes: u.capacity_bytes.unwrap_or(0),
+                                    available_bytes: u.available_bytes.unwrap_or(0),
+                                    nodefs: false,
+                                },
+                            );
+                            Some(kubelet_only)
+                        }
+                    };
+                    let files = u.inodes_used.unwrap_or(0);
+                    (u.used_bytes, files, false, device, u.at as f64, MeasuredBy::Kubelet)
+                } else {
+                    let Some(path) = path.as_deref() else {
                         let dir = pod_dir.join("kubernetes.io~csi");
                         not_seen(backing, &dir, "no CSI volume mount of the pod's here".into());
                         continue;
                     };
-                    (backing, mount)
-                } else if v.memory {
+                    if visible.is_none() {
+                        not_seen(
+                            backing,
+                            path,
+                            "not a mount point as the agent sees it: the volume was mounted after the agent started, \
+                             and the agent's mount of the kubelet's directory does not propagate later mounts"
+                                .into(),
+                        );
+                        continue;
+                    }
+                    let walked = self.walk(path, now, window, &mut seen, &mut recent);
+                    let Some(device) = walked.device else { continue };
+                    let device = (backing != DirBacking::Memory).then_some(device);
                     (
-                        DirBacking::Memory,
-                        pod_dir.join("kubernetes.io~empty-dir").join(&v.name),
-                    )
-                } else {
-                    (
-                        DirBacking::EmptyDir,
-                        pod_dir.join("kubernetes.io~empty-dir").join(&v.name),
+                        walked.bytes,
+                        walked.files,
+                        walked.truncated,
+                        device,
+                        now,
+                        MeasuredBy::Walk,
                     )
                 };
-                // A claim's file system and a memory-backed tmpfs are mounts of their own: where
-                // the path is not a mount point here, what is below it is not the volume.
-                if matches!(backing, DirBacking::Claim { .. } | DirBacking::Memory)
-                    && symlink_metadata(&path).is_ok()
-                    && !is_mount_point(&path)
-                {
-                    not_seen(
-                        backing,
-                        &path,
-                        "not a mount point as the agent sees it: the volume was mounted after the agent started, \
-                         and the agent's mount of the kubelet's directory does not propagate later mounts"
-                            .into(),
-                    );
-                    continue;
+                measured_roots.insert(key.clone());
+                let history = self.histories.entry(key.clone()).or_default();
+                if history.push(by, at, bytes, window) {
+                    self.switched_at = Some(now);
                 }
-                let walked = self.walk(&path, now, window, &mut seen, &mut recent);
-                let Some(device) = walked.device else { continue };
-                measured_roots.insert(path.clone());
-                let history = self.histories.entry(path.clone()).or_default();
-                history.push(now, walked.bytes, window);
                 let (growth, span) = history.growth();
-                let shown = host.display(&path);
-                if backing != DirBacking::Memory && !filesystems.contains_key(&device) {
-                    if let Ok(fs) = nix::sys::statvfs::statvfs(&path) {
-                        let frsize = fs.fragment_size();
-                        filesystems.insert(
-                            device,
-                            FileSystemUse {
+                let shown = host.display(&key);
+                if let (Some(device), Some(path)) = (device, visible) {
+                    if let std::collections::btree_map::Entry::Vacant(slot) = filesystems.entry(device) {
+                        if let Ok(fs) = nix::sys::statvfs::statvfs(path) {
+                            let frsize = fs.fragment_size();
+                            slot.insert(FileSystemUse {
                                 device,
                                 // The kubelet's file system by the kubelet's directory.
                                 path: if kubelet_device == Some(device) {
@@ -357,20 +442,22 @@ impl LocalStore {
                                 capacity_bytes: fs.blocks().saturating_mul(frsize),
                                 available_bytes: fs.blocks_available().saturating_mul(frsize),
                                 nodefs: kubelet_device == Some(device),
-                            },
-                        );
+                            });
+                        }
                     }
                 }
                 dirs.push(StorageDir {
                     volume: v.name.clone(),
-                    device: (backing != DirBacking::Memory).then_some(device),
+                    device,
                     backing,
                     path: shown,
-                    bytes: walked.bytes,
-                    files: walked.files,
+                    bytes,
+                    files,
                     growth_bytes_per_second: growth,
                     growth_span_seconds: span,
-                    truncated: walked.truncated,
+                    truncated,
+                    measured_by: by,
+                    measured_at: at as i64,
                 });
             }
             if dirs.is_empty() {
@@ -392,6 +479,7 @@ impl LocalStore {
             out.push(PodStorage {
                 pod_uid: pod.uid.clone(),
                 dirs,
+                kubelet_ephemeral: counted.and_then(|c| c.ephemeral),
             });
         }
         // Forget directories and histories of what is gone; remember pods while they exist.
@@ -400,12 +488,31 @@ impl LocalStore {
         let known: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         self.remembered.retain(|uid, _| known.contains(uid.as_str()));
         out.sort_by(|a, b| a.pod_uid.cmp(&b.pod_uid));
+        // Growth is not known yet, unless every dir's growth is (the kubelet's figures can span
+        // the time already). At the first measurement nothing is known, so nothing applies; when
+        // a dir's figures come from another source now (the kubelet became unreadable, or
+        // readable again), growth is measured afresh: an error for that while, so that the rules
+        // cannot judge and keep what they last found (not "nothing grows").
         let since = self.first_at.map_or(0.0, |t| now - t);
-        if since < MIN_GROWTH_SPAN {
-            return Observed::NotApplicable {
-                reason: format!(
-                    "growth needs measurements {MIN_GROWTH_SPAN:.0} s apart: the first was {since:.0} s ago"
-                ),
+        let switched = self.switched_at.map(|t| now - t).filter(|s| *s < MIN_GROWTH_SPAN);
+        let all_known = !out.is_empty()
+            && out
+                .iter()
+                .flat_map(|p| &p.dirs)
+                .all(|d| d.growth_bytes_per_second.is_some());
+        if (since < MIN_GROWTH_SPAN || switched.is_some()) && !all_known {
+            return match switched {
+                Some(s) => Observed::Error {
+                    reason: format!(
+                        "growth not known: a local dir's figures changed source (the kubelet's accounting, the walk) \
+                         {s:.0} s ago, and growth needs measurements {MIN_GROWTH_SPAN:.0} s apart"
+                    ),
+                },
+                None => Observed::NotApplicable {
+                    reason: format!(
+                        "growth needs measurements {MIN_GROWTH_SPAN:.0} s apart: the first was {since:.0} s ago"
+                    ),
+                },
             };
         }
         Observed::Ok(LocalStorage {
@@ -416,6 +523,7 @@ impl LocalStore {
             imagefs,
             unseen,
             remembered: self.remembered.clone(),
+            kubelet_stats: KubeletStats::Off,
         })
     }
 

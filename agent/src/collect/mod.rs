@@ -9,6 +9,7 @@ pub mod cgroups;
 pub mod checkpoint;
 pub mod event_object;
 pub mod kubelet;
+pub mod kubelet_stats;
 pub mod kubelet_units;
 pub mod listeners;
 pub mod localdirs;

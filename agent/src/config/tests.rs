@@ -147,3 +147,56 @@ fn files_are_read_with_errors_naming_them() {
         "{err}"
     );
 }
+
+#[test]
+fn the_kubelets_url_is_checked_bracketed_and_the_flag_wins() {
+    let ok = |u: &str| kubelet_url(u).unwrap();
+    assert_eq!(ok(""), None);
+    assert_eq!(ok("https://10.0.0.5:10250").as_deref(), Some("https://10.0.0.5:10250"));
+    // The component's https://$(NODE_IP):10250 on an IPv6 node.
+    assert_eq!(ok("https://fd00::5:10250").as_deref(), Some("https://[fd00::5]:10250"));
+    assert_eq!(
+        ok("https://[fd00::5]:10250").as_deref(),
+        Some("https://[fd00::5]:10250")
+    );
+    assert_eq!(ok("https://fd00::5").as_deref(), Some("https://[fd00::5]"));
+    for bad in [
+        "10.0.0.5:10250",
+        "ftp://10.0.0.5",
+        "https://",
+        "https://$(NODE_IP):10250",
+    ] {
+        let err = kubelet_url(bad).unwrap_err().to_string();
+        assert_eq!(err, format!("{bad:?} is not a URL like https://10.0.0.5:10250"));
+    }
+    let e = parse("kubelet_stats_url: \"ftp://x\"\n").unwrap_err().to_string();
+    assert!(e.starts_with("kubelet_stats_url: "), "{e}");
+    // The flag (its variable) wins over the file; an empty flag unsets it.
+    let file = parse("kubelet_stats_url: https://10.0.0.5:10250\nkubelet_stats_insecure_tls: true\n").unwrap();
+    let eff = effective(&Flags::default(), &file).unwrap();
+    assert_eq!(
+        (eff.kubelet_stats_url.as_deref(), eff.kubelet_stats_insecure_tls),
+        (Some("https://10.0.0.5:10250"), true)
+    );
+    let flags = Flags {
+        kubelet_stats_url: Some("https://10.0.0.6:10250".into()),
+        kubelet_stats_insecure_tls: Some(false),
+        ..Default::default()
+    };
+    let eff = effective(&flags, &file).unwrap();
+    assert_eq!(
+        (eff.kubelet_stats_url.as_deref(), eff.kubelet_stats_insecure_tls),
+        (Some("https://10.0.0.6:10250"), false)
+    );
+    let unset = Flags {
+        kubelet_stats_url: Some(String::new()),
+        ..Default::default()
+    };
+    assert_eq!(effective(&unset, &file).unwrap().kubelet_stats_url, None);
+    let bad = Flags {
+        kubelet_stats_url: Some("10.0.0.6".into()),
+        ..Default::default()
+    };
+    let e = effective(&bad, &file).unwrap_err().to_string();
+    assert!(e.starts_with("--kubelet-stats-url: "), "{e}");
+}

@@ -235,7 +235,18 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         api_turn_at: None,
         api_base: None,
         judged_inputs: None,
-        storage: Default::default(),
+        storage: match &cfg.effective.kubelet_stats_url {
+            None => Default::default(),
+            Some(url) => storage::Storage::with_kubelet(
+                crate::collect::kubelet_stats::KubeletStatsClient::new(
+                    &config,
+                    url,
+                    cfg.effective.kubelet_stats_insecure_tls,
+                    cfg.effective.request_timeout,
+                )
+                .map_err(|e| (url.clone(), e)),
+            ),
+        },
         reloads: 0,
         kubelet_asked: None,
         layout,
@@ -478,10 +489,12 @@ impl Daemon {
         if old.listen != new.listen
             || old.request_timeout != new.request_timeout
             || old.publish_node_resource_topology != new.publish_node_resource_topology
+            || old.kubelet_stats_url != new.kubelet_stats_url
+            || old.kubelet_stats_insecure_tls != new.kubelet_stats_insecure_tls
         {
             tracing::warn!(
-                "listen, request_timeout_seconds and publish_node_resource_topology changes take effect at the next \
-                 restart"
+                "listen, request_timeout_seconds, publish_node_resource_topology and kubelet_stats_* changes take \
+                 effect at the next restart"
             );
         }
         if old.local_dir_roots != new.local_dir_roots {
@@ -764,6 +777,7 @@ impl Daemon {
             if let (Some(dir), Ok(pods)) = (kubelet_dir, pods) {
                 let window = self.cfg.effective.local_storage_window;
                 storage_news = self.storage.measure(&self.host, dir, endpoint, pods, window).await;
+                self.metrics.storage.kubelet_stats_read(self.storage.kubelet_read());
             }
         }
         let listeners_news = self.refresh_listeners().await;

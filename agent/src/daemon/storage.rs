@@ -8,6 +8,10 @@
 //! says so (the rules that need it cannot judge: never "nothing grows"), the walk is left to
 //! finish on its thread, and no other is started until it has: each turn meanwhile reports it
 //! still running. Nothing the loop does waits on the store while a walk holds it.
+//!
+//! With `kubelet_stats_url` set, each measurement first asks the kubelet for its
+//! `/stats/summary` ([`crate::collect::kubelet_stats`]) and walks only what the kubelet does not
+//! measure; when the kubelet cannot be read, everything is walked and the measurement says why.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use nodemedic_rules::Finding;
 use nodemedic_rules::finding::Severity;
-use nodemedic_rules::snapshot::{LocalStorage, Observed, PodInfo};
+use nodemedic_rules::snapshot::{KubeletStats, LocalStorage, Observed, PodInfo};
 
+use crate::collect::kubelet_stats::KubeletStatsClient;
 use crate::collect::localstore::LocalStore;
 use crate::collect::mountinfo::image_fs;
 use crate::host::HostPaths;
@@ -38,6 +43,13 @@ pub(super) struct Storage {
     pending_warned: Vec<(String, i64, Severity)>,
     /// [`WALK_WAIT`], or less in a test.
     walk_wait: Duration,
+    /// The kubelet's `/stats/summary`, when configured: its client, or why there is none
+    /// (with the URL).
+    kubelet: Option<Result<KubeletStatsClient, (String, String)>>,
+    /// The last reason the kubelet could not be read (logged when it changes).
+    kubelet_failing: Option<String>,
+    /// Whether the last measurement read the kubelet's summary.
+    kubelet_read: bool,
 }
 
 impl Default for Storage {
@@ -49,6 +61,9 @@ impl Default for Storage {
             running: None,
             pending_warned: Vec::new(),
             walk_wait: WALK_WAIT,
+            kubelet: None,
+            kubelet_failing: None,
+            kubelet_read: false,
         }
     }
 }
@@ -79,6 +94,7 @@ fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalSt
                 .any(|d| d.growth_bytes_per_second.is_some_and(|g| g > 0.0));
             a.pods != b.pods
                 || a.remembered != b.remembered
+                || a.kubelet_stats != b.kubelet_stats
                 || (grows && (a.filesystems != b.filesystems || a.imagefs != b.imagefs))
         }
         (Some(a), b) => a != b,
@@ -87,6 +103,64 @@ fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalSt
 }
 
 impl Storage {
+    /// Measurements that ask the kubelet first: `kubelet` is its client, or the URL and why no
+    /// client could be made for it.
+    pub fn with_kubelet(kubelet: Result<KubeletStatsClient, (String, String)>) -> Self {
+        if let Err((url, reason)) = &kubelet {
+            tracing::error!(
+                url,
+                reason,
+                "the kubelet's /stats/summary will not be read: every local dir is walked"
+            );
+        }
+        Storage {
+            kubelet: Some(kubelet),
+            ..Default::default()
+        }
+    }
+
+    /// The kubelet's summary, if configured and readable, and what to say of it.
+    async fn ask_kubelet(&mut self) -> (Option<crate::collect::kubelet_stats::Summary>, KubeletStats) {
+        let client = match &self.kubelet {
+            None => return (None, KubeletStats::Off),
+            Some(Err((url, reason))) => {
+                return (
+                    None,
+                    KubeletStats::Unreadable {
+                        url: url.clone(),
+                        reason: reason.clone(),
+                    },
+                );
+            }
+            Some(Ok(client)) => client,
+        };
+        let url = client.url().to_string();
+        match client.summary().await {
+            Ok(summary) => {
+                if self.kubelet_failing.take().is_some() {
+                    tracing::info!(url, "the kubelet's /stats/summary is read again");
+                }
+                (Some(summary), KubeletStats::Read { url })
+            }
+            Err(reason) => {
+                if self.kubelet_failing.as_ref() != Some(&reason) {
+                    tracing::warn!(
+                        url,
+                        reason,
+                        "the kubelet's /stats/summary could not be read: the local dirs are walked"
+                    );
+                    self.kubelet_failing = Some(reason.clone());
+                }
+                (None, KubeletStats::Unreadable { url, reason })
+            }
+        }
+    }
+
+    /// Whether the last measurement read the kubelet's `/stats/summary`.
+    pub fn kubelet_read(&self) -> bool {
+        self.kubelet_read
+    }
+
     /// Whether a measurement is due (or a walk that outlasted its wait has ended).
     pub fn due(&self, interval: Duration) -> bool {
         self.running.as_ref().is_some_and(|(_, h)| h.is_finished())
@@ -120,6 +194,8 @@ impl Storage {
                 })
             }
             None => {
+                let (summary, said) = self.ask_kubelet().await;
+                self.kubelet_read = summary.is_some();
                 let (store, host) = (self.store.clone(), host.clone());
                 let warned = std::mem::take(&mut self.pending_warned);
                 let now = std::time::SystemTime::now()
@@ -132,7 +208,13 @@ impl Storage {
                             store.warned(&uid, at, severity);
                         }
                         let imagefs = image_fs(&host, &host.display(&kubelet_dir), runtime_endpoint.as_deref());
-                        store.measure(&host, &kubelet_dir, &pods, now, window.as_secs_f64(), imagefs)
+                        let window = window.as_secs_f64();
+                        let mut measured =
+                            store.measure_with(&host, &kubelet_dir, &pods, now, window, imagefs, summary.as_ref());
+                        if let Observed::Ok(m) = &mut measured {
+                            m.kubelet_stats = said;
+                        }
+                        measured
                     }
                     Err(_) => Observed::Error {
                         reason: "the local storage measurements were lost to a panic".into(),
@@ -217,7 +299,10 @@ mod tests {
                     growth_bytes_per_second: Some(growth),
                     growth_span_seconds: 600.0,
                     truncated: false,
+                    measured_by: Default::default(),
+                    measured_at: 0,
                 }],
+                kubelet_ephemeral: None,
             }],
             filesystems: vec![nodemedic_rules::snapshot::FileSystemUse {
                 device: 1,
@@ -228,6 +313,7 @@ mod tests {
             }],
             imagefs: Default::default(),
             unseen: vec![],
+            kubelet_stats: KubeletStats::Off,
             remembered: Default::default(),
         })
     }

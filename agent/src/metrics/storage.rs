@@ -24,6 +24,7 @@ pub struct StorageMetrics {
     growth: GaugeVec,
     forecast: GaugeVec,
     evictions_total: IntCounterVec,
+    kubelet_stats_readable: prometheus::IntGauge,
     /// Evicted executors already counted (by UID).
     counted: Arc<Mutex<HashSet<String>>>,
 }
@@ -59,16 +60,26 @@ impl StorageMetrics {
                 ),
                 &["reason"],
             )?,
+            kubelet_stats_readable: prometheus::IntGauge::with_opts(opts(
+                "kubelet_stats_readable",
+                "1 when the last measurement of Spark's local storage read the kubelet's /stats/summary (kubelet_stats_url), 0 when it did not (unset, or the kubelet could not be read: the log says why).",
+            ))?,
             counted: Default::default(),
         };
         registry.register(Box::new(m.bytes.clone()))?;
         registry.register(Box::new(m.growth.clone()))?;
         registry.register(Box::new(m.forecast.clone()))?;
         registry.register(Box::new(m.evictions_total.clone()))?;
+        registry.register(Box::new(m.kubelet_stats_readable.clone()))?;
         for reason in EVICTION_REASONS {
             m.evictions_total.with_label_values(&[reason]);
         }
         Ok(m)
+    }
+
+    /// Whether the last measurement read the kubelet's `/stats/summary`.
+    pub fn kubelet_stats_read(&self, read: bool) {
+        self.kubelet_stats_readable.set(i64::from(read));
     }
 
     /// Sets the gauges from a judgement and counts the evictions not counted before.

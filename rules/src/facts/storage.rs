@@ -13,10 +13,15 @@ use crate::spark::{is_driver, is_executor};
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "limit", rename_all = "snake_case")]
 pub enum Reach {
-    /// The sum of its containers' `ephemeral-storage` limits, against the bytes of its
+    /// The sum of its containers' `ephemeral-storage` limits, against the kubelet's own count
+    /// of the pod's ephemeral storage where it was read (`by_kubelet`), else the bytes of its
     /// disk-backed `emptyDir` local dirs (the kubelet also counts the containers' writable
-    /// layers and logs, which nodemedic does not see: the forecast is the latest it can be).
-    PodLimit { limit_bytes: u64, used_bytes: u64 },
+    /// layers and logs, which a walk does not see: the forecast is then the latest it can be).
+    PodLimit {
+        limit_bytes: u64,
+        used_bytes: u64,
+        by_kubelet: bool,
+    },
     /// An `emptyDir` local dir's `sizeLimit`.
     EmptyDirLimit {
         volume: String,
@@ -67,6 +72,8 @@ pub struct StorageRisk<'a> {
     pub others_growing: Vec<String>,
     /// A threshold the kubelet's configuration states but nodemedic cannot read (why).
     pub threshold_unread: Option<String>,
+    /// The pod's usage against its limit is the kubelet's own count.
+    pub kubelet_ephemeral: bool,
 }
 
 impl StorageRisk<'_> {
@@ -88,7 +95,8 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
     let Observed::Ok(storage) = &snap.host.local_storage else {
         return vec![];
     };
-    let elapsed = (snap.taken_at - storage.measured_at).max(0) as f64;
+    // Seconds from what was measured at `at` to the snapshot: a forecast counts from its data.
+    let since = |at: i64| (snap.taken_at - at).max(0) as f64;
     let eviction = snap.host.kubelet.ok().map(|k| k.eviction.clone()).unwrap_or_default();
     // Every disk-backed dir's growth on each file system, and whose it is.
     let on_device = |device: u64| {
@@ -112,7 +120,9 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
             continue;
         }
         let mut forecasts = Vec::new();
-        let at = |left: i128, rate: f64| seconds_until(left, rate).map(|s| (s - elapsed).max(0.0));
+        let at = |left: i128, rate: f64, measured_at: i64| {
+            seconds_until(left, rate).map(|s| (s - since(measured_at)).max(0.0))
+        };
         // The pod's own limit, against its emptyDirs.
         let limits: Vec<u64> = pod
             .containers
@@ -123,13 +133,22 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
         let counted: Vec<&&StorageDir> = disk.iter().filter(|d| d.backing.counts_against_pod_limit()).collect();
         if !limits.is_empty() && !counted.is_empty() {
             let limit: u64 = limits.iter().sum();
-            let used: u64 = counted.iter().map(|d| d.bytes).sum();
+            let oldest = counted
+                .iter()
+                .map(|d| d.measured_at)
+                .min()
+                .unwrap_or(storage.measured_at);
+            let (used, measured_at) = match ps.kubelet_ephemeral {
+                Some(k) => (k.bytes, k.at),
+                None => (counted.iter().map(|d| d.bytes).sum(), oldest),
+            };
             let rate: f64 = counted.iter().map(|d| growth(d)).sum();
-            if let Some(seconds) = at(i128::from(limit) - i128::from(used), rate) {
+            if let Some(seconds) = at(i128::from(limit) - i128::from(used), rate, measured_at) {
                 forecasts.push(Forecast {
                     reach: Reach::PodLimit {
                         limit_bytes: limit,
                         used_bytes: used,
+                        by_kubelet: ps.kubelet_ephemeral.is_some(),
                     },
                     growth_bytes_per_second: rate,
                     seconds,
@@ -144,7 +163,7 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
                 .find(|v| v.name == d.volume)
                 .and_then(|v| v.size_limit_bytes);
             let Some(limit) = limit else { continue };
-            if let Some(seconds) = at(i128::from(limit) - i128::from(d.bytes), growth(d)) {
+            if let Some(seconds) = at(i128::from(limit) - i128::from(d.bytes), growth(d), d.measured_at) {
                 forecasts.push(Forecast {
                     reach: Reach::EmptyDirLimit {
                         volume: d.volume.clone(),
@@ -208,7 +227,7 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
                 (full(), 0)
             };
             let left = i128::from(fs.available_bytes) - i128::from(threshold_bytes);
-            if let Some(seconds) = at(left, rate) {
+            if let Some(seconds) = at(left, rate, storage.measured_at) {
                 forecasts.push(Forecast {
                     reach,
                     growth_bytes_per_second: rate,
@@ -240,6 +259,7 @@ pub fn storage_risks<'a>(snap: &'a NodeSnapshot, _settings: &Settings) -> Vec<St
             forecasts,
             others_growing,
             threshold_unread,
+            kubelet_ephemeral: ps.kubelet_ephemeral.is_some(),
         });
     }
     risks.sort_by(|a, b| {

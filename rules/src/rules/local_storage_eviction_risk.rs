@@ -26,7 +26,7 @@ use crate::facts::{Forecast, Reach, StorageRisk};
 use crate::finding::{Finding, Severity, Subject};
 use crate::rules::{RuleGauge, RuleInfo};
 use crate::settings::Settings;
-use crate::snapshot::{DirBacking, ImageFs, NodeSnapshot, StorageDir};
+use crate::snapshot::{DirBacking, ImageFs, KubeletStats, NodeSnapshot, StorageDir};
 use crate::spark;
 use crate::text::{human_bytes, human_seconds};
 
@@ -126,6 +126,7 @@ fn dir_json(d: &StorageDir) -> Value {
         "growth_bytes_per_minute": d.growth_bytes_per_second.map(|g| (g * 60.0).round() as i64),
         "measured_over_seconds": d.growth_span_seconds.round() as u64,
         "truncated": d.truncated.then_some(true),
+        "measured_by": d.measured_by,
     })
 }
 
@@ -228,12 +229,25 @@ pub fn check(snap: &NodeSnapshot, facts: &crate::facts::Facts, settings: &Settin
             .with("threshold_unread", risk.threshold_unread.clone())
             .with(
                 "usage_counted",
-                "the pod's local dirs (the kubelet also counts its containers' writable layers and logs)",
+                if risk.kubelet_ephemeral {
+                    "the kubelet's count of the pod's ephemeral storage (its emptyDirs, its containers' writable layers and logs) against its limit; the local dirs' own figures against the file system"
+                } else {
+                    "the pod's local dirs (the kubelet also counts its containers' writable layers and logs)"
+                },
             )
             .with(
                 "measured_at",
                 match &snap.host.local_storage {
                     crate::snapshot::Observed::Ok(s) => Some(s.measured_at),
+                    _ => None,
+                },
+            )
+            .with(
+                "kubelet_stats",
+                match &snap.host.local_storage {
+                    crate::snapshot::Observed::Ok(s) if s.kubelet_stats != KubeletStats::Off => {
+                        serde_json::to_value(&s.kubelet_stats).ok()
+                    }
                     _ => None,
                 },
             ),

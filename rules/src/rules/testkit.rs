@@ -352,7 +352,13 @@ impl SnapshotBuilder {
 
     /// The Spark pods' local dirs as measured `ago` seconds before [`NOW`], the runtime's
     /// images on a disk of their own (see [`Self::with_imagefs`]).
-    pub fn with_local_storage(mut self, ago: i64, pods: Vec<PodStorage>, filesystems: Vec<FileSystemUse>) -> Self {
+    /// The walked dirs among `pods` are dated at the measurement.
+    pub fn with_local_storage(mut self, ago: i64, mut pods: Vec<PodStorage>, filesystems: Vec<FileSystemUse>) -> Self {
+        for d in pods.iter_mut().flat_map(|p| &mut p.dirs) {
+            if d.measured_by == MeasuredBy::Walk {
+                d.measured_at = NOW - ago;
+            }
+        }
         self.snap.host.local_storage = Observed::Ok(LocalStorage {
             measured_at: NOW - ago,
             window_seconds: 600.0,
@@ -363,6 +369,7 @@ impl SnapshotBuilder {
             },
             unseen: vec![],
             remembered: Default::default(),
+            kubelet_stats: KubeletStats::Off,
         });
         self
     }
@@ -789,6 +796,9 @@ pub fn empty_dir_use(volume: &str, bytes: u64, per_second: f64) -> StorageDir {
         growth_bytes_per_second: Some(per_second),
         growth_span_seconds: 600.0,
         truncated: false,
+        measured_by: MeasuredBy::Walk,
+        // The walk's time: [`SnapshotBuilder::with_local_storage`] sets it to the measurement's.
+        measured_at: 0,
     }
 }
 

@@ -28,6 +28,19 @@ impl DirBacking {
     }
 }
 
+/// Where a local dir's bytes come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasuredBy {
+    /// The agent's own walk of the directory (allocated blocks of its files).
+    #[default]
+    Walk,
+    /// The kubelet's accounting (`/stats/summary`: the volume's `usedBytes`, which the kubelet
+    /// takes from `du` for an `emptyDir` and from the CSI driver for a claim), as of when the
+    /// kubelet last measured it ([`StorageDir::measured_at`]).
+    Kubelet,
+}
+
 /// One local dir of a Spark pod, measured.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StorageDir {
@@ -50,7 +63,16 @@ pub struct StorageDir {
     pub growth_span_seconds: f64,
     /// The walk stopped at its bound: `bytes` is a lower bound.
     pub truncated: bool,
+    /// Who measured `bytes` and `files`.
+    pub measured_by: MeasuredBy,
+    /// When, unix seconds: the walk's time, or the kubelet's (its volume figures are refreshed
+    /// every `volumeStatsAggPeriod`, a minute by default, so they can be that much older).
+    pub measured_at: i64,
 }
+
+/// The keys [`FileSystemUse::device`] takes for file systems known only from the kubelet's
+/// figures start here (no device number is this large: Linux's are 32 bits).
+pub const KUBELET_ONLY_DEVICES: u64 = 1 << 63;
 
 /// Growth is not reported over less than this many seconds of measurements.
 pub const MIN_GROWTH_SPAN: f64 = 30.0;
@@ -60,12 +82,42 @@ pub const MIN_GROWTH_SPAN: f64 = 30.0;
 pub struct PodStorage {
     pub pod_uid: String,
     pub dirs: Vec<StorageDir>,
+    /// The kubelet's count of the pod's ephemeral storage (`/stats/summary`'s
+    /// `ephemeral-storage.usedBytes`: its containers' writable layers and logs and its
+    /// disk-backed `emptyDir`s), which is what the kubelet holds against the pod's
+    /// `ephemeral-storage` limit; `None` without the kubelet's accounting.
+    pub kubelet_ephemeral: Option<KubeletCount>,
 }
 
-/// A file system that holds local dirs, as `statvfs(3)` tells it.
+/// Bytes the kubelet counted, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KubeletCount {
+    pub bytes: u64,
+    /// Unix seconds.
+    pub at: i64,
+}
+
+/// Whether the kubelet's own accounting (`/stats/summary` on its port 10250) was read for
+/// this measurement.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum KubeletStats {
+    /// Not configured (`kubelet_stats_url` unset): every local dir was walked.
+    #[default]
+    Off,
+    /// Read: the volumes the kubelet reports (emptyDirs, claims whose CSI driver reports
+    /// usage) are its figures, the others (hostPath) walked.
+    Read { url: String },
+    /// Configured but not read (why): every local dir was walked.
+    Unreadable { url: String, reason: String },
+}
+
+/// A file system that holds local dirs, as `statvfs(3)` tells it (or, for a claim's volume
+/// the agent cannot see, the kubelet's figures for it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct FileSystemUse {
-    /// Device number (`st_dev`).
+    /// Device number (`st_dev`); for a claim's volume known only from the kubelet's figures, a
+    /// key of its own at or above [`KUBELET_ONLY_DEVICES`].
     pub device: u64,
     /// A host path on it (the first local dir measured there, or the kubelet's directory).
     pub path: String,
@@ -150,6 +202,8 @@ pub struct LocalStorage {
     pub unseen: Vec<UnseenDir>,
     /// Pods measured before, by UID (those measured now included).
     pub remembered: BTreeMap<String, Remembered>,
+    /// Whether the kubelet's accounting was read.
+    pub kubelet_stats: KubeletStats,
 }
 
 impl LocalStorage {

@@ -105,6 +105,16 @@ pub(crate) struct Shared {
     pub server_address: String,
     /// The writes running on tasks of their own (see `handle`), aborted when the server stops.
     pub detached: Mutex<Vec<AbortHandle>>,
+    /// What `/stats/summary` answers, as a kubelet.
+    pub kubelet_stats: Mutex<KubeletStats>,
+}
+
+/// The kubelet's `/stats/summary` as the double serves it.
+#[derive(Debug, Default)]
+pub(crate) struct KubeletStats {
+    pub summary: Option<Value>,
+    /// The caller lacks `get` on `nodes/stats`.
+    pub denied: bool,
 }
 
 impl Shared {
@@ -184,6 +194,8 @@ enum Route {
     Version,
     Health(String),
     Metrics,
+    /// A kubelet's `/stats/summary`.
+    KubeletSummary,
     CoreVersions,
     GroupList,
     Group(String),
@@ -209,6 +221,7 @@ fn route(path: &str) -> Route {
         ["version"] => Route::Version,
         [h @ ("healthz" | "livez" | "readyz"), ..] => Route::Health((*h).to_string()),
         ["metrics"] => Route::Metrics,
+        ["stats", "summary"] => Route::KubeletSummary,
         ["api"] => Route::CoreVersions,
         ["api", "v1"] => Route::ResourceList(String::new(), "v1".into()),
         ["apis"] => Route::GroupList,
@@ -504,6 +517,18 @@ fn serve_non_resource(shared: &Shared, parts: &http::request::Parts, query: &Que
             "text/plain; version=0.0.4; charset=utf-8",
             full(shared.store.metrics_text()),
         ),
+        Route::KubeletSummary => {
+            let stats = shared.kubelet_stats.lock().unwrap_or_else(PoisonError::into_inner);
+            match (&stats.summary, stats.denied) {
+                (None, _) => text_response(404, "404 page not found\n"),
+                // The kubelet's words (pkg/kubelet/server), for a ServiceAccount without the right.
+                (Some(_), true) => text_response(
+                    403,
+                    "Forbidden (user=system:serviceaccount:nodemedic:nodemedic, verb=get, resource=nodes, subresource=stats)",
+                ),
+                (Some(summary), false) => json_response(200, summary),
+            }
+        }
         Route::CoreVersions if discovery::wants_aggregated(&accept) => base_response(
             200,
             discovery::AGGREGATED_CONTENT_TYPE,

@@ -9,7 +9,9 @@
 //! `deletecollection`, dry-run creates, optimistic concurrency (a write with a stale
 //! `metadata.resourceVersion` is a 409 `Conflict`, one without is unconditional; creating an
 //! existing name is a 409 `AlreadyExists`), `metav1.Status` errors, discovery, `/version`,
-//! health and `/metrics`. The real `spark-submit` (fabric8) works against it too
+//! health and `/metrics`; and, standing in for a kubelet, its `/stats/summary` (a document the
+//! test sets, and its 403 without `nodes/stats`: [`ApiServer::set_kubelet_summary`]). The real
+//! `spark-submit` (fabric8) works against it too
 //! (`crate::spark_submit`, `tests/tests/spark_client.rs`).
 //!
 //! The served types (`resources::RESOURCES`, which discovery is derived from): core `v1`
@@ -143,6 +145,7 @@ impl ApiServer {
             bookmark_interval_ms: AtomicU64::new(DEFAULT_BOOKMARK_INTERVAL.as_millis() as u64),
             server_address: https_addr.to_string(),
             detached: Mutex::new(Vec::new()),
+            kubelet_stats: Mutex::new(http::KubeletStats::default()),
         });
         let acceptor = TlsAcceptor::from(tls.server_config.clone());
         let http_slot = Arc::new(ListenerSlot::new(http_listener)?);
@@ -224,6 +227,29 @@ impl ApiServer {
     /// Fault injection.
     pub fn faults(&self) -> Faults {
         self.shared.faults.clone()
+    }
+
+    /// Serves `summary` as a kubelet's `GET /stats/summary` (on both listeners; `None`: a 404,
+    /// as a server that has no such path). A kubelet's endpoint, not the API server's: served
+    /// here so that a test points the agent's `kubelet_stats_url` at this server, with the
+    /// same CA and token.
+    pub fn set_kubelet_summary(&self, summary: Option<serde_json::Value>) {
+        self.shared
+            .kubelet_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .summary = summary;
+    }
+
+    /// Whether the caller holds `get` on `nodes/stats`: when not, `/stats/summary` answers
+    /// as the kubelet's webhook authorization does, `403` with its plain-text `Forbidden
+    /// (user=..., verb=get, resource=nodes, subresource=stats)`. Granted at start.
+    pub fn set_kubelet_stats_granted(&self, granted: bool) {
+        self.shared
+            .kubelet_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .denied = !granted;
     }
 
     /// Every request seen so far, in arrival order of their answers.

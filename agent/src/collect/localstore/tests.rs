@@ -343,3 +343,149 @@ fn recent_files_past_the_cap_are_counted_not_kept() {
     assert_eq!(d.files, 10);
     assert!(d.bytes >= 10 * 4096, "{}", d.bytes);
 }
+
+/// With the kubelet's `/stats/summary`, the volumes it measures are its figures, dated at its
+/// time (its figure read again is no new point), a claim the agent cannot see is measured all
+/// the same on a file system known from the kubelet's figures, and a hostPath is walked;
+/// without it again, the walk starts the history over.
+#[test]
+fn the_kubelets_figures_replace_the_walk_where_it_reports_the_volume() {
+    use crate::collect::kubelet_stats::{PodUsage, Summary, VolumeUsage};
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostPaths::new(dir.path(), None);
+    let kubelet = host.kubelet_dir(None);
+    let pod = kubelet.join("pods/u3/volumes");
+    write(
+        &pod.join("kubernetes.io~empty-dir/spark-local-dir-1/blockmgr-1/00/shuffle_0.data"),
+        64 * 1024,
+    );
+    std::fs::create_dir_all(pod.join("kubernetes.io~empty-dir/spark-local-dir-2")).unwrap();
+    std::fs::create_dir_all(pod.join("kubernetes.io~csi/pvc-1/mount")).unwrap();
+    write(&dir.path().join("mnt/spark/blockmgr-2/shuffle_1.data"), 8 * 1024);
+    let volumes = vec![
+        volume("spark-local-dir-1"),
+        LocalDirVolume {
+            name: "spark-local-dir-2".into(),
+            memory: true,
+            ..Default::default()
+        },
+        LocalDirVolume {
+            name: "spark-local-dir-3".into(),
+            claim: Some("exec-3-pvc-0".into()),
+            ..Default::default()
+        },
+        LocalDirVolume {
+            name: "spark-local-dir-4".into(),
+            host_path: Some("/mnt/spark".into()),
+            ..Default::default()
+        },
+    ];
+    let pods = [executor("u3", volumes)];
+    let now = unix_now();
+    let summary = |at: i64, scale: u64| {
+        let used = |name: &str, bytes: u64, capacity: Option<u64>| {
+            let usage = VolumeUsage {
+                used_bytes: bytes,
+                inodes_used: Some(7),
+                capacity_bytes: capacity,
+                available_bytes: capacity.map(|c| c - bytes),
+                at,
+                claim: None,
+            };
+            (name.to_string(), usage)
+        };
+        let pod = PodUsage {
+            volumes: [
+                used("spark-local-dir-1", 10 * MIB * scale, None),
+                used("spark-local-dir-2", MIB * scale, None),
+                used("spark-local-dir-3", 100 * MIB * scale, Some(10_000 * MIB)),
+                // The kubelet does not measure a hostPath; were it to, the walk still counts.
+                used("spark-local-dir-4", 999, None),
+            ]
+            .into(),
+            ephemeral: Some(nodemedic_rules::snapshot::KubeletCount {
+                bytes: 11 * MIB * scale,
+                at,
+            }),
+        };
+        Summary {
+            pods: [("u3".to_string(), pod)].into(),
+        }
+    };
+    let mut store = LocalStore::default();
+    let (first, second) = (summary(now as i64 - 90, 1), summary(now as i64 - 30, 2));
+    let measure = |store: &mut LocalStore, at: f64, s: Option<&Summary>| match store.measure_with(
+        &host,
+        &kubelet,
+        &pods,
+        at,
+        600.0,
+        ImageFs::default(),
+        s,
+    ) {
+        Observed::Ok(m) => m,
+        other => panic!("{other:?}"),
+    };
+    store.measure_with(
+        &host,
+        &kubelet,
+        &pods,
+        now - 60.0,
+        600.0,
+        ImageFs::default(),
+        Some(&first),
+    );
+    let s = measure(&mut store, now, Some(&second));
+    assert!(s.unseen.is_empty(), "{:?}", s.unseen);
+    let p = &s.pods[0];
+    let by: Vec<(&str, MeasuredBy, u64)> = p
+        .dirs
+        .iter()
+        .map(|d| (d.volume.as_str(), d.measured_by, d.bytes))
+        .collect();
+    assert_eq!(
+        by[..3],
+        [
+            ("spark-local-dir-1", MeasuredBy::Kubelet, 20 * MIB),
+            ("spark-local-dir-2", MeasuredBy::Kubelet, 2 * MIB),
+            ("spark-local-dir-3", MeasuredBy::Kubelet, 200 * MIB),
+        ]
+    );
+    assert_eq!((by[3].0, by[3].1), ("spark-local-dir-4", MeasuredBy::Walk));
+    assert!((8 * 1024..64 * 1024).contains(&by[3].2), "{}", by[3].2);
+    // Growth between the kubelet's two times, 60 s apart.
+    let d1 = &p.dirs[0];
+    assert_eq!(d1.measured_at, now as i64 - 30);
+    assert_eq!(d1.files, 7);
+    assert!((d1.growth_bytes_per_second.unwrap() - (10 * MIB) as f64 / 60.0).abs() < 1.0);
+    assert_eq!(p.kubelet_ephemeral.map(|k| k.bytes), Some(22 * MIB));
+    // The claim's file system, as the kubelet reports it (the agent does not see the mount).
+    let claim = &p.dirs[2];
+    let fs = s.filesystem(claim.device.unwrap()).unwrap();
+    assert!(fs.device >= KUBELET_ONLY_DEVICES);
+    assert_eq!(
+        (fs.capacity_bytes, fs.available_bytes, fs.nodefs),
+        (10_000 * MIB, 9_800 * MIB, false)
+    );
+    assert_eq!(p.dirs[1].device, None, "a memory dir is on no file system");
+    assert!(s.filesystem(d1.device.unwrap()).unwrap().nodefs);
+    // The same figures read again: no new point, the same growth.
+    let again = measure(&mut store, now + 60.0, Some(&second));
+    assert_eq!(
+        again.pods[0].dirs[0].growth_bytes_per_second,
+        d1.growth_bytes_per_second
+    );
+    // The kubelet not read: the emptyDir is walked, and its history starts over. Until the
+    // walk's own growth is known the rules cannot judge (they keep what they found).
+    match store.measure_with(&host, &kubelet, &pods, now + 120.0, 600.0, ImageFs::default(), None) {
+        Observed::Error { reason } => assert!(reason.contains("changed source"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let walked = measure(&mut store, now + 120.0 + MIN_GROWTH_SPAN, None);
+    let d1 = &walked.pods[0].dirs[0];
+    assert_eq!(d1.measured_by, MeasuredBy::Walk);
+    assert!(d1.bytes < MIB, "{}", d1.bytes);
+    assert_eq!(d1.growth_bytes_per_second, Some(0.0));
+    assert_eq!(walked.pods[0].kubelet_ephemeral, None);
+}

@@ -27,6 +27,7 @@ fn a_pod_limit_reached_in_minutes_is_critical_and_names_it() {
             vec![PodStorage {
                 pod_uid: "e1".into(),
                 dirs: vec![empty_dir_use("spark-local-dir-1", 8 * GIB, 10.0 * MIB)],
+                kubelet_ephemeral: None,
             }],
             vec![nodefs(1000 * GIB, 900 * GIB)],
         )
@@ -63,10 +64,12 @@ fn the_nodes_threshold_counts_every_application_growing_there() {
                 PodStorage {
                     pod_uid: "e1".into(),
                     dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 5.0 * MIB)],
+                    kubelet_ephemeral: None,
                 },
                 PodStorage {
                     pod_uid: "e2".into(),
                     dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 5.0 * MIB)],
+                    kubelet_ephemeral: None,
                 },
             ],
             vec![nodefs(100 * GIB, 12 * GIB)],
@@ -116,6 +119,7 @@ fn images_on_the_kubelets_disk_bring_the_threshold_forward() {
                 vec![PodStorage {
                     pod_uid: "e1".into(),
                     dirs: vec![empty_dir_use("spark-local-dir-1", GIB, 10.0 * MIB)],
+                    kubelet_ephemeral: None,
                 }],
                 vec![nodefs(100 * GIB, 20 * GIB)],
             )
@@ -199,14 +203,17 @@ fn slow_growth_memory_and_quiet_pods_are_no_risk() {
                 PodStorage {
                     pod_uid: "slow".into(),
                     dirs: vec![empty_dir_use("spark-local-dir-1", 0, (100 * GIB) as f64 / 7200.0)],
+                    kubelet_ephemeral: None,
                 },
                 PodStorage {
                     pod_uid: "tmpfs".into(),
                     dirs: vec![memory],
+                    kubelet_ephemeral: None,
                 },
                 PodStorage {
                     pod_uid: "quiet".into(),
                     dirs: vec![empty_dir_use("spark-local-dir-1", GIB - 1, 0.0)],
+                    kubelet_ephemeral: None,
                 },
             ],
             vec![nodefs(1000 * GIB, 900 * GIB)],
@@ -228,6 +235,7 @@ fn an_emptydir_size_limit_is_a_limit_of_its_own() {
             vec![PodStorage {
                 pod_uid: "e1".into(),
                 dirs: vec![empty_dir_use("spark-local-dir-1", GIB, MIB)],
+                kubelet_ephemeral: None,
             }],
             vec![nodefs(1000 * GIB, 900 * GIB)],
         )
@@ -265,6 +273,7 @@ fn an_unseen_local_dir_is_said() {
             vec![PodStorage {
                 pod_uid: "e2".into(),
                 dirs: vec![empty_dir_use("spark-local-dir-1", 8 * GIB, 10.0 * MIB)],
+                kubelet_ephemeral: None,
             }],
             vec![nodefs(1000 * GIB, 900 * GIB)],
         )
@@ -298,4 +307,47 @@ fn an_unseen_local_dir_is_said() {
     let e2 = f.iter().find(|f| f.subject.uid.as_deref() == Some("e2")).unwrap();
     assert_eq!(e2.severity, Severity::Critical);
     assert_eq!(e2.evidence["unseen_local_dirs"][0]["volume"], "spark-local-dir-2");
+}
+
+#[test]
+fn the_kubelets_count_of_the_pod_is_held_against_its_limit_from_when_it_counted() {
+    // A 10 GiB limit. The local dir holds 6 GiB, but the kubelet counts 8 GiB for the pod (its
+    // containers' writable layers and logs too), 40 s before the measurement: 2 GiB left at
+    // 10 MiB/s is 204.8 s from then, 165 s from now.
+    let mut dir = empty_dir_use("spark-local-dir-1", 6 * GIB, 10.0 * MIB);
+    dir.measured_by = MeasuredBy::Kubelet;
+    dir.measured_at = NOW - 40;
+    let snap = SnapshotBuilder::spark_node(&[executor("e1", "spark-1", Some(10 * GIB))])
+        .with_local_storage(
+            0,
+            vec![PodStorage {
+                pod_uid: "e1".into(),
+                dirs: vec![dir],
+                kubelet_ephemeral: Some(KubeletCount {
+                    bytes: 8 * GIB,
+                    at: NOW - 40,
+                }),
+            }],
+            vec![nodefs(1000 * GIB, 900 * GIB)],
+        )
+        .build();
+    let f = run(&snap);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].evidence["forecast_seconds"], 165);
+    assert_eq!(f[0].evidence["reaches"]["limit"], "pod_limit");
+    assert_eq!(f[0].evidence["reaches"]["used_bytes"], 8 * GIB);
+    assert_eq!(f[0].evidence["reaches"]["by_kubelet"], true);
+    assert_eq!(f[0].evidence["local_dirs"][0]["measured_by"], "kubelet");
+    let counted = f[0].evidence["usage_counted"].as_str().unwrap();
+    assert!(counted.starts_with("the kubelet's count"), "{counted}");
+    // Without the kubelet's count the local dir's 6 GiB is all there is: 4 GiB left, 409.6 s
+    // from its own time.
+    let mut walked = snap.clone();
+    if let Observed::Ok(s) = &mut walked.host.local_storage {
+        s.pods[0].kubelet_ephemeral = None;
+    }
+    let f = run(&walked);
+    assert_eq!(f[0].evidence["reaches"]["used_bytes"], 6 * GIB);
+    assert_eq!(f[0].evidence["reaches"]["by_kubelet"], false);
+    assert_eq!(f[0].evidence["forecast_seconds"], 370);
 }
