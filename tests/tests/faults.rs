@@ -280,7 +280,9 @@ async fn processes_exiting_between_listing_and_reading_never_panic() {
     let host = Node::new(NODE, Layout::V1Cgroupfs, Runtime::Containerd)
         .pod(Pod::new("live", 2).exclusive("2-3"))
         .pod(Pod::new("gone-job", 2).exclusive("4,6").gone());
-    let mut agent = started(&api, Some(&host), &["--scan-interval-seconds", "0.05"]).await;
+    // Scans every 0.1 s: /healthz allows three intervals without one, 0.3 s, which a scan
+    // through this churn can take when the suite loads both cores (at 0.05 s it failed so).
+    let mut agent = started(&api, Some(&host), &["--scan-interval-seconds", "0.1"]).await;
     let root = agent.host_root();
     // Every cgroup.procs below kubepods.
     let mut procs_files = Vec::new();

@@ -322,9 +322,11 @@ async fn spark_submit_meets_a_30_second_admission_then_the_remedy_of_slow_pod_ad
             "{needle:?} not in the output:\n{a}\n{log}"
         );
     }
-    // Four attempts of 10 s, with backoff pauses in between: over 40 s in all.
+    // Four attempts of 10 s, with backoff pauses in between: over 40 s in all (the count of
+    // attempts is held below, by the POSTs sent). The upper bound leaves room for the JVM's
+    // start on two loaded cores: 62.8 s in all was seen in a full suite run.
     assert!(
-        without.elapsed > SPARK_TIMEOUT * ATTEMPTS as u32 && without.elapsed < Duration::from_secs(60),
+        without.elapsed > SPARK_TIMEOUT * ATTEMPTS as u32 && without.elapsed < Duration::from_secs(75),
         "{a}\n{log}"
     );
     // What it sent: the same POST four times, and nothing else.

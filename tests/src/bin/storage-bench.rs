@@ -23,7 +23,11 @@
 //!    - **unchanged, old files**: nothing changed, the files older than that: a stat per
 //!      directory;
 //!    - **1% new files**: every pod writes FILES/100 new files between two walks (a shuffle
-//!      being written; the earlier files old): the directories that changed are listed again.
+//!      being written; the earlier files old): the directories that changed are listed again;
+//!    - **the kubelet's figures**: with `kubelet_stats_url`, a `/stats/summary` answer of the
+//!      node (the executors and 60 other pods, each with its containers' CPU, memory, rootfs
+//!      and log figures, network and volumes, as a kubelet 1.33 writes it) parsed, and the
+//!      executors' emptyDirs taken from it instead of walked (the request itself not counted).
 //!
 //!    The store is given its clock (as the daemon gives it the time), so which files are
 //!    recent does not depend on how long the writing took.
@@ -44,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use nodemedic::collect::kubelet_stats;
 use nodemedic::collect::localstore::LocalStore;
 use nodemedic::collect::read::trace::{self, Op};
 use nodemedic::host::HostPaths;
@@ -179,6 +184,23 @@ impl Bench {
         Ok(())
     }
 
+    /// One measurement with the kubelet's `summary`; the files it counted.
+    fn measure_counted(
+        &self,
+        store: &mut LocalStore,
+        now: f64,
+        summary: &kubelet_stats::Summary,
+    ) -> Result<Option<u64>, String> {
+        let measured =
+            store.measure_with(&self.host, &self.kubelet, &self.pods, now, WINDOW, ImageFs::default(), Some(summary));
+        match measured {
+            Observed::Ok(s) => Ok(Some(s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum())),
+            Observed::NotApplicable { reason } if reason.starts_with("growth needs") => Ok(None),
+            Observed::Error { reason } if reason.starts_with("growth not known") => Ok(None),
+            other => Err(format!("local storage not measured: {other:?}")),
+        }
+    }
+
     /// One measurement; the files it counted (none on a store's first measurement, which
     /// has no growth yet and reports nothing).
     fn measure(&self, store: &mut LocalStore, now: f64) -> Result<Option<u64>, String> {
@@ -188,6 +210,60 @@ impl Bench {
             other => Err(format!("local storage not measured: {other:?}")),
         }
     }
+}
+
+/// A `/stats/summary` answer for `pods` and `others` more pods at unix second `at`: what a
+/// kubelet writes per pod (its containers' CPU, memory, rootfs and logs; network; volumes;
+/// ephemeral storage), the executors' local dir at `used` bytes in `files` files.
+fn summary_json(pods: &[PodInfo], others: usize, at: f64, used: u64, files: usize) -> Vec<u8> {
+    let time = jiff::Timestamp::from_second(at as i64)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    let fs = |bytes: u64| serde_json::json!({"time": time, "availableBytes": 400_000_000_000u64,
+        "capacityBytes": 1_000_000_000_000u64, "usedBytes": bytes, "inodesFree": 60_000_000u64,
+        "inodes": 61_000_000u64, "inodesUsed": 20_000});
+    let container = |name: &str| serde_json::json!({
+        "name": name, "startTime": time,
+        "cpu": {"time": time, "usageNanoCores": 1_200_000_000u64, "usageCoreNanoSeconds": 9_000_000_000_000u64},
+        "memory": {"time": time, "availableBytes": 1_000_000_000u64, "usageBytes": 3_000_000_000u64,
+            "workingSetBytes": 2_900_000_000u64, "rssBytes": 2_800_000_000u64, "pageFaults": 100_000, "majorPageFaults": 10},
+        "rootfs": fs(40_960), "logs": fs(1_048_576),
+        "swap": {"time": time, "swapAvailableBytes": 0, "swapUsageBytes": 0}
+    });
+    let pod = |name: &str, namespace: &str, uid: &str, local: Option<u64>| {
+        let mut volumes = vec![serde_json::json!({"name": "kube-api-access-6xq2v", "time": time,
+            "usedBytes": 12_288, "inodesUsed": 9, "capacityBytes": 1_000_000_000u64, "availableBytes": 999_987_712u64})];
+        if let Some(bytes) = local {
+            let mut v = fs(bytes);
+            v["name"] = "spark-local-dir-1".into();
+            v["inodesUsed"] = files.into();
+            volumes.push(v);
+            let mut conf = fs(4096);
+            conf["name"] = "spark-conf-volume-exec".into();
+            volumes.push(conf);
+        }
+        serde_json::json!({
+            "podRef": {"name": name, "namespace": namespace, "uid": uid},
+            "startTime": time,
+            "containers": [container("main"), container("sidecar")],
+            "cpu": {"time": time, "usageNanoCores": 1_300_000_000u64, "usageCoreNanoSeconds": 9_100_000_000_000u64},
+            "memory": {"time": time, "usageBytes": 3_100_000_000u64, "workingSetBytes": 3_000_000_000u64},
+            "network": {"time": time, "name": "eth0", "rxBytes": 9_000_000_000u64, "rxErrors": 0,
+                "txBytes": 8_000_000_000u64, "txErrors": 0,
+                "interfaces": [{"name": "eth0", "rxBytes": 9_000_000_000u64, "rxErrors": 0, "txBytes": 8_000_000_000u64, "txErrors": 0}]},
+            "volume": volumes,
+            "ephemeral-storage": fs(local.unwrap_or(0) + 1_089_536),
+            "process_stats": {"process_count": 40}
+        })
+    };
+    let mut items: Vec<serde_json::Value> =
+        pods.iter().map(|p| pod(&p.name, &p.namespace, &p.uid, Some(used))).collect();
+    items.extend((0..others).map(|i| pod(&format!("web-{i}"), "apps", &format!("{i:08}-0000-4000-8000-000000000000"), None)));
+    serde_json::to_vec(&serde_json::json!({
+        "node": {"nodeName": "bench-node", "startTime": time, "fs": fs(600_000_000_000u64)},
+        "pods": items
+    }))
+    .unwrap_or_default()
 }
 
 /// One row: a state's wall times and the operations of one of its walks.
@@ -326,6 +402,28 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
         || (pods * written.get()) as u64,
     )?);
 
+    // The kubelet's figures: its answer parsed, the executors' emptyDirs not walked.
+    const OTHERS: usize = 60;
+    let kubelet_clock = std::cell::Cell::new(later + 600.0);
+    let body = std::cell::RefCell::new(Vec::new());
+    let mut store = LocalStore::default();
+    rows.push(row(
+        "the kubelet's figures (its /stats/summary parsed)",
+        runs,
+        || {
+            kubelet_clock.set(kubelet_clock.get() + 60.0);
+            *body.borrow_mut() = summary_json(&bench.pods, OTHERS, kubelet_clock.get(), 1 << 30, files);
+            Ok(())
+        },
+        || {
+            let now = kubelet_clock.get();
+            let summary = kubelet_stats::parse(&body.borrow(), now as i64)?;
+            bench.measure_counted(&mut store, now, &summary)
+        },
+        || total,
+    )?);
+    let summary_bytes = body.borrow().len();
+
     println!();
     println!(
         "| state ({pods} pods x {files} files) | wall ms, median (min-max) of {runs} | per 1,000 files | listings | stats |"
@@ -370,6 +468,10 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
         empty_wall.0,
         empty_wall.2,
         empty_rss.1,
+    );
+    println!(
+        "the kubelet's /stats/summary of the last row: {pods} executors and {OTHERS} other pods, {:.0} KiB",
+        summary_bytes as f64 / 1024.0
     );
     println!(
         "memory the store keeps after one walk (resident set growth of a child process): \
