@@ -191,8 +191,15 @@ impl Bench {
         now: f64,
         summary: &kubelet_stats::Summary,
     ) -> Result<Option<u64>, String> {
-        let measured =
-            store.measure_with(&self.host, &self.kubelet, &self.pods, now, WINDOW, ImageFs::default(), Some(summary));
+        let measured = store.measure_with(
+            &self.host,
+            &self.kubelet,
+            &self.pods,
+            now,
+            WINDOW,
+            ImageFs::default(),
+            Some(summary),
+        );
         match measured {
             Observed::Ok(s) => Ok(Some(s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum())),
             Observed::NotApplicable { reason } if reason.starts_with("growth needs") => Ok(None),
@@ -219,17 +226,21 @@ fn summary_json(pods: &[PodInfo], others: usize, at: f64, used: u64, files: usiz
     let time = jiff::Timestamp::from_second(at as i64)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_default();
-    let fs = |bytes: u64| serde_json::json!({"time": time, "availableBytes": 400_000_000_000u64,
+    let fs = |bytes: u64| {
+        serde_json::json!({"time": time, "availableBytes": 400_000_000_000u64,
         "capacityBytes": 1_000_000_000_000u64, "usedBytes": bytes, "inodesFree": 60_000_000u64,
-        "inodes": 61_000_000u64, "inodesUsed": 20_000});
-    let container = |name: &str| serde_json::json!({
-        "name": name, "startTime": time,
-        "cpu": {"time": time, "usageNanoCores": 1_200_000_000u64, "usageCoreNanoSeconds": 9_000_000_000_000u64},
-        "memory": {"time": time, "availableBytes": 1_000_000_000u64, "usageBytes": 3_000_000_000u64,
-            "workingSetBytes": 2_900_000_000u64, "rssBytes": 2_800_000_000u64, "pageFaults": 100_000, "majorPageFaults": 10},
-        "rootfs": fs(40_960), "logs": fs(1_048_576),
-        "swap": {"time": time, "swapAvailableBytes": 0, "swapUsageBytes": 0}
-    });
+        "inodes": 61_000_000u64, "inodesUsed": 20_000})
+    };
+    let container = |name: &str| {
+        serde_json::json!({
+            "name": name, "startTime": time,
+            "cpu": {"time": time, "usageNanoCores": 1_200_000_000u64, "usageCoreNanoSeconds": 9_000_000_000_000u64},
+            "memory": {"time": time, "availableBytes": 1_000_000_000u64, "usageBytes": 3_000_000_000u64,
+                "workingSetBytes": 2_900_000_000u64, "rssBytes": 2_800_000_000u64, "pageFaults": 100_000, "majorPageFaults": 10},
+            "rootfs": fs(40_960), "logs": fs(1_048_576),
+            "swap": {"time": time, "swapAvailableBytes": 0, "swapUsageBytes": 0}
+        })
+    };
     let pod = |name: &str, namespace: &str, uid: &str, local: Option<u64>| {
         let mut volumes = vec![serde_json::json!({"name": "kube-api-access-6xq2v", "time": time,
             "usedBytes": 12_288, "inodesUsed": 9, "capacityBytes": 1_000_000_000u64, "availableBytes": 999_987_712u64})];
@@ -256,9 +267,18 @@ fn summary_json(pods: &[PodInfo], others: usize, at: f64, used: u64, files: usiz
             "process_stats": {"process_count": 40}
         })
     };
-    let mut items: Vec<serde_json::Value> =
-        pods.iter().map(|p| pod(&p.name, &p.namespace, &p.uid, Some(used))).collect();
-    items.extend((0..others).map(|i| pod(&format!("web-{i}"), "apps", &format!("{i:08}-0000-4000-8000-000000000000"), None)));
+    let mut items: Vec<serde_json::Value> = pods
+        .iter()
+        .map(|p| pod(&p.name, &p.namespace, &p.uid, Some(used)))
+        .collect();
+    items.extend((0..others).map(|i| {
+        pod(
+            &format!("web-{i}"),
+            "apps",
+            &format!("{i:08}-0000-4000-8000-000000000000"),
+            None,
+        )
+    }));
     serde_json::to_vec(&serde_json::json!({
         "node": {"nodeName": "bench-node", "startTime": time, "fs": fs(600_000_000_000u64)},
         "pods": items
