@@ -366,16 +366,15 @@ impl LocalStore {
                     .clone()
                     .unwrap_or_else(|| pod_dir.join("kubernetes.io~csi").join(&v.name));
                 let (bytes, files, truncated, device, at, by) = if let Some(u) = usage {
-                    let device = match &backing {
+                    let seen_device = match &backing {
                         DirBacking::Memory => None,
                         DirBacking::EmptyDir => kubelet_device,
                         _ => visible.and_then(|p| symlink_metadata(p).ok()).map(|m| m.dev()),
                     };
-                    let device = match (device, &backing) {
-                        (Some(d), _) => Some(d),
-                        (None, DirBacking::Memory) => None,
-                        // A claim not seen here: its file system as the kubelet reports it.
-                        (None, _) => {
+                    // A dir on disk not seen here (a claim mounted later): its file system as
+                    // the kubelet reports it.
+                    let device = (backing != DirBacking::Memory).then(|| {
+                        seen_device.unwrap_or_else(|| {
                             kubelet_only += 1;
                             filesystems.insert(
                                 kubelet_only,
@@ -387,9 +386,9 @@ impl LocalStore {
                                     nodefs: false,
                                 },
                             );
-                            Some(kubelet_only)
-                        }
-                    };
+                            kubelet_only
+                        })
+                    });
                     let files = u.inodes_used.unwrap_or(0);
                     (u.used_bytes, files, false, device, u.at as f64, MeasuredBy::Kubelet)
                 } else {

@@ -235,18 +235,7 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
         api_turn_at: None,
         api_base: None,
         judged_inputs: None,
-        storage: match &cfg.effective.kubelet_stats_url {
-            None => Default::default(),
-            Some(url) => storage::Storage::with_kubelet(
-                crate::collect::kubelet_stats::KubeletStatsClient::new(
-                    &config,
-                    url,
-                    cfg.effective.kubelet_stats_insecure_tls,
-                    cfg.effective.request_timeout,
-                )
-                .map_err(|e| (url.clone(), e)),
-            ),
-        },
+        storage: storage::Storage::configured(&cfg.effective, &config),
         reloads: 0,
         kubelet_asked: None,
         layout,

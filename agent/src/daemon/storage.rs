@@ -103,9 +103,26 @@ fn judged_otherwise(old: Option<&Observed<LocalStorage>>, new: &Observed<LocalSt
 }
 
 impl Storage {
+    /// The measurements `effective` asks for: asking the kubelet first when `kubelet_stats_url`
+    /// is set, with the agent's credentials from `config`.
+    pub fn configured(effective: &crate::config::Effective, config: &kube::Config) -> Self {
+        match &effective.kubelet_stats_url {
+            None => Storage::default(),
+            Some(url) => Storage::with_kubelet(
+                KubeletStatsClient::new(
+                    config,
+                    url,
+                    effective.kubelet_stats_insecure_tls,
+                    effective.request_timeout,
+                )
+                .map_err(|e| (url.clone(), e)),
+            ),
+        }
+    }
+
     /// Measurements that ask the kubelet first: `kubelet` is its client, or the URL and why no
     /// client could be made for it.
-    pub fn with_kubelet(kubelet: Result<KubeletStatsClient, (String, String)>) -> Self {
+    fn with_kubelet(kubelet: Result<KubeletStatsClient, (String, String)>) -> Self {
         if let Err((url, reason)) = &kubelet {
             tracing::error!(
                 url,

@@ -184,12 +184,13 @@ impl Bench {
         Ok(())
     }
 
-    /// One measurement with the kubelet's `summary`; the files it counted.
-    fn measure_counted(
+    /// One measurement, with the kubelet's `summary` when given; the files it counted (none on
+    /// a store's first measurement, which has no growth yet and reports nothing).
+    fn measure(
         &self,
         store: &mut LocalStore,
         now: f64,
-        summary: &kubelet_stats::Summary,
+        summary: Option<&kubelet_stats::Summary>,
     ) -> Result<Option<u64>, String> {
         let measured = store.measure_with(
             &self.host,
@@ -198,20 +199,9 @@ impl Bench {
             now,
             WINDOW,
             ImageFs::default(),
-            Some(summary),
+            summary,
         );
         match measured {
-            Observed::Ok(s) => Ok(Some(s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum())),
-            Observed::NotApplicable { reason } if reason.starts_with("growth needs") => Ok(None),
-            Observed::Error { reason } if reason.starts_with("growth not known") => Ok(None),
-            other => Err(format!("local storage not measured: {other:?}")),
-        }
-    }
-
-    /// One measurement; the files it counted (none on a store's first measurement, which
-    /// has no growth yet and reports nothing).
-    fn measure(&self, store: &mut LocalStore, now: f64) -> Result<Option<u64>, String> {
-        match store.measure(&self.host, &self.kubelet, &self.pods, now, WINDOW, ImageFs::default()) {
             Observed::Ok(s) => Ok(Some(s.pods.iter().flat_map(|p| &p.dirs).map(|d| d.files).sum())),
             Observed::NotApplicable { reason } if reason.starts_with("growth needs") => Ok(None),
             other => Err(format!("local storage not measured: {other:?}")),
@@ -334,7 +324,7 @@ fn store_rss(root: &Path, pods: usize, at: f64) -> Result<(), String> {
     let bench = Bench::layout(root, pods);
     let before = rss_kib();
     let mut store = LocalStore::default();
-    bench.measure(&mut store, at)?;
+    bench.measure(&mut store, at, None)?;
     println!("{}", rss_kib().saturating_sub(before));
     drop(store);
     Ok(())
@@ -384,15 +374,15 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
         "first walk (agent start)",
         runs,
         || Ok(()),
-        || bench.measure(&mut LocalStore::default(), began),
+        || bench.measure(&mut LocalStore::default(), began, None),
         || total,
     )?);
 
     // The same store walking a tree that did not change, its clock at `at`.
     let unchanged = |state: &'static str, at: f64| {
         let mut store = LocalStore::default();
-        bench.measure(&mut store, at)?;
-        row(state, runs, || Ok(()), || bench.measure(&mut store, at), || total)
+        bench.measure(&mut store, at, None)?;
+        row(state, runs, || Ok(()), || bench.measure(&mut store, at, None), || total)
     };
     rows.push(unchanged(
         "unchanged, every file recent (modified within HOT_SECONDS)",
@@ -406,7 +396,7 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
     let written = std::cell::Cell::new(files);
     let clock = std::cell::Cell::new(later);
     let mut store = LocalStore::default();
-    bench.measure(&mut store, later)?;
+    bench.measure(&mut store, later, None)?;
     rows.push(row(
         "1% new files per pod since the last walk",
         runs,
@@ -418,7 +408,7 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
             written.set(written.get() + step);
             Ok(())
         },
-        || bench.measure(&mut store, clock.get()),
+        || bench.measure(&mut store, clock.get(), None),
         || (pods * written.get()) as u64,
     )?);
 
@@ -438,7 +428,7 @@ fn run(pods: usize, files: usize, runs: usize, dir: &Path) -> Result<(), String>
         || {
             let now = kubelet_clock.get();
             let summary = kubelet_stats::parse(&body.borrow(), now as i64)?;
-            bench.measure_counted(&mut store, now, &summary)
+            bench.measure(&mut store, now, Some(&summary))
         },
         || total,
     )?);
