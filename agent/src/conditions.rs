@@ -10,7 +10,7 @@ use std::time::Duration;
 // tokio's clock: the system's monotonic clock, except under a test's paused clock.
 use tokio::time::Instant;
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use nodemedic_rules::coverage::Coverage;
 use nodemedic_rules::finding::Finding;
@@ -181,7 +181,12 @@ impl NodeConditions {
             })
             .collect();
         let patch = json!({"status": {"conditions": conditions}});
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        // The reply, the whole Node, is not read: decoded untyped, so the typed Node decoder
+        // (NodeStatus and all it holds) is not in the binary for it.
+        let nodes: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+        );
         nodes
             .patch_status(&self.node, &PatchParams::default(), &Patch::Strategic(&patch))
             .await

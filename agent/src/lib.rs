@@ -45,6 +45,7 @@ pub mod contact;
 pub mod daemon;
 pub mod events;
 pub mod fence;
+pub mod heap;
 pub mod host;
 pub mod kube_api;
 pub mod leader;

@@ -116,7 +116,8 @@ impl Outcome {
 #[derive(Debug)]
 pub struct Publisher {
     api: Api<DynamicObject>,
-    nodes: Api<k8s_openapi::api::core::v1::Node>,
+    /// Nodes, read for their UID alone: decoded untyped (no typed Node decoder for it).
+    nodes: Api<DynamicObject>,
     /// The content last written or found equal (`attributes`, `zones`), and the
     /// resourceVersion the object had then.
     last: Option<(Value, Option<String>)>,
@@ -142,7 +143,7 @@ impl Publisher {
         let resource = ApiResource::from_gvk_with_plural(&gvk, PLURAL);
         Publisher {
             api: Api::all_with(client.clone(), &resource),
-            nodes: Api::all(client),
+            nodes: Api::all_with(client, &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&())),
             last: None,
             last_checked: None,
             conflict: None,

@@ -258,13 +258,18 @@ pub const LOOKUPS_TIMEOUT: Duration = Duration::from_secs(30);
 /// stalls the runtime).
 pub async fn snapshot<D: PodDirectory>(
     host: &HostPaths,
-    pods: Pods,
+    mut pods: Pods,
     directory: Option<&D>,
     opts: &Options,
 ) -> Result<Scanned, ScanError> {
     let mut notes = opts.notes.clone();
     let mut api = None;
     let mut pod_list_error = None;
+    // The given pods are moved into the snapshot, not copied: nothing below reads them again.
+    let given = match &mut pods {
+        Pods::Given { pods, .. } => std::mem::take(pods),
+        _ => Vec::new(),
+    };
     let input = match &pods {
         Pods::Api {
             api: conn,
@@ -286,9 +291,9 @@ pub async fn snapshot<D: PodDirectory>(
             }
             Err(e) => return Err(ScanError::Api(e)),
         },
-        Pods::Given { node, pods, source } => PodInput::Known {
+        Pods::Given { node, source, .. } => PodInput::Known {
             node: node.clone(),
-            pods: pods.clone(),
+            pods: given,
             source: source.clone(),
         },
         Pods::File(path) => PodInput::File(path.clone()),

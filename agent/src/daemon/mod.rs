@@ -331,6 +331,9 @@ pub async fn run(cfg: DaemonConfig) -> Result<(), DaemonError> {
             _ = sigint.recv() => break,
             _ = daemon.cycle(changes, &mut hostwatch) => {}
         }
+        // The cycle's snapshot (or the work it found current) is dropped by now: its freed
+        // pages go back instead of staying resident as holes in the heap (crate::heap).
+        crate::heap::release_free_pages();
     }
     stop(released).await
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 use nodemedic_rules::snapshot::{DriverLookup, NodeSnapshot, PodSource};
@@ -95,7 +94,8 @@ pub async fn refresh_snapshot(
 /// Deletes `pod` only if it still has the planned UID. `Skipped` when the name now belongs to
 /// another pod (409) or is gone (404).
 pub async fn delete_pod(client: &Client, pod: &PodCandidate) -> (ActionResult, Option<String>) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    // The deleted pod the server returns is decoded as the lean `PodObject`, as the watch's are.
+    let api: Api<crate::collect::pods::PodObject> = Api::namespaced(client.clone(), &pod.namespace);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(pod.uid.clone()),
