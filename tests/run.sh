@@ -31,8 +31,8 @@
 #   - a container engine: Debian's docker.io (dockerd 20.10), started and stopped by
 #     tests/image.sh, which builds daemonset/Dockerfile and runs the image as the DaemonSet does
 #
-# `tests/run.sh --tools` installs the tools and stops there (.ci/run does that while the release
-# build compiles: the downloads wait on the network, the build on the cores).
+# `tests/run.sh --tools` installs the tools and stops there (.ci/run does that while README's first
+# command compiles: the downloads wait on the network, the build on the cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

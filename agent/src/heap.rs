@@ -7,7 +7,8 @@
 //! 250-pod node, the daemon's anonymous memory sat 2.7 MiB above what a trim leaves
 //! (docs/performance.md, "The lighter agent, continued"). `malloc_trim(0)` returns every
 //! whole free page inside the heap (`MADV_DONTNEED`; glibc 2.8 and later), not only the top;
-//! the daemon calls [`release_free_pages`] once a judgement's snapshot is dropped.
+//! the daemon calls [`release_free_pages`] after every cycle of its scan loop, when that
+//! cycle's snapshot is dropped.
 //!
 //! The one module of the agent with `unsafe`: a call to a C function whose one argument, a
 //! size, cannot be wrong. Elsewhere (musl, other systems) the call does nothing.
