@@ -32,6 +32,20 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // The `/metrics` body after the daemon's judgement of the same node: what every scrape
+    // renders (the registry's gather, the text encoding, the agent's `process_*` reads).
+    let scanned = scan::snapshot_blocking(&host, pods.clone(), &opts).expect("scan");
+    let settings = Settings::default();
+    let facts = nodemedic_rules::facts::derive(&scanned.snapshot, &settings);
+    let findings = rules::evaluate(&scanned.snapshot, &settings);
+    let metrics = nodemedic::metrics::Metrics::new().expect("metrics");
+    metrics.observe_scan(&scanned.snapshot, &facts, &findings, &scanned.records);
+    let mut group = c.benchmark_group("metrics");
+    group.bench_function("render_after_250pod_judgement", |b| {
+        b.iter(|| black_box(metrics.render().len()))
+    });
+    group.finish();
 }
 
 criterion_group!(benches, bench);
