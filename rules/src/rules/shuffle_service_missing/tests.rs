@@ -96,5 +96,29 @@ fn the_drivers_configuration_here_decides_and_the_executors_port_wins() {
     // Nothing here says (the driver elsewhere, no option): not judged.
     let alone = node(&[spark_executor("e2", "spark-2", "ml", 1, "Running")], &[]);
     assert!(run(&alone).is_empty());
-    assert_eq!(shuffle_conf(&alone, &alone.pods.bound[0]), None);
+    assert_eq!(
+        shuffle_conf(&alone, &drivers_by_app(&alone), &alone.pods.bound[0]),
+        None
+    );
+}
+
+#[test]
+fn each_application_has_its_first_unfinished_driver_and_no_other_applications() {
+    let snap = node(
+        &[
+            spark_driver("d-old", "spark-1", "etl", "Failed"),
+            spark_driver("d-new", "spark-1", "etl", "Running"),
+            spark_driver("d-later", "spark-1", "etl", "Pending"),
+            spark_driver("d-ml", "spark-2", "ml", "Running"),
+            spark_executor("e1", "spark-1", "etl", 1, "Running"),
+            spark_executor("e3", "spark-3", "bi", 1, "Running"),
+        ],
+        &[],
+    );
+    let drivers = drivers_by_app(&snap);
+    let uids: Vec<(&str, &str)> = drivers.iter().map(|(app, d)| (*app, d.uid.as_str())).collect();
+    assert_eq!(uids, [("spark-1", "d-new"), ("spark-2", "d-ml")]);
+    // The executor of an application whose driver is elsewhere finds none, and with no option
+    // of its own nothing says whether the service is on.
+    assert_eq!(shuffle_conf(&snap, &drivers, &snap.pods.bound[5]), None);
 }
