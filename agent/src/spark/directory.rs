@@ -16,18 +16,60 @@ use super::network::Cidr;
 use super::{LookupError, PodDirectory};
 
 /// A directory over a list of pods (a cluster-wide pods file). Its answers share the pods it
-/// holds.
+/// holds, in the list's order. It is indexed by name, label and IP when built, so that a scan's
+/// lookups (one or more per executor) are not each a pass over the list: at 1,000 pods those
+/// passes were 13% of a scan's instructions.
 #[derive(Debug, Clone, Default)]
 pub struct ListDirectory {
     pods: Vec<Arc<PodInfo>>,
     networks: Vec<Cidr>,
+    /// Positions in `pods`, in order, by the hash of what they are found by ([`Key`]). The
+    /// index keeps no copy of a string: two keys with one hash only widen the candidates,
+    /// which every answer filters by what it asked.
+    index: HashMap<u64, Vec<usize>>,
+}
+
+/// What a pod is found by in a [`ListDirectory`].
+#[derive(Hash)]
+enum Key<'a> {
+    Name(&'a str, &'a str),
+    Label(&'a str, &'a str),
+    Ip(&'a str),
+}
+
+impl Key<'_> {
+    fn hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        Hash::hash(self, &mut h);
+        h.finish()
+    }
 }
 
 impl ListDirectory {
     pub fn new(pods: Vec<PodInfo>) -> Self {
+        let pods: Vec<Arc<PodInfo>> = pods.into_iter().map(Arc::new).collect();
+        let mut index: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (i, p) in pods.iter().enumerate() {
+            // Once per pod, should two of its keys share a hash.
+            let mut add = |key: Key| {
+                let at = index.entry(key.hash()).or_default();
+                if at.last() != Some(&i) {
+                    at.push(i);
+                }
+            };
+            add(Key::Name(&p.namespace, &p.name));
+            for (k, v) in &p.labels {
+                add(Key::Label(k, v));
+            }
+            if let Some(ip) = &p.pod_ip {
+                add(Key::Ip(ip));
+            }
+        }
         ListDirectory {
-            pods: pods.into_iter().map(Arc::new).collect(),
+            pods,
             networks: vec![],
+            index,
         }
     }
 
@@ -35,6 +77,26 @@ impl ListDirectory {
     pub fn with_networks(mut self, networks: Vec<Cidr>) -> Self {
         self.networks = networks;
         self
+    }
+
+    /// The pods that may be found by `key`, in order (a superset of those that are).
+    fn candidates(&self, key: Key) -> impl Iterator<Item = &Arc<PodInfo>> {
+        let at = self.index.get(&key.hash()).map_or(&[][..], Vec::as_slice);
+        at.iter().map(|&i| &self.pods[i])
+    }
+
+    /// The positions that can match `selector`, in order: those of its rarest equality term
+    /// (every match carries each term); `None` when it has no equality term.
+    fn narrowed(&self, selector: &str) -> Option<&[usize]> {
+        let mut rarest: Option<&[usize]> = None;
+        for (k, v) in selector.split(',').filter_map(|t| t.split_once('=')) {
+            let key = Key::Label(k.trim(), v.trim()).hash();
+            let posting = self.index.get(&key).map_or(&[][..], Vec::as_slice);
+            if rarest.is_none_or(|r| posting.len() < r.len()) {
+                rarest = Some(posting);
+            }
+        }
+        rarest
     }
 }
 
@@ -51,27 +113,19 @@ pub(super) fn matches(pod: &PodInfo, selector: &str) -> bool {
 
 impl PodDirectory for ListDirectory {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .find(|p| p.namespace == namespace && p.name == name)
-            .cloned())
+        let mut found = self.candidates(Key::Name(namespace, name));
+        Ok(found.find(|p| p.namespace == namespace && p.name == name).cloned())
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .filter(|p| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector))
-            .cloned()
-            .collect())
+        let keep = |p: &&Arc<PodInfo>| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector);
+        Ok(match self.narrowed(label_selector) {
+            Some(at) => at.iter().map(|&i| &self.pods[i]).filter(keep).cloned().collect(),
+            None => self.pods.iter().filter(keep).cloned().collect(),
+        })
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
-        Ok(self
-            .pods
-            .iter()
-            .filter(|p| p.pod_ip.as_deref() == Some(ip))
-            .cloned()
-            .collect())
+        let found = self.candidates(Key::Ip(ip)).filter(|p| p.pod_ip.as_deref() == Some(ip));
+        Ok(found.cloned().collect())
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         Ok(self.networks.clone())

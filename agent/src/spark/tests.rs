@@ -50,6 +50,56 @@ fn driver_url_hosts() {
     }
 }
 
+/// A pass over every pod, as each answer of a pods file's directory is defined.
+fn by_pass<'a>(pods: &'a [PodInfo], ns: Option<&str>, selector: &str) -> Vec<&'a str> {
+    let matching = pods
+        .iter()
+        .filter(|p| ns.is_none_or(|n| p.namespace == n) && directory::matches(p, selector));
+    matching.map(|p| p.uid.as_str()).collect()
+}
+
+#[test]
+fn the_pods_files_indexed_directory_answers_as_a_pass_over_every_pod_would() {
+    let mut pods = vec![
+        pod("spark", "etl-driver", "d1", "driver", "app1", "Running"),
+        pod("spark", "etl-exec-1", "e1", "executor", "app1", "Running"),
+        pod("spark", "etl-driver", "d1-twin", "driver", "app1", "Failed"),
+        pod("ml", "etl-driver", "d-ml", "driver", "app1", "Running"),
+        pod("ml", "train-driver", "d2", "driver", "app2", "Running"),
+        pod("ml", "train-exec-1", "e2", "executor", "app2", "Running"),
+    ];
+    pods[4].labels.insert("team".into(), "ml".into());
+    pods[1].pod_ip = Some("10.0.0.7".into());
+    pods[5].pod_ip = Some("10.0.0.7".into());
+    let dir = ListDirectory::new(pods.clone());
+    let uids = |found: Vec<std::sync::Arc<PodInfo>>| found.iter().map(|p| p.uid.clone()).collect::<Vec<_>>();
+    let selectors = [
+        "spark-role=driver,spark-app-selector=app1",
+        "spark-app-selector = app2 , spark-role=driver",
+        "spark-role=driver",
+        "spark-role=driver,team=ml",
+        "spark-role=driver,team",
+        "team",
+        "",
+        "spark-role=driver,spark-app-selector=app9",
+        "spark-role=nobody",
+    ];
+    for ns in [None, Some("spark"), Some("ml"), Some("elsewhere")] {
+        for sel in selectors {
+            let listed = uids(block_on(dir.list(ns, sel)).unwrap());
+            assert_eq!(listed, by_pass(&pods, ns, sel), "namespace {ns:?}, selector {sel:?}");
+        }
+    }
+    // By name: the first pod of the list with that namespace and name.
+    let got = |ns: &str, name: &str| block_on(dir.get(ns, name)).unwrap().map(|p| p.uid.clone());
+    assert_eq!(got("spark", "etl-driver").as_deref(), Some("d1"));
+    assert_eq!(got("ml", "etl-driver").as_deref(), Some("d-ml"));
+    assert_eq!(got("ml", "etl-exec-1"), None);
+    // By IP: every pod with it, in the list's order.
+    assert_eq!(uids(block_on(dir.by_ip("10.0.0.7")).unwrap()), ["e1", "e2"]);
+    assert!(block_on(dir.by_ip("10.0.0.8")).unwrap().is_empty());
+}
+
 #[test]
 fn resolution_table() {
     let driver = pod("spark", "etl-driver", "d1", "driver", "app1", "Running");
