@@ -16,6 +16,8 @@
 //! or directly by ID for V1 files. The pause container is never in a pod's statuses and is
 //! not judged.
 
+use std::collections::HashMap;
+
 use crate::CpuSet;
 use crate::checkpoint::{CpuState, EntryKey};
 use crate::coverage::{Comparison, KubeletVersions, Need::One, Needs, Source};
@@ -52,36 +54,68 @@ pub const RULE: RuleInfo = RuleInfo {
     next_judgement: Some(crate::facts::grace_turn),
 };
 
-struct Expected {
-    cpus: CpuSet,
+struct Expected<'a> {
+    cpus: &'a CpuSet,
     exclusive: bool,
 }
 
-fn expected_for(state: &CpuState, pod: Option<&PodInfo>, container: Option<&str>, id: &str) -> Expected {
-    for a in &state.assignments {
-        let hit = match &a.key {
-            EntryKey::Container { pod_uid, container: c } => {
-                pod.is_some_and(|p| &p.uid == pod_uid) && container == Some(c.as_str())
+/// The checkpoint's assignments by their keys, built once per judgement: a pass over every
+/// assignment for each container grew with containers x assignments.
+struct Assignments<'a> {
+    state: &'a CpuState,
+    /// Position of the first assignment of each (pod UID, container name).
+    by_container: HashMap<(&'a str, &'a str), usize>,
+    /// Position of the first assignment of each container ID (V1 files).
+    by_id: HashMap<&'a str, usize>,
+    /// The first V3 pod-level set of each pod UID.
+    by_pod: HashMap<&'a str, &'a CpuSet>,
+}
+
+impl<'a> Assignments<'a> {
+    fn new(state: &'a CpuState) -> Self {
+        let (mut by_container, mut by_id, mut by_pod) = (HashMap::new(), HashMap::new(), HashMap::new());
+        for (i, a) in state.assignments.iter().enumerate() {
+            match &a.key {
+                EntryKey::Container { pod_uid, container } => {
+                    by_container.entry((pod_uid.as_str(), container.as_str())).or_insert(i);
+                }
+                EntryKey::ContainerId { container_id } => {
+                    by_id.entry(container_id.as_str()).or_insert(i);
+                }
             }
-            EntryKey::ContainerId { container_id } => container_id == id,
-        };
-        if hit {
+        }
+        for (uid, cpus) in &state.pod_assignments {
+            by_pod.entry(uid.as_str()).or_insert(cpus);
+        }
+        Assignments {
+            state,
+            by_container,
+            by_id,
+            by_pod,
+        }
+    }
+
+    /// What the checkpoint gives the container `container` of `pod` whose leaf is `id`: the
+    /// first assignment keyed by either, else the pod's V3 set, else the shared pool.
+    fn expected_for(&self, pod: Option<&PodInfo>, container: Option<&str>, id: &str) -> Expected<'a> {
+        let named = pod
+            .zip(container)
+            .and_then(|(p, c)| self.by_container.get(&(p.uid.as_str(), c)));
+        let first = named.into_iter().chain(self.by_id.get(id)).min();
+        if let Some(&i) = first {
             return Expected {
-                cpus: a.cpus.clone(),
+                cpus: &self.state.assignments[i].cpus,
                 exclusive: true,
             };
         }
-    }
-    // Pod-level resources (V3): the pod's shared containers run on the pod's CPUs.
-    if let Some((_, cpus)) = pod.and_then(|p| state.pod_assignments.iter().find(|(u, _)| *u == p.uid)) {
-        return Expected {
-            cpus: cpus.clone(),
+        // Pod-level resources (V3): the pod's shared containers run on the pod's CPUs.
+        if let Some(cpus) = pod.and_then(|p| self.by_pod.get(p.uid.as_str())) {
+            return Expected { cpus, exclusive: false };
+        }
+        Expected {
+            cpus: &self.state.default_cpus,
             exclusive: false,
-        };
-    }
-    Expected {
-        cpus: state.default_cpus.clone(),
-        exclusive: false,
+        }
     }
 }
 
@@ -123,17 +157,18 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
         }
     }
 
+    let assignments = Assignments::new(state);
     let mut findings = Vec::new();
     for (pod, container, leaf) in judged {
         if leaf.processes.is_empty() {
             continue; // an exited container's leaf about to be removed
         }
-        let want = expected_for(state, pod, container.as_deref(), &leaf.id);
+        let want = assignments.expected_for(pod, container.as_deref(), &leaf.id);
         if !want.exclusive && !shared_judged {
             continue;
         }
         let Some(have) = actual(leaf) else { continue };
-        if *have == want.cpus {
+        if have == want.cpus {
             continue;
         }
         let subject = pod
@@ -221,11 +256,12 @@ pub fn check(snap: &NodeSnapshot, _facts: &crate::facts::Facts, settings: &Setti
 
 /// Leaves named by V1 entries (container IDs), the only ones judged without a pod list.
 fn v1_leaves<'a>(state: &CpuState, tree: &'a CgroupTree) -> Vec<&'a ContainerCgroup> {
+    let leaves = tree.containers_by_id();
     state
         .assignments
         .iter()
         .filter_map(|a| match &a.key {
-            EntryKey::ContainerId { container_id } => tree.container(container_id).map(|(_, l)| l),
+            EntryKey::ContainerId { container_id } => leaves.get(container_id.as_str()).map(|&(_, l)| l),
             EntryKey::Container { .. } => None,
         })
         .collect()
@@ -328,6 +364,58 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].subject.uid.as_deref(), Some("p1"));
         assert_eq!(f[0].evidence["container_id"], "c1");
+    }
+
+    #[test]
+    fn the_first_assignment_of_either_key_then_the_pods_set_then_the_shared_pool() {
+        use crate::checkpoint::Assignment;
+        let set = |s: &str| CpuSet::parse(s).unwrap();
+        let by_name = |uid: &str, c: &str| EntryKey::Container {
+            pod_uid: uid.into(),
+            container: c.into(),
+        };
+        let by_id = |id: &str| EntryKey::ContainerId {
+            container_id: id.into(),
+        };
+        let state = CpuState {
+            policy_name: "static".into(),
+            default_cpus: set("0-1"),
+            assignments: vec![
+                Assignment {
+                    key: by_id("c9"),
+                    cpus: set("6"),
+                },
+                Assignment {
+                    key: by_name("p1", "app"),
+                    cpus: set("2-3"),
+                },
+                Assignment {
+                    key: by_id("c1"),
+                    cpus: set("4"),
+                },
+                Assignment {
+                    key: by_name("p1", "app"),
+                    cpus: set("5"),
+                },
+            ],
+            pod_assignments: vec![("p2".into(), set("7")), ("p2".into(), set("8"))],
+        };
+        let index = Assignments::new(&state);
+        let (p1, p2) = (pod("p1", "x", "Running", &[]), pod("p2", "y", "Running", &[]));
+        let want = |p: Option<&PodInfo>, c: Option<&str>, id: &str| {
+            let e = index.expected_for(p, c, id);
+            (e.cpus.to_string(), e.exclusive)
+        };
+        // Both keys name it: the earlier entry; a key given twice: its first entry.
+        assert_eq!(want(Some(&p1), Some("app"), "c1"), ("2-3".into(), true));
+        assert_eq!(want(Some(&p1), Some("app"), "c9"), ("6".into(), true));
+        assert_eq!(want(Some(&p1), Some("app"), "c0"), ("2-3".into(), true));
+        // By ID alone (V1, no pod list); another container of the pod is not the named one.
+        assert_eq!(want(None, None, "c1"), ("4".into(), true));
+        assert_eq!(want(Some(&p1), Some("sidecar"), "c0"), ("0-1".into(), false));
+        // The pod's first V3 set, then the shared pool.
+        assert_eq!(want(Some(&p2), Some("app"), "c0"), ("7".into(), false));
+        assert_eq!(want(None, None, "c0"), ("0-1".into(), false));
     }
 
     #[test]
