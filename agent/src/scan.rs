@@ -354,7 +354,7 @@ pub async fn snapshot<D: PodDirectory>(
         match (&pods, snapshot.pods.source == PodSource::Cgroups) {
             (_, true) => None,
             (Pods::File(_), _) => {
-                let dir = ListDirectory::new(collected.cluster_pods);
+                let dir = ListDirectory::of_file(&snapshot.pods.bound, collected.cluster_pods);
                 Some(lookup_drivers(&dir, &snapshot, &claims).await)
             }
             (Pods::Api { api: conn, .. }, _) => {

@@ -4,7 +4,7 @@
 //! `driver-blocked-by-partition` ([`super::partition`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 // tokio's clock: the system's monotonic clock, except under a test's paused clock.
@@ -14,19 +14,45 @@ use nodemedic_rules::snapshot::{NodeStatus, PodEvent, PodInfo};
 
 use super::network::Cidr;
 use super::{LookupError, PodDirectory};
+use crate::collect::FilePod;
 
 /// A directory over a list of pods (a cluster-wide pods file). Its answers share the pods it
 /// holds, in the list's order. It is indexed by name, label and IP when built, so that a scan's
 /// lookups (one or more per executor) are not each a pass over the list: at 1,000 pods those
 /// passes were 13% of a scan's instructions.
 #[derive(Debug, Clone, Default)]
-pub struct ListDirectory {
-    pods: Vec<Arc<PodInfo>>,
+pub struct ListDirectory<'a> {
+    pods: Vec<Listed<'a>>,
     networks: Vec<Cidr>,
     /// Positions in `pods`, in order, by the hash of what they are found by ([`Key`]). The
     /// index keeps no copy of a string: two keys with one hash only widen the candidates,
     /// which every answer filters by what it asked.
     index: HashMap<u64, Vec<usize>>,
+}
+
+/// A pod of a [`ListDirectory`]: one it holds, or one lent by the snapshot (a pod bound
+/// here), copied into an `Arc` the first time it is an answer. Of a node's pods, only the few
+/// that are drivers are answers.
+#[derive(Debug, Clone)]
+enum Listed<'a> {
+    Held(Arc<PodInfo>),
+    Lent(&'a PodInfo, OnceLock<Arc<PodInfo>>),
+}
+
+impl Listed<'_> {
+    fn pod(&self) -> &PodInfo {
+        match self {
+            Listed::Held(p) => p,
+            Listed::Lent(p, _) => p,
+        }
+    }
+
+    fn shared(&self) -> Arc<PodInfo> {
+        match self {
+            Listed::Held(p) => p.clone(),
+            Listed::Lent(p, copy) => copy.get_or_init(|| Arc::new((*p).clone())).clone(),
+        }
+    }
 }
 
 /// What a pod is found by in a [`ListDirectory`].
@@ -46,11 +72,26 @@ impl Key<'_> {
     }
 }
 
-impl ListDirectory {
+impl ListDirectory<'static> {
     pub fn new(pods: Vec<PodInfo>) -> Self {
-        let pods: Vec<Arc<PodInfo>> = pods.into_iter().map(Arc::new).collect();
+        Self::indexed(pods.into_iter().map(|p| Listed::Held(Arc::new(p))).collect())
+    }
+}
+
+impl<'a> ListDirectory<'a> {
+    /// The pods file's directory: `file` in its order, the pods bound here lent by `bound`
+    /// (the snapshot's), whose positions [`FilePod::Bound`] gives.
+    pub fn of_file(bound: &'a [PodInfo], file: Vec<FilePod>) -> Self {
+        let pods = file.into_iter().filter_map(|p| match p {
+            FilePod::Bound(i) => bound.get(i).map(|p| Listed::Lent(p, OnceLock::new())),
+            FilePod::Elsewhere(p) => Some(Listed::Held(p)),
+        });
+        Self::indexed(pods.collect())
+    }
+
+    fn indexed(pods: Vec<Listed<'a>>) -> Self {
         let mut index: HashMap<u64, Vec<usize>> = HashMap::new();
-        for (i, p) in pods.iter().enumerate() {
+        for (i, p) in pods.iter().map(Listed::pod).enumerate() {
             // Once per pod, should two of its keys share a hash.
             let mut add = |key: Key| {
                 let at = index.entry(key.hash()).or_default();
@@ -80,7 +121,7 @@ impl ListDirectory {
     }
 
     /// The pods that may be found by `key`, in order (a superset of those that are).
-    fn candidates(&self, key: Key) -> impl Iterator<Item = &Arc<PodInfo>> {
+    fn candidates(&self, key: Key) -> impl Iterator<Item = &Listed<'a>> {
         let at = self.index.get(&key.hash()).map_or(&[][..], Vec::as_slice);
         at.iter().map(|&i| &self.pods[i])
     }
@@ -111,21 +152,32 @@ pub(super) fn matches(pod: &PodInfo, selector: &str) -> bool {
         })
 }
 
-impl PodDirectory for ListDirectory {
+impl PodDirectory for ListDirectory<'_> {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         let mut found = self.candidates(Key::Name(namespace, name));
-        Ok(found.find(|p| p.namespace == namespace && p.name == name).cloned())
+        let named = |p: &&Listed| p.pod().namespace == namespace && p.pod().name == name;
+        Ok(found.find(named).map(Listed::shared))
     }
     async fn list(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
-        let keep = |p: &&Arc<PodInfo>| namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector);
+        let keep = |p: &&Listed| {
+            let p = p.pod();
+            namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector)
+        };
         Ok(match self.narrowed(label_selector) {
-            Some(at) => at.iter().map(|&i| &self.pods[i]).filter(keep).cloned().collect(),
-            None => self.pods.iter().filter(keep).cloned().collect(),
+            Some(at) => at
+                .iter()
+                .map(|&i| &self.pods[i])
+                .filter(keep)
+                .map(Listed::shared)
+                .collect(),
+            None => self.pods.iter().filter(keep).map(Listed::shared).collect(),
         })
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
-        let found = self.candidates(Key::Ip(ip)).filter(|p| p.pod_ip.as_deref() == Some(ip));
-        Ok(found.cloned().collect())
+        let found = self
+            .candidates(Key::Ip(ip))
+            .filter(|p| p.pod().pod_ip.as_deref() == Some(ip));
+        Ok(found.map(Listed::shared).collect())
     }
     async fn pod_networks(&self) -> Result<Vec<Cidr>, LookupError> {
         Ok(self.networks.clone())

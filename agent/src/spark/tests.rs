@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::directory::narrows_drivers;
 use super::*;
+use crate::collect::FilePod;
 use futures::executor::block_on;
 use nodemedic_rules::snapshot::OwnerRef;
 
@@ -71,33 +72,53 @@ fn the_pods_files_indexed_directory_answers_as_a_pass_over_every_pod_would() {
     pods[4].labels.insert("team".into(), "ml".into());
     pods[1].pod_ip = Some("10.0.0.7".into());
     pods[5].pod_ip = Some("10.0.0.7".into());
-    let dir = ListDirectory::new(pods.clone());
+    // Held whole, or the pods bound here (the 1st, 4th and 6th) lent by the snapshot.
+    let held = ListDirectory::new(pods.clone());
+    let bound = [pods[0].clone(), pods[3].clone(), pods[5].clone()];
+    let file = pods.iter().enumerate().map(|(i, p)| match i {
+        0 => FilePod::Bound(0),
+        3 => FilePod::Bound(1),
+        5 => FilePod::Bound(2),
+        _ => FilePod::Elsewhere(std::sync::Arc::new(p.clone())),
+    });
+    let lent = ListDirectory::of_file(&bound, file.collect());
     let uids = |found: Vec<std::sync::Arc<PodInfo>>| found.iter().map(|p| p.uid.clone()).collect::<Vec<_>>();
-    let selectors = [
-        "spark-role=driver,spark-app-selector=app1",
-        "spark-app-selector = app2 , spark-role=driver",
-        "spark-role=driver",
-        "spark-role=driver,team=ml",
-        "spark-role=driver,team",
-        "team",
-        "",
-        "spark-role=driver,spark-app-selector=app9",
-        "spark-role=nobody",
+    // A lent pod is copied once, however often it is an answer.
+    let twice = [
+        block_on(lent.get("spark", "etl-driver")),
+        block_on(lent.get("spark", "etl-driver")),
     ];
-    for ns in [None, Some("spark"), Some("ml"), Some("elsewhere")] {
-        for sel in selectors {
-            let listed = uids(block_on(dir.list(ns, sel)).unwrap());
-            assert_eq!(listed, by_pass(&pods, ns, sel), "namespace {ns:?}, selector {sel:?}");
+    let [Ok(Some(a)), Ok(Some(b))] = twice else {
+        panic!("{twice:?}")
+    };
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+    for dir in [held, lent] {
+        let selectors = [
+            "spark-role=driver,spark-app-selector=app1",
+            "spark-app-selector = app2 , spark-role=driver",
+            "spark-role=driver",
+            "spark-role=driver,team=ml",
+            "spark-role=driver,team",
+            "team",
+            "",
+            "spark-role=driver,spark-app-selector=app9",
+            "spark-role=nobody",
+        ];
+        for ns in [None, Some("spark"), Some("ml"), Some("elsewhere")] {
+            for sel in selectors {
+                let listed = uids(block_on(dir.list(ns, sel)).unwrap());
+                assert_eq!(listed, by_pass(&pods, ns, sel), "namespace {ns:?}, selector {sel:?}");
+            }
         }
+        // By name: the first pod of the list with that namespace and name.
+        let got = |ns: &str, name: &str| block_on(dir.get(ns, name)).unwrap().map(|p| p.uid.clone());
+        assert_eq!(got("spark", "etl-driver").as_deref(), Some("d1"));
+        assert_eq!(got("ml", "etl-driver").as_deref(), Some("d-ml"));
+        assert_eq!(got("ml", "etl-exec-1"), None);
+        // By IP: every pod with it, in the list's order.
+        assert_eq!(uids(block_on(dir.by_ip("10.0.0.7")).unwrap()), ["e1", "e2"]);
+        assert!(block_on(dir.by_ip("10.0.0.8")).unwrap().is_empty());
     }
-    // By name: the first pod of the list with that namespace and name.
-    let got = |ns: &str, name: &str| block_on(dir.get(ns, name)).unwrap().map(|p| p.uid.clone());
-    assert_eq!(got("spark", "etl-driver").as_deref(), Some("d1"));
-    assert_eq!(got("ml", "etl-driver").as_deref(), Some("d-ml"));
-    assert_eq!(got("ml", "etl-exec-1"), None);
-    // By IP: every pod with it, in the list's order.
-    assert_eq!(uids(block_on(dir.by_ip("10.0.0.7")).unwrap()), ["e1", "e2"]);
-    assert!(block_on(dir.by_ip("10.0.0.8")).unwrap().is_empty());
 }
 
 #[test]
@@ -267,7 +288,7 @@ fn events_and_nodes_are_cached_briefly_and_an_events_answer_goes_with_its_pod() 
 }
 
 /// Counts the lookups that reach it.
-struct Counting(ListDirectory, std::sync::atomic::AtomicU32);
+struct Counting(ListDirectory<'static>, std::sync::atomic::AtomicU32);
 impl PodDirectory for Counting {
     async fn get(&self, ns: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
