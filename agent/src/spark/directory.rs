@@ -120,10 +120,15 @@ impl<'a> ListDirectory<'a> {
         self
     }
 
-    /// The pods that may be found by `key`, in order (a superset of those that are).
-    fn candidates(&self, key: Key) -> impl Iterator<Item = &Listed<'a>> {
-        let at = self.index.get(&key.hash()).map_or(&[][..], Vec::as_slice);
-        at.iter().map(|&i| &self.pods[i])
+    /// The positions of the pods that may be found by `key`, in order (a superset of those
+    /// that are).
+    fn posting(&self, key: Key) -> &[usize] {
+        self.index.get(&key.hash()).map_or(&[], Vec::as_slice)
+    }
+
+    /// The pods at `positions`.
+    fn at<'s>(&'s self, positions: &'s [usize]) -> impl Iterator<Item = &'s Listed<'a>> {
+        positions.iter().map(|&i| &self.pods[i])
     }
 
     /// The positions that can match `selector`, in order: those of its rarest equality term
@@ -131,8 +136,7 @@ impl<'a> ListDirectory<'a> {
     fn narrowed(&self, selector: &str) -> Option<&[usize]> {
         let mut rarest: Option<&[usize]> = None;
         for (k, v) in selector.split(',').filter_map(|t| t.split_once('=')) {
-            let key = Key::Label(k.trim(), v.trim()).hash();
-            let posting = self.index.get(&key).map_or(&[][..], Vec::as_slice);
+            let posting = self.posting(Key::Label(k.trim(), v.trim()));
             if rarest.is_none_or(|r| posting.len() < r.len()) {
                 rarest = Some(posting);
             }
@@ -154,7 +158,7 @@ pub(super) fn matches(pod: &PodInfo, selector: &str) -> bool {
 
 impl PodDirectory for ListDirectory<'_> {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<PodInfo>>, LookupError> {
-        let mut found = self.candidates(Key::Name(namespace, name));
+        let mut found = self.at(self.posting(Key::Name(namespace, name)));
         let named = |p: &&Listed| p.pod().namespace == namespace && p.pod().name == name;
         Ok(found.find(named).map(Listed::shared))
     }
@@ -164,18 +168,13 @@ impl PodDirectory for ListDirectory<'_> {
             namespace.is_none_or(|ns| p.namespace == ns) && matches(p, label_selector)
         };
         Ok(match self.narrowed(label_selector) {
-            Some(at) => at
-                .iter()
-                .map(|&i| &self.pods[i])
-                .filter(keep)
-                .map(Listed::shared)
-                .collect(),
+            Some(at) => self.at(at).filter(keep).map(Listed::shared).collect(),
             None => self.pods.iter().filter(keep).map(Listed::shared).collect(),
         })
     }
     async fn by_ip(&self, ip: &str) -> Result<Vec<Arc<PodInfo>>, LookupError> {
         let found = self
-            .candidates(Key::Ip(ip))
+            .at(self.posting(Key::Ip(ip)))
             .filter(|p| p.pod().pod_ip.as_deref() == Some(ip));
         Ok(found.map(Listed::shared).collect())
     }
