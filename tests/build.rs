@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Prost's codec, except for the fake kubelet's huge answers (src/podresources/huge.rs).
+        .codec_path("crate::podresources::Codec")
         .compile_fds(descriptors)?;
     Ok(())
 }

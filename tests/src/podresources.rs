@@ -53,6 +53,9 @@ pub mod proto {
     tonic::include_proto!("v1");
 }
 
+mod huge;
+pub use huge::{Codec, huge_list};
+
 use proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources,
@@ -234,6 +237,14 @@ impl Scenario {
         self
     }
 
+    /// Encodes a huge `List` answer now, so that a request is answered in the time it takes
+    /// to copy it, not to build it (see the `huge` module).
+    fn prepare(&self) {
+        if let Behaviour::Huge { pods } = self.list {
+            huge::prepare(pods);
+        }
+    }
+
     fn behaviour_mut(&mut self, method: &str) -> &mut Behaviour {
         match method {
             LIST => &mut self.list,
@@ -276,12 +287,16 @@ impl KubeletHandle {
     /// Sets how `method` ([`LIST`], [`GET_ALLOCATABLE`] or [`GET`]) answers from now on.
     /// Panics on another name.
     pub fn set_behaviour(&self, method: &str, behaviour: Behaviour) {
-        *self.lock().scenario.behaviour_mut(method) = behaviour;
+        let mut shared = self.lock();
+        *shared.scenario.behaviour_mut(method) = behaviour;
+        shared.scenario.prepare();
     }
 
     /// Replaces the whole scenario (the call counts stay).
     pub fn set_scenario(&self, scenario: Scenario) {
-        self.lock().scenario = scenario;
+        let mut shared = self.lock();
+        shared.scenario = scenario;
+        shared.scenario.prepare();
     }
 
     /// A copy of the current scenario.
@@ -333,37 +348,6 @@ async fn decide(method: &str, behaviour: Behaviour) -> Result<Option<usize>, Sta
     }
 }
 
-/// One made-up pod of a [`Behaviour::Huge`] answer: a 253-character name (the longest a pod
-/// name may be) and eight containers with 63-character names (the longest a container name
-/// may be), each pinned to two CPUs: 833 bytes encoded (for `i` under 10^8).
-fn made_up_pod(i: usize) -> PodResources {
-    fn padded(mut s: String, len: usize) -> String {
-        while s.len() < len {
-            s.push('x');
-        }
-        s
-    }
-    PodResources {
-        name: padded(format!("huge-{i:08}-"), 253),
-        namespace: "huge".to_string(),
-        containers: (0..8i64)
-            .map(|c| ContainerResources {
-                name: padded(format!("container-{c}-"), 63),
-                cpu_ids: vec![2 * c, 2 * c + 1],
-                ..Default::default()
-            })
-            .collect(),
-    }
-}
-
-/// The `List` answer of [`Behaviour::Huge`] with `pods` pods, for tests that want to know its
-/// size (`prost::Message::encoded_len`).
-pub fn huge_list(pods: usize) -> ListPodResourcesResponse {
-    ListPodResourcesResponse {
-        pod_resources: (0..pods).map(made_up_pod).collect(),
-    }
-}
-
 /// The service the gRPC server runs.
 #[derive(Clone, Debug)]
 struct Lister {
@@ -378,7 +362,7 @@ impl PodResourcesLister for Lister {
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
         let (behaviour, scenario) = self.handle.arrive(LIST);
         let answer = match decide(LIST, behaviour).await? {
-            Some(pods) => huge_list(pods),
+            Some(pods) => huge::stand_in(pods),
             None => ListPodResourcesResponse {
                 pod_resources: scenario.pods.iter().map(FakePod::to_proto).collect(),
             },
@@ -409,7 +393,7 @@ impl PodResourcesLister for Lister {
             Some(pods) => PodResources {
                 name: asked.pod_name,
                 namespace: asked.pod_namespace,
-                containers: (0..pods).flat_map(|i| made_up_pod(i).containers).collect(),
+                containers: (0..pods).flat_map(|i| huge::made_up_pod(i).containers).collect(),
             },
             None => match scenario
                 .pods
