@@ -5,7 +5,8 @@
 //! rules use, with the API's field names and types. Everything else (managed fields, other
 //! annotations and environment variables, probes, mounts) is skipped while parsing, without
 //! a copy of its strings, which keeps a 250-pod node's pod list to a few MiB and a few
-//! milliseconds.
+//! milliseconds. The document is read through a bounded window (`window.rs`), item by item,
+//! so a file is never in memory whole: memory grows with the pods kept, not with the file.
 
 use std::io::Read;
 use std::path::Path;
@@ -14,9 +15,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod_object::Text;
 use nodemedic_rules::snapshot::PodInfo;
+use serde_json::error::Category;
+use window::{Fault, Window};
 
 pub use super::pod_object::*;
 use super::read::ReadError;
+
+mod window;
 
 /// `kubectl get pods -A -o json` of a 5,000-pod cluster is about 100 MB; refuse more.
 pub const PODS_FILE_LIMIT: u64 = 512 * 1024 * 1024;
@@ -34,35 +39,15 @@ pub enum PodsError {
     Item { index: usize, reason: String },
 }
 
-fn json_error(e: &serde_json::Error) -> PodsError {
-    let t = e.to_string();
-    let reason = t.rfind(" at line ").map_or(t.clone(), |i| t[..i].to_string());
-    match e.classify() {
-        serde_json::error::Category::Data => PodsError::Shape(reason),
-        _ => PodsError::Json {
-            line: e.line(),
-            column: e.column(),
-            reason,
-        },
-    }
-}
-
-/// Reads pods from the text of a pods file. Text that is UTF-8 throughout (every real one) is
-/// checked once, as a whole, rather than string by string while parsing.
+/// Reads pods from the text of a pods file.
 pub fn parse_pods_json(text: &[u8]) -> Result<Vec<PodInfo>, PodsError> {
-    match std::str::from_utf8(text) {
-        Ok(text) => decode(&mut serde_json::Deserializer::from_str(text)),
-        // serde_json says where the bad bytes are.
-        Err(_) => decode(&mut serde_json::Deserializer::from_slice(text)),
-    }
+    decode(text)
 }
 
-/// Reads pods from a reader as a stream (see [`read_pods_file`]); I/O errors come back as
-/// invalid JSON.
+/// Reads pods from a reader, through a window of at most a few hundred kB (see
+/// [`read_pods_file`]); I/O errors come back as invalid JSON.
 pub fn read_pods<R: Read>(reader: R) -> Result<Vec<PodInfo>, PodsError> {
-    decode(&mut serde_json::Deserializer::from_reader(
-        std::io::BufReader::with_capacity(64 * 1024, reader),
-    ))
+    decode(reader)
 }
 
 /// Why a pods file could not be used: the file, or what is in it.
@@ -76,29 +61,17 @@ pub enum PodsFileError {
     Pods(#[from] PodsError),
 }
 
-/// A pods file larger than this is decoded as a stream instead of from memory.
-pub const PODS_FILE_STREAM_ABOVE: u64 = 16 * 1024 * 1024;
-
 /// Reads a pods file of at most [`PODS_FILE_LIMIT`] bytes, in one pass, each item straight
-/// into a [`PodObject`]. A file of up to [`PODS_FILE_STREAM_ABOVE`] bytes (2.4 MB for a node
-/// of 250 pods) is read whole and decoded from memory, which is more than twice as fast as
-/// decoding from a reader; a larger one (a `kubectl get pods -A` of a large cluster is about
-/// 100 MB) is decoded as it is read, so it is never in memory whole. `Ok(None)` when the file
-/// does not exist; `shown` is the path as reported.
+/// into a [`PodObject`], through a window of the file ([`window::WINDOW`], 256 KiB, larger
+/// only for an item larger than that): the file is never in memory whole, so memory grows
+/// with the pods kept, not with the file (2.4 MB at 250 pods, about 100 MB for a `kubectl
+/// get pods -A` of a large cluster). `Ok(None)` when the file does not exist; `shown` is the
+/// path as reported.
 pub fn read_pods_file(path: &Path, shown: &str) -> Result<Option<Vec<PodInfo>>, PodsFileError> {
     read_pods_file_limited(path, shown, PODS_FILE_LIMIT)
 }
 
 fn read_pods_file_limited(path: &Path, shown: &str, limit: u64) -> Result<Option<Vec<PodInfo>>, PodsFileError> {
-    read_pods_file_with(path, shown, limit, PODS_FILE_STREAM_ABOVE)
-}
-
-fn read_pods_file_with(
-    path: &Path,
-    shown: &str,
-    limit: u64,
-    stream_above: u64,
-) -> Result<Option<Vec<PodInfo>>, PodsFileError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: shown.to_string(),
         source,
@@ -113,24 +86,7 @@ fn read_pods_file_with(
         read: 0,
         error: None,
     };
-    // Procfs-like files report size 0; those and small files are read whole.
-    let size = counted.inner.get_ref().metadata().map_or(0, |m| m.len());
-    let result = if size > stream_above {
-        read_pods(&mut counted)
-    } else {
-        // Straight from the file (the counting reader would have its buffer zeroed first).
-        let mut buf = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0) + 1);
-        match counted.inner.read_to_end(&mut buf) {
-            Ok(n) => {
-                counted.read = n as u64;
-                parse_pods_json(&buf)
-            }
-            Err(e) => {
-                counted.error = Some(e);
-                Ok(vec![])
-            }
-        }
-    };
+    let result = decode(&mut counted);
     if counted.read > limit {
         return Err(ReadError::TooLarge {
             path: shown.to_string(),
@@ -174,25 +130,31 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-/// Decodes a whole pods document in one pass: a `Pod`, or a `List`/`PodList` whose items are
-/// turned into [`PodInfo`] one at a time (items of other kinds in a `v1 List` are skipped).
-fn decode<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deserializer<R>) -> Result<Vec<PodInfo>, PodsError> {
-    use serde::de::Deserializer as _;
+/// Decodes a whole pods document in one pass through a [`Window`]: a `Pod`, or a
+/// `List`/`PodList` whose items are turned into [`PodInfo`] one at a time (items of other
+/// kinds in a `v1 List` are skipped).
+fn decode<R: Read>(reader: R) -> Result<Vec<PodInfo>, PodsError> {
+    let mut window = Window::new(reader);
     let mut current = None;
-    let top = de
-        .deserialize_any(TopVisitor { current: &mut current })
-        .and_then(|top| de.end().map(|()| top));
-    let top = match (top, current) {
-        (Ok(top), _) => top,
-        // A wrong type or a missing field inside an item is that item's; a syntax error or
-        // an early end is the file's.
-        (Err(e), Some(index)) if e.classify() == serde_json::error::Category::Data => {
-            return Err(PodsError::Item {
-                index,
-                reason: e.to_string(),
+    let top = top(&mut window, &mut current).and_then(|top| window.end().map(|()| top));
+    let top = match top {
+        Ok(top) => top,
+        Err(fault) => {
+            return Err(match (fault.category, current) {
+                // A wrong type or a missing field inside an item is that item's; a syntax
+                // error or an early end is the file's.
+                (Category::Data, Some(index)) => PodsError::Item {
+                    index,
+                    reason: fault.placed(),
+                },
+                (Category::Data, None) => PodsError::Shape(fault.message),
+                _ => PodsError::Json {
+                    line: fault.line,
+                    column: fault.column,
+                    reason: fault.message,
+                },
             });
         }
-        (Err(e), _) => return Err(json_error(&e)),
     };
     match (top.kind.as_deref().unwrap_or(""), top.items) {
         ("Pod", _) => {
@@ -227,107 +189,159 @@ struct Top {
 /// The index of the item being decoded, if one is: where a failure is.
 type Current = Option<usize>;
 
-struct TopVisitor<'f> {
-    current: &'f mut Current,
-}
+/// What a pods document is expected to be, for serde_json's word on one that is none of
+/// them (a number, a string): it accepts nothing.
+struct NotAPodsDocument;
 
-impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
-    type Value = Top;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a Pod, a PodList or a v1 List")
-    }
-
-    // An array has no kind: drained, then refused by kind.
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(Top::default())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        use serde::de::IgnoredAny;
-        let mut top = Top::default();
-        // A lone Pod's parts are kept only while the kind may still be Pod.
-        let may_be_pod = |top: &Top| top.kind.as_deref().is_none_or(|k| k == "Pod");
-        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-            match key.as_ref() {
-                "kind" => top.kind = map.next_value()?,
-                "items" => {
-                    top.items = map.next_value_seed(ItemsSeed {
-                        current: &mut *self.current,
-                    })?
-                }
-                "metadata" if may_be_pod(&top) => top.metadata = Some(map.next_value::<LeanMetadata>()?.0),
-                "spec" if may_be_pod(&top) => top.spec = map.next_value()?,
-                "status" if may_be_pod(&top) => top.status = map.next_value()?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+impl<'de> serde::Deserialize<'de> for NotAPodsDocument {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Refuse;
+        impl serde::de::Visitor<'_> for Refuse {
+            type Value = NotAPodsDocument;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Pod, a PodList or a v1 List")
             }
         }
-        Ok(top)
+        d.deserialize_any(Refuse)
+    }
+}
+
+/// `items` that is not an array: `null` (no items), or serde_json's word on what it is.
+struct NoItems;
+
+impl<'de> serde::Deserialize<'de> for NoItems {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Null;
+        impl<'de> serde::de::Visitor<'de> for Null {
+            type Value = NoItems;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of objects")
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<NoItems, E> {
+                Ok(NoItems)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<NoItems, E> {
+                Ok(NoItems)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<NoItems, D::Error> {
+                d.deserialize_seq(self)
+            }
+        }
+        d.deserialize_option(Null)
+    }
+}
+
+/// The top-level value: an object read key by key, an array (drained, then refused by its
+/// missing kind), or anything else (refused by serde_json, worded as for any document).
+fn top<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Top, Fault> {
+    use serde::de::IgnoredAny;
+    match w.peek()? {
+        Some(b'{') => w.bump(),
+        Some(b'[') => {
+            w.value::<IgnoredAny>()?;
+            return Ok(Top::default());
+        }
+        _ => {
+            w.value::<NotAPodsDocument>()?;
+            return Ok(Top::default());
+        }
+    }
+    let mut top = Top::default();
+    // A lone Pod's parts are kept only while the kind may still be Pod.
+    let may_be_pod = |top: &Top| top.kind.as_deref().is_none_or(|k| k == "Pod");
+    if w.peek()? == Some(b'}') {
+        w.bump();
+        return Ok(top);
+    }
+    loop {
+        match w.peek()? {
+            Some(b'"') => {}
+            Some(_) => return Err(w.fault(Category::Syntax, "key must be a string")),
+            None => return Err(w.fault(Category::Eof, "EOF while parsing an object")),
+        }
+        let key: String = w.value()?;
+        match w.peek()? {
+            Some(b':') => w.bump(),
+            Some(_) => return Err(w.fault(Category::Syntax, "expected `:`")),
+            None => return Err(w.fault(Category::Eof, "EOF while parsing an object")),
+        }
+        match key.as_str() {
+            "kind" => top.kind = w.value()?,
+            "items" => top.items = items(w, current)?,
+            "metadata" if may_be_pod(&top) => top.metadata = Some(w.value::<LeanMetadata>()?.0),
+            "spec" if may_be_pod(&top) => top.spec = w.value()?,
+            "status" if may_be_pod(&top) => top.status = w.value()?,
+            _ => {
+                w.value::<IgnoredAny>()?;
+            }
+        }
+        match w.peek()? {
+            Some(b',') => {
+                w.bump();
+                if w.peek()? == Some(b'}') {
+                    return Err(w.fault(Category::Syntax, "trailing comma"));
+                }
+            }
+            Some(b'}') => {
+                w.bump();
+                return Ok(top);
+            }
+            Some(_) => return Err(w.fault(Category::Syntax, "expected `,` or `}`")),
+            None => return Err(w.fault(Category::Eof, "EOF while parsing an object")),
+        }
     }
 }
 
 /// `items`: `null`, or an array decoded item by item.
-struct ItemsSeed<'f> {
-    current: &'f mut Current,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed<'_> {
-    type Value = Option<Vec<PodInfo>>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
+fn items<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Option<Vec<PodInfo>>, Fault> {
+    if w.peek()? != Some(b'[') {
+        w.value::<NoItems>()?;
+        return Ok(None);
     }
-}
-
-impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
-    type Value = Option<Vec<PodInfo>>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an array of objects")
+    w.bump();
+    let mut pods = Vec::new();
+    if w.peek()? == Some(b']') {
+        w.bump();
+        return Ok(Some(pods));
     }
-
-    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut pods = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        for index in 0.. {
-            *self.current = Some(index);
-            match seq.next_element_seed(ItemSeed)? {
-                None => break,
-                Some(None) => {} // a v1 List may mix kinds
-                Some(Some(pod)) => pods.push(pod_info(pod).ok_or_else(|| serde::de::Error::custom(NO_UID))?),
-            }
+    for index in 0.. {
+        *current = Some(index);
+        let Item(item) = w.value()?;
+        // A v1 List may mix kinds.
+        if let Some(pod) = item {
+            pods.push(pod_info(pod).ok_or_else(|| w.fault(Category::Data, NO_UID))?);
         }
-        *self.current = None;
-        Ok(Some(pods))
+        match w.peek()? {
+            Some(b',') => {
+                w.bump();
+                if w.peek()? == Some(b']') {
+                    return Err(w.fault(Category::Syntax, "trailing comma"));
+                }
+            }
+            Some(b']') => {
+                w.bump();
+                break;
+            }
+            Some(_) => return Err(w.fault(Category::Syntax, "expected `,` or `]`")),
+            None => return Err(w.fault(Category::Eof, "EOF while parsing a list")),
+        }
     }
+    *current = None;
+    Ok(Some(pods))
 }
 
 /// One item: `Some(pod)`, or `None` for an item of another kind.
-struct ItemSeed;
+struct Item(Option<PodObject>);
 
-impl<'de> serde::de::DeserializeSeed<'de> for ItemSeed {
-    type Value = Option<PodObject>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
+impl<'de> serde::Deserialize<'de> for Item {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ItemVisitor).map(Item)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for ItemSeed {
+struct ItemVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ItemVisitor {
     type Value = Option<PodObject>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -521,24 +535,18 @@ mod tests {
     }
 
     #[test]
-    fn files_are_read_whole_or_as_a_stream_with_the_same_result() {
+    fn files_are_read_through_the_window_with_the_result_of_the_text() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pods.json");
         std::fs::write(&path, EXECUTOR).unwrap();
-        let whole = read_pods_file(&path, "/p").unwrap().unwrap();
-        let streamed = read_pods_file_with(&path, "/p", PODS_FILE_LIMIT, 0).unwrap().unwrap();
-        assert_eq!(whole, parse_pods_json(EXECUTOR.as_bytes()).unwrap());
-        assert_eq!(streamed, whole);
-        assert_eq!(streamed.len(), 1);
+        let from_file = read_pods_file(&path, "/p").unwrap().unwrap();
+        assert_eq!(from_file, parse_pods_json(EXECUTOR.as_bytes()).unwrap());
+        assert_eq!(from_file.len(), 1);
         // Past the limit: refused, naming the file and the limit.
         let len = EXECUTOR.len() as u64;
         assert_eq!(read_pods_file_limited(&path, "/p", len).unwrap().unwrap().len(), 1);
-        for stream_above in [0, u64::MAX] {
-            let err = read_pods_file_with(&path, "/p", len - 1, stream_above)
-                .unwrap_err()
-                .to_string();
-            assert_eq!(err, format!("/p: larger than the {}-byte limit for this file", len - 1));
-        }
+        let err = read_pods_file_limited(&path, "/p", len - 1).unwrap_err().to_string();
+        assert_eq!(err, format!("/p: larger than the {}-byte limit for this file", len - 1));
         // No file, a directory, a bad document.
         assert!(read_pods_file(&dir.path().join("none"), "/none").unwrap().is_none());
         let err = read_pods_file(dir.path(), "/d").unwrap_err().to_string();
@@ -546,6 +554,74 @@ mod tests {
         std::fs::write(&path, r#"{"kind":"List","items":[{"kind":"Pod","metadata":{}}]}"#).unwrap();
         let err = read_pods_file(&path, "/p").unwrap_err().to_string();
         assert!(err.starts_with("item 0: pod has no metadata.uid"), "{err}");
+    }
+
+    /// `EXECUTOR`'s pod `n` times over, each with its own UID, one per line: 1.9 MB at 1,000.
+    fn many(n: usize) -> String {
+        let start = EXECUTOR
+            .find("{\n        \"apiVersion\": \"v1\", \"kind\": \"Pod\"")
+            .unwrap();
+        let end = EXECUTOR
+            .rfind(", {\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\"")
+            .unwrap();
+        let pod = &EXECUTOR[start..end];
+        let items: Vec<String> = (0..n).map(|i| pod.replace("39b3c1f2", &format!("{i:08}"))).collect();
+        format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n{}\n]}}",
+            items.join(",\n")
+        )
+    }
+
+    /// A document many windows long decodes as its items one by one do, whatever the reads'
+    /// sizes, and an error far into it is placed where serde_json places it in the whole text.
+    #[test]
+    fn a_document_many_windows_long_is_decoded_and_placed_as_a_whole() {
+        let text = many(1_000);
+        assert!(text.len() > 7 * window::WINDOW, "{}", text.len());
+        let pods = parse_pods_json(text.as_bytes()).unwrap();
+        assert_eq!(pods.len(), 1_000);
+        let one = parse_pods_json(EXECUTOR.as_bytes()).unwrap().remove(0);
+        for (i, pod) in pods.iter().enumerate() {
+            assert_eq!(pod.uid, one.uid.replace("39b3c1f2", &format!("{i:08}")));
+            assert_eq!(pod.containers, one.containers);
+            assert_eq!(pod.labels, one.labels);
+        }
+        /// Gives at most 7 bytes a read.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.len().min(7).min(out.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        assert_eq!(read_pods(Trickle(text.as_bytes())).unwrap(), pods);
+
+        // A syntax error in item 900: the file's, at serde_json's place.
+        let at = text.match_indices("\"restartPolicy\": \"Never\"").nth(900).unwrap().0;
+        let mut bad = text.clone();
+        bad.replace_range(at..at + 1, "{");
+        let whole = serde_json::from_str::<serde_json::Value>(&bad).unwrap_err();
+        let err = parse_pods_json(bad.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, PodsError::Json { line, column, .. } if (*line, *column) == (whole.line(), whole.column())),
+            "{err} against {whole}"
+        );
+        // A wrong type in item 950: that item's, with the place serde_json gives.
+        let scheduler = "\"schedulerName\": \"volcano\"";
+        let at = text.match_indices(scheduler).nth(950).unwrap().0;
+        let mut bad = text.clone();
+        bad.replace_range(at..at + scheduler.len(), "\"schedulerName\": 7");
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Whole {
+            items: Vec<PodObject>,
+        }
+        let whole = serde_json::from_str::<Whole>(&bad).err().unwrap();
+        let err = parse_pods_json(bad.as_bytes()).unwrap_err().to_string();
+        assert_eq!(err, format!("item 950: {whole}"));
+        assert!(whole.line() > 10_000, "{whole}");
     }
 
     #[test]
