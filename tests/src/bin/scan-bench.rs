@@ -1,5 +1,6 @@
 //! Wall time and peak RSS of the whole `nodemedic scan` process on generated nodes of
-//! 10, 110 and 250 pods. Run it against a release build:
+//! 10, 110 and 250 pods, the phases of a 250-pod scan, and the scan with its pods from the API
+//! server double at 250 and 1,000 pods. Run it against a release build:
 //!
 //! ```text
 //! cargo build --release -p nodemedic -p nodemedic-tests
@@ -172,6 +173,40 @@ fn phases(pods: usize, runs: usize, kubelet: bool, managers: bool) -> Result<(),
     Ok(())
 }
 
+/// The in-cluster scan: the pods of `pods` from the API server double's LIST instead of a
+/// file (as `kubectl nodemedic scan` runs in the agent's container), the whole process.
+fn from_api(pods: usize, runs: usize) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let api = runtime
+        .block_on(nodemedic_tests::apiserver::ApiServer::start())
+        .map_err(|e| e.to_string())?;
+    let node = nodemedic_tests::scenarios::big_node(pods, 5);
+    nodemedic_tests::scenarios::seed_api(&api.store(), &node);
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path().join("host");
+    node.write(&root).map_err(|e| e.to_string())?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    let (root, kubeconfig) = (root.to_string_lossy(), kubeconfig.to_string_lossy());
+    let args = [
+        "scan",
+        "--host-root",
+        &root,
+        "--kubeconfig",
+        &kubeconfig,
+        "--node",
+        &node.name,
+        "--format",
+        "json",
+    ];
+    let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure::measure_scans(&args, runs)?;
+    println!(
+        "\nthe scan at {pods} pods with its pods from the API (the double's LIST), whole process:\n  \
+         wall {wmed:.1} ms ({wmin:.1}-{wmax:.1}), peak RSS {rmed:.1} MiB ({rmin:.1}-{rmax:.1})"
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--measure-one") {
@@ -185,6 +220,12 @@ fn main() -> ExitCode {
     }
     for (kubelet, managers) in [(false, false), (true, false), (false, true)] {
         if let Err(e) = phases(250, runs, kubelet, managers) {
+            eprintln!("scan-bench: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    for pods in [250, 1_000] {
+        if let Err(e) = from_api(pods, runs) {
             eprintln!("scan-bench: {e}");
             return ExitCode::from(2);
         }
