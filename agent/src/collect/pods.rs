@@ -249,8 +249,7 @@ fn top<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Top, Fault> 
     let mut top = Top::default();
     // A lone Pod's parts are kept only while the kind may still be Pod.
     let may_be_pod = |top: &Top| top.kind.as_deref().is_none_or(|k| k == "Pod");
-    if w.peek()? == Some(b'}') {
-        w.bump();
+    if w.closes(b'}')? {
         return Ok(top);
     }
     loop {
@@ -275,19 +274,8 @@ fn top<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Top, Fault> 
                 w.value::<IgnoredAny>()?;
             }
         }
-        match w.peek()? {
-            Some(b',') => {
-                w.bump();
-                if w.peek()? == Some(b'}') {
-                    return Err(w.fault(Category::Syntax, "trailing comma"));
-                }
-            }
-            Some(b'}') => {
-                w.bump();
-                return Ok(top);
-            }
-            Some(_) => return Err(w.fault(Category::Syntax, "expected `,` or `}`")),
-            None => return Err(w.fault(Category::Eof, "EOF while parsing an object")),
+        if !w.another(b'}')? {
+            return Ok(top);
         }
     }
 }
@@ -300,8 +288,7 @@ fn items<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Option<Vec
     }
     w.bump();
     let mut pods = Vec::new();
-    if w.peek()? == Some(b']') {
-        w.bump();
+    if w.closes(b']')? {
         return Ok(Some(pods));
     }
     for index in 0.. {
@@ -311,19 +298,8 @@ fn items<R: Read>(w: &mut Window<R>, current: &mut Current) -> Result<Option<Vec
         if let Some(pod) = item {
             pods.push(pod_info(pod).ok_or_else(|| w.fault(Category::Data, NO_UID))?);
         }
-        match w.peek()? {
-            Some(b',') => {
-                w.bump();
-                if w.peek()? == Some(b']') {
-                    return Err(w.fault(Category::Syntax, "trailing comma"));
-                }
-            }
-            Some(b']') => {
-                w.bump();
-                break;
-            }
-            Some(_) => return Err(w.fault(Category::Syntax, "expected `,` or `]`")),
-            None => return Err(w.fault(Category::Eof, "EOF while parsing a list")),
+        if !w.another(b']')? {
+            break;
         }
     }
     *current = None;

@@ -296,6 +296,40 @@ impl<R: Read> Window<R> {
         }
     }
 
+    /// Takes `close` if it is next (an object or array opened just before is empty).
+    pub fn closes(&mut self, close: u8) -> Result<bool, Fault> {
+        let closed = self.peek()? == Some(close);
+        if closed {
+            self.bump();
+        }
+        Ok(closed)
+    }
+
+    /// After a member of an object (`close` is `}`) or an array (`]`): takes the comma and
+    /// says another member follows, or takes `close` and says none does; anything else is
+    /// refused as serde_json words it.
+    pub fn another(&mut self, close: u8) -> Result<bool, Fault> {
+        let (what, expected) = match close {
+            b'}' => ("an object", "expected `,` or `}`"),
+            _ => ("a list", "expected `,` or `]`"),
+        };
+        match self.peek()? {
+            Some(b',') => {
+                self.bump();
+                if self.peek()? == Some(close) {
+                    return Err(self.fault(Category::Syntax, "trailing comma"));
+                }
+                Ok(true)
+            }
+            Some(b) if b == close => {
+                self.bump();
+                Ok(false)
+            }
+            Some(_) => Err(self.fault(Category::Syntax, expected)),
+            None => Err(self.fault(Category::Eof, &format!("EOF while parsing {what}"))),
+        }
+    }
+
     /// The end of the document: nothing but whitespace may follow.
     pub fn end(&mut self) -> Result<(), Fault> {
         match self.peek()? {
@@ -328,17 +362,9 @@ mod tests {
     fn array(w: &mut Window<impl Read>) -> Result<Vec<serde_json::Value>, Fault> {
         assert_eq!(w.peek()?, Some(b'['));
         w.bump();
-        let mut out = vec![];
-        loop {
+        let mut out = vec![w.value()?];
+        while w.another(b']')? {
             out.push(w.value()?);
-            match w.peek()? {
-                Some(b',') => w.bump(),
-                Some(b']') => {
-                    w.bump();
-                    break;
-                }
-                _ => return Err(w.fault(Category::Syntax, "expected `,` or `]`")),
-            }
         }
         w.end()?;
         Ok(out)
