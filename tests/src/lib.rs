@@ -117,22 +117,28 @@ pub fn scan_host(api: &apiserver::ApiServer, dir: &Path, node: &str) -> (PathBuf
     (root, kubeconfig)
 }
 
+/// The arguments of `nodemedic scan --format json` of node `node` whose host tree is `root`,
+/// with its pods from the API of `kubeconfig`.
+pub fn api_scan_args<'a>(root: &'a str, kubeconfig: &'a str, node: &'a str) -> [&'a str; 9] {
+    [
+        "scan",
+        "--host-root",
+        root,
+        "--kubeconfig",
+        kubeconfig,
+        "--node",
+        node,
+        "--format",
+        "json",
+    ]
+}
+
 /// `nodemedic scan --format json` of node `node` whose host tree is `root`, against the API of
 /// `kubeconfig`, with `extra` arguments: the parsed report (a run that prints no report panics
 /// with its output).
 pub fn scan_report(root: &Path, kubeconfig: &Path, node: &str, extra: &[&str]) -> serde_json::Value {
     let (root, kubeconfig) = (root.to_string_lossy(), kubeconfig.to_string_lossy());
-    let mut args = vec![
-        "scan",
-        "--host-root",
-        &root,
-        "--kubeconfig",
-        &kubeconfig,
-        "--node",
-        node,
-        "--format",
-        "json",
-    ];
+    let mut args = api_scan_args(&root, &kubeconfig, node).to_vec();
     args.extend_from_slice(extra);
     let run = nodemedic(&args);
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr))

@@ -188,17 +188,7 @@ fn from_api(pods: usize, runs: usize) -> Result<(), String> {
     let kubeconfig = dir.path().join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
     let (root, kubeconfig) = (root.to_string_lossy(), kubeconfig.to_string_lossy());
-    let args = [
-        "scan",
-        "--host-root",
-        &root,
-        "--kubeconfig",
-        &kubeconfig,
-        "--node",
-        &node.name,
-        "--format",
-        "json",
-    ];
+    let args = nodemedic_tests::api_scan_args(&root, &kubeconfig, &node.name);
     let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure::measure_scans(&args, runs)?;
     println!(
         "\nthe scan at {pods} pods with its pods from the API (the double's LIST), whole process:\n  \
