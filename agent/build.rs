@@ -3,7 +3,14 @@
 //!   of the environment variable of that name when the build sets it (an image build without
 //!   the repository's `.git`), else the short commit of the checkout, else `unknown`;
 //! - generates the kubelet PodResources gRPC client from `proto/podresources.proto`: protox
-//!   compiles the file to descriptors (no `protoc` needed), tonic-prost-build writes the Rust.
+//!   compiles the file to descriptors (no `protoc` needed), tonic-prost-build writes the Rust;
+//! - lays the binary's functions out (x86_64 Linux with glibc, where rustc links with LLD):
+//!   the functions a scan and the daemon run, listed in `link/hot-functions.txt`, go first and
+//!   together, so the few pages they fill are all of the binary's code a process faults in
+//!   (docs/performance.md, "The code a process touches"). `NODEMEDIC_FUNCTION_ORDER=off`
+//!   links without the list (a linker other than LLD or mold: GNU ld does not take it);
+//!   `NODEMEDIC_LINK_MAP=FILE` has the linker write its map there, which is how
+//!   `tests/hot-functions.sh` learns where each function of the binary it profiles is.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,5 +69,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cargo::rustc-env=NODEMEDIC_REVISION={}",
         revision.as_deref().unwrap_or("unknown")
     );
+    layout(&dir);
     Ok(())
+}
+
+/// The linker arguments that order the binary's functions, and its map when asked for.
+fn layout(dir: &Path) {
+    println!("cargo::rerun-if-env-changed=NODEMEDIC_FUNCTION_ORDER");
+    println!("cargo::rerun-if-env-changed=NODEMEDIC_LINK_MAP");
+    let cfg = |key: &str| std::env::var(format!("CARGO_CFG_TARGET_{key}")).unwrap_or_default();
+    // rustc links x86_64-unknown-linux-gnu with its own LLD (the default since Rust 1.90); the
+    // other targets (aarch64 among them) keep the system's linker, which may be GNU ld.
+    if cfg("ARCH") != "x86_64" || cfg("OS") != "linux" || cfg("ENV") != "gnu" {
+        return;
+    }
+    let order = dir.join("link/hot-functions.txt");
+    println!("cargo::rerun-if-changed={}", order.display());
+    let off = std::env::var("NODEMEDIC_FUNCTION_ORDER").is_ok_and(|v| v == "off");
+    if !off && order.is_file() {
+        println!(
+            "cargo::rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            order.display()
+        );
+        // A name the list has and this build does not (a dependency updated, a function
+        // renamed) only goes unplaced: it is not worth a warning in every build.
+        println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    }
+    if let Some(map) = std::env::var_os("NODEMEDIC_LINK_MAP") {
+        // The names as the ordering file needs them: LLD demangles its map's by default.
+        println!(
+            "cargo::rustc-link-arg-bins=-Wl,-Map={},--no-demangle",
+            Path::new(&map).display()
+        );
+    }
 }

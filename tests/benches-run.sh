@@ -65,8 +65,11 @@ echo "node_exporter: $("$node_exporter" --version 2>&1 | head -n1)"
 echo "load average at start: $(cat /proc/loadavg)"
 
 step "Build"
-cargo build --profile dist -p nodemedic
+# With its link map, which says how much of the function layout (agent/link/hot-functions.txt)
+# this build still finds; tests/hot-functions.sh writes the map to the same place.
+NODEMEDIC_LINK_MAP="$target_dir/dist/nodemedic.map" cargo build --profile dist -p nodemedic
 cargo build --release -p nodemedic-tests
+"$bin/hot-functions" check "$target_dir/dist/nodemedic.map" agent/link/hot-functions.txt
 # The bench programs run the nodemedic named here, not the release one beside them.
 export NODEMEDIC_BIN="$target_dir/dist/nodemedic"
 echo "nodemedic: $NODEMEDIC_BIN"

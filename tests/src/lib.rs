@@ -16,6 +16,7 @@ pub mod detection;
 pub mod exposition;
 pub mod fleet;
 pub mod hosttree;
+pub mod hot_functions;
 pub mod manifests;
 pub mod measure;
 pub mod podresources;
@@ -30,11 +31,16 @@ use std::process::{Command, Output};
 /// Ends `child` as a supervisor would: SIGTERM, up to 5 s to exit, then SIGKILL; reaped
 /// either way.
 pub fn stop_child(child: &mut std::process::Child) {
+    stop_child_within(child, std::time::Duration::from_secs(5));
+}
+
+/// [`stop_child`] with `grace` to exit after the SIGTERM.
+pub fn stop_child_within(child: &mut std::process::Child, grace: std::time::Duration) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + grace;
     while std::time::Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             return;
