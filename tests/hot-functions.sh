@@ -9,7 +9,8 @@
 #     from the API double) and compare-bench as prober and as follower (the daemon's start,
 #     its first judgements, Events and conditions, a minute of steady state and scrapes);
 #  3. maps every instruction the profiles counted to the function whose section holds it, and
-#     writes those functions hottest first (target/release/hot-functions);
+#     writes those functions so that the code of each stage (a scan of a pods file, a scan of
+#     the API, the daemon) is one stretch of the binary (target/release/hot-functions);
 #  4. builds `dist` again, laid out by the new list, and checks the list against its map.
 #
 # Run it when Cargo.lock, the Rust toolchain or the dist profile change, or the agent's
@@ -43,8 +44,8 @@ EOF
 chmod +x "$work/nodemedic"
 export NODEMEDIC_BIN="$work/nodemedic"
 
-# In the order the list takes them: a function goes with the first stage that ran it. The
-# scans first (a scan then touches only the front of the list), the daemon's own after.
+# In the order the list lays them out: scans of a pods file, scans of the API, the daemon (a
+# profile's stage is what its command line ran; compare-bench's own scans read pods files).
 mkdir "$work/1-scans" "$work/2-follower" "$work/3-prober"
 PROFILES="$work/1-scans" "$target_dir/release/scan-bench" 1 > "$work/1-scans/scan-bench.out"
 PROFILES="$work/2-follower" COMPARE_BENCH_ROLE=follower COMPARE_BENCH_WARMUP_SECONDS=30 \

@@ -189,10 +189,34 @@ fn number(text: &str) -> Option<u64> {
     }
 }
 
+/// What a profiled nodemedic was doing, from callgrind's `cmd:` header: its subcommand (the
+/// word after the program: `scan`, `run`), and for a scan whether it read a pods file
+/// (`scan --pods`) or asked the API server for the pods (`scan`), which runs the HTTP and TLS
+/// code the daemon runs too.
+pub fn stage(profile: &str) -> Option<String> {
+    let cmd = profile.lines().find_map(|l| l.strip_prefix("cmd:"))?;
+    let mut words = cmd.split_whitespace().skip(1);
+    let subcommand = words.next()?;
+    let pods_file = words.any(|w| w == "--pods" || w.starts_with("--pods="));
+    Some(if subcommand == "scan" && pods_file {
+        "scan --pods".into()
+    } else {
+        subcommand.into()
+    })
+}
+
+/// The instructions one process ran ([`parse_callgrind`]), and what it was doing: processes
+/// of one stage (a subcommand) touch the same code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub stage: String,
+    pub counts: BTreeMap<u64, u64>,
+}
+
 /// What [`order`] found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Order {
-    /// One symbol per section that ran, the most instructions first (ties by name).
+    /// One symbol per section that ran, in the order to lay them out.
     pub symbols: Vec<String>,
     /// The bytes of those sections.
     pub bytes: u64,
@@ -203,30 +227,50 @@ pub struct Order {
     pub unplaced: u64,
 }
 
-/// The sections the profiles ran instructions in, each named by its first symbol. A section
-/// goes with the first profile that ran it, and those of one profile hottest first: given the
-/// profiles of a scan before the daemon's, a scan runs only the front of the list, and the
-/// daemon the front and what it adds. A section without a symbol cannot be named in an
-/// ordering file and is left out.
-pub fn order(sections: &[Section], profiles: &[BTreeMap<u64, u64>]) -> Order {
-    // Per section: the first profile that ran it, and the instructions it ran in all.
-    let mut heat: HashMap<usize, (usize, u64)> = HashMap::new();
+/// The sections the profiles ran instructions in, each named by its first symbol, laid out so
+/// that each stage's code is one stretch, or nearly. The stages count in the order they first
+/// appear in `profiles`, and a section is placed by the first and then the last stage that ran
+/// it. With two stages, a scan's before the daemon's, that is [scan only | both | daemon
+/// only]: a scan touches the first two parts and the daemon the last two. With three (a scan of
+/// a pods file, a scan of the API, the daemon) each stage's code is contiguous but for what
+/// only the stages on either side of it share. Hottest first within each part. A section
+/// without a symbol cannot be named in an ordering file and is left out.
+pub fn order(sections: &[Section], profiles: &[Profile]) -> Order {
+    let mut stages: Vec<&str> = vec![];
+    for p in profiles {
+        if !stages.contains(&p.stage.as_str()) {
+            stages.push(&p.stage);
+        }
+    }
+    // Per section: the first and the last stage that ran it, and its instructions in all.
+    let mut heat: HashMap<usize, (usize, usize, u64)> = HashMap::new();
     let mut unplaced = 0;
-    for (p, profile) in profiles.iter().enumerate() {
-        for (&addr, &count) in profile {
+    for profile in profiles {
+        let stage = stages.iter().position(|s| *s == profile.stage).unwrap_or(0);
+        for (&addr, &count) in &profile.counts {
             let i = sections.partition_point(|s| s.addr <= addr);
             match i.checked_sub(1).filter(|&i| addr < sections[i].addr + sections[i].size) {
-                Some(i) => heat.entry(i).or_insert((p, 0)).1 += count.max(1),
+                Some(i) => {
+                    let entry = heat.entry(i).or_insert((stage, stage, 0));
+                    entry.0 = entry.0.min(stage);
+                    entry.1 = entry.1.max(stage);
+                    entry.2 += count.max(1);
+                }
                 None => unplaced += count,
             }
         }
     }
-    let mut hot: Vec<(usize, (usize, u64))> = heat
+    let mut hot: Vec<(usize, (usize, usize, u64))> = heat
         .into_iter()
         .filter(|(i, _)| !sections[*i].symbols.is_empty())
         .collect();
     let name = |i: usize| &sections[i].symbols[0];
-    hot.sort_by(|(a, (pa, ha)), (b, (pb, hb))| pa.cmp(pb).then(hb.cmp(ha)).then_with(|| name(*a).cmp(name(*b))));
+    hot.sort_by(|(a, (first_a, last_a, heat_a)), (b, (first_b, last_b, heat_b))| {
+        (first_a, last_a)
+            .cmp(&(first_b, last_b))
+            .then(heat_b.cmp(heat_a))
+            .then_with(|| name(*a).cmp(name(*b)))
+    });
     Order {
         bytes: hot.iter().map(|(i, _)| sections[*i].size).sum(),
         symbols: hot.iter().map(|(i, _)| name(*i).clone()).collect(),
@@ -377,11 +421,22 @@ fn=(4)
         assert!(err.contains("\"+zz 0 1\""), "{err}");
     }
 
+    fn profile(stage: &str, counts: &[(u64, u64)]) -> Profile {
+        Profile {
+            stage: stage.into(),
+            counts: counts.iter().copied().collect(),
+        }
+    }
+
     #[test]
     fn the_order_is_the_sections_that_ran_hottest_first() {
         let sections = parse_map(MAP).unwrap();
-        let profile = parse_callgrind(PROFILE, "/tmp/nodemedic").unwrap();
-        let got = order(&sections, &[profile.clone(), profile]);
+        let counts = parse_callgrind(PROFILE, "/tmp/nodemedic").unwrap();
+        let scan = Profile {
+            stage: "scan".into(),
+            counts,
+        };
+        let got = order(&sections, &[scan.clone(), scan]);
         // main ran 32 instructions in each profile; _start and hot 2 each, which ties them:
         // by name then.
         assert_eq!(
@@ -399,24 +454,64 @@ fn=(4)
         assert_eq!(got.unplaced, 8);
     }
 
-    /// What a later profile adds comes after everything of the ones before, however hot.
+    /// Each stage's code is one stretch: [scan only | scan and daemon | daemon only].
     #[test]
-    fn a_later_profile_s_functions_come_after_the_earlier_ones() {
+    fn each_stage_s_functions_are_one_stretch() {
         let sections = parse_map(MAP).unwrap();
-        let scan: BTreeMap<u64, u64> = [(0x12c0, 5), (0x1000, 1)].into();
-        let daemon: BTreeMap<u64, u64> = [(0x10c0, 1000), (0x1040, 900), (0x12c4, 50)].into();
-        let got = order(&sections, &[scan, daemon]);
+        let got = order(
+            &sections,
+            &[
+                // _start and hot: the scan's; hot is the daemon's too, and hotter.
+                profile("scan", &[(0x12c0, 5), (0x1000, 1)]),
+                profile("run", &[(0x10c0, 1000), (0x1040, 900), (0x12c4, 50)]),
+                // A second scan after the daemon is still the scan's stage.
+                profile("scan", &[(0x1004, 1)]),
+            ],
+        );
         assert_eq!(
             got.symbols,
             vec![
-                // The scan's, hottest first: hot (5 + the daemon's 50), _start (1).
-                "_ZN3app3hot17h1111111111111111E",
                 "_start",
-                // Then the daemon's own.
+                "_ZN3app3hot17h1111111111111111E",
                 "_ZN3app4cold17hfedcba9876543210E",
                 "_ZN3app4main17h0123456789abcdefE",
             ]
         );
+    }
+
+    /// Three stages: a pods file's scan (F), the API's scan (P), the daemon (D). The order is
+    /// F only | F and P | F, (P) and D | P only | P and D | D only.
+    #[test]
+    fn three_stages_are_placed_by_the_first_and_the_last_that_ran_them() {
+        let sections = parse_map(MAP).unwrap();
+        let got = order(
+            &sections,
+            &[
+                profile("scan --pods", &[(0x1000, 1), (0x12c0, 1), (0x1040, 1)]),
+                profile("scan", &[(0x12c0, 1), (0x10c0, 1)]),
+                profile("run", &[(0x1040, 1), (0x10c0, 1)]),
+            ],
+        );
+        assert_eq!(
+            got.symbols,
+            vec![
+                "_start",                           // F only
+                "_ZN3app3hot17h1111111111111111E",  // F and P
+                "_ZN3app4main17h0123456789abcdefE", // F and D
+                "_ZN3app4cold17hfedcba9876543210E", // P and D
+            ]
+        );
+    }
+
+    #[test]
+    fn a_profile_names_its_stage() {
+        let scan = "version: 1\ncmd:  /tmp/nm scan --host-root /h --node n\n";
+        assert_eq!(stage(scan).as_deref(), Some("scan"));
+        let file = "cmd: /tmp/nm scan --host-root /h --pods /h/pods.json --format json\n";
+        assert_eq!(stage(file).as_deref(), Some("scan --pods"));
+        assert_eq!(stage("cmd: /tmp/nm scan --pods=/p\n").as_deref(), Some("scan --pods"));
+        assert_eq!(stage("cmd: /usr/bin/nodemedic run --node n\n").as_deref(), Some("run"));
+        assert_eq!(stage(PROFILE), None);
     }
 
     /// The list the build hands the linker (agent/build.rs) names each function once, as the

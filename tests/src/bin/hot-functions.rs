@@ -9,14 +9,16 @@
 //!
 //! MAP is LLD's map of the build the profiles ran (`NODEMEDIC_LINK_MAP`, written with
 //! `--no-demangle`), BINARY the path or file name callgrind named it by, each PROFILE a
-//! `callgrind --dump-instr=yes` output file of that binary, in the order their functions
-//! should come: a function goes with the first profile that ran it.
+//! `callgrind --dump-instr=yes` output file of that binary. A profile's stage is what it ran
+//! (a scan of a pods file, a scan of the API, the daemon: `hot_functions::stage`), and the
+//! stages are laid out in the order they first appear among the profiles
+//! (`hot_functions::order`).
 
 use std::collections::HashSet;
 use std::io::Write;
 use std::process::ExitCode;
 
-use nodemedic_tests::hot_functions::{Section, order, parse_callgrind, parse_map};
+use nodemedic_tests::hot_functions::{Profile, Section, order, parse_callgrind, parse_map, stage};
 
 fn read(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
@@ -30,10 +32,10 @@ fn kib(bytes: u64) -> String {
     format!("{:.0} KiB", bytes as f64 / 1024.0)
 }
 
-fn write(map_path: &str, binary: &str, out: &str, profiles: &[String]) -> Result<(), String> {
+fn write(map_path: &str, binary: &str, out: &str, files: &[String]) -> Result<(), String> {
     let sections = map(map_path)?;
-    let mut counts = vec![];
-    for p in profiles {
+    let mut profiles = vec![];
+    for p in files {
         let text = read(p)?;
         // callgrind creates its file when the process starts and fills it at the end: a
         // process killed before it dumped leaves it empty (its earlier dumps are files of
@@ -42,17 +44,19 @@ fn write(map_path: &str, binary: &str, out: &str, profiles: &[String]) -> Result
             println!("{p}: empty (the process was killed before its last dump), skipped");
             continue;
         }
-        counts.push(parse_callgrind(&text, binary).map_err(|e| format!("{p}: {e}"))?);
+        let stage = stage(&text).unwrap_or_else(|| "other".into());
+        let counts = parse_callgrind(&text, binary).map_err(|e| format!("{p}: {e}"))?;
+        profiles.push(Profile { stage, counts });
     }
-    let found = order(&sections, &counts);
+    let found = order(&sections, &profiles);
     if found.symbols.is_empty() {
         return Err(format!(
             "no instruction of {binary} in the profiles falls in {map_path}'s text"
         ));
     }
     let mut text = String::from(
-        "# The functions a nodemedic scan and daemon run, hottest first: the linker places them\n\
-         # first and together (agent/build.rs). Written by tests/hot-functions.sh from callgrind\n\
+        "# The functions a nodemedic scan and daemon run: the linker places them first and\n\
+         # together, the scan's, then the daemon's (agent/build.rs). Written by tests/hot-functions.sh from callgrind\n\
          # profiles of the dist build and that build's link map; write it again when Cargo.lock,\n\
          # the toolchain or the dist profile change (docs/performance.md says how much of it a\n\
          # build still finds).\n",
