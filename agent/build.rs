@@ -6,7 +6,7 @@
 //!   compiles the file to descriptors (no `protoc` needed), tonic-prost-build writes the Rust;
 //! - lays the binary's functions out (x86_64 Linux with glibc, where rustc links with LLD):
 //!   the functions a scan and the daemon run, listed in `link/hot-functions.txt`, go first and
-//!   together, so the few pages they fill are all of the binary's code a process faults in
+//!   together, so the few pages they fill are most of the binary's code a process faults in
 //!   (docs/performance.md, "The code a process touches"). `NODEMEDIC_FUNCTION_ORDER=off`
 //!   links without the list (a linker other than LLD or mold: GNU ld does not take it);
 //!   `NODEMEDIC_LINK_MAP=FILE` has the linker write its map there, which is how
