@@ -79,8 +79,13 @@ fn layout(dir: &Path) {
     println!("cargo::rerun-if-env-changed=NODEMEDIC_LINK_MAP");
     let cfg = |key: &str| std::env::var(format!("CARGO_CFG_TARGET_{key}")).unwrap_or_default();
     // rustc links x86_64-unknown-linux-gnu with its own LLD (the default since Rust 1.90); the
-    // other targets (aarch64 among them) keep the system's linker, which may be GNU ld.
+    // other targets (aarch64 among them), older compilers and a linker named for the target
+    // keep the system's linker, which may be GNU ld.
     if cfg("ARCH") != "x86_64" || cfg("OS") != "linux" || cfg("ENV") != "gnu" {
+        return;
+    }
+    println!("cargo::rerun-if-env-changed=CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER");
+    if std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_some() || !rustc_links_with_lld() {
         return;
     }
     let order = dir.join("link/hot-functions.txt");
@@ -102,4 +107,19 @@ fn layout(dir: &Path) {
             Path::new(&map).display()
         );
     }
+}
+
+/// Whether the compiler building this is Rust 1.90 or later, whose x86_64 Linux target links
+/// with LLD.
+fn rustc_links_with_lld() -> bool {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let Ok(out) = Command::new(rustc).arg("--version").output() else {
+        return false;
+    };
+    // "rustc 1.95.0 (59807616e 2026-04-14)"
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().nth(1).unwrap_or("");
+    let mut parts = version.split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (1, 90)
 }
