@@ -10,8 +10,9 @@
 //! What runs is measured, not guessed: callgrind profiles (`--dump-instr=yes`) of the shipped
 //! build's scans and daemon give every instruction address executed in the binary, and the
 //! linker's map of that same build (`-Map`, with `--no-demangle`) says which function's
-//! section holds each address. The list names those functions, the most instructions first.
-//! `tests/hot-functions.sh` runs the whole procedure.
+//! section holds each address. The list names those functions in one stretch per stage (a
+//! scan of a pods file, a scan of the API, the daemon: [`order`]), the most instructions first
+//! within each part. `tests/hot-functions.sh` runs the whole procedure.
 
 use std::collections::{BTreeMap, HashMap};
 
