@@ -113,14 +113,20 @@ impl From<Output> for Run {
 /// kubeconfig for `api` at `dir/kubeconfig`: (host root, kubeconfig), what `nodemedic scan`
 /// against the double takes.
 pub fn scan_host(api: &apiserver::ApiServer, dir: &Path, node: &str) -> (PathBuf, PathBuf) {
+    let node = hosttree::Node::new(node, hosttree::Layout::V1Cgroupfs, hosttree::Runtime::Containerd);
+    write_host(api, dir, &node).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `node` written under `dir/host`, and a kubeconfig for `api` (TLS) at `dir/kubeconfig`:
+/// (host root, kubeconfig), what `nodemedic scan` and `nodemedic run` against the double take.
+/// An error names the path it failed at.
+pub fn write_host(api: &apiserver::ApiServer, dir: &Path, node: &hosttree::Node) -> Result<(PathBuf, PathBuf), String> {
     let root = dir.join("host");
-    hosttree::Node::new(node, hosttree::Layout::V1Cgroupfs, hosttree::Runtime::Containerd)
-        .write(&root)
-        .unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    node.write(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig, true)
-        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
-    (root, kubeconfig)
+        .map_err(|e| format!("{}: {e}", kubeconfig.display()))?;
+    Ok((root, kubeconfig))
 }
 
 /// The arguments of `nodemedic scan --format json` of node `node` whose host tree is `root`,

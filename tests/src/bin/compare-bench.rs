@@ -118,10 +118,7 @@ async fn agents(minutes: f64) -> Result<(), String> {
         .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}));
     let drivers = nodemedic_tests::scenarios::seed_api(&api.store(), &node);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let root = dir.path().join("host");
-    node.write(&root).map_err(|e| e.to_string())?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    let (root, kubeconfig) = nodemedic_tests::write_host(&api, dir.path(), &node)?;
     // The probe's dry-run pod goes to the kubeconfig's namespace, as in the DaemonSet.
     let text = std::fs::read_to_string(&kubeconfig).map_err(|e| e.to_string())?;
     let patched = text.replacen("namespace: default", &format!("namespace: {PROBE_NAMESPACE}"), 1);

@@ -33,10 +33,7 @@ async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     // The node's pods, as the API has them, and the drivers they are owned by, elsewhere.
     let drivers = nodemedic_tests::scenarios::seed_api(&store, &node);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let root = dir.path().join("host");
-    node.write(&root).map_err(|e| e.to_string())?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    let (root, kubeconfig) = nodemedic_tests::write_host(&api, dir.path(), &node)?;
     let daemon = measure::Daemon::start(&root, &node.name, &kubeconfig)?;
     let pid = daemon.pid();
     // Logs are at warn level, so the listen address comes from the daemon's own sockets.

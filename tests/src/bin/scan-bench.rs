@@ -183,10 +183,7 @@ fn from_api(pods: usize, runs: usize) -> Result<(), String> {
     let node = nodemedic_tests::scenarios::big_node(pods, 5);
     nodemedic_tests::scenarios::seed_api(&api.store(), &node);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let root = dir.path().join("host");
-    node.write(&root).map_err(|e| e.to_string())?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig, true).map_err(|e| e.to_string())?;
+    let (root, kubeconfig) = nodemedic_tests::write_host(&api, dir.path(), &node)?;
     let (root, kubeconfig) = (root.to_string_lossy(), kubeconfig.to_string_lossy());
     let args = nodemedic_tests::api_scan_args(&root, &kubeconfig, &node.name);
     let ((wmin, wmed, wmax), (rmin, rmed, rmax)) = measure::measure_scans(&args, runs)?;
