@@ -425,7 +425,7 @@ pub struct ProbeOutputs {
     /// failure reads (or renews) and a prober whose last round failed probes at once.
     pub api_back: tokio::sync::watch::Receiver<u64>,
     /// `nodemedic_prober`: set as the election changes, not at the next scan.
-    pub prober: prometheus::IntGauge,
+    pub prober: crate::exposition::IntGauge,
 }
 
 impl ApiMonitor {

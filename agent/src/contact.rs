@@ -111,7 +111,7 @@ pub struct ApiContact {
     /// Bumped at the first answer that serves after trouble.
     back: Arc<tokio::sync::watch::Sender<u64>>,
     /// `nodemedic_api_up`, when the daemon exports it.
-    up: std::sync::OnceLock<prometheus::IntGauge>,
+    up: std::sync::OnceLock<crate::exposition::IntGauge>,
     /// Notified with `back`, and when any answer ends an outage: the scan loop, which judges
     /// `apiserver-unreachable` again.
     wake: std::sync::OnceLock<Arc<tokio::sync::Notify>>,
@@ -153,7 +153,7 @@ impl ApiContact {
 
     /// Exports reachability as `gauge` (`nodemedic_api_up`): 1 from an answer, 0 from a
     /// failure, 0 until the first answer.
-    pub fn export_up(&self, gauge: prometheus::IntGauge) {
+    pub fn export_up(&self, gauge: crate::exposition::IntGauge) {
         let up = self.reach() == Reach::Reachable;
         gauge.set(i64::from(up));
         let _ = self.up.set(gauge);
@@ -427,7 +427,7 @@ mod tests {
     #[test]
     fn api_up_follows_the_last_outcome_and_the_stamp_gives_the_rule_its_outage() {
         let c = ApiContact::new();
-        let up = prometheus::IntGauge::new("api_up", "test").unwrap();
+        let up = crate::exposition::IntGauge::new("api_up", "test").unwrap();
         up.set(7);
         c.export_up(up.clone());
         assert_eq!(up.get(), 0, "before any answer");

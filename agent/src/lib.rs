@@ -17,7 +17,8 @@
 //! CI, fails on an upward import or a cycle):
 //!
 //! 1. [`host`] (where host files are), [`output`] (formats, writing), [`telemetry`] (logging),
-//!    [`contact`] (whether the API server answers, as every request finds it).
+//!    [`contact`] (whether the API server answers, as every request finds it), [`exposition`]
+//!    (the metric types and their Prometheus text).
 //! 2. [`collect`] (host readers: checkpoint, kubelet config, sysfs, cgroups, procfs, pods files,
 //!    Spark local dirs and configurations; thin `read_*` over pure `parse_*`), [`spark`]
 //!    (driver resolution through a `PodDirectory`), [`probe`] (API requests timed like
@@ -44,6 +45,7 @@ pub mod config;
 pub mod contact;
 pub mod daemon;
 pub mod events;
+pub mod exposition;
 pub mod fence;
 pub mod heap;
 pub mod host;

@@ -88,7 +88,7 @@ pub enum DaemonError {
     #[error("listen on {address}: {message}")]
     Listen { address: String, message: String },
     #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+    Metrics(#[from] crate::exposition::Error),
     #[error("signal handler: {0}")]
     Signal(std::io::Error),
 }

@@ -4,14 +4,13 @@
 
 use std::collections::BTreeSet;
 
+use crate::exposition::{
+    Error, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 use nodemedic_rules::facts::{self, Facts};
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::NodeSnapshot;
-use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
-};
 
 use crate::collect::Records;
 
@@ -86,7 +85,7 @@ fn opts(name: &str, help: &str) -> Opts {
 
 impl Metrics {
     /// Registers every metric in a fresh registry.
-    pub fn new() -> Result<Self, prometheus::Error> {
+    pub fn new() -> Result<Self, Error> {
         let registry = Registry::new();
         let m = Metrics {
             build_info: IntGaugeVec::new(
@@ -200,7 +199,7 @@ impl Metrics {
                 .iter()
                 .filter_map(|r| Some((r.id.as_str(), r.gauge?)))
                 .map(|(id, g)| Ok((id, g, IntGauge::with_opts(opts(g.name, g.help))?)))
-                .collect::<Result<_, prometheus::Error>>()?,
+                .collect::<Result<_, Error>>()?,
             events_emitted_total: IntCounterVec::new(
                 opts(
                     "events_emitted_total",
@@ -235,7 +234,7 @@ impl Metrics {
                 "config_last_reload_success_timestamp_seconds",
                 "When the configuration was last reloaded successfully (SIGHUP), unix seconds; 0 before any reload.",
             ))?,
-            api_request_duration_seconds: HistogramVec::new(
+            api_request_duration_seconds: HistogramVec::with_buckets(
                 HistogramOpts::new(
                     "nodemedic_api_request_duration_seconds",
                     "Duration of the agent's API server probes (get: /version, list: this node's pods, create_dry_run: a dryRun=All pod create through the admission chain), seconds, failures included.",
@@ -582,11 +581,7 @@ impl Metrics {
 
     /// The exposition text of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            return format!("# encoding failed: {e}\n");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        self.registry.render()
     }
 }
 

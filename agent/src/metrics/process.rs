@@ -5,18 +5,16 @@
 //! and `rate()` of it reads 0. Here the ticks are divided as floats: 10 ms resolution at the
 //! usual 100 ticks a second.
 //!
-//! `/proc/self/stat` and `/proc/self/cgroup` are parsed by `procfs-core` (once per scrape, so
-//! its cost does not matter); the open descriptors are counted from `/proc/self/fd` and their
-//! limit is `getrlimit(2)`'s, which need no parsing.
+//! `/proc/self/stat` and `/proc/self/cgroup` are read at each scrape (the first parsed by
+//! `procfs-core`; the second parsed, and the limit files looked for, only when it changed);
+//! the open descriptors are counted from `/proc/self/fd` and their limit is `getrlimit(2)`'s,
+//! which need no parsing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{Counter, Gauge, Opts};
-
 use crate::collect::procfs;
+use crate::exposition::{Collect, Error, Families, Kind};
 
 /// The fields of `/proc/<pid>/stat` the metrics need (proc_pid_stat(5)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,22 +78,21 @@ impl MemoryLimit {
     }
 }
 
-/// The memory limit of this process's own cgroup, from `cgroups` (the text of
-/// `/proc/self/cgroup`) and the cgroup mount `root` (`/sys/fs/cgroup`); `None` when it cannot
-/// be read.
-///
-/// The memory controller's own line is used: v1 (`N:memory:/path` or with other controllers,
+/// The file that holds this process's memory limit, from `cgroups` (the text of
+/// `/proc/self/cgroup`) and the cgroup mount `root` (`/sys/fs/cgroup`). The memory
+/// controller's own line is used: v1 (`N:memory:/path` or with other controllers,
 /// `memory.limit_in_bytes`), else v2 (`0::/path`, `memory.max`). The path is looked up below
 /// the mount first (a host cgroup namespace shows the whole tree), then the mount's root is
 /// read (in a container the runtime mounts the container's own cgroup there).
-pub fn own_memory_limit(cgroups: &str, root: &Path) -> Option<MemoryLimit> {
-    match own_cgroup(cgroups, "memory")? {
+fn memory_limit_file(cgroups: &str, root: &Path) -> Option<PathBuf> {
+    let (dirs, file) = match own_cgroup(cgroups, "memory")? {
         OwnCgroup::V1 { path, .. } => {
             let base = root.join("memory");
-            read_limit(&[base.join(&path), base], "memory.limit_in_bytes")
+            ([base.join(&path), base], "memory.limit_in_bytes")
         }
-        OwnCgroup::V2 { path } => read_limit(&[root.join(&path), root.to_path_buf()], "memory.max"),
-    }
+        OwnCgroup::V2 { path } => ([root.join(&path), root.to_path_buf()], "memory.max"),
+    };
+    dirs.iter().map(|d| d.join(file)).find(|f| f.is_file())
 }
 
 /// Where this process sits for one controller, from the text of `/proc/self/cgroup`.
@@ -128,30 +125,62 @@ fn own_cgroup(cgroups: &str, controller: &str) -> Option<OwnCgroup> {
     v2
 }
 
-/// The CPU limit (CFS bandwidth) of this process's own cgroup in cores, from `cgroups` (the
-/// text of `/proc/self/cgroup`) and the cgroup mount `root`; `Some(f64::INFINITY)` when it has none,
-/// `None` when it cannot be read. v1: the `cpu` controller's line (`N:cpu:/path`, or with
-/// `cpuacct`), `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`, in the hierarchy mounted
-/// under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max` (`max 100000` or
-/// `20000 100000`). Looked up below the mount first, then at its root, as for memory.
-pub fn own_cpu_limit(cgroups: &str, root: &Path) -> Option<f64> {
+/// The files that hold this process's CPU limit (CFS bandwidth).
+#[derive(Debug, Clone, PartialEq)]
+enum CpuLimitFiles {
+    /// `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`.
+    V1 { quota: PathBuf, period: PathBuf },
+    /// `cpu.max`: `max 100000` or `20000 100000`.
+    V2(PathBuf),
+}
+
+/// The files that hold this process's CPU limit, from `cgroups` (the text of
+/// `/proc/self/cgroup`) and the cgroup mount `root`. v1: the `cpu` controller's line (`N:cpu:/path`, or with `cpuacct`), in the hierarchy
+/// mounted under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max`. Looked up
+/// below the mount first, then at its root, as for memory.
+fn cpu_limit_files(cgroups: &str, root: &Path) -> Option<CpuLimitFiles> {
     match own_cgroup(cgroups, "cpu")? {
         OwnCgroup::V1 { controllers, path } => {
             let mounts = [root.join(controllers), root.join("cpu")];
-            let dirs: Vec<PathBuf> = mounts.iter().flat_map(|m| [m.join(&path), m.clone()]).collect();
-            let dir = dirs.iter().find(|d| d.join("cpu.cfs_quota_us").is_file())?;
-            let read = |f: &str| -> Option<i64> { std::fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok() };
-            let quota = read("cpu.cfs_quota_us")?;
+            let dir = mounts
+                .iter()
+                .flat_map(|m| [m.join(&path), m.clone()])
+                .find(|d| d.join("cpu.cfs_quota_us").is_file())?;
+            Some(CpuLimitFiles::V1 {
+                quota: dir.join("cpu.cfs_quota_us"),
+                period: dir.join("cpu.cfs_period_us"),
+            })
+        }
+        OwnCgroup::V2 { path } => [root.join(&path), root.to_path_buf()]
+            .iter()
+            .map(|d| d.join("cpu.max"))
+            .find(|f| f.is_file())
+            .map(CpuLimitFiles::V2),
+    }
+}
+
+/// A small file read whole in one allocation (`fs::read_to_string` sizes its buffer from the
+/// file's length, which `/proc` and cgroup files report as 0, and grows it read by read).
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::with_capacity(1024);
+    std::fs::File::open(path).ok()?.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+fn read_cpu_limit(files: &CpuLimitFiles) -> Option<f64> {
+    match files {
+        CpuLimitFiles::V1 { quota, period } => {
+            let read = |f: &Path| -> Option<i64> { read_small(f)?.trim().parse().ok() };
+            let quota = read(quota)?;
             if quota < 0 {
                 return Some(f64::INFINITY);
             }
-            let period = read("cpu.cfs_period_us").filter(|p| *p > 0)?;
+            let period = read(period).filter(|p| *p > 0)?;
             Some(quota as f64 / period as f64)
         }
-        OwnCgroup::V2 { path } => {
-            let text = [root.join(&path), root.to_path_buf()]
-                .iter()
-                .find_map(|d| std::fs::read_to_string(d.join("cpu.max")).ok())?;
+        CpuLimitFiles::V2(file) => {
+            let text = read_small(file)?;
             let mut fields = text.split_whitespace();
             let (quota, period) = (fields.next()?, fields.next().unwrap_or("100000"));
             if quota == "max" {
@@ -163,10 +192,10 @@ pub fn own_cpu_limit(cgroups: &str, root: &Path) -> Option<f64> {
     }
 }
 
-/// The first of `dirs` that holds `file`, parsed: `max` (v2) or a v1 value from the kernel's
-/// "unlimited" up is no limit; a file that is not a number is `None`.
-fn read_limit(dirs: &[PathBuf], file: &str) -> Option<MemoryLimit> {
-    let text = dirs.iter().find_map(|d| std::fs::read_to_string(d.join(file)).ok())?;
+/// `max` (v2) or a v1 value from the kernel's "unlimited" up is no limit; a file that is not a
+/// number is `None`.
+fn read_memory_limit(file: &Path) -> Option<MemoryLimit> {
+    let text = read_small(file)?;
     let text = text.trim();
     if text == "max" {
         return Some(MemoryLimit::Unlimited);
@@ -179,32 +208,75 @@ fn read_limit(dirs: &[PathBuf], file: &str) -> Option<MemoryLimit> {
     })
 }
 
+/// Where this process's limits are read, found from `/proc/self/cgroup`: again only when that
+/// file changes (the process was moved to another cgroup), since finding them takes several
+/// lookups. The limits themselves are read at every scrape: they can change in place.
+#[derive(Debug, Default)]
+struct LimitFiles {
+    /// The text of `/proc/self/cgroup` they were found from.
+    cgroups: String,
+    memory: Option<PathBuf>,
+    cpu: Option<CpuLimitFiles>,
+}
+
+impl LimitFiles {
+    fn find(cgroups: String) -> Self {
+        let mount = Path::new("/sys/fs/cgroup");
+        LimitFiles {
+            memory: memory_limit_file(&cgroups, mount),
+            cpu: cpu_limit_files(&cgroups, mount),
+            cgroups,
+        }
+    }
+}
+
+/// The families [`ProcessMetrics`] writes, with their help texts.
+const CPU: (&str, &str) = (
+    "process_cpu_seconds_total",
+    "User and system CPU time of the agent, in seconds (10 ms resolution at 100 ticks a second).",
+);
+const RESIDENT: (&str, &str) = (
+    "process_resident_memory_bytes",
+    "Resident memory of the agent, in bytes.",
+);
+const VIRTUAL: (&str, &str) = ("process_virtual_memory_bytes", "Virtual memory of the agent, in bytes.");
+const OPEN_FDS: (&str, &str) = ("process_open_fds", "Open file descriptors of the agent.");
+const MAX_FDS: (&str, &str) = ("process_max_fds", "The agent's limit on open file descriptors.");
+const START: (&str, &str) = ("process_start_time_seconds", "When the agent started, in unix seconds.");
+const THREADS: (&str, &str) = ("process_threads", "Threads of the agent.");
+const MEMORY_LIMIT: (&str, &str) = (
+    "nodemedic_memory_limit_bytes",
+    "The memory limit of the agent's own cgroup (its container's limit), in bytes; +Inf when it has none.",
+);
+const CPU_LIMIT: (&str, &str) = (
+    "nodemedic_cpu_limit_cores",
+    "The CPU limit of the agent's own cgroup (its container's limit, CFS quota over period), in cores; +Inf when it has none.",
+);
+const FAMILIES: [(&str, &str); 9] = [
+    CPU,
+    RESIDENT,
+    VIRTUAL,
+    OPEN_FDS,
+    MAX_FDS,
+    START,
+    THREADS,
+    MEMORY_LIMIT,
+    CPU_LIMIT,
+];
+
 /// Collects `process_*` for this process at each scrape. A file that cannot be read leaves
 /// its metrics out of that scrape rather than exporting a wrong value.
 pub struct ProcessMetrics {
-    cpu_opts: Opts,
-    cpu: Counter,
-    resident: Gauge,
-    virtual_memory: Gauge,
-    open_fds: Gauge,
-    max_fds: Gauge,
-    start_time: Gauge,
-    threads: Gauge,
-    memory_limit: Gauge,
-    cpu_limit: Gauge,
     ticks_per_second: u64,
     page_size: u64,
     /// Boot time, read once (it does not change while the process lives).
     boot_time: Mutex<Option<u64>>,
+    /// Where the limits were found, and from which `/proc/self/cgroup`.
+    limits: Mutex<Option<LimitFiles>>,
 }
 
 impl ProcessMetrics {
-    pub fn new() -> Result<Self, prometheus::Error> {
-        let gauge = |name: &str, help: &str| Gauge::with_opts(Opts::new(name, help));
-        let cpu_opts = Opts::new(
-            "process_cpu_seconds_total",
-            "User and system CPU time of the agent, in seconds (10 ms resolution at 100 ticks a second).",
-        );
+    pub fn new() -> Result<Self, Error> {
         let sysconf = |var| {
             nix::unistd::sysconf(var)
                 .ok()
@@ -212,28 +284,10 @@ impl ProcessMetrics {
                 .and_then(|v| u64::try_from(v).ok())
         };
         Ok(ProcessMetrics {
-            cpu: Counter::with_opts(cpu_opts.clone())?,
-            cpu_opts,
-            resident: gauge(
-                "process_resident_memory_bytes",
-                "Resident memory of the agent, in bytes.",
-            )?,
-            virtual_memory: gauge("process_virtual_memory_bytes", "Virtual memory of the agent, in bytes.")?,
-            open_fds: gauge("process_open_fds", "Open file descriptors of the agent.")?,
-            max_fds: gauge("process_max_fds", "The agent's limit on open file descriptors.")?,
-            start_time: gauge("process_start_time_seconds", "When the agent started, in unix seconds.")?,
-            threads: gauge("process_threads", "Threads of the agent.")?,
-            memory_limit: gauge(
-                "nodemedic_memory_limit_bytes",
-                "The memory limit of the agent's own cgroup (its container's limit), in bytes; +Inf when it has none.",
-            )?,
-            cpu_limit: gauge(
-                "nodemedic_cpu_limit_cores",
-                "The CPU limit of the agent's own cgroup (its container's limit, CFS quota over period), in cores; +Inf when it has none.",
-            )?,
             ticks_per_second: sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap_or(100),
             page_size: sysconf(nix::unistd::SysconfVar::PAGE_SIZE).unwrap_or(4096),
             boot_time: Mutex::new(None),
+            limits: Mutex::new(None),
         })
     }
 
@@ -247,83 +301,75 @@ impl ProcessMetrics {
         }
         *cached
     }
+
+    /// The memory and CPU limits, `None` each when it cannot be read.
+    fn limits(&self) -> (Option<MemoryLimit>, Option<f64>) {
+        let (Some(cgroups), Ok(mut cached)) = (read_small(Path::new("/proc/self/cgroup")), self.limits.lock()) else {
+            return (None, None);
+        };
+        let files = match cached.take() {
+            Some(files) if files.cgroups == cgroups => files,
+            _ => LimitFiles::find(cgroups),
+        };
+        let memory = files.memory.as_deref().and_then(read_memory_limit);
+        let cpu = files.cpu.as_ref().and_then(read_cpu_limit);
+        // Found again next time when a file that was there could not be read.
+        if memory.is_some() == files.memory.is_some() && cpu.is_some() == files.cpu.is_some() {
+            *cached = Some(files);
+        }
+        (memory, cpu)
+    }
 }
 
-impl Collector for ProcessMetrics {
-    fn desc(&self) -> Vec<&Desc> {
-        let mut all = self.cpu.desc();
-        for g in self.gauges() {
-            all.extend(g.desc());
-        }
-        all
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let mut families = vec![];
-        if let Some(stat) = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .as_deref()
-            .and_then(parse_stat)
-        {
-            // A fresh counter each scrape, set to the kernel's total: no drift from summing.
-            if let Ok(cpu) = Counter::with_opts(self.cpu_opts.clone()) {
-                cpu.inc_by(cpu_seconds(stat.cpu_ticks, self.ticks_per_second));
-                families.extend(cpu.collect());
-            }
-            self.resident.set((stat.rss_pages * self.page_size) as f64);
-            self.virtual_memory.set(stat.vsize_bytes as f64);
-            self.threads.set(stat.threads as f64);
-            families.extend(self.resident.collect());
-            families.extend(self.virtual_memory.collect());
-            families.extend(self.threads.collect());
+impl Collect for ProcessMetrics {
+    fn collect<'a>(&'a self, out: &mut Families<'a>) -> Result<(), Error> {
+        let mut family = |(name, help): (&'static str, &str), kind, value| out.single(name, help, kind, value);
+        if let Some(stat) = read_small(Path::new("/proc/self/stat")).as_deref().and_then(parse_stat) {
+            // The kernel's total, as a counter: no drift from summing.
+            family(CPU, Kind::Counter, cpu_seconds(stat.cpu_ticks, self.ticks_per_second));
+            family(RESIDENT, Kind::Gauge, (stat.rss_pages * self.page_size) as f64);
+            family(VIRTUAL, Kind::Gauge, stat.vsize_bytes as f64);
+            family(THREADS, Kind::Gauge, stat.threads as f64);
             if let Some(boot) = self.boot_time() {
-                self.start_time
-                    .set(boot as f64 + cpu_seconds(stat.start_ticks, self.ticks_per_second));
-                families.extend(self.start_time.collect());
+                let started = boot as f64 + cpu_seconds(stat.start_ticks, self.ticks_per_second);
+                family(START, Kind::Gauge, started);
             }
         }
         if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
             // The directory handle being read is one of the entries: leave it out.
-            self.open_fds.set(dir.count().saturating_sub(1) as f64);
-            families.extend(self.open_fds.collect());
+            family(OPEN_FDS, Kind::Gauge, dir.count().saturating_sub(1) as f64);
         }
-        if let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") {
-            let mount = Path::new("/sys/fs/cgroup");
-            if let Some(limit) = own_memory_limit(&cgroups, mount) {
-                self.memory_limit.set(limit.as_f64());
-                families.extend(self.memory_limit.collect());
-            }
-            if let Some(cores) = own_cpu_limit(&cgroups, mount) {
-                self.cpu_limit.set(cores);
-                families.extend(self.cpu_limit.collect());
-            }
+        let (memory, cpu) = self.limits();
+        if let Some(limit) = memory {
+            family(MEMORY_LIMIT, Kind::Gauge, limit.as_f64());
+        }
+        if let Some(cores) = cpu {
+            family(CPU_LIMIT, Kind::Gauge, cores);
         }
         if let Ok((soft, _)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
-            self.max_fds.set(soft as f64);
-            families.extend(self.max_fds.collect());
+            family(MAX_FDS, Kind::Gauge, soft as f64);
         }
-        families
+        Ok(())
     }
-}
 
-impl ProcessMetrics {
-    fn gauges(&self) -> [&Gauge; 8] {
-        [
-            &self.memory_limit,
-            &self.cpu_limit,
-            &self.resident,
-            &self.virtual_memory,
-            &self.open_fds,
-            &self.max_fds,
-            &self.start_time,
-            &self.threads,
-        ]
+    fn names(&self) -> Vec<String> {
+        FAMILIES.iter().map(|(name, _)| name.to_string()).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memory limit of this process's own cgroup as a scrape finds and reads it.
+    fn own_memory_limit(cgroups: &str, root: &Path) -> Option<MemoryLimit> {
+        read_memory_limit(&memory_limit_file(cgroups, root)?)
+    }
+
+    /// The CPU limit in cores (`f64::INFINITY`: none) as a scrape finds and reads it.
+    fn own_cpu_limit(cgroups: &str, root: &Path) -> Option<f64> {
+        read_cpu_limit(&cpu_limit_files(cgroups, root)?)
+    }
 
     /// A line in the kernel's layout (the first 44 fields) of a process whose command holds ") (".
     const STAT: &str = "4242 (a) (b) S 1 4242 4242 0 -1 4194560 1190 0 0 0 150 7 0 0 20 0 5 0 \
@@ -585,19 +631,21 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         std::hint::black_box(x);
-        let families = m.collect();
+        let registry = crate::exposition::Registry::new();
+        registry.register(Box::new(m)).unwrap();
+        let text = registry.render();
         let value = |name: &str| -> f64 {
-            let f = families
-                .iter()
-                .find(|f| f.name() == name)
-                .unwrap_or_else(|| panic!("{name}"));
-            let metric = &f.get_metric()[0];
-            if name.ends_with("_total") {
-                metric.get_counter().get_value()
-            } else {
-                metric.get_gauge().get_value()
-            }
+            let line = text
+                .lines()
+                .find(|l| l.split(' ').next() == Some(name))
+                .unwrap_or_else(|| panic!("{name} in {text}"));
+            line[name.len() + 1..].parse().unwrap()
         };
+        for (name, _) in FAMILIES.iter().filter(|(n, _)| n.starts_with("process_")) {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}: {text}");
+        }
+        let m = ProcessMetrics::new().unwrap();
         let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
         let cpu = value("process_cpu_seconds_total");
         assert!(cpu > 0.0, "CPU seconds {cpu} of a process that spent some");

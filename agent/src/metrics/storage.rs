@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::exposition::{Error, GaugeVec, IntCounterVec, IntGauge, Registry};
 use nodemedic_rules::facts::Facts;
 use nodemedic_rules::snapshot::{DirBacking, NodeSnapshot, Observed};
-use prometheus::{GaugeVec, IntCounterVec, Registry};
 
 use super::opts;
 
@@ -24,13 +24,13 @@ pub struct StorageMetrics {
     growth: GaugeVec,
     forecast: GaugeVec,
     evictions_total: IntCounterVec,
-    kubelet_stats_readable: prometheus::IntGauge,
+    kubelet_stats_readable: IntGauge,
     /// Evicted executors already counted (by UID).
     counted: Arc<Mutex<HashSet<String>>>,
 }
 
 impl StorageMetrics {
-    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+    pub fn new(registry: &Registry) -> Result<Self, Error> {
         let m = StorageMetrics {
             bytes: GaugeVec::new(
                 opts(
@@ -60,7 +60,7 @@ impl StorageMetrics {
                 ),
                 &["reason"],
             )?,
-            kubelet_stats_readable: prometheus::IntGauge::with_opts(opts(
+            kubelet_stats_readable: IntGauge::with_opts(opts(
                 "kubelet_stats_readable",
                 "1 when the last measurement of Spark's local storage read the kubelet's /stats/summary (kubelet_stats_url), 0 when it did not (unset, or the kubelet could not be read: the log says why).",
             ))?,

@@ -1,0 +1,822 @@
+//! The agent's metric types and their Prometheus text exposition (format 0.0.4).
+//!
+//! A scrape writes every sample straight from the values into one buffer: no intermediate
+//! metric families, no copy of a label per sample, no sort of series at scrape time (a vector
+//! keeps its series in order as they are created). The `prometheus` crate this replaces built
+//! a `MetricFamily` of owned strings for every scrape and sorted it, which was most of a
+//! scrape's 1 ms of CPU (docs/performance.md, "A scrape without the prometheus crate").
+//!
+//! The text is what Prometheus's own client libraries write: families sorted by name, each
+//! with `# HELP` and `# TYPE`; series within a family in the order of their label values, the
+//! labels of a series sorted by name; a family with no series is left out; values in Rust's
+//! shortest round-trip form (`1`, `0.25`; `+Inf`, `-Inf`, `NaN`), whole-number metrics as
+//! integers; histograms as cumulative `_bucket{le=...}` series ending in `le="+Inf"`, then
+//! `_sum` and `_count`. Help text escapes `\` and newlines, label values also `"`.
+//!
+//! The handles ([`IntGauge`], [`GaugeVec`], ...) are cheap clones of one shared value, so a
+//! task keeps its own clone and the registry another.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Why a metric could not be made or registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("metric name {0:?} is not valid (letters, digits, '_' and ':', not starting with a digit)")]
+    Name(String),
+    #[error(
+        "label name {label:?} of metric {metric} is not valid (letters, digits and '_', not starting with a digit or \"__\")"
+    )]
+    Label { metric: String, label: String },
+    #[error("metric {0} has no help text")]
+    NoHelp(String),
+    #[error("metric {0} is registered twice")]
+    Duplicate(String),
+    #[error("metric {metric} has {expected} labels, {got} values were given")]
+    Cardinality {
+        metric: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("metric {0} is one series of a vector and cannot be registered on its own")]
+    Unnamed(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A metric's name and help text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opts {
+    pub name: String,
+    pub help: String,
+}
+
+impl Opts {
+    pub fn new(name: impl Into<String>, help: impl Into<String>) -> Self {
+        Opts {
+            name: name.into(),
+            help: help.into(),
+        }
+    }
+}
+
+/// A histogram's name, help text and bucket upper bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramOpts {
+    pub opts: Opts,
+    pub buckets: Vec<f64>,
+}
+
+impl HistogramOpts {
+    /// With Prometheus's default buckets (5 ms to 10 s).
+    pub fn new(name: impl Into<String>, help: impl Into<String>) -> Self {
+        HistogramOpts {
+            opts: Opts::new(name, help),
+            buckets: vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+        }
+    }
+
+    pub fn buckets(mut self, buckets: Vec<f64>) -> Self {
+        self.buckets = buckets;
+        self
+    }
+}
+
+/// A family's type, as `# TYPE` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+fn valid_label(name: &str) -> bool {
+    let mut chars = name.chars();
+    !name.starts_with("__")
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// What a family is: name, help, type, and (for a vector) its label names.
+#[derive(Debug)]
+struct Desc {
+    name: String,
+    help: String,
+    kind: Kind,
+    /// Label names sorted, as they are written.
+    labels: Vec<String>,
+    /// For each sorted label, the position of its value in a `with_label_values` call.
+    given_at: Vec<usize>,
+}
+
+impl Desc {
+    fn new(opts: Opts, kind: Kind, labels: &[&str]) -> Result<Self, Error> {
+        if !valid_name(&opts.name) {
+            return Err(Error::Name(opts.name));
+        }
+        if opts.help.is_empty() {
+            return Err(Error::NoHelp(opts.name));
+        }
+        if let Some(bad) = labels
+            .iter()
+            .find(|l| !valid_label(l) || (kind == Kind::Histogram && **l == "le"))
+        {
+            return Err(Error::Label {
+                metric: opts.name,
+                label: (*bad).to_string(),
+            });
+        }
+        let mut given_at: Vec<usize> = (0..labels.len()).collect();
+        given_at.sort_by_key(|&i| labels[i]);
+        if given_at.windows(2).any(|w| labels[w[0]] == labels[w[1]]) {
+            return Err(Error::Label {
+                metric: opts.name,
+                label: "(a label named twice)".into(),
+            });
+        }
+        Ok(Desc {
+            name: opts.name,
+            help: opts.help,
+            kind,
+            labels: given_at.iter().map(|&i| labels[i].to_string()).collect(),
+            given_at,
+        })
+    }
+
+    fn header(&self, out: &mut String) {
+        out.push_str("# HELP ");
+        out.push_str(&self.name);
+        out.push(' ');
+        escape_into(out, &self.help, false);
+        out.push_str("\n# TYPE ");
+        out.push_str(&self.name);
+        out.push(' ');
+        out.push_str(self.kind.as_str());
+        out.push('\n');
+    }
+}
+
+fn escape_into(out: &mut String, text: &str, quote: bool) {
+    let needs = |c: char| c == '\\' || c == '\n' || (quote && c == '"');
+    if !text.contains(needs) {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quote => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+/// A float as the text format spells it: `+Inf`, `-Inf`, `NaN`, else Rust's shortest
+/// round-trip form.
+struct Float(f64);
+
+impl std::fmt::Display for Float {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            v if v.is_nan() => f.write_str("NaN"),
+            v if v == f64::INFINITY => f.write_str("+Inf"),
+            v if v == f64::NEG_INFINITY => f.write_str("-Inf"),
+            v => write!(f, "{v}"),
+        }
+    }
+}
+
+/// One sample line: `name[suffix]{labels[,extra]} value`. Whole-number metrics write their
+/// integer (exact past 2^53, where a float would round), the others Rust's shortest form of
+/// the float.
+fn sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &[(&str, &str)],
+    extra: Option<(&str, &str)>,
+    value: impl std::fmt::Display,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let mut sep = '{';
+    for (k, v) in labels.iter().copied().chain(extra) {
+        out.push(sep);
+        out.push_str(k);
+        out.push_str("=\"");
+        escape_into(out, v, true);
+        out.push('"');
+        sep = ',';
+    }
+    if sep == ',' {
+        out.push('}');
+    }
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, " {value}");
+}
+
+// ---------------------------------------------------------------- values
+
+/// A value one series holds, written under its family's name.
+pub trait Value: Clone + Send + Sync + 'static {
+    /// The family type a vector of these is.
+    const KIND: Kind;
+    /// A fresh series of this kind (`buckets` for a histogram).
+    fn fresh(buckets: &[f64]) -> Self;
+    /// Writes this series' sample lines.
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]);
+}
+
+/// A counter or gauge with a value that may be fractional.
+#[derive(Debug, Clone, Default)]
+struct F64(Arc<AtomicU64>);
+
+impl F64 {
+    fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+    fn set(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Relaxed);
+    }
+    fn add(&self, v: f64) {
+        let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some((f64::from_bits(b) + v).to_bits())
+        });
+    }
+}
+
+macro_rules! single {
+    ($(#[$doc:meta])* $name:ident, $cell:ty, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            value: $cell,
+            /// The family, for a metric of its own; `None` for one series of a vector.
+            desc: Option<Arc<Desc>>,
+        }
+
+        impl $name {
+            /// A metric of its own, to register.
+            pub fn with_opts(opts: Opts) -> Result<Self, Error> {
+                Ok($name {
+                    value: Default::default(),
+                    desc: Some(Arc::new(Desc::new(opts, $kind, &[])?)),
+                })
+            }
+
+            pub fn new(name: impl Into<String>, help: impl Into<String>) -> Result<Self, Error> {
+                Self::with_opts(Opts::new(name, help))
+            }
+        }
+
+        impl Collect for $name {
+            fn collect<'a>(&'a self, out: &mut Families<'a>) -> Result<(), Error> {
+                let desc = self.desc.as_ref().ok_or_else(|| Error::Unnamed(stringify!($name).into()))?;
+                out.family(&desc.name, |text| {
+                    desc.header(text);
+                    self.write(text, &desc.name, &[]);
+                });
+                Ok(())
+            }
+
+            fn names(&self) -> Vec<String> {
+                self.desc.iter().map(|d| d.name.clone()).collect()
+            }
+        }
+    };
+}
+
+single!(
+    /// A gauge of whole numbers.
+    IntGauge,
+    Arc<AtomicI64>,
+    Kind::Gauge
+);
+impl IntGauge {
+    pub fn set(&self, v: i64) {
+        self.value.store(v, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> i64 {
+        self.value.load(Ordering::Relaxed)
+    }
+    pub fn inc(&self) {
+        self.value.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn dec(&self) {
+        self.value.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+impl Value for IntGauge {
+    const KIND: Kind = Kind::Gauge;
+    fn fresh(_: &[f64]) -> Self {
+        IntGauge {
+            value: Default::default(),
+            desc: None,
+        }
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        sample(out, name, "", labels, None, self.get());
+    }
+}
+
+single!(
+    /// A gauge.
+    Gauge,
+    F64,
+    Kind::Gauge
+);
+impl Gauge {
+    pub fn set(&self, v: f64) {
+        self.value.set(v);
+    }
+    pub fn get(&self) -> f64 {
+        self.value.get()
+    }
+    pub fn add(&self, v: f64) {
+        self.value.add(v);
+    }
+}
+impl Value for Gauge {
+    const KIND: Kind = Kind::Gauge;
+    fn fresh(_: &[f64]) -> Self {
+        Gauge {
+            value: Default::default(),
+            desc: None,
+        }
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        sample(out, name, "", labels, None, Float(self.get()));
+    }
+}
+
+single!(
+    /// A counter of whole occurrences.
+    IntCounter,
+    Arc<AtomicU64>,
+    Kind::Counter
+);
+impl IntCounter {
+    pub fn inc(&self) {
+        self.inc_by(1);
+    }
+    pub fn inc_by(&self, v: u64) {
+        self.value.fetch_add(v, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+impl Value for IntCounter {
+    const KIND: Kind = Kind::Counter;
+    fn fresh(_: &[f64]) -> Self {
+        IntCounter {
+            value: Default::default(),
+            desc: None,
+        }
+    }
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        sample(out, name, "", labels, None, self.get());
+    }
+}
+
+/// One histogram's counts: per bucket (not cumulative), the sum and the count, under one lock
+/// so a scrape never sees a count that disagrees with its buckets.
+#[derive(Debug, Default)]
+struct Counts {
+    upper: Vec<f64>,
+    per_bucket: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+/// A histogram, one series of a [`HistogramVec`].
+#[derive(Debug, Clone)]
+pub struct Histogram(Arc<Mutex<Counts>>);
+
+impl Histogram {
+    pub fn observe(&self, v: f64) {
+        let mut c = lock(&self.0);
+        if let Some(i) = c.upper.iter().position(|ub| v <= *ub) {
+            c.per_bucket[i] += 1;
+        }
+        c.sum += v;
+        c.count += 1;
+    }
+
+    /// How many values were observed.
+    pub fn sample_count(&self) -> u64 {
+        lock(&self.0).count
+    }
+}
+
+impl Value for Histogram {
+    const KIND: Kind = Kind::Histogram;
+    fn fresh(buckets: &[f64]) -> Self {
+        Histogram(Arc::new(Mutex::new(Counts {
+            upper: buckets.to_vec(),
+            per_bucket: vec![0; buckets.len()],
+            sum: 0.0,
+            count: 0,
+        })))
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        let c = lock(&self.0);
+        let mut cumulative = 0;
+        let mut bound = String::new();
+        for (ub, n) in c.upper.iter().zip(&c.per_bucket) {
+            cumulative += n;
+            bound.clear();
+            let _ = write!(bound, "{ub}");
+            sample(out, name, "_bucket", labels, Some(("le", &bound)), cumulative);
+        }
+        sample(out, name, "_bucket", labels, Some(("le", "+Inf")), c.count);
+        sample(out, name, "_sum", labels, None, Float(c.sum));
+        sample(out, name, "_count", labels, None, c.count);
+    }
+}
+
+// ---------------------------------------------------------------- vectors
+
+/// A family of series told apart by label values.
+#[derive(Debug)]
+pub struct MetricVec<V: Value> {
+    core: Arc<VecCore<V>>,
+}
+
+impl<V: Value> Clone for MetricVec<V> {
+    fn clone(&self) -> Self {
+        MetricVec {
+            core: self.core.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct VecCore<V> {
+    desc: Desc,
+    buckets: Vec<f64>,
+    /// By label values in the order of the sorted label names: the order they are written.
+    series: Mutex<BTreeMap<Vec<String>, V>>,
+}
+
+pub type IntGaugeVec = MetricVec<IntGauge>;
+pub type GaugeVec = MetricVec<Gauge>;
+pub type IntCounterVec = MetricVec<IntCounter>;
+pub type HistogramVec = MetricVec<Histogram>;
+
+impl<V: Value> MetricVec<V> {
+    pub fn new(opts: Opts, labels: &[&str]) -> Result<Self, Error> {
+        Self::build(opts, labels, vec![])
+    }
+
+    fn build(opts: Opts, labels: &[&str], buckets: Vec<f64>) -> Result<Self, Error> {
+        Ok(MetricVec {
+            core: Arc::new(VecCore {
+                desc: Desc::new(opts, V::KIND, labels)?,
+                buckets,
+                series: Mutex::default(),
+            }),
+        })
+    }
+
+    fn key(&self, values: &[&str]) -> Result<Vec<String>, Error> {
+        let desc = &self.core.desc;
+        if values.len() != desc.labels.len() {
+            return Err(Error::Cardinality {
+                metric: desc.name.clone(),
+                expected: desc.labels.len(),
+                got: values.len(),
+            });
+        }
+        Ok(desc.given_at.iter().map(|&i| values[i].to_string()).collect())
+    }
+
+    /// The series with these label values (in the order the labels were declared), created at
+    /// zero if it is new. Values of the wrong number are a bug of the caller: logged, and the
+    /// series returned is not exported.
+    pub fn with_label_values(&self, values: &[&str]) -> V {
+        match self.key(values) {
+            Ok(key) => lock(&self.core.series)
+                .entry(key)
+                .or_insert_with(|| V::fresh(&self.core.buckets))
+                .clone(),
+            Err(e) => {
+                tracing::error!(error = %e, "metric series not exported");
+                V::fresh(&self.core.buckets)
+            }
+        }
+    }
+
+    /// Removes the series with these label values.
+    pub fn remove_label_values(&self, values: &[&str]) -> Result<(), Error> {
+        let key = self.key(values)?;
+        lock(&self.core.series).remove(&key);
+        Ok(())
+    }
+
+    /// Removes every series.
+    pub fn reset(&self) {
+        lock(&self.core.series).clear();
+    }
+}
+
+impl HistogramVec {
+    pub fn with_buckets(opts: HistogramOpts, labels: &[&str]) -> Result<Self, Error> {
+        let mut buckets = opts.buckets;
+        buckets.retain(|b| !(b.is_infinite() && b.is_sign_positive()));
+        buckets.sort_by(f64::total_cmp);
+        buckets.dedup();
+        Self::build(opts.opts, labels, buckets)
+    }
+}
+
+impl<V: Value> Collect for MetricVec<V> {
+    fn collect<'a>(&'a self, out: &mut Families<'a>) -> Result<(), Error> {
+        let desc = &self.core.desc;
+        let series = lock(&self.core.series);
+        if series.is_empty() {
+            return Ok(());
+        }
+        out.family(&desc.name, |text| {
+            desc.header(text);
+            let mut labels: Vec<(&str, &str)> = Vec::with_capacity(desc.labels.len());
+            for (values, value) in series.iter() {
+                labels.clear();
+                labels.extend(
+                    desc.labels
+                        .iter()
+                        .map(String::as_str)
+                        .zip(values.iter().map(String::as_str)),
+                );
+                value.write(text, &desc.name, &labels);
+            }
+        });
+        Ok(())
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec![self.core.desc.name.clone()]
+    }
+}
+
+// ---------------------------------------------------------------- the registry
+
+/// The text of the families one scrape writes, each kept apart until they are put in order.
+#[derive(Debug)]
+pub struct Families<'a> {
+    text: String,
+    parts: Vec<(&'a str, Range<usize>)>,
+}
+
+impl<'a> Families<'a> {
+    /// Writes family `name` of one series without labels, for a collector that reads its
+    /// values at the scrape. `name` and `help` must be valid (a test of the collector's).
+    pub fn single(&mut self, name: &'a str, help: &str, kind: Kind, value: f64) {
+        self.family(name, |text| {
+            let _ = write!(text, "# HELP {name} ");
+            escape_into(text, help, false);
+            let _ = write!(text, "\n# TYPE {name} {}\n", kind.as_str());
+            sample(text, name, "", &[], None, Float(value));
+        });
+    }
+
+    /// Writes family `name` with `write` (its `# HELP`, `# TYPE` and samples).
+    pub fn family(&mut self, name: &'a str, write: impl FnOnce(&mut String)) {
+        let start = self.text.len();
+        write(&mut self.text);
+        self.parts.push((name, start..self.text.len()));
+    }
+}
+
+/// Something that writes families at each scrape: a metric, a vector, or a collector that
+/// reads its values then (the process's own).
+pub trait Collect: Send + Sync {
+    fn collect<'a>(&'a self, out: &mut Families<'a>) -> Result<(), Error>;
+
+    /// The families this writes, so that a second registration of one is refused.
+    fn names(&self) -> Vec<String>;
+}
+
+/// Every registered family; cheap to clone (one shared list).
+#[derive(Clone, Default)]
+pub struct Registry {
+    collectors: Arc<Mutex<Vec<Box<dyn Collect>>>>,
+    names: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// The length of the last scrape's text, to size the next one's buffer.
+    last_len: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registry({} collectors)", lock(&self.collectors).len())
+    }
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a collector; a family name registered before is refused.
+    pub fn register(&self, c: Box<dyn Collect>) -> Result<(), Error> {
+        let names = c.names();
+        let mut known = lock(&self.names);
+        if let Some(dup) = names.iter().find(|n| known.contains(*n)) {
+            return Err(Error::Duplicate(dup.clone()));
+        }
+        known.extend(names);
+        lock(&self.collectors).push(c);
+        Ok(())
+    }
+
+    /// The exposition text of every family, sorted by name. A collector that fails is left
+    /// out and named in a comment (the others are still served).
+    pub fn render(&self) -> String {
+        let collectors = lock(&self.collectors);
+        let hint = self.last_len.load(Ordering::Relaxed);
+        let mut families = Families {
+            text: String::with_capacity(hint + hint / 8),
+            parts: Vec::with_capacity(collectors.len() + 16),
+        };
+        let mut failures = vec![];
+        for c in collectors.iter() {
+            if let Err(e) = c.collect(&mut families) {
+                failures.push(e.to_string());
+            }
+        }
+        families.parts.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = String::with_capacity(families.text.len() + 64);
+        for f in &failures {
+            let _ = writeln!(out, "# collecting failed: {f}");
+        }
+        for (_, range) in &families.parts {
+            out.push_str(&families.text[range.clone()]);
+        }
+        self.last_len.store(out.len(), Ordering::Relaxed);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_of(items: Vec<Box<dyn Collect>>) -> Registry {
+        let r = Registry::new();
+        for i in items {
+            r.register(i).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn families_are_sorted_by_name_and_series_by_label_value_with_labels_sorted_by_name() {
+        let v = IntGaugeVec::new(Opts::new("b_things", "Things."), &["state", "node"]).unwrap();
+        v.with_label_values(&["free", "1"]).set(3);
+        v.with_label_values(&["held", "0"]).set(2);
+        v.with_label_values(&["free", "0"]).set(1);
+        let g = Gauge::with_opts(Opts::new("a_seconds", "Seconds.")).unwrap();
+        g.set(0.25);
+        let r = registry_of(vec![Box::new(v.clone()), Box::new(g)]);
+        assert_eq!(
+            r.render(),
+            "# HELP a_seconds Seconds.\n# TYPE a_seconds gauge\na_seconds 0.25\n\
+             # HELP b_things Things.\n# TYPE b_things gauge\n\
+             b_things{node=\"0\",state=\"free\"} 1\n\
+             b_things{node=\"0\",state=\"held\"} 2\n\
+             b_things{node=\"1\",state=\"free\"} 3\n"
+        );
+        // Reset leaves the family out altogether.
+        v.reset();
+        assert!(!r.render().contains("b_things"));
+    }
+
+    #[test]
+    fn counters_gauges_and_histograms_write_as_prometheus_expects() {
+        let c = IntCounterVec::new(Opts::new("x_total", "X."), &["reason"]).unwrap();
+        c.with_label_values(&["a"]).inc();
+        c.with_label_values(&["a"]).inc_by(2);
+        let h = HistogramVec::with_buckets(
+            HistogramOpts::new("d_seconds", "Durations.").buckets(vec![0.5, 0.1, 1.0]),
+            &["probe"],
+        )
+        .unwrap();
+        h.with_label_values(&["get"]).observe(0.05);
+        h.with_label_values(&["get"]).observe(0.7);
+        h.with_label_values(&["get"]).observe(3.0);
+        let inf = Gauge::new("limit_bytes", "A limit.").unwrap();
+        inf.set(f64::INFINITY);
+        let big = IntGauge::new("big", "Big.").unwrap();
+        big.set(i64::MAX);
+        let r = registry_of(vec![Box::new(c), Box::new(h.clone()), Box::new(inf), Box::new(big)]);
+        let text = r.render();
+        assert_eq!(
+            text,
+            "# HELP big Big.\n# TYPE big gauge\nbig 9223372036854775807\n\
+             # HELP d_seconds Durations.\n# TYPE d_seconds histogram\n\
+             d_seconds_bucket{probe=\"get\",le=\"0.1\"} 1\n\
+             d_seconds_bucket{probe=\"get\",le=\"0.5\"} 1\n\
+             d_seconds_bucket{probe=\"get\",le=\"1\"} 2\n\
+             d_seconds_bucket{probe=\"get\",le=\"+Inf\"} 3\n\
+             d_seconds_sum{probe=\"get\"} 3.75\n\
+             d_seconds_count{probe=\"get\"} 3\n\
+             # HELP limit_bytes A limit.\n# TYPE limit_bytes gauge\nlimit_bytes +Inf\n\
+             # HELP x_total X.\n# TYPE x_total counter\nx_total{reason=\"a\"} 3\n"
+        );
+        assert_eq!(h.with_label_values(&["get"]).sample_count(), 3);
+    }
+
+    #[test]
+    fn help_and_label_values_are_escaped() {
+        let v = IntGaugeVec::new(Opts::new("e", "back\\slash\nnew \"quoted\""), &["v"]).unwrap();
+        v.with_label_values(&["a\"b\\c\nd"]).set(1);
+        let text = registry_of(vec![Box::new(v)]).render();
+        assert_eq!(
+            text,
+            "# HELP e back\\\\slash\\nnew \"quoted\"\n# TYPE e gauge\ne{v=\"a\\\"b\\\\c\\nd\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn bad_names_labels_help_duplicates_and_cardinality_are_errors_not_panics() {
+        assert_eq!(IntGauge::new("1x", "h").unwrap_err(), Error::Name("1x".into()));
+        assert_eq!(IntGauge::new("x", "").unwrap_err(), Error::NoHelp("x".into()));
+        assert!(matches!(
+            IntGaugeVec::new(Opts::new("x", "h"), &["__x"]),
+            Err(Error::Label { .. })
+        ));
+        assert!(matches!(
+            IntGaugeVec::new(Opts::new("x", "h"), &["a", "a"]),
+            Err(Error::Label { .. })
+        ));
+        assert!(matches!(
+            HistogramVec::with_buckets(HistogramOpts::new("x", "h"), &["le"]),
+            Err(Error::Label { .. })
+        ));
+        let r = Registry::new();
+        r.register(Box::new(IntGauge::new("x", "h").unwrap())).unwrap();
+        assert_eq!(
+            r.register(Box::new(IntGauge::new("x", "h2").unwrap())).unwrap_err(),
+            Error::Duplicate("x".into())
+        );
+        let v = IntGaugeVec::new(Opts::new("v", "h"), &["a", "b"]).unwrap();
+        r.register(Box::new(v.clone())).unwrap();
+        v.with_label_values(&["only one"]).set(5);
+        assert_eq!(
+            v.remove_label_values(&["x"]).unwrap_err(),
+            Error::Cardinality {
+                metric: "v".into(),
+                expected: 2,
+                got: 1
+            }
+        );
+        // The series of the wrong call is not exported, and the family has no series.
+        assert!(!r.render().contains("# TYPE v "));
+        // A vector's own series cannot be registered as a family.
+        let child = v.with_label_values(&["1", "2"]);
+        r.register(Box::new(child)).unwrap();
+        assert!(
+            r.render()
+                .starts_with("# collecting failed: metric IntGauge is one series")
+        );
+    }
+
+    #[test]
+    fn the_handles_share_one_value_and_a_removed_series_starts_again_at_zero() {
+        let v = IntCounterVec::new(Opts::new("c_total", "h"), &["k"]).unwrap();
+        let kept = v.with_label_values(&["a"]);
+        v.clone().with_label_values(&["a"]).inc();
+        assert_eq!(kept.get(), 1);
+        v.remove_label_values(&["a"]).unwrap();
+        assert_eq!(v.with_label_values(&["a"]).get(), 0);
+        let g = Gauge::new("g", "h").unwrap();
+        g.clone().add(1.5);
+        g.add(1.0);
+        assert_eq!(g.get(), 2.5);
+    }
+}
