@@ -151,10 +151,10 @@ impl Desc {
         }
         let mut given_at: Vec<usize> = (0..labels.len()).collect();
         given_at.sort_by_key(|&i| labels[i]);
-        if given_at.windows(2).any(|w| labels[w[0]] == labels[w[1]]) {
+        if let Some(twice) = given_at.windows(2).find(|w| labels[w[0]] == labels[w[1]]) {
             return Err(Error::Label {
                 metric: opts.name,
-                label: "(a label named twice)".into(),
+                label: format!("{} (named twice)", labels[twice[0]]),
             });
         }
         Ok(Desc {
@@ -490,6 +490,8 @@ pub type IntCounterVec = MetricVec<IntCounter>;
 pub type HistogramVec = MetricVec<Histogram>;
 
 impl<V: Value> MetricVec<V> {
+    /// A vector with these label names (a histogram's with no bucket but `+Inf`: see
+    /// [`HistogramVec::with_buckets`]).
     pub fn new(opts: Opts, labels: &[&str]) -> Result<Self, Error> {
         Self::build(opts, labels, vec![])
     }
@@ -546,6 +548,7 @@ impl<V: Value> MetricVec<V> {
 }
 
 impl HistogramVec {
+    /// Histograms with these bucket upper bounds (sorted; `+Inf` is always the last bucket).
     pub fn with_buckets(opts: HistogramOpts, labels: &[&str]) -> Result<Self, Error> {
         let mut buckets = opts.buckets;
         buckets.retain(|b| !(b.is_infinite() && b.is_sign_positive()));
@@ -595,7 +598,8 @@ pub struct Families<'a> {
 
 impl<'a> Families<'a> {
     /// Writes family `name` of one series without labels, for a collector that reads its
-    /// values at the scrape. `name` and `help` must be valid (a test of the collector's).
+    /// values at the scrape. `name` is not checked here: the collector's are constants, and the
+    /// end-to-end tests run `promtool check metrics` on the daemon's scrapes.
     pub fn single(&mut self, name: &'a str, help: &str, kind: Kind, value: f64) {
         self.family(name, |text| {
             let _ = write!(text, "# HELP {name} ");
@@ -770,10 +774,13 @@ mod tests {
             IntGaugeVec::new(Opts::new("x", "h"), &["__x"]),
             Err(Error::Label { .. })
         ));
-        assert!(matches!(
-            IntGaugeVec::new(Opts::new("x", "h"), &["a", "a"]),
-            Err(Error::Label { .. })
-        ));
+        assert_eq!(
+            IntGaugeVec::new(Opts::new("x", "h"), &["a", "b", "a"]).unwrap_err(),
+            Error::Label {
+                metric: "x".into(),
+                label: "a (named twice)".into()
+            }
+        );
         assert!(matches!(
             HistogramVec::with_buckets(HistogramOpts::new("x", "h"), &["le"]),
             Err(Error::Label { .. })

@@ -353,7 +353,7 @@ impl Metrics {
         m.registry
             .register(Box::new(m.config_last_reload_success_timestamp_seconds.clone()))?;
         // The process's own RSS, CPU seconds and open fds (process_* families).
-        m.registry.register(Box::new(process::ProcessMetrics::new()?))?;
+        m.registry.register(Box::new(process::ProcessMetrics::new()))?;
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("NODEMEDIC_REVISION")])
             .set(1);

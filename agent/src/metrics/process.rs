@@ -135,9 +135,10 @@ enum CpuLimitFiles {
 }
 
 /// The files that hold this process's CPU limit, from `cgroups` (the text of
-/// `/proc/self/cgroup`) and the cgroup mount `root`. v1: the `cpu` controller's line (`N:cpu:/path`, or with `cpuacct`), in the hierarchy
-/// mounted under the controllers' names (`cpu,cpuacct`, else `cpu`); v2: `cpu.max`. Looked up
-/// below the mount first, then at its root, as for memory.
+/// `/proc/self/cgroup`) and the cgroup mount `root`. v1: the `cpu` controller's line
+/// (`N:cpu:/path`, or with `cpuacct`), in the hierarchy mounted under the controllers' names
+/// (`cpu,cpuacct`, else `cpu`); v2: `cpu.max`. Looked up below the mount first, then at its
+/// root, as for memory.
 fn cpu_limit_files(cgroups: &str, root: &Path) -> Option<CpuLimitFiles> {
     match own_cgroup(cgroups, "cpu")? {
         OwnCgroup::V1 { controllers, path } => {
@@ -276,19 +277,19 @@ pub struct ProcessMetrics {
 }
 
 impl ProcessMetrics {
-    pub fn new() -> Result<Self, Error> {
+    pub fn new() -> Self {
         let sysconf = |var| {
             nix::unistd::sysconf(var)
                 .ok()
                 .flatten()
                 .and_then(|v| u64::try_from(v).ok())
         };
-        Ok(ProcessMetrics {
+        ProcessMetrics {
             ticks_per_second: sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap_or(100),
             page_size: sysconf(nix::unistd::SysconfVar::PAGE_SIZE).unwrap_or(4096),
             boot_time: Mutex::new(None),
             limits: Mutex::new(None),
-        })
+        }
     }
 
     fn boot_time(&self) -> Option<u64> {
@@ -572,7 +573,7 @@ mod tests {
         );
         // And sane: a live process of at least a thread and a megabyte, started since boot, that
         // has not used more CPU than every CPU since then.
-        let m = ProcessMetrics::new().unwrap();
+        let m = ProcessMetrics::new();
         let uptime: f64 = std::fs::read_to_string("/proc/uptime")
             .unwrap()
             .split_whitespace()
@@ -624,7 +625,7 @@ mod tests {
 
     #[test]
     fn collects_this_process_with_values_that_match_the_kernel() {
-        let m = ProcessMetrics::new().unwrap();
+        let m = ProcessMetrics::new();
         // Spend a little CPU so the total is not 0.
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
@@ -645,7 +646,7 @@ mod tests {
             let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}: {text}");
         }
-        let m = ProcessMetrics::new().unwrap();
+        let m = ProcessMetrics::new();
         let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
         let cpu = value("process_cpu_seconds_total");
         assert!(cpu > 0.0, "CPU seconds {cpu} of a process that spent some");
