@@ -4,15 +4,15 @@
 
 use std::collections::BTreeSet;
 
-use crate::exposition::{
-    Error, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
 use nodemedic_rules::facts::{self, Facts};
 use nodemedic_rules::finding::{Finding, Severity};
 use nodemedic_rules::rules;
 use nodemedic_rules::snapshot::NodeSnapshot;
 
 use crate::collect::Records;
+use crate::exposition::{
+    Error, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 mod process;
 pub mod storage;
