@@ -17,7 +17,7 @@ import sys
 
 # Bottom to top. A module may import from its own layer (without a cycle) and any layer below.
 LAYERS = [
-    {"host", "output", "retry", "telemetry", "contact", "heap", "exposition"},
+    {"host", "output", "retry", "telemetry", "contact", "heap", "exposition", "deadline"},
     {"collect", "spark", "probe"},
     {"kube_api", "leader", "apimon"},
     {"scan"},

@@ -19,6 +19,7 @@ use nodemedic_rules::snapshot::PodInfo;
 
 use crate::collect::pods::{PodObject, pod_info};
 use crate::contact::ApiContact;
+use crate::deadline::{self, DeadlineLayer};
 use crate::spark::network::Cidr;
 use crate::spark::{Breaker, CachedDirectory, IndexedDirectory, LookupError, PodDirectory};
 
@@ -75,7 +76,7 @@ pub enum Error {
 
 impl Error {
     /// A failed request, classified: a request that ran out of time says "timeout", whatever
-    /// layer of the client noticed (hyper's `SendRequest` wraps the read timeout's I/O error).
+    /// layer of the client noticed (a connect timeout inside hyper's error, or the request's deadline).
     pub fn request(verb: &'static str, resource: impl Into<String>, e: &kube::Error) -> Self {
         let status = match e {
             kube::Error::Api(s) => Some(s.code),
@@ -198,10 +199,10 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, Error> {
 }
 
 /// A client for watches: a connect timeout, but no read timeout, since a quiet watch may
-/// send nothing for minutes (the watcher has its own idle timeout past the server's).
-pub fn watch_client(mut config: Config, connect_timeout: Duration) -> Result<Client, Error> {
-    config.connect_timeout = Some(connect_timeout);
-    Client::try_from(config).map_err(client_error)
+/// send nothing for minutes (the watcher has its own idle timeout past the server's); no
+/// retries inside the client ([`deadline`](crate::deadline)).
+pub fn watch_client(config: Config, connect_timeout: Duration) -> Result<Client, Error> {
+    Client::try_from(deadline::configured(config, connect_timeout)).map_err(client_error)
 }
 
 /// Reports how each request of a client ended to an [`ApiContact`]: answered, with its HTTP
@@ -259,21 +260,18 @@ where
 /// [`watch_client`] (`request_timeout: None`) or [`request_client`], whose every request is
 /// reported to `contact`.
 pub fn observed_client(
-    mut config: Config,
+    config: Config,
     timeout: Duration,
     request_timeout: bool,
     contact: &Arc<ApiContact>,
 ) -> Result<Client, Error> {
-    config.connect_timeout = Some(timeout);
-    if request_timeout {
-        config.reset_reader_on_write = true;
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-    }
-    Ok(kube::client::ClientBuilder::try_from(config)
-        .map_err(client_error)?
-        .with_layer(&ContactLayer(contact.clone()))
-        .build())
+    let builder = kube::client::ClientBuilder::try_from(deadline::configured(config, timeout)).map_err(client_error)?;
+    let contact = ContactLayer(contact.clone());
+    Ok(if request_timeout {
+        builder.with_layer(&DeadlineLayer(timeout)).with_layer(&contact).build()
+    } else {
+        builder.with_layer(&contact).build()
+    })
 }
 
 fn client_error(e: kube::Error) -> Error {
@@ -283,14 +281,11 @@ fn client_error(e: kube::Error) -> Error {
     }
 }
 
-/// Builds a client for requests: every request has `timeout` to connect, write and read,
-/// counted from when it is sent (not from when its pooled connection went idle).
-pub fn request_client(mut config: Config, timeout: Duration) -> Result<Client, Error> {
-    config.reset_reader_on_write = true;
-    config.connect_timeout = Some(timeout);
-    config.read_timeout = Some(timeout);
-    config.write_timeout = Some(timeout);
-    Client::try_from(config).map_err(client_error)
+/// Builds a client for requests: every request has `timeout` to connect and write, for its
+/// answer to start and between any two pieces of it, counted from when it is sent; its idle
+/// connections stay open between requests ([`deadline::client`]).
+pub fn request_client(config: Config, timeout: Duration) -> Result<Client, Error> {
+    deadline::client(config, timeout).map_err(client_error)
 }
 
 /// [`request_client`] for the configuration [`config`] loads.

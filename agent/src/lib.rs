@@ -18,7 +18,8 @@
 //!
 //! 1. [`host`] (where host files are), [`output`] (formats, writing), [`telemetry`] (logging),
 //!    [`contact`] (whether the API server answers, as every request finds it), [`exposition`]
-//!    (the metric types and their Prometheus text).
+//!    (the metric types and their Prometheus text), [`deadline`] (the time each request of a
+//!    kube client has, idle connections kept).
 //! 2. [`collect`] (host readers: checkpoint, kubelet config, sysfs, cgroups, procfs, pods files,
 //!    Spark local dirs and configurations; thin `read_*` over pure `parse_*`), [`spark`]
 //!    (driver resolution through a `PodDirectory`), [`probe`] (API requests timed like
@@ -44,6 +45,7 @@ pub mod conditions;
 pub mod config;
 pub mod contact;
 pub mod daemon;
+pub mod deadline;
 pub mod events;
 pub mod exposition;
 pub mod fence;

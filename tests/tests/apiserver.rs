@@ -360,6 +360,39 @@ async fn version_health_discovery_and_metrics() {
 }
 
 #[tokio::test]
+async fn requests_are_numbered_by_the_connection_they_came_on() {
+    let api = ApiServer::start().await.unwrap();
+    // This file's client opens a connection per request, over HTTP and over HTTPS.
+    Client::http(&api).get("/version").await;
+    Client::https(&api).get("/version").await;
+    // Two requests on one kept-alive connection.
+    let tcp = TcpStream::connect(api.http_addr()).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    for _ in 0..2 {
+        sender.ready().await.unwrap();
+        let answer = sender
+            .send_request(Client::request("GET", "/livez", None, None))
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.into_body().collect().await.unwrap();
+    }
+    let seen: Vec<(&str, String, u64)> = api
+        .requests()
+        .iter()
+        .map(|r| (r.scheme, r.path.clone(), r.connection))
+        .collect();
+    let expected = [
+        ("http", "/version", 1),
+        ("https", "/version", 2),
+        ("http", "/livez", 3),
+        ("http", "/livez", 3),
+    ];
+    assert_eq!(seen, expected.map(|(s, p, n)| (s, p.to_string(), n)));
+}
+
+#[tokio::test]
 async fn list_with_selectors_and_pagination() {
     let api = ApiServer::start().await.unwrap();
     let store = api.store();

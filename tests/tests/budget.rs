@@ -9,7 +9,7 @@
 //! The same steady state, at the product's own periods, is proved request by request under
 //! tokio's paused clock by the agent's unit test `daemon::outage_tests::healthy`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use nodemedic_tests::agent::{Agent, Identity, wait_for};
@@ -160,6 +160,30 @@ async fn a_healthy_250_pod_node_costs_under_two_requests_a_minute() {
         })
         .count();
     assert_eq!(others_dry_runs, 0, "only the prober probes admission");
+
+    // Kept-alive connections: each agent's requests (its watches and its probes apart: the
+    // prober's rounds and the follower's timed Lease reads each open a connection of their own
+    // by design, as `curl -w` does) came on one connection, though they were further apart
+    // than the 3 s request timeout (in two minutes, the prober's Lease renewals, Events and
+    // condition patches; the follower's lists and condition patches). kube's read timeout,
+    // which the agent used before, closed every connection that long after its last answer: a
+    // TCP connection and a TLS handshake per request.
+    for token in ["token-0", "token-1"] {
+        let ours: Vec<&RequestRecord> = requests
+            .iter()
+            .filter(|r| r.bearer_token.as_deref() == Some(token) && r.time >= since && !r.is_watch)
+            .filter(|r| !r.user_agent.as_deref().is_some_and(|a| a.ends_with(" probe")))
+            .collect();
+        let connections: BTreeSet<u64> = ours.iter().map(|r| r.connection).collect();
+        eprintln!("{token}: {} requests on {} connections", ours.len(), connections.len());
+        assert!(ours.len() >= 5, "{token}: {} requests", ours.len());
+        assert_eq!(
+            connections.len(),
+            1,
+            "{token}: {} requests on connections {connections:?}",
+            ours.len()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -178,10 +178,8 @@ impl KubeletStatsClient {
         // The kubelet is on this node: no proxy, and its certificate names its own address.
         config.proxy_url = None;
         config.tls_server_name = None;
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-        let client = kube::Client::try_from(config).map_err(|e| format!("a client for the kubelet at {url}: {e}"))?;
+        let client =
+            crate::deadline::client(config, timeout).map_err(|e| format!("a client for the kubelet at {url}: {e}"))?;
         Ok(KubeletStatsClient {
             client,
             url: url.to_string(),

@@ -50,6 +50,10 @@ pub struct RequestRecord {
     pub path: String,
     /// The raw query string, without `?`.
     pub query: String,
+    /// The connection it came on: 1 for the first the server accepted, and so on (a TLS
+    /// handshake each, over HTTPS). Requests with the same number shared a kept-alive
+    /// connection.
+    pub connection: u64,
     /// The HTTP status answered; 0 when the connection was closed instead (server down, or a
     /// request that raced [`super::Faults::set_refusing`] on an open connection).
     pub status: u16,
@@ -107,6 +111,8 @@ pub(crate) struct Shared {
     pub detached: Mutex<Vec<AbortHandle>>,
     /// What `/stats/summary` answers, as a kubelet.
     pub kubelet_stats: Mutex<KubeletStats>,
+    /// Connections accepted and served so far (the last one's number).
+    pub connections: AtomicU64,
 }
 
 /// The kubelet's `/stats/summary` as the double serves it.
@@ -341,6 +347,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     scheme: &'static str,
+    connection: u64,
 ) -> Result<Response<Body>, io::Error> {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
@@ -349,6 +356,7 @@ pub(crate) async fn handle(
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().unwrap_or("").to_string(),
+        connection,
         status: 0,
         time: SystemTime::now(),
         elapsed: Duration::ZERO,

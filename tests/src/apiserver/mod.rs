@@ -55,6 +55,10 @@
 //!   random ports below the kernel's ephemeral range, which outgoing connections never take,
 //!   so the port is still free when refusing ends.
 //!
+//! Every request is recorded ([`ApiServer::requests`]) with the number of the connection it
+//! came on, in the order the server accepted them: how a test sees whether a client keeps its
+//! connections alive between requests, or pays a TCP connection and a TLS handshake for each.
+//!
 //! Everything the server runs is a task on the runtime that started it; dropping the
 //! [`ApiServer`] stops them all (writes still waiting out a latency included) and closes every
 //! connection.
@@ -146,6 +150,7 @@ impl ApiServer {
             server_address: https_addr.to_string(),
             detached: Mutex::new(Vec::new()),
             kubelet_stats: Mutex::new(http::KubeletStats::default()),
+            connections: AtomicU64::new(0),
         });
         let acceptor = TlsAcceptor::from(tls.server_config.clone());
         let http_slot = Arc::new(ListenerSlot::new(http_listener)?);
@@ -311,7 +316,8 @@ async fn accept_loop(slot: Arc<ListenerSlot>, shared: Arc<Shared>, tls: Option<T
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(serve_connection(stream, shared.clone(), tls.clone()));
+                    let number = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+                    conns.spawn(serve_connection(stream, number, shared.clone(), tls.clone()));
                 }
                 // Nothing listens any more: the server process is gone, and its connections.
                 Accepted::Closed => conns.abort_all(),
@@ -323,11 +329,11 @@ async fn accept_loop(slot: Arc<ListenerSlot>, shared: Arc<Shared>, tls: Option<T
     }
 }
 
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
+async fn serve_connection(stream: TcpStream, number: u64, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
     let builder = hyper::server::conn::http1::Builder::new();
     match tls {
         None => {
-            let svc = service_fn(move |req| http::handle(shared.clone(), req, "http"));
+            let svc = service_fn(move |req| http::handle(shared.clone(), req, "http", number));
             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         }
         Some(acceptor) => {
@@ -337,7 +343,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, tls: Option<Tl
             if shared.faults.is_down() || shared.faults.is_refusing() {
                 return;
             }
-            let svc = service_fn(move |req| http::handle(shared.clone(), req, "https"));
+            let svc = service_fn(move |req| http::handle(shared.clone(), req, "https", number));
             let _ = builder.serve_connection(TokioIo::new(tls_stream), svc).await;
         }
     }
