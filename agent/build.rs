@@ -10,7 +10,9 @@
 //!   (docs/performance.md, "The code a process touches"). `NODEMEDIC_FUNCTION_ORDER=off`
 //!   links without the list (a linker other than LLD or mold: GNU ld does not take it);
 //!   `NODEMEDIC_LINK_MAP=FILE` has the linker write its map there, which is how
-//!   `tests/hot-functions.sh` learns where each function of the binary it profiles is.
+//!   `tests/hot-functions.sh` learns where each function of the binary it profiles is; and
+//!   packs its relative relocations (DT_RELR) where the build machine's glibc is 2.36 or
+//!   later (`NODEMEDIC_PACKED_RELOCS=off` links without).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +102,15 @@ fn layout(dir: &Path) {
         // renamed) only goes unplaced: it is not worth a warning in every build.
         println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     }
+    // Relative relocations packed (DT_RELR): the 460 KB of RELA entries of a position-
+    // independent binary, which the loader reads whole at every start, become a few KB. glibc
+    // applies them from 2.36 on (the image's distroless cc-debian12 has 2.36), and a binary
+    // linked so needs that glibc where it runs, so only a build machine with one gets them.
+    println!("cargo::rerun-if-env-changed=NODEMEDIC_PACKED_RELOCS");
+    let packed_off = std::env::var("NODEMEDIC_PACKED_RELOCS").is_ok_and(|v| v == "off");
+    if !packed_off && glibc_at_least(2, 36) {
+        println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
     if let Some(map) = std::env::var_os("NODEMEDIC_LINK_MAP") {
         // The names as the ordering file needs them: LLD demangles its map's by default.
         println!(
@@ -107,6 +118,20 @@ fn layout(dir: &Path) {
             Path::new(&map).display()
         );
     }
+}
+
+/// Whether the build machine's glibc (the one the binary links against) is `major.minor` or
+/// later, from `getconf GNU_LIBC_VERSION` ("glibc 2.36").
+fn glibc_at_least(major: u32, minor: u32) -> bool {
+    let Ok(out) = Command::new("getconf").arg("GNU_LIBC_VERSION").output() else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(version) = text.trim().strip_prefix("glibc ") else {
+        return false;
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
 /// Whether the compiler building this is Rust 1.90 or later, whose x86_64 Linux target links
