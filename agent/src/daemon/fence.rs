@@ -113,6 +113,14 @@ struct StopDone {
     round: u32,
 }
 
+/// How often the task looks at the API server's reach and the candidates: every second, or
+/// every heartbeat if that is shorter. Off (the default), never: it waits for a new policy
+/// (and for stops and lookups it started before), instead of waking every second for
+/// nothing.
+fn turn_every(policy: &FencePolicy) -> Option<Duration> {
+    (policy.mode != Mode::Off).then(|| policy.heartbeat().min(Duration::from_secs(1)))
+}
+
 impl FenceTask {
     /// Runs until the daemon stops.
     pub async fn run(mut self) {
@@ -141,9 +149,9 @@ impl FenceTask {
         let mut logged_skips: std::collections::HashSet<String> = Default::default();
         loop {
             let policy = self.policy.borrow_and_update().clone();
-            let tick = policy.heartbeat().min(Duration::from_secs(1));
+            let tick = turn_every(&policy);
             tokio::select! {
-                _ = tokio::time::sleep(tick) => {}
+                _ = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {}
                 Ok(()) = self.policy.changed() => {}
                 Some(done) = done_rx.recv() => {
                     self.finish_stop(&policy, done, &mut acted);

@@ -116,8 +116,14 @@ use listener::{Accepted, ListenerSlot};
 /// is accepted; this one just makes it easy to check that a client sent it.
 pub const TEST_TOKEN: &str = "nodemedic-test-token";
 
-/// The default period of watch bookmarks.
+/// The default period of watch bookmarks: short, so that tests see them soon.
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(2);
+
+/// kube-apiserver's period of watch bookmarks (its watch cache's `defaultBookmarkFrequency`,
+/// one minute, besides the one it sends just before a watch's deadline): what the benches of
+/// a daemon at steady state set ([`ApiServer::set_bookmark_interval`]), so that an agent's
+/// watch costs what it costs against a real API server.
+pub const APISERVER_BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A running API server double. See the module documentation.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! 1. the offline `nodemedic scan` of generated nodes of 10, 110 and 250 pods (whole process:
 //!    wall time and the process's own `VmHWM`, median and min-max of RUNS runs);
 //! 2. the daemon (`nodemedic run`, default settings) on the 250-pod node against the in-repo
-//!    API server double, and `node_exporter` (default collectors, on 127.0.0.1) started at the
+//!    API server double (its watch bookmarks once a minute, as kube-apiserver sends them), and `node_exporter` (default collectors, on 127.0.0.1) started at the
 //!    same moment, measured over the same window with the same sampling: `VmRSS` every 5 s,
 //!    CPU (`utime + stime` from `/proc/<pid>/stat`), 30 `/metrics` scrapes of each spread
 //!    evenly over the window (latency and size), and the API requests the double saw;
@@ -113,6 +113,7 @@ impl Drop for Killed {
 async fn agents(minutes: f64) -> Result<(), String> {
     let pods = 250;
     let api = ApiServer::start().await.map_err(|e| e.to_string())?;
+    api.set_bookmark_interval(nodemedic_tests::apiserver::APISERVER_BOOKMARK_INTERVAL);
     let node = nodemedic_tests::scenarios::big_node(pods, 5);
     api.store()
         .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}));

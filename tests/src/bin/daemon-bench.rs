@@ -1,6 +1,7 @@
 //! The daemon at steady state: `nodemedic run` with default settings on a generated 250-pod
 //! node (256 CPUs, 750 containers, 2,000 processes), against the in-repo API server double
-//! holding the same pods and their 25 drivers on another node.
+//! holding the same pods and their 25 drivers on another node (its watch bookmarks once a
+//! minute, as kube-apiserver sends them).
 //!
 //! ```text
 //! cargo build --release -p nodemedic -p nodemedic-tests
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
 
 async fn bench(minutes: f64, pods: usize) -> Result<(), String> {
     let api = ApiServer::start().await.map_err(|e| e.to_string())?;
+    api.set_bookmark_interval(nodemedic_tests::apiserver::APISERVER_BOOKMARK_INTERVAL);
     let store = api.store();
     let node = nodemedic_tests::scenarios::big_node(pods, 5);
     // The node's pods, as the API has them, and the drivers they are owned by, elsewhere.

@@ -178,6 +178,33 @@ async fn run_until(api: &FakeApi, seconds: f64) {
     }
 }
 
+#[test]
+fn off_never_turns_and_the_others_turn_every_second_or_heartbeat() {
+    let with = |mode, heartbeat_seconds| FencePolicy {
+        mode,
+        heartbeat_seconds,
+        ..Default::default()
+    };
+    assert_eq!(turn_every(&with(Mode::Off, 10.0)), None);
+    assert_eq!(turn_every(&with(Mode::DryRun, 10.0)), Some(Duration::from_secs(1)));
+    assert_eq!(turn_every(&with(Mode::On, 0.5)), Some(Duration::from_millis(500)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn off_waits_for_a_new_policy_and_acts_on_it_within_a_second() {
+    let api = FakeApi::new(Arc::new(|_| true), Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let run = start(&api, dir.path(), Some(&[driver("u1")]));
+    run._policy.send_modify(|p| p.mode = Mode::Off);
+    run_until(&api, 60.0).await;
+    assert_eq!(api.beats(), Vec::<f64>::new(), "no heartbeat while off");
+    run._policy.send_modify(|p| p.mode = Mode::DryRun);
+    run_until(&api, 61.5).await;
+    // The new policy wakes the task at once, and its first turn under it is a second later.
+    assert_eq!(api.beats(), vec![61.0], "the candidate's first heartbeat");
+    run.task.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_flapping_api_server_2_s_up_in_22_is_reachable_and_never_fenced() {
     // Up for 10 s, then 20 s down and 2 s up, again and again: every outage is shorter
