@@ -76,7 +76,8 @@ pub enum Error {
 
 impl Error {
     /// A failed request, classified: a request that ran out of time says "timeout", whatever
-    /// layer of the client noticed (a connect timeout inside hyper's error, or the request's deadline).
+    /// layer of the client noticed (a connect timeout inside hyper's error, or the request's
+    /// deadline).
     pub fn request(verb: &'static str, resource: impl Into<String>, e: &kube::Error) -> Self {
         let status = match e {
             kube::Error::Api(s) => Some(s.code),
