@@ -228,6 +228,35 @@ fn memory_turns_a_vanished_client_driver_into_gone() {
 }
 
 #[test]
+fn memory_keeps_one_copy_of_a_driver_that_many_executors_share() {
+    let driver = pod("spark", "etl-driver", "d1", "driver", "app1", "Running");
+    let execs: Vec<PodInfo> = (1..=3)
+        .map(|n| {
+            pod(
+                "spark",
+                &format!("etl-exec-{n}"),
+                &format!("e{n}"),
+                "executor",
+                "app1",
+                "Running",
+            )
+        })
+        .collect();
+    let dir = ListDirectory::new(vec![driver]);
+    let (mut lookups, _) = block_on(resolve_all(&dir, &execs));
+    let mut memory = DriverMemory::default();
+    block_on(memory.recall(&dir, &mut lookups));
+    assert_eq!(memory.known.len(), 3);
+    let DriverLookup::Found { driver: found, .. } = &lookups["e1"] else {
+        panic!("{lookups:?}")
+    };
+    assert!(
+        memory.known.values().all(|d| Arc::ptr_eq(d, found)),
+        "every executor's memory is the pod its lookup found, not a copy"
+    );
+}
+
+#[test]
 fn app_drivers_include_duplicates_elsewhere() {
     let here = pod("spark", "etl-driver", "d1", "driver", "app1", "Running");
     let elsewhere = pod("spark", "etl-driver-2", "d2", "driver", "app1", "Running");
