@@ -85,14 +85,18 @@ impl MemoryLimit {
 /// the mount first (a host cgroup namespace shows the whole tree), then the mount's root is
 /// read (in a container the runtime mounts the container's own cgroup there).
 fn memory_limit_file(cgroups: &str, root: &Path) -> Option<PathBuf> {
-    let (dirs, file) = match own_cgroup(cgroups, "memory")? {
-        OwnCgroup::V1 { path, .. } => {
-            let base = root.join("memory");
-            ([base.join(&path), base], "memory.limit_in_bytes")
-        }
-        OwnCgroup::V2 { path } => ([root.join(&path), root.to_path_buf()], "memory.max"),
-    };
-    dirs.iter().map(|d| d.join(file)).find(|f| f.is_file())
+    match own_cgroup(cgroups, "memory")? {
+        OwnCgroup::V1 { path, .. } => limit_file(&root.join("memory"), &path, "memory.limit_in_bytes"),
+        OwnCgroup::V2 { path } => limit_file(root, &path, "memory.max"),
+    }
+}
+
+/// `file` of the cgroup at `path` below `mount` when there is one, else at the mount's root
+/// (see [`memory_limit_file`]).
+fn limit_file(mount: &Path, path: &str, file: &str) -> Option<PathBuf> {
+    [mount.join(path).join(file), mount.join(file)]
+        .into_iter()
+        .find(|f| f.is_file())
 }
 
 /// Where this process sits for one controller, from the text of `/proc/self/cgroup`.
@@ -142,21 +146,13 @@ enum CpuLimitFiles {
 fn cpu_limit_files(cgroups: &str, root: &Path) -> Option<CpuLimitFiles> {
     match own_cgroup(cgroups, "cpu")? {
         OwnCgroup::V1 { controllers, path } => {
-            let mounts = [root.join(controllers), root.join("cpu")];
-            let dir = mounts
+            let quota = [root.join(controllers), root.join("cpu")]
                 .iter()
-                .flat_map(|m| [m.join(&path), m.clone()])
-                .find(|d| d.join("cpu.cfs_quota_us").is_file())?;
-            Some(CpuLimitFiles::V1 {
-                quota: dir.join("cpu.cfs_quota_us"),
-                period: dir.join("cpu.cfs_period_us"),
-            })
+                .find_map(|mount| limit_file(mount, &path, "cpu.cfs_quota_us"))?;
+            let period = quota.with_file_name("cpu.cfs_period_us");
+            Some(CpuLimitFiles::V1 { quota, period })
         }
-        OwnCgroup::V2 { path } => [root.join(&path), root.to_path_buf()]
-            .iter()
-            .map(|d| d.join("cpu.max"))
-            .find(|f| f.is_file())
-            .map(CpuLimitFiles::V2),
+        OwnCgroup::V2 { path } => limit_file(root, &path, "cpu.max").map(CpuLimitFiles::V2),
     }
 }
 
